@@ -1,0 +1,93 @@
+//! `dpustack` — the command-line front end of the stack. The only crate that uses
+//! `anyhow`; each area of the stack has its own module under `cmd/` that owns its
+//! subcommands, its config section, its part of `dpustack up` and its benchmark.
+
+mod cmd;
+mod config;
+mod up;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "dpustack",
+    version,
+    about = "DPU / storage-node stack in user space: RDMA verbs + RoCEv2, RDMA CM, NVMe-oF, TSE, flow table"
+)]
+struct Cli {
+    /// TOML config file; every value defaults to the embedded defaults (`dpustack config show`).
+    #[arg(long, global = true, env = "DPUSTACK_CONFIG")]
+    config: Option<PathBuf>,
+    /// More log output (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the node on the configured (or embedded default) settings until Ctrl-C.
+    Up(up::UpArgs),
+    /// Show the effective configuration.
+    Config {
+        #[command(subcommand)]
+        what: ConfigCmd,
+    },
+    /// Benchmarks: every figure next to a baseline measured in the same run.
+    Bench(cmd::bench::BenchArgs),
+    #[command(flatten)]
+    Rdma(cmd::rdma::Cmd),
+    #[command(flatten)]
+    Cm(cmd::cm::Cmd),
+    #[command(flatten)]
+    Storage(cmd::nvmf::Cmd),
+    #[command(flatten)]
+    Tse(cmd::tse::Cmd),
+    #[command(flatten)]
+    Switch(cmd::switch::Cmd),
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigCmd {
+    /// Print the effective configuration as TOML.
+    Show,
+}
+
+fn init_tracing(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    init_tracing(cli.verbose);
+    let cfg = config::Config::load(cli.config.as_deref())?;
+    match cli.command {
+        Command::Up(args) => up::run(&cfg, &args),
+        Command::Config {
+            what: ConfigCmd::Show,
+        } => {
+            print!("{}", cfg.to_toml()?);
+            Ok(())
+        }
+        Command::Bench(args) => cmd::bench::run(&args, &cfg),
+        Command::Rdma(c) => cmd::rdma::run(c, &cfg),
+        Command::Cm(c) => cmd::cm::run(c, &cfg),
+        Command::Storage(c) => cmd::nvmf::run(c, &cfg),
+        Command::Tse(c) => cmd::tse::run(c, &cfg),
+        Command::Switch(c) => cmd::switch::run(c, &cfg),
+    }
+}
