@@ -1,0 +1,1 @@
+//! RoCEv2: BTH and extension headers, the opcode table, the ICRC.
