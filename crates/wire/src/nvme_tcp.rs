@@ -572,7 +572,7 @@ impl PduRepr {
                         maxr2t: v,
                     }
                 } else {
-                    if v < 4096 || v % 4 != 0 {
+                    if v < 4096 || v & 3 != 0 {
                         return Err(Error::Malformed);
                     }
                     PduRepr::IcResp {
