@@ -5,3 +5,5 @@
 //! `verbs`), and the host library.
 //!
 //! Depends on `wire` (NVMe/TCP PDUs), `nvme` (SQE/CQE/SGL), `bdev`, `netio`.
+
+pub mod tcp;
