@@ -1,8 +1,32 @@
 //! # tse — Task Scheduler Engine and event queues (DAOS's TSE/EQ model)
 //!
-//! Owns: schedulers, tasks with dependencies, prepare and completion callbacks,
-//! and event queues through which any asynchronous dpustack call runs blocking
-//! (no event) or non-blocking (with an event).
+//! Owns: schedulers ([`Scheduler`]), tasks with dependencies, prepare and
+//! completion callbacks, delays, typed private data and a per-task stack
+//! ([`sched`]); event queues and events with parents, barriers and
+//! callbacks ([`eq`]); and the NULL-event convention ([`call`]) through which
+//! any asynchronous dpustack call runs blocking (no event) or non-blocking
+//! (with an event), on the same code path.
 //!
-//! Depends on nothing inside dpustack. No hidden threads: whoever calls
-//! `progress` runs the tasks.
+//! Does not own: any I/O. A transport plugs in as a [`Poller`] bound to an
+//! EQ; polling the EQ progresses the scheduler and the poller together.
+//! [`demo`] holds an example operation over a loopback "transport".
+//!
+//! Depends on nothing inside dpustack. No hidden threads, no locks: a
+//! scheduler and its EQ are single-threaded values, and whoever calls
+//! `progress`/`poll` runs the tasks and callbacks. Time comes from a
+//! [`Clock`] (a [`ManualClock`] makes delays deterministic in tests).
+//! See `docs/tse.md` for the model and how it maps to DAOS.
+
+pub mod call;
+pub mod clock;
+pub mod demo;
+pub mod eq;
+pub mod error;
+pub mod sched;
+mod slab;
+
+pub use call::call;
+pub use clock::{Clock, ManualClock, MonotonicClock, Time};
+pub use eq::{Completer, Event, EventQueue, EventState, Poller, Wait};
+pub use error::{CallError, Error, TaskError, TaskResult};
+pub use sched::{SchedStats, Scheduler, TaskId, TaskState};
