@@ -27,13 +27,15 @@ pub mod cmd;
 
 pub mod memory;
 pub mod opcode;
+pub mod prp;
 
 pub mod sgl;
 pub mod status;
 
 pub use cmd::{Cqe, Dptr, Psdt, Sqe, CQE_LEN, SQE_LEN};
-pub use memory::{FakeMemory, GuestMemory, IoVec, MemoryError};
+pub use memory::{FakeMemory, GuestMemory, GuestMemoryMut, IoVec, MemoryError, SliceMemory};
 pub use opcode::{AdminOpcode, FabricsType, IoOpcode};
+pub use sgl::{SglDescriptor, SglEntry, SglSubtype, SglType};
 pub use status::{Sct, Status};
 
 /// Errors from parsing NVMe structures out of byte buffers.

@@ -70,6 +70,25 @@ pub trait GuestMemoryMut: GuestMemory {
     fn alloc(&mut self, len: usize, align: u64) -> Result<u64, MemoryError>;
 }
 
+/// A byte slice seen as an address space starting at 0: in-capsule data and
+/// in-capsule SGL segments (Offset subtype) on fabrics.
+#[derive(Debug, Clone, Copy)]
+pub struct SliceMemory<'a>(pub &'a [u8]);
+
+impl GuestMemory for SliceMemory<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+        let err = MemoryError::Unmapped {
+            addr,
+            len: buf.len(),
+        };
+        let start = usize::try_from(addr).map_err(|_| err)?;
+        let end = start.checked_add(buf.len()).ok_or(err)?;
+        let src = self.0.get(start..end).ok_or(err)?;
+        buf.copy_from_slice(src);
+        Ok(())
+    }
+}
+
 /// A sparse address space made of 4 KiB frames, created on write. Reads of
 /// never-written frames fail unless `zero_fill_reads` is set.
 #[derive(Debug, Clone)]
@@ -183,6 +202,17 @@ mod tests {
         let c = m.alloc(16, 16).unwrap();
         assert!(c >= a + 100);
         m.read(a, &mut b).unwrap();
+    }
+
+    #[test]
+    fn slice_memory() {
+        let data = [1u8, 2, 3, 4, 5];
+        let m = SliceMemory(&data);
+        let mut b = [0u8; 2];
+        m.read(3, &mut b).unwrap();
+        assert_eq!(b, [4, 5]);
+        assert!(m.read(4, &mut b).is_err());
+        assert!(m.read(u64::MAX, &mut b).is_err());
     }
 
     #[test]
