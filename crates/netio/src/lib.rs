@@ -8,3 +8,4 @@
 //! Depends on nothing inside dpustack (plain bytes in, bytes out).
 
 pub mod baseline;
+pub mod udp;

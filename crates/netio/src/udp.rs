@@ -1,0 +1,483 @@
+//! Batched UDP I/O for datagram protocols (RoCEv2 on 4791): `sendmmsg` with UDP
+//! GSO groups, `recvmmsg`, preallocated buffers (no allocation per packet).
+//!
+//! IPv4 ID: sockets are set to `IP_PMTUDISC_DO` and always send with `sendto`
+//! semantics (unconnected), so Linux sends DF datagrams with IPv4 ID 0; a GSO send
+//! of k segments leaves with IDs 0, 1, .., k-1 (the kernel numbers the segments).
+//! Protocols whose checksum covers the ID (the RoCEv2 ICRC) can therefore compute
+//! it: see [`TxBatch::for_each_packet`].
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::Duration;
+
+/// Most datagrams handed to one `sendmmsg`/`recvmmsg`.
+pub const MAX_BATCH: usize = 64;
+/// Most segments in one GSO send (the kernel's UDP_MAX_SEGMENTS is 64 or more).
+pub const MAX_GSO_SEGS: usize = 64;
+/// Most bytes in one GSO send.
+pub const MAX_GSO_BYTES: usize = 65000;
+
+/// A UDP socket set up for batched datagram I/O.
+pub struct UdpBatchSocket {
+    sock: UdpSocket,
+    gso: bool,
+}
+
+fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    v: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: valid fd, pointer to a c_int of the given size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            opt,
+            &v as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+impl UdpBatchSocket {
+    /// Binds `addr`, nonblocking, DF with IPv4 ID 0, large socket buffers, GSO if
+    /// the kernel has it.
+    pub fn bind(addr: SocketAddrV4) -> io::Result<UdpBatchSocket> {
+        let sock = UdpSocket::bind(addr)?;
+        sock.set_nonblocking(true)?;
+        let fd = sock.as_raw_fd();
+        setsockopt_int(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )?;
+        for (force, plain) in [
+            (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+            (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+        ] {
+            if setsockopt_int(fd, libc::SOL_SOCKET, force, 8 << 20).is_err() {
+                let _ = setsockopt_int(fd, libc::SOL_SOCKET, plain, 8 << 20);
+            }
+        }
+        // probe GSO: setting the socket option works iff the kernel supports it
+        let gso = setsockopt_int(fd, libc::SOL_UDP, libc::UDP_SEGMENT, 0).is_ok();
+        Ok(UdpBatchSocket { sock, gso })
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddrV4> {
+        match self.sock.local_addr()? {
+            std::net::SocketAddr::V4(a) => Ok(a),
+            _ => Err(io::Error::new(io::ErrorKind::InvalidInput, "not IPv4")),
+        }
+    }
+
+    pub fn gso(&self) -> bool {
+        self.gso
+    }
+
+    /// Disables GSO (for tests and for peers that mishandle it).
+    pub fn set_gso(&mut self, on: bool) {
+        self.gso = on && self.gso;
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
+    /// Waits until readable or `timeout` (None = forever). True if readable.
+    pub fn wait_readable(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        let mut p = libc::pollfd {
+            fd: self.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
+        // SAFETY: one valid pollfd.
+        let rc = unsafe { libc::poll(&mut p, 1, ms) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(false);
+            }
+            return Err(e);
+        }
+        Ok(rc > 0)
+    }
+}
+
+#[derive(Clone, Copy)]
+struct TxPkt {
+    off: usize,
+    len: usize,
+    dst: SocketAddrV4,
+}
+
+/// A batch of outgoing datagrams laid out back to back in one buffer (so equal
+/// sized datagrams to one destination can leave as one GSO send).
+pub struct TxBatch {
+    buf: Vec<u8>,
+    used: usize,
+    max_pkt: usize,
+    pkts: Vec<TxPkt>,
+}
+
+impl TxBatch {
+    /// Room for `MAX_BATCH` datagrams of up to `max_pkt` bytes.
+    pub fn new(max_pkt: usize) -> TxBatch {
+        TxBatch {
+            buf: vec![0; MAX_BATCH * max_pkt],
+            used: 0,
+            max_pkt,
+            pkts: Vec::with_capacity(MAX_BATCH),
+        }
+    }
+
+    /// Space for the next datagram, or None when the batch is full.
+    pub fn slot(&mut self) -> Option<&mut [u8]> {
+        if self.pkts.len() >= MAX_BATCH || self.used + self.max_pkt > self.buf.len() {
+            return None;
+        }
+        Some(&mut self.buf[self.used..self.used + self.max_pkt])
+    }
+
+    /// Commits the first `len` bytes of the last `slot()` as a datagram to `dst`.
+    pub fn commit(&mut self, dst: SocketAddrV4, len: usize) {
+        let len = len.min(self.max_pkt);
+        self.pkts.push(TxPkt {
+            off: self.used,
+            len,
+            dst,
+        });
+        self.used += len;
+    }
+
+    pub fn len(&self) -> usize {
+        self.pkts.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.pkts.is_empty()
+    }
+
+    /// Length of the GSO group starting at packet `i`.
+    fn group_len(&self, i: usize, gso: bool) -> usize {
+        let p = self.pkts[i];
+        if !gso {
+            return 1;
+        }
+        let mut n = 1;
+        let mut bytes = p.len;
+        while i + n < self.pkts.len() && n < MAX_GSO_SEGS {
+            let q = self.pkts[i + n];
+            if q.dst != p.dst || q.len > p.len || bytes + q.len > MAX_GSO_BYTES {
+                break;
+            }
+            n += 1;
+            bytes += q.len;
+            if q.len < p.len {
+                break; // a shorter segment can only be the last one
+            }
+        }
+        n
+    }
+
+    /// Calls `f(datagram, dst, ipv4_id)` for every datagram, with the IPv4 ID the
+    /// kernel will give it when sent by [`TxBatch::flush`] on `sock`.
+    pub fn for_each_packet(
+        &mut self,
+        sock: &UdpBatchSocket,
+        mut f: impl FnMut(&mut [u8], SocketAddrV4, u16),
+    ) {
+        let mut i = 0;
+        while i < self.pkts.len() {
+            let n = self.group_len(i, sock.gso);
+            for k in 0..n {
+                let p = self.pkts[i + k];
+                f(&mut self.buf[p.off..p.off + p.len], p.dst, k as u16);
+            }
+            i += n;
+        }
+    }
+
+    /// Sends everything (GSO groups where possible) and empties the batch.
+    /// Datagrams the kernel refuses (ENOBUFS, EAGAIN, ECONNREFUSED) are dropped,
+    /// as a network would drop them. Returns datagrams handed to the kernel.
+    pub fn flush(&mut self, sock: &UdpBatchSocket) -> io::Result<usize> {
+        let mut iov: [MaybeUninit<libc::iovec>; MAX_BATCH] =
+            [const { MaybeUninit::uninit() }; MAX_BATCH];
+        let mut names: [MaybeUninit<libc::sockaddr_in>; MAX_BATCH] =
+            [const { MaybeUninit::uninit() }; MAX_BATCH];
+        // cmsg space for one u16 UDP_SEGMENT per message
+        const CM: usize = 32;
+        let mut cmsgs = [[0u8; CM]; MAX_BATCH];
+        let mut msgs: [MaybeUninit<libc::mmsghdr>; MAX_BATCH] =
+            [const { MaybeUninit::uninit() }; MAX_BATCH];
+        let mut nmsg = 0;
+        let mut segs_of = [0usize; MAX_BATCH];
+        let mut i = 0;
+        while i < self.pkts.len() {
+            let n = self.group_len(i, sock.gso);
+            let p = self.pkts[i];
+            let total: usize = self.pkts[i..i + n].iter().map(|q| q.len).sum();
+            iov[nmsg].write(libc::iovec {
+                iov_base: self.buf[p.off..].as_mut_ptr() as *mut libc::c_void,
+                iov_len: total,
+            });
+            let sa = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: p.dst.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(p.dst.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            names[nmsg].write(sa);
+            // SAFETY: zeroed msghdr is valid; fields set below.
+            let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+            h.msg_name = names[nmsg].as_mut_ptr() as *mut libc::c_void;
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            h.msg_iov = iov[nmsg].as_mut_ptr();
+            h.msg_iovlen = 1;
+            if n > 1 {
+                let c = &mut cmsgs[nmsg];
+                h.msg_control = c.as_mut_ptr() as *mut libc::c_void;
+                // SAFETY: CMSG_SPACE of a u16 fits in CM bytes.
+                h.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as _;
+                // SAFETY: h.msg_control points at CM zeroed bytes, enough for one cmsg.
+                unsafe {
+                    let cm = libc::CMSG_FIRSTHDR(&h);
+                    (*cm).cmsg_level = libc::SOL_UDP;
+                    (*cm).cmsg_type = libc::UDP_SEGMENT;
+                    (*cm).cmsg_len = libc::CMSG_LEN(2) as _;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(cm) as *mut u16, p.len as u16);
+                }
+            }
+            msgs[nmsg].write(libc::mmsghdr {
+                msg_hdr: h,
+                msg_len: 0,
+            });
+            segs_of[nmsg] = n;
+            nmsg += 1;
+            i += n;
+        }
+        let mut sent = 0;
+        let mut done = 0;
+        while done < nmsg {
+            // SAFETY: msgs[done..nmsg] are initialised and point at live buffers.
+            let rc = unsafe {
+                libc::sendmmsg(
+                    sock.fd(),
+                    msgs[done].as_mut_ptr(),
+                    (nmsg - done) as libc::c_uint,
+                    0,
+                )
+            };
+            if rc < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EAGAIN)
+                    | Some(libc::ENOBUFS)
+                    | Some(libc::ECONNREFUSED)
+                    | Some(libc::EPERM) => {
+                        done += 1; // drop this one, like a full queue would
+                        continue;
+                    }
+                    Some(libc::EIO) | Some(libc::EINVAL) if segs_of[done] > 1 => {
+                        // GSO refused (e.g. by the device): drop; caller may disable GSO
+                        done += 1;
+                        continue;
+                    }
+                    _ => {
+                        self.clear();
+                        return Err(e);
+                    }
+                }
+            }
+            for s in &segs_of[done..done + rc as usize] {
+                sent += s;
+            }
+            done += rc as usize;
+        }
+        self.clear();
+        Ok(sent)
+    }
+
+    pub fn clear(&mut self) {
+        self.pkts.clear();
+        self.used = 0;
+    }
+}
+
+/// A batch of receive buffers for `recvmmsg`.
+pub struct RxBatch {
+    buf: Vec<u8>,
+    slot: usize,
+    lens: [usize; MAX_BATCH],
+    srcs: [SocketAddrV4; MAX_BATCH],
+    n: usize,
+}
+
+impl RxBatch {
+    /// `MAX_BATCH` buffers of `slot` bytes each.
+    pub fn new(slot: usize) -> RxBatch {
+        RxBatch {
+            buf: vec![0; MAX_BATCH * slot],
+            slot,
+            lens: [0; MAX_BATCH],
+            srcs: [SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0); MAX_BATCH],
+            n: 0,
+        }
+    }
+
+    /// Receives what is queued now (never blocks). Returns how many datagrams.
+    pub fn recv(&mut self, sock: &UdpBatchSocket) -> io::Result<usize> {
+        let mut iov: [MaybeUninit<libc::iovec>; MAX_BATCH] =
+            [const { MaybeUninit::uninit() }; MAX_BATCH];
+        let mut names: [MaybeUninit<libc::sockaddr_in>; MAX_BATCH] =
+            [const { MaybeUninit::uninit() }; MAX_BATCH];
+        let mut msgs: [MaybeUninit<libc::mmsghdr>; MAX_BATCH] =
+            [const { MaybeUninit::uninit() }; MAX_BATCH];
+        let base = self.buf.as_mut_ptr();
+        for i in 0..MAX_BATCH {
+            // SAFETY: i*slot + slot <= buf.len().
+            iov[i].write(libc::iovec {
+                iov_base: unsafe { base.add(i * self.slot) } as *mut libc::c_void,
+                iov_len: self.slot,
+            });
+            // SAFETY: zeroed msghdr is valid.
+            let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+            h.msg_name = names[i].as_mut_ptr() as *mut libc::c_void;
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            h.msg_iov = iov[i].as_mut_ptr();
+            h.msg_iovlen = 1;
+            msgs[i].write(libc::mmsghdr {
+                msg_hdr: h,
+                msg_len: 0,
+            });
+        }
+        loop {
+            // SAFETY: MAX_BATCH initialised mmsghdrs pointing at live buffers.
+            let rc = unsafe {
+                libc::recvmmsg(
+                    sock.fd(),
+                    msgs[0].as_mut_ptr(),
+                    MAX_BATCH as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            if rc < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EAGAIN) => {
+                        self.n = 0;
+                        return Ok(0);
+                    }
+                    Some(libc::ECONNREFUSED) => continue,
+                    _ => return Err(e),
+                }
+            }
+            let n = rc as usize;
+            for i in 0..n {
+                // SAFETY: the kernel filled the first n messages.
+                let m = unsafe { msgs[i].assume_init_ref() };
+                self.lens[i] = m.msg_len as usize;
+                // SAFETY: the kernel wrote a sockaddr_in (AF_INET socket).
+                let sa = unsafe { names[i].assume_init_ref() };
+                self.srcs[i] = SocketAddrV4::new(
+                    Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr)),
+                    u16::from_be(sa.sin_port),
+                );
+            }
+            self.n = n;
+            return Ok(n);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.n
+    }
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The i-th received datagram and its source.
+    pub fn get(&self, i: usize) -> Option<(SocketAddrV4, &[u8])> {
+        if i >= self.n {
+            return None;
+        }
+        let off = i * self.slot;
+        Some((
+            self.srcs[i],
+            &self.buf[off..off + self.lens[i].min(self.slot)],
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_roundtrip_with_gso_groups() {
+        let a = UdpBatchSocket::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let b = UdpBatchSocket::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let dst = b.local_addr().unwrap();
+        let mut tx = TxBatch::new(1500);
+        // 5 full + 1 short to one destination (one GSO group), then 2 single
+        for (i, len) in [1000usize, 1000, 1000, 1000, 1000, 300, 77, 1000]
+            .into_iter()
+            .enumerate()
+        {
+            let s = tx.slot().unwrap();
+            s[..len].fill(i as u8);
+            tx.commit(dst, len);
+        }
+        let mut ids = vec![];
+        tx.for_each_packet(&a, |_, _, id| ids.push(id));
+        if a.gso() {
+            assert_eq!(ids, [0, 1, 2, 3, 4, 5, 0, 0]);
+        }
+        assert_eq!(tx.flush(&a).unwrap(), 8);
+        assert!(tx.is_empty());
+        let mut rx = RxBatch::new(2048);
+        let mut got = vec![];
+        for _ in 0..100 {
+            b.wait_readable(Some(Duration::from_millis(20))).unwrap();
+            rx.recv(&b).unwrap();
+            for i in 0..rx.len() {
+                let (src, d) = rx.get(i).unwrap();
+                assert_eq!(src.port(), a.local_addr().unwrap().port());
+                got.push((d.len(), d[0]));
+            }
+            if got.len() == 8 {
+                break;
+            }
+        }
+        assert_eq!(
+            got,
+            [
+                (1000, 0),
+                (1000, 1),
+                (1000, 2),
+                (1000, 3),
+                (1000, 4),
+                (300, 5),
+                (77, 6),
+                (1000, 7)
+            ]
+        );
+    }
+}
