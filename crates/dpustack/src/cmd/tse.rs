@@ -318,7 +318,10 @@ fn ns_per(args: &BenchArgs, mut f: impl FnMut() -> u64) -> f64 {
 }
 
 /// The baseline: run closures from a queue (Box<dyn FnOnce> + Vec push/pop).
-fn closure_queue(q: &mut Vec<Box<dyn FnOnce(&mut u64)>>, acc: &mut u64) -> u64 {
+/// The baseline's queue of closures.
+type ClosureQueue = Vec<Box<dyn FnOnce(&mut u64)>>;
+
+fn closure_queue(q: &mut ClosureQueue, acc: &mut u64) -> u64 {
     for i in 0..BATCH {
         let x = black_box(i as u64);
         q.push(Box::new(move |a: &mut u64| *a = a.wrapping_add(x)));
@@ -366,7 +369,7 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     let mut r = Report::new("tse");
     let base_name = "closure queue (Box<dyn FnOnce> + Vec push/pop)";
 
-    let mut q: Vec<Box<dyn FnOnce(&mut u64)>> = Vec::with_capacity(BATCH);
+    let mut q: ClosureQueue = Vec::with_capacity(BATCH);
     let mut acc = 0u64;
     let base = ns_per(args, || closure_queue(&mut q, &mut acc));
 
