@@ -37,7 +37,10 @@ fn plan() -> impl Strategy<Value = Plan> {
         })
 }
 
-fn dag() -> impl Strategy<Value = (Vec<Plan>, Vec<(usize, usize)>, Vec<usize>, (usize, usize))> {
+/// Plans, edges (t, d), scheduling order, one possibly backward edge.
+type Case = (Vec<Plan>, Vec<(usize, usize)>, Vec<usize>, (usize, usize));
+
+fn dag() -> impl Strategy<Value = Case> {
     (1usize..32).prop_flat_map(|n| {
         let plans = prop::collection::vec(plan(), n);
         // edges (t, d) with d < t: t depends on d
