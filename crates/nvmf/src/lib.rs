@@ -1,9 +1,25 @@
 //! # nvmf — NVMe over Fabrics target and host (SPDK's nvmf model)
 //!
-//! Owns: target, subsystems, namespaces on bdevs, controllers, queue pairs, poll
-//! groups, the discovery subsystem, the NVMe/TCP transport (and, later, RDMA over
-//! `verbs`), and the host library.
+//! Owns: target ([`tgt::Tgt`]), subsystems and namespaces on bdevs
+//! ([`subsystem`]), controllers with dynamic cntlid ([`ctrlr`]), queue pairs
+//! ([`qpair`]), poll groups and the TCP driver ([`poll_group`]), the discovery
+//! subsystem and log page ([`identify`]), the sans-IO NVMe/TCP transport cores
+//! ([`tcp::TargetConn`], [`tcp::HostConn`]) and the host library ([`host`]).
 //!
-//! Depends on `wire` (NVMe/TCP PDUs), `nvme` (SQE/CQE/SGL), `bdev`, `netio`.
+//! Does not: RDMA (later, over `verbs`), authentication (DH-HMAC-CHAP), TLS,
+//! reservations, ANA, namespace management at run time.
+//!
+//! Depends on `wire` (NVMe/TCP PDUs), `nvme` (SQE/CQE/status), `bdev`.
 
+pub mod ctrlr;
+pub mod host;
+pub mod identify;
+pub mod poll_group;
+pub mod qpair;
+pub mod subsystem;
 pub mod tcp;
+pub mod tgt;
+
+pub use poll_group::{ListenSpec, NvmfServer};
+pub use subsystem::{Subsystem, DISCOVERY_NQN};
+pub use tgt::{Tgt, TgtParams};

@@ -709,7 +709,6 @@ pub struct HostParams {
     pub maxr2t: u32,
 }
 
-
 /// What the host connection reports.
 #[derive(Debug)]
 pub enum HostEvent {

@@ -1,0 +1,495 @@
+//! Controllers (SPDK `spdk_nvmf_ctrlr`): properties (CAP/VS/CC/CSTS), features,
+//! keep-alive, and the admin command set a fabrics controller answers.
+//!
+//! A controller is shared by its admin queue and its I/O queues, which may live on
+//! different poll groups. Admin commands and Connect are control plane and take the
+//! controller's mutex; the I/O path only reads atomics (`ready`, `failed`).
+
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use nvme::status::{CommandSpecificStatus, GenericStatus};
+use nvme::{AdminOpcode, FabricsType, Sqe, Status};
+use tracing::{debug, info};
+
+use crate::identify::{self, CtrlrInfo, CtrlrType};
+use crate::subsystem::{Subsystem, SubsystemType};
+use crate::tgt::Tgt;
+
+/// Property offsets.
+pub mod prop {
+    pub const CAP: u32 = 0x00;
+    pub const VS: u32 = 0x08;
+    pub const CC: u32 = 0x14;
+    pub const CSTS: u32 = 0x1c;
+}
+
+/// Feature identifiers we implement.
+pub mod fid {
+    pub const ARBITRATION: u8 = 0x01;
+    pub const POWER_MGMT: u8 = 0x02;
+    pub const TEMP_THRESH: u8 = 0x04;
+    pub const ERR_RECOVERY: u8 = 0x05;
+    pub const VOLATILE_WC: u8 = 0x06;
+    pub const NUM_QUEUES: u8 = 0x07;
+    pub const IRQ_COALESCE: u8 = 0x08;
+    pub const WRITE_ATOMIC: u8 = 0x0a;
+    pub const ASYNC_EVENT: u8 = 0x0b;
+    pub const KEEP_ALIVE: u8 = 0x0f;
+}
+
+/// NVMe version we report (1.3).
+pub const NVME_VS: u32 = 0x0001_0300;
+/// Max queue entries (0's based MQES + 1).
+pub const MAX_QUEUE_DEPTH: u16 = 128;
+/// Async event request limit (0's based).
+pub const AERL: u8 = 3;
+/// Keep-alive granularity (KAS) in 100 ms units.
+pub const KAS: u16 = 1;
+
+/// Controller registers and settable features (control plane, under a mutex).
+#[derive(Debug, Default)]
+struct Regs {
+    cc: u32,
+    csts: u32,
+    aec: u32,
+    /// Granted I/O queues (count, 1-based).
+    io_queues: u16,
+    wce: bool,
+}
+
+/// Outcome of an admin command.
+#[derive(Debug)]
+pub enum AdminOutcome {
+    /// Complete now with this status, DW0 (low) + DW1 (high) and data.
+    Done(Status, u64, Vec<u8>),
+    /// An Async Event Request: held by the admin qpair until an event occurs.
+    Aer,
+}
+
+/// A controller.
+#[derive(Debug)]
+pub struct Ctrlr {
+    pub cntlid: u16,
+    pub subsys: Arc<Subsystem>,
+    pub hostnqn: String,
+    pub hostid: [u8; 16],
+    regs: Mutex<Regs>,
+    /// CSTS.RDY, mirrored for the I/O path.
+    ready: AtomicBool,
+    /// Keep-alive expired or the admin queue went away: every qpair disconnects.
+    failed: AtomicBool,
+    kato_ms: AtomicU32,
+    last_ka_ms: AtomicU64,
+    /// I/O queue ids connected (bit per qid up to 64; more queues are refused).
+    io_qids: AtomicU64,
+    pub max_io_queues: u16,
+    aer_outstanding: AtomicU16,
+}
+
+impl Ctrlr {
+    pub fn new(
+        cntlid: u16,
+        subsys: Arc<Subsystem>,
+        hostnqn: &str,
+        hostid: [u8; 16],
+        kato_ms: u32,
+        max_io_queues: u16,
+        now_ms: u64,
+    ) -> Self {
+        Ctrlr {
+            cntlid,
+            subsys,
+            hostnqn: hostnqn.to_string(),
+            hostid,
+            regs: Mutex::new(Regs {
+                io_queues: max_io_queues,
+                wce: true,
+                ..Default::default()
+            }),
+            ready: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            kato_ms: AtomicU32::new(kato_ms),
+            last_ka_ms: AtomicU64::new(now_ms),
+            io_qids: AtomicU64::new(0),
+            max_io_queues,
+            aer_outstanding: AtomicU16::new(0),
+        }
+    }
+
+    pub fn is_discovery(&self) -> bool {
+        self.subsys.subtype == SubsystemType::Discovery
+    }
+    /// CC.EN = 1 and CSTS.RDY = 1, not failed.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire) && !self.failed.load(Ordering::Acquire)
+    }
+    pub fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+    /// Marks the controller failed; all its qpairs disconnect.
+    pub fn fail(&self, why: &str) {
+        if !self.failed.swap(true, Ordering::AcqRel) {
+            info!(cntlid = self.cntlid, subnqn = %self.subsys.nqn, why, "controller failed");
+        }
+    }
+    pub fn kato_ms(&self) -> u32 {
+        self.kato_ms.load(Ordering::Relaxed)
+    }
+    pub fn keep_alive(&self, now_ms: u64) {
+        self.last_ka_ms.store(now_ms, Ordering::Relaxed);
+    }
+    /// Checks the keep-alive timer; fails the controller when it expired.
+    pub fn check_keep_alive(&self, now_ms: u64) -> bool {
+        let kato = self.kato_ms() as u64;
+        if kato == 0 {
+            return true;
+        }
+        let last = self.last_ka_ms.load(Ordering::Relaxed);
+        if now_ms > last + kato {
+            self.fail("keep-alive timeout");
+            return false;
+        }
+        true
+    }
+    /// Granted I/O queue count.
+    pub fn io_queues(&self) -> u16 {
+        self.regs.lock().map(|r| r.io_queues).unwrap_or(0)
+    }
+    /// Claims an I/O queue id; false if out of range or already connected.
+    pub fn claim_qid(&self, qid: u16) -> bool {
+        if qid == 0 || qid > self.io_queues() || qid > 64 {
+            return false;
+        }
+        let bit = 1u64 << (qid - 1);
+        self.io_qids.fetch_or(bit, Ordering::AcqRel) & bit == 0
+    }
+    pub fn release_qid(&self, qid: u16) {
+        if (1..=64).contains(&qid) {
+            self.io_qids
+                .fetch_and(!(1u64 << (qid - 1)), Ordering::AcqRel);
+        }
+    }
+    pub fn aer_done(&self) {
+        let _ = self
+            .aer_outstanding
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
+    }
+
+    /// CAP: MQES, CQR, TO (7.5 s), CSS = NVM, MPSMIN = MPSMAX = 4 KiB.
+    pub fn cap(&self) -> u64 {
+        (MAX_QUEUE_DEPTH as u64 - 1) | (1 << 16) | (15 << 24) | (1 << 37)
+    }
+
+    fn property_get(&self, off: u32, size8: bool) -> Result<u64, Status> {
+        let r = self.regs.lock().map_err(|_| internal())?;
+        let v = match (off, size8) {
+            (prop::CAP, true) => self.cap(),
+            (prop::VS, false) => NVME_VS as u64,
+            (prop::CC, false) => r.cc as u64,
+            (prop::CSTS, false) => r.csts as u64,
+            _ => return Err(invalid_field()),
+        };
+        Ok(v)
+    }
+
+    fn property_set(&self, off: u32, size8: bool, value: u64) -> Result<(), Status> {
+        if off != prop::CC || size8 {
+            return Err(invalid_field());
+        }
+        let mut r = self.regs.lock().map_err(|_| internal())?;
+        let new = value as u32;
+        let old = r.cc;
+        let en_old = old & 1 != 0;
+        let en_new = new & 1 != 0;
+        if !en_old && en_new {
+            // IOSQES/IOCQES must be 6/4 for I/O controllers (64-byte SQE, 16-byte CQE)
+            let iosqes = (new >> 16) & 0xf;
+            let iocqes = (new >> 20) & 0xf;
+            let css = (new >> 4) & 7;
+            let mps = (new >> 7) & 0xf;
+            if !self.is_discovery() && (iosqes != 6 || iocqes != 4) {
+                debug!(cc = new, "CC.EN with bad IOSQES/IOCQES");
+                r.cc = new & !1;
+                r.csts |= 2; // CFS
+                return Ok(());
+            }
+            if css != 0 || mps != 0 {
+                return Err(invalid_field());
+            }
+            r.cc = new;
+            r.csts = (r.csts & !0xc) | 1;
+            self.ready.store(true, Ordering::Release);
+            info!(cntlid = self.cntlid, subnqn = %self.subsys.nqn, host = %self.hostnqn, "controller enabled");
+        } else if en_old && !en_new {
+            r.cc = new;
+            r.csts &= !1;
+            self.ready.store(false, Ordering::Release);
+            self.fail("disabled (CC.EN=0)");
+        } else {
+            r.cc = new;
+        }
+        let shn = (new >> 14) & 3;
+        if shn != 0 {
+            // shutdown completes at once (nothing volatile to write back)
+            r.csts = (r.csts & !0xc) | (2 << 2);
+            self.ready.store(false, Ordering::Release);
+            info!(cntlid = self.cntlid, "controller shutdown");
+        }
+        Ok(())
+    }
+
+    /// Executes an admin (or admin-queue fabrics) command other than Connect.
+    pub fn exec_admin(&self, tgt: &Tgt, sqe: &Sqe, data: &[u8], now_ms: u64) -> AdminOutcome {
+        // any admin command counts as keep-alive traffic (TBKAS-like leniency)
+        self.keep_alive(now_ms);
+        if sqe.is_fabrics() {
+            return match sqe.fctype() {
+                FabricsType::PropertyGet => {
+                    match self.property_get(sqe.prop_offset(), sqe.prop_size8()) {
+                        Ok(v) => AdminOutcome::Done(Status::SUCCESS, v, Vec::new()),
+                        Err(s) => AdminOutcome::Done(s, 0, Vec::new()),
+                    }
+                }
+                FabricsType::PropertySet => {
+                    match self.property_set(sqe.prop_offset(), sqe.prop_size8(), sqe.prop_value()) {
+                        Ok(()) => AdminOutcome::Done(Status::SUCCESS, 0, Vec::new()),
+                        Err(s) => AdminOutcome::Done(s, 0, Vec::new()),
+                    }
+                }
+                FabricsType::Connect => AdminOutcome::Done(
+                    Status::generic(GenericStatus::CommandSequenceError),
+                    0,
+                    Vec::new(),
+                ),
+                _ => AdminOutcome::Done(
+                    Status::generic(GenericStatus::InvalidOpcode).with_dnr(true),
+                    0,
+                    Vec::new(),
+                ),
+            };
+        }
+        if !self.is_ready() {
+            return done(Status::generic(GenericStatus::CommandSequenceError));
+        }
+        let op = sqe.admin_opcode();
+        match op {
+            AdminOpcode::Identify => self.identify(tgt, sqe),
+            AdminOpcode::GetLogPage => self.get_log_page(tgt, sqe),
+            AdminOpcode::GetFeatures => self.get_features(sqe),
+            AdminOpcode::SetFeatures => self.set_features(sqe),
+            AdminOpcode::KeepAlive => done(Status::SUCCESS),
+            AdminOpcode::AsyncEventRequest => {
+                let n = self.aer_outstanding.fetch_add(1, Ordering::AcqRel);
+                if n > AERL as u16 {
+                    self.aer_done();
+                    done(Status::command_specific(
+                        CommandSpecificStatus::AsyncEventRequestLimitExceeded,
+                    ))
+                } else {
+                    AdminOutcome::Aer
+                }
+            }
+            AdminOpcode::Abort => {
+                // DW0 bit 0 = 1: command not aborted (we complete everything promptly)
+                AdminOutcome::Done(Status::SUCCESS, 1, Vec::new())
+            }
+            _ => {
+                let _ = data;
+                debug!(opc = sqe.opcode(), "unsupported admin opcode");
+                done(Status::generic(GenericStatus::InvalidOpcode).with_dnr(true))
+            }
+        }
+    }
+
+    fn info(&self, tgt: &Tgt) -> CtrlrInfo<'_> {
+        let disc = self.is_discovery();
+        CtrlrInfo {
+            cntlid: self.cntlid,
+            serial: &self.subsys.serial,
+            model: &self.subsys.model,
+            firmware: env!("CARGO_PKG_VERSION"),
+            subnqn: &self.subsys.nqn,
+            ctrlr_type: if disc {
+                CtrlrType::Discovery
+            } else {
+                CtrlrType::Io
+            },
+            nn: if disc { 0 } else { self.subsys.max_namespaces },
+            mdts: (tgt.params.tcp.max_xfer / 4096).trailing_zeros() as u8,
+            maxcmd: MAX_QUEUE_DEPTH,
+            in_capsule: tgt.params.tcp.in_capsule,
+            kas: KAS,
+            aerl: AERL,
+            version: NVME_VS,
+        }
+    }
+
+    fn identify(&self, tgt: &Tgt, sqe: &Sqe) -> AdminOutcome {
+        let cns = (sqe.cdw10() & 0xff) as u8;
+        let nsid = sqe.nsid();
+        let disc = self.is_discovery();
+        let ok = |d: Vec<u8>| AdminOutcome::Done(Status::SUCCESS, 0, d);
+        match cns {
+            0x01 => ok(identify::identify_ctrlr(&self.info(tgt))),
+            0x00 | 0x03 if !disc => {
+                if nsid == 0 || nsid == u32::MAX {
+                    return done(
+                        Status::generic(GenericStatus::InvalidNamespaceOrFormat).with_dnr(true),
+                    );
+                }
+                match self.subsys.ns(nsid) {
+                    Some(ns) if cns == 0 => ok(identify::identify_ns(&ns.info())),
+                    Some(ns) => ok(identify::ns_id_descriptors(&ns.info())),
+                    // a valid but inactive NSID: zeroed data
+                    None if cns == 0 && nsid <= self.subsys.max_namespaces => {
+                        ok(vec![0; identify::IDENTIFY_LEN])
+                    }
+                    None => done(
+                        Status::generic(GenericStatus::InvalidNamespaceOrFormat).with_dnr(true),
+                    ),
+                }
+            }
+            0x02 if !disc => {
+                if nsid >= 0xffff_fffe {
+                    return done(
+                        Status::generic(GenericStatus::InvalidNamespaceOrFormat).with_dnr(true),
+                    );
+                }
+                ok(identify::active_ns_list(&self.subsys.nsids(), nsid))
+            }
+            _ => done(Status::generic(GenericStatus::InvalidField).with_dnr(true)),
+        }
+    }
+
+    fn get_log_page(&self, tgt: &Tgt, sqe: &Sqe) -> AdminOutcome {
+        let lid = (sqe.cdw10() & 0xff) as u8;
+        let numdl = sqe.cdw10() >> 16;
+        let numdu = sqe.cdw11() & 0xffff;
+        let len = (((numdu << 16) | numdl) as u64 + 1) * 4;
+        let off = ((sqe.cdw13() as u64) << 32) | sqe.cdw12() as u64;
+        if off & 3 != 0 || len > tgt.params.tcp.max_xfer as u64 {
+            return done(Status::generic(GenericStatus::InvalidField).with_dnr(true));
+        }
+        let page: Vec<u8> = match (lid, self.is_discovery()) {
+            (0x70, true) => tgt.discovery_log_page(&self.hostnqn),
+            (0x01, false) => vec![0; 64],
+            (0x02, false) => {
+                let mut s = vec![0u8; 512];
+                s[1..3].copy_from_slice(&300u16.to_le_bytes()); // composite temperature, K
+                s[3] = 100; // available spare
+                s[4] = 10; // spare threshold
+                s
+            }
+            (0x03, false) => {
+                let mut s = vec![0u8; 512];
+                s[0] = 1; // active firmware slot 1
+                let fw = env!("CARGO_PKG_VERSION").as_bytes();
+                s[8..8 + fw.len().min(8)].copy_from_slice(&fw[..fw.len().min(8)]);
+                s
+            }
+            _ => {
+                return done(
+                    Status::command_specific(CommandSpecificStatus::InvalidLogPage).with_dnr(true),
+                );
+            }
+        };
+        if off > page.len() as u64 {
+            return done(Status::generic(GenericStatus::InvalidField).with_dnr(true));
+        }
+        let start = off as usize;
+        let end = (start + len as usize).min(page.len());
+        let mut out = page[start..end].to_vec();
+        out.resize(len as usize, 0);
+        AdminOutcome::Done(Status::SUCCESS, 0, out)
+    }
+
+    fn get_features(&self, sqe: &Sqe) -> AdminOutcome {
+        let f = (sqe.cdw10() & 0xff) as u8;
+        let sel = (sqe.cdw10() >> 8) & 7;
+        let Ok(r) = self.regs.lock() else {
+            return done(internal());
+        };
+        if sel == 3 {
+            // supported capabilities: changeable, not saveable
+            return AdminOutcome::Done(Status::SUCCESS, 0x4, Vec::new());
+        }
+        let v = match f {
+            fid::NUM_QUEUES => {
+                let n = (r.io_queues.max(1) - 1) as u32;
+                n | (n << 16)
+            }
+            fid::KEEP_ALIVE => self.kato_ms(),
+            fid::ASYNC_EVENT => r.aec,
+            fid::VOLATILE_WC => r.wce as u32,
+            fid::TEMP_THRESH => 0x0157,
+            fid::ARBITRATION
+            | fid::POWER_MGMT
+            | fid::ERR_RECOVERY
+            | fid::IRQ_COALESCE
+            | fid::WRITE_ATOMIC => 0,
+            _ => return done(Status::generic(GenericStatus::InvalidField).with_dnr(true)),
+        };
+        AdminOutcome::Done(Status::SUCCESS, v.into(), Vec::new())
+    }
+
+    fn set_features(&self, sqe: &Sqe) -> AdminOutcome {
+        let f = (sqe.cdw10() & 0xff) as u8;
+        let save = sqe.cdw10() >> 31 != 0;
+        if save {
+            return done(
+                Status::command_specific(CommandSpecificStatus::FeatureIdNotSaveable)
+                    .with_dnr(true),
+            );
+        }
+        let v = sqe.cdw11();
+        let Ok(mut r) = self.regs.lock() else {
+            return done(internal());
+        };
+        match f {
+            fid::NUM_QUEUES => {
+                let nsqr = v & 0xffff;
+                let ncqr = v >> 16;
+                if nsqr == 0xffff || ncqr == 0xffff {
+                    return done(Status::generic(GenericStatus::InvalidField).with_dnr(true));
+                }
+                if self.is_discovery() {
+                    return done(Status::generic(GenericStatus::InvalidField).with_dnr(true));
+                }
+                let want = nsqr.min(ncqr) as u16 + 1;
+                r.io_queues = want.min(self.max_io_queues);
+                let n = (r.io_queues - 1) as u32;
+                AdminOutcome::Done(Status::SUCCESS, (n | (n << 16)).into(), Vec::new())
+            }
+            fid::KEEP_ALIVE => {
+                self.kato_ms.store(v, Ordering::Relaxed);
+                AdminOutcome::Done(Status::SUCCESS, 0, Vec::new())
+            }
+            fid::ASYNC_EVENT => {
+                r.aec = v;
+                AdminOutcome::Done(Status::SUCCESS, 0, Vec::new())
+            }
+            fid::VOLATILE_WC => {
+                r.wce = v & 1 != 0;
+                AdminOutcome::Done(Status::SUCCESS, 0, Vec::new())
+            }
+            fid::TEMP_THRESH
+            | fid::ARBITRATION
+            | fid::POWER_MGMT
+            | fid::ERR_RECOVERY
+            | fid::IRQ_COALESCE
+            | fid::WRITE_ATOMIC => AdminOutcome::Done(Status::SUCCESS, 0, Vec::new()),
+            _ => done(Status::generic(GenericStatus::InvalidField).with_dnr(true)),
+        }
+    }
+}
+
+fn done(s: Status) -> AdminOutcome {
+    AdminOutcome::Done(s, 0, Vec::new())
+}
+fn invalid_field() -> Status {
+    Status::generic(GenericStatus::InvalidField).with_dnr(true)
+}
+fn internal() -> Status {
+    Status::generic(GenericStatus::InternalError)
+}

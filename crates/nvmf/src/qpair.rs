@@ -1,0 +1,584 @@
+//! Queue pairs (SPDK `spdk_nvmf_qpair` + the TCP transport's qpair): one NVMe/TCP
+//! connection, its [`TargetConn`], its controller once connected, and the
+//! commands it has in flight on bdev channels.
+//!
+//! A qpair is owned by one poll group and never shared: the I/O path touches only
+//! the qpair, its own bdev channels and atomics of its controller.
+
+use std::sync::Arc;
+
+use bdev::{BdevIo, IoBuf, IoChannel, IoType};
+use nvme::status::{GenericStatus, MediaStatus};
+use nvme::{Cqe, FabricsType, IoOpcode, Sct, Sqe, Status};
+use tracing::{debug, info, warn};
+
+use crate::ctrlr::{AdminOutcome, Ctrlr};
+use crate::subsystem::Namespace;
+use crate::tcp::{Request, TargetConn, TargetEvent};
+use crate::tgt::Tgt;
+
+/// What an in-flight bdev I/O is for.
+#[derive(Debug)]
+enum IoKind {
+    Read,
+    Write,
+    Compare(Vec<u8>),
+    /// Flush, write zeroes, one or more unmaps: count of bdev I/Os left, any failure.
+    Simple {
+        left: u32,
+        failed: bool,
+    },
+}
+
+#[derive(Debug)]
+struct IoCtx {
+    cid: u16,
+    kind: IoKind,
+}
+
+/// Counters of a qpair.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct QpairStats {
+    pub commands: u64,
+    pub errors: u64,
+}
+
+/// One queue pair.
+pub struct Qpair {
+    pub conn: TargetConn,
+    portid: u16,
+    ctrlr: Option<Arc<Ctrlr>>,
+    qid: u16,
+    sqsize: u16,
+    sqhd: u16,
+    sqflow_disabled: bool,
+    aers: Vec<u16>,
+    channels: Vec<(u32, Box<dyn IoChannel>)>,
+    ios: Vec<Option<IoCtx>>,
+    free_ios: Vec<usize>,
+    busy: std::collections::VecDeque<(u32, BdevIo)>,
+    done: Vec<BdevIo>,
+    closing: bool,
+    pub stats: QpairStats,
+    pub peer: String,
+}
+
+impl std::fmt::Debug for Qpair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Qpair")
+            .field("peer", &self.peer)
+            .field("qid", &self.qid)
+            .field("cntlid", &self.ctrlr.as_ref().map(|c| c.cntlid))
+            .finish()
+    }
+}
+
+fn st(g: GenericStatus) -> Status {
+    Status::generic(g)
+}
+
+impl Qpair {
+    pub fn new(conn: TargetConn, portid: u16, peer: String) -> Self {
+        Qpair {
+            conn,
+            portid,
+            ctrlr: None,
+            qid: 0,
+            sqsize: 0,
+            sqhd: 0,
+            sqflow_disabled: false,
+            aers: Vec::new(),
+            channels: Vec::new(),
+            ios: Vec::new(),
+            free_ios: Vec::new(),
+            busy: Default::default(),
+            done: Vec::new(),
+            closing: false,
+            stats: QpairStats::default(),
+            peer,
+        }
+    }
+
+    pub fn qid(&self) -> u16 {
+        self.qid
+    }
+    pub fn ctrlr(&self) -> Option<&Arc<Ctrlr>> {
+        self.ctrlr.as_ref()
+    }
+    /// Whether the qpair should be closed (after flushing its transmit buffer).
+    pub fn is_closing(&self) -> bool {
+        self.closing || self.conn.is_terminated()
+    }
+    pub fn close(&mut self) {
+        self.closing = true;
+    }
+    /// bdev I/Os in flight (the poll group must not sleep while > 0).
+    pub fn in_flight(&self) -> usize {
+        self.ios.len() - self.free_ios.len()
+    }
+
+    /// Drains transport events and executes commands. Returns whether anything happened.
+    pub fn process_events(&mut self, tgt: &Tgt) -> bool {
+        let mut progress = false;
+        while let Some(ev) = self.conn.poll_event() {
+            progress = true;
+            match ev {
+                TargetEvent::Established => {
+                    debug!(peer = %self.peer, dg = ?self.conn.digests(), "ICReq/ICResp done");
+                }
+                TargetEvent::Command(req) => self.dispatch(tgt, req),
+                TargetEvent::Terminated { fes, by_peer } => {
+                    if by_peer {
+                        info!(peer = %self.peer, ?fes, "host terminated the connection");
+                    } else {
+                        warn!(peer = %self.peer, ?fes, "terminated the connection (protocol error)");
+                    }
+                    self.closing = true;
+                }
+            }
+        }
+        progress
+    }
+
+    /// Checks the controller's health (keep-alive on the admin queue).
+    pub fn check_timers(&mut self, now_ms: u64) {
+        if let Some(c) = &self.ctrlr {
+            if self.qid == 0 {
+                c.check_keep_alive(now_ms);
+            }
+            if c.is_failed() {
+                self.closing = true;
+            }
+        }
+    }
+
+    /// Called once when the qpair is removed.
+    pub fn teardown(&mut self, tgt: &Tgt) {
+        if let Some(c) = self.ctrlr.take() {
+            for _ in self.aers.drain(..) {
+                c.aer_done();
+            }
+            if self.qid == 0 {
+                c.fail("admin queue disconnected");
+                tgt.remove_ctrlr(&c);
+                info!(cntlid = c.cntlid, "controller destroyed");
+            } else {
+                c.release_qid(self.qid);
+            }
+        }
+    }
+
+    fn respond(&mut self, cid: u16, status: Status, result: u64, data: &[u8]) {
+        let mut cqe = Cqe::new(cid, status);
+        cqe.set_result64(result);
+        cqe.set_sqid(self.qid);
+        cqe.set_sqhd(if self.sqflow_disabled {
+            0xffff
+        } else {
+            self.sqhd
+        });
+        if !status.is_success() {
+            self.stats.errors += 1;
+        }
+        self.conn.complete(cqe.as_bytes(), data);
+    }
+
+    fn dispatch(&mut self, tgt: &Tgt, req: Request) {
+        let sqe = Sqe::from_array(req.sqe);
+        let cid = sqe.cid();
+        self.stats.commands += 1;
+        if self.sqsize > 0 {
+            self.sqhd = (self.sqhd + 1) % (self.sqsize + 1);
+        }
+        if let Some(e) = req.error {
+            let (sct, sc) = e.status();
+            debug!(cid, ?e, "command data error");
+            self.respond(cid, Status::new(Sct::from(sct), sc).with_dnr(true), 0, &[]);
+            self.conn.recycle(req.data);
+            return;
+        }
+        if sqe.is_fabrics() && sqe.fctype() == FabricsType::Connect {
+            self.connect(tgt, &sqe, req);
+            return;
+        }
+        let Some(ctrlr) = self.ctrlr.clone() else {
+            debug!(cid, opc = sqe.opcode(), "command before Connect");
+            self.respond(
+                cid,
+                st(GenericStatus::CommandSequenceError).with_dnr(true),
+                0,
+                &[],
+            );
+            self.conn.recycle(req.data);
+            return;
+        };
+        if self.qid == 0 {
+            match ctrlr.exec_admin(tgt, &sqe, &req.data, tgt.now_ms()) {
+                AdminOutcome::Done(s, r, mut data) => {
+                    data.truncate(req.c2h_len as usize);
+                    self.respond(cid, s, r, &data);
+                }
+                AdminOutcome::Aer => self.aers.push(cid),
+            }
+            self.conn.recycle(req.data);
+            return;
+        }
+        self.exec_io(ctrlr, sqe, req);
+    }
+
+    fn connect(&mut self, tgt: &Tgt, sqe: &Sqe, req: Request) {
+        let cid = sqe.cid();
+        if self.ctrlr.is_some() {
+            self.respond(
+                cid,
+                st(GenericStatus::CommandSequenceError).with_dnr(true),
+                0,
+                &[],
+            );
+            return;
+        }
+        match tgt.connect(sqe, &req.data, self.portid) {
+            Ok(c) => {
+                self.qid = c.qid;
+                self.sqsize = c.sqsize;
+                self.sqhd = 1 % (c.sqsize + 1);
+                self.sqflow_disabled = c.sqflow_disabled;
+                self.conn.set_c2h_success(c.sqflow_disabled);
+                let cntlid = c.ctrlr.cntlid;
+                debug!(peer = %self.peer, cntlid, qid = c.qid, sqsize = c.sqsize, "queue connected");
+                self.ctrlr = Some(c.ctrlr);
+                self.respond(cid, Status::SUCCESS, cntlid as u64, &[]);
+            }
+            Err(e) => {
+                warn!(peer = %self.peer, status = %e.status, "connect refused");
+                self.respond(cid, e.status, e.dw0 as u64, &[]);
+            }
+        }
+        self.conn.recycle(req.data);
+    }
+
+    fn channel(&mut self, ns: &Namespace) -> Option<usize> {
+        if let Some(i) = self.channels.iter().position(|(n, _)| *n == ns.nsid) {
+            return Some(i);
+        }
+        match ns.bdev.open_channel() {
+            Ok(ch) => {
+                self.channels.push((ns.nsid, ch));
+                Some(self.channels.len() - 1)
+            }
+            Err(e) => {
+                warn!(nsid = ns.nsid, %e, "cannot open a bdev channel");
+                None
+            }
+        }
+    }
+
+    fn alloc_io(&mut self, cid: u16, kind: IoKind) -> u64 {
+        let ctx = IoCtx { cid, kind };
+        if let Some(i) = self.free_ios.pop() {
+            self.ios[i] = Some(ctx);
+            i as u64
+        } else {
+            self.ios.push(Some(ctx));
+            (self.ios.len() - 1) as u64
+        }
+    }
+
+    fn submit(&mut self, ch: usize, io: BdevIo) {
+        let nsid = self.channels[ch].0;
+        if !self.busy.is_empty() {
+            self.busy.push_back((nsid, io));
+            return;
+        }
+        if let Err(rej) = self.channels[ch].1.submit(io) {
+            if matches!(rej.error, bdev::Error::Busy) {
+                self.busy.push_back((nsid, rej.io));
+            } else {
+                warn!(error = %rej.error, "bdev refused an I/O");
+                let mut io = rej.io;
+                io.status = bdev::IoStatus::Failed(bdev::IoError::Aborted);
+                self.done.push(io);
+            }
+        }
+    }
+
+    fn exec_io(&mut self, ctrlr: Arc<Ctrlr>, sqe: Sqe, req: Request) {
+        let cid = sqe.cid();
+        if !ctrlr.is_ready() {
+            self.respond(cid, st(GenericStatus::CommandSequenceError), 0, &[]);
+            self.conn.recycle(req.data);
+            return;
+        }
+        if sqe.is_fabrics() {
+            self.respond(cid, st(GenericStatus::InvalidOpcode).with_dnr(true), 0, &[]);
+            self.conn.recycle(req.data);
+            return;
+        }
+        let op = sqe.io_opcode();
+        let nsid = sqe.nsid();
+        if op == IoOpcode::Flush && nsid == u32::MAX {
+            // broadcast flush: every namespace of this controller is RAM/null or
+            // written through; nothing to write back
+            self.respond(cid, Status::SUCCESS, 0, &[]);
+            return;
+        }
+        let Some(ns) = ctrlr.subsys.ns(nsid).cloned() else {
+            self.respond(
+                cid,
+                st(GenericStatus::InvalidNamespaceOrFormat).with_dnr(true),
+                0,
+                &[],
+            );
+            self.conn.recycle(req.data);
+            return;
+        };
+        let bs = ns.block_size() as u64;
+        let nlb = sqe.num_blocks() as u64;
+        let slba = sqe.slba();
+        let in_range = |n: u64| slba.checked_add(n).is_some_and(|e| e <= ns.num_blocks());
+        let Some(ch) = self.channel(&ns) else {
+            self.respond(cid, st(GenericStatus::InternalError), 0, &[]);
+            self.conn.recycle(req.data);
+            return;
+        };
+        match op {
+            IoOpcode::Read | IoOpcode::Compare => {
+                let bytes = nlb * bs;
+                let have = if op == IoOpcode::Read {
+                    req.c2h_len as u64
+                } else {
+                    req.data.len() as u64
+                };
+                if !in_range(nlb) {
+                    self.respond(cid, st(GenericStatus::LbaOutOfRange).with_dnr(true), 0, &[]);
+                    self.conn.recycle(req.data);
+                    return;
+                }
+                if have != bytes {
+                    self.respond(
+                        cid,
+                        st(GenericStatus::DataSglLengthInvalid).with_dnr(true),
+                        0,
+                        &[],
+                    );
+                    self.conn.recycle(req.data);
+                    return;
+                }
+                let buf = self.conn.alloc_buf(bytes as usize);
+                let kind = if op == IoOpcode::Read {
+                    self.conn.recycle(req.data);
+                    IoKind::Read
+                } else {
+                    IoKind::Compare(req.data)
+                };
+                let ctx = self.alloc_io(cid, kind);
+                self.submit(ch, BdevIo::read(slba, nlb, vec![IoBuf::Vec(buf)], ctx));
+            }
+            IoOpcode::Write => {
+                if !in_range(nlb) {
+                    self.respond(cid, st(GenericStatus::LbaOutOfRange).with_dnr(true), 0, &[]);
+                    self.conn.recycle(req.data);
+                    return;
+                }
+                if req.data.len() as u64 != nlb * bs {
+                    self.respond(
+                        cid,
+                        st(GenericStatus::DataSglLengthInvalid).with_dnr(true),
+                        0,
+                        &[],
+                    );
+                    self.conn.recycle(req.data);
+                    return;
+                }
+                let ctx = self.alloc_io(cid, IoKind::Write);
+                self.submit(
+                    ch,
+                    BdevIo::write(slba, nlb, vec![IoBuf::Vec(req.data)], ctx),
+                );
+            }
+            IoOpcode::Flush => {
+                let ctx = self.alloc_io(
+                    cid,
+                    IoKind::Simple {
+                        left: 1,
+                        failed: false,
+                    },
+                );
+                self.submit(ch, BdevIo::flush(ctx));
+            }
+            IoOpcode::WriteZeroes => {
+                if !in_range(nlb) {
+                    self.respond(cid, st(GenericStatus::LbaOutOfRange).with_dnr(true), 0, &[]);
+                    return;
+                }
+                if !ns.bdev.io_type_supported(IoType::WriteZeroes) {
+                    self.respond(cid, st(GenericStatus::InvalidOpcode).with_dnr(true), 0, &[]);
+                    return;
+                }
+                let ctx = self.alloc_io(
+                    cid,
+                    IoKind::Simple {
+                        left: 1,
+                        failed: false,
+                    },
+                );
+                self.submit(ch, BdevIo::write_zeroes(slba, nlb, ctx));
+            }
+            IoOpcode::DatasetManagement => {
+                let nr = sqe.dsm_nr() as usize + 1;
+                let data = req.data;
+                if data.len() < nr * 16 {
+                    self.respond(
+                        cid,
+                        st(GenericStatus::DataSglLengthInvalid).with_dnr(true),
+                        0,
+                        &[],
+                    );
+                    self.conn.recycle(data);
+                    return;
+                }
+                if !sqe.dsm_deallocate() || !ns.bdev.io_type_supported(IoType::Unmap) {
+                    // only deallocate has an effect; attributes alone are hints
+                    self.respond(cid, Status::SUCCESS, 0, &[]);
+                    self.conn.recycle(data);
+                    return;
+                }
+                let mut ranges = Vec::with_capacity(nr);
+                for r in data[..nr * 16].chunks_exact(16) {
+                    let len = u32::from_le_bytes([r[4], r[5], r[6], r[7]]) as u64;
+                    let mut s = [0u8; 8];
+                    s.copy_from_slice(&r[8..16]);
+                    let start = u64::from_le_bytes(s);
+                    if start.checked_add(len).is_none_or(|e| e > ns.num_blocks()) {
+                        self.respond(cid, st(GenericStatus::LbaOutOfRange).with_dnr(true), 0, &[]);
+                        self.conn.recycle(data);
+                        return;
+                    }
+                    if len > 0 {
+                        ranges.push((start, len));
+                    }
+                }
+                self.conn.recycle(data);
+                if ranges.is_empty() {
+                    self.respond(cid, Status::SUCCESS, 0, &[]);
+                    return;
+                }
+                let ctx = self.alloc_io(
+                    cid,
+                    IoKind::Simple {
+                        left: ranges.len() as u32,
+                        failed: false,
+                    },
+                );
+                for (s, l) in ranges {
+                    self.submit(ch, BdevIo::unmap(s, l, ctx));
+                }
+            }
+            _ => {
+                debug!(opc = sqe.opcode(), "unsupported I/O opcode");
+                self.respond(cid, st(GenericStatus::InvalidOpcode).with_dnr(true), 0, &[]);
+                self.conn.recycle(req.data);
+            }
+        }
+    }
+
+    /// Polls the bdev channels and completes finished commands.
+    pub fn poll_bdev(&mut self) -> bool {
+        let mut progress = false;
+        // resubmit what a full channel handed back
+        while let Some((nsid, io)) = self.busy.pop_front() {
+            let Some(ch) = self.channels.iter().position(|(n, _)| *n == nsid) else {
+                continue;
+            };
+            if let Err(rej) = self.channels[ch].1.submit(io) {
+                if matches!(rej.error, bdev::Error::Busy) {
+                    self.busy.push_front((nsid, rej.io));
+                    break;
+                }
+                let mut io = rej.io;
+                io.status = bdev::IoStatus::Failed(bdev::IoError::Aborted);
+                self.done.push(io);
+            }
+            progress = true;
+        }
+        let mut done = std::mem::take(&mut self.done);
+        for (_, ch) in self.channels.iter_mut() {
+            if ch.in_flight() > 0 {
+                ch.poll(&mut done);
+            }
+        }
+        for io in done.drain(..) {
+            progress = true;
+            self.complete_io(io);
+        }
+        self.done = done;
+        progress
+    }
+
+    fn complete_io(&mut self, mut io: BdevIo) {
+        let slot = io.ctx as usize;
+        let ok = io.is_success();
+        let Some(Some(ctx)) = self.ios.get_mut(slot) else {
+            return;
+        };
+        if let IoKind::Simple { left, failed } = &mut ctx.kind {
+            *left -= 1;
+            *failed |= !ok;
+            if *left > 0 {
+                return;
+            }
+        }
+        let Some(ctx) = self.ios[slot].take() else {
+            return;
+        };
+        self.free_ios.push(slot);
+        let cid = ctx.cid;
+        match ctx.kind {
+            IoKind::Read => {
+                let buf = io.bufs.pop().map(IoBuf::into_vec).unwrap_or_default();
+                if ok {
+                    self.respond(cid, Status::SUCCESS, 0, &buf);
+                } else {
+                    self.respond(
+                        cid,
+                        Status::media(MediaStatus::UnrecoveredReadError),
+                        0,
+                        &[],
+                    );
+                }
+                self.conn.recycle(buf);
+            }
+            IoKind::Write => {
+                let buf = io.bufs.pop().map(IoBuf::into_vec).unwrap_or_default();
+                let s = if ok {
+                    Status::SUCCESS
+                } else {
+                    Status::media(MediaStatus::WriteFault)
+                };
+                self.respond(cid, s, 0, &[]);
+                self.conn.recycle(buf);
+            }
+            IoKind::Compare(want) => {
+                let buf = io.bufs.pop().map(IoBuf::into_vec).unwrap_or_default();
+                let s = if !ok {
+                    Status::media(MediaStatus::UnrecoveredReadError)
+                } else if buf == want {
+                    Status::SUCCESS
+                } else {
+                    Status::media(MediaStatus::CompareFailure)
+                };
+                self.respond(cid, s, 0, &[]);
+                self.conn.recycle(buf);
+                self.conn.recycle(want);
+            }
+            IoKind::Simple { failed, .. } => {
+                let s = if failed {
+                    st(GenericStatus::InternalError)
+                } else {
+                    Status::SUCCESS
+                };
+                self.respond(cid, s, 0, &[]);
+            }
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Subsystems and their namespaces (SPDK `spdk_nvmf_subsystem`, `spdk_nvmf_ns`).
+//!
+//! A subsystem is built (namespaces, hosts) before the target starts serving and
+//! is immutable afterwards, so poll groups read it through an `Arc` without locks.
+
+use std::sync::Arc;
+
+use crate::identify::NsInfo;
+
+/// The well-known discovery subsystem NQN.
+pub const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
+
+/// What kind of subsystem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubsystemType {
+    Discovery,
+    Nvme,
+}
+
+/// A namespace: an NSID on a bdev, with its identifiers.
+pub struct Namespace {
+    pub nsid: u32,
+    pub bdev: Arc<dyn bdev::BlockDevice>,
+    pub uuid: [u8; 16],
+    pub nguid: [u8; 16],
+    pub eui64: [u8; 8],
+}
+
+impl std::fmt::Debug for Namespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Namespace")
+            .field("nsid", &self.nsid)
+            .field("block_size", &self.block_size())
+            .field("blocks", &self.num_blocks())
+            .finish()
+    }
+}
+
+impl Namespace {
+    pub fn block_size(&self) -> u32 {
+        self.bdev.block_size()
+    }
+    pub fn num_blocks(&self) -> u64 {
+        self.bdev.num_blocks()
+    }
+    pub fn info(&self) -> NsInfo {
+        NsInfo {
+            blocks: self.num_blocks(),
+            block_size: self.block_size(),
+            nguid: self.nguid,
+            eui64: self.eui64,
+            uuid: self.uuid,
+        }
+    }
+}
+
+/// Why a subsystem refused a change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubsystemError {
+    #[error("NSID {0} is invalid or already used")]
+    BadNsid(u32),
+    #[error("subsystem already has its maximum of {0} namespaces")]
+    TooManyNamespaces(u32),
+    #[error("the discovery subsystem has no namespaces")]
+    Discovery,
+    #[error("invalid NQN {0:?}")]
+    BadNqn(String),
+}
+
+/// A subsystem (SPDK's `spdk_nvmf_subsystem`).
+#[derive(Debug)]
+pub struct Subsystem {
+    pub nqn: String,
+    pub subtype: SubsystemType,
+    pub serial: String,
+    pub model: String,
+    pub allow_any_host: bool,
+    pub hosts: Vec<String>,
+    pub max_namespaces: u32,
+    namespaces: Vec<Arc<Namespace>>,
+}
+
+/// Checks an NQN the way Linux nvmet does: 11..=223 bytes, `nqn.` prefix.
+pub fn valid_nqn(nqn: &str) -> bool {
+    (11..=223).contains(&nqn.len())
+        && (nqn.starts_with("nqn.") || nqn == DISCOVERY_NQN)
+        && nqn.is_ascii()
+}
+
+impl Subsystem {
+    /// An NVM subsystem.
+    pub fn new(nqn: &str, serial: &str, model: &str) -> Result<Self, SubsystemError> {
+        if !valid_nqn(nqn) {
+            return Err(SubsystemError::BadNqn(nqn.to_string()));
+        }
+        Ok(Subsystem {
+            nqn: nqn.to_string(),
+            subtype: SubsystemType::Nvme,
+            serial: serial.chars().take(20).collect(),
+            model: model.chars().take(40).collect(),
+            allow_any_host: true,
+            hosts: Vec::new(),
+            max_namespaces: 32,
+            namespaces: Vec::new(),
+        })
+    }
+
+    /// The discovery subsystem.
+    pub fn discovery() -> Self {
+        Subsystem {
+            nqn: DISCOVERY_NQN.to_string(),
+            subtype: SubsystemType::Discovery,
+            serial: "dpustack-discovery".to_string(),
+            model: "dpustack discovery".to_string(),
+            allow_any_host: true,
+            hosts: Vec::new(),
+            max_namespaces: 0,
+            namespaces: Vec::new(),
+        }
+    }
+
+    /// Adds a namespace on `bdev`; `nsid` 0 picks the lowest free NSID.
+    pub fn add_ns(
+        &mut self,
+        nsid: u32,
+        bdev: Arc<dyn bdev::BlockDevice>,
+        uuid: Option<[u8; 16]>,
+    ) -> Result<u32, SubsystemError> {
+        if self.subtype == SubsystemType::Discovery {
+            return Err(SubsystemError::Discovery);
+        }
+        if self.namespaces.len() as u32 >= self.max_namespaces {
+            return Err(SubsystemError::TooManyNamespaces(self.max_namespaces));
+        }
+        let nsid = if nsid == 0 {
+            (1..=self.max_namespaces)
+                .find(|n| self.ns(*n).is_none())
+                .ok_or(SubsystemError::TooManyNamespaces(self.max_namespaces))?
+        } else {
+            nsid
+        };
+        if nsid == 0 || nsid > self.max_namespaces || nsid == u32::MAX || self.ns(nsid).is_some() {
+            return Err(SubsystemError::BadNsid(nsid));
+        }
+        let uuid = uuid.unwrap_or_else(|| derive_id(&self.nqn, nsid));
+        let mut nguid = uuid;
+        nguid.reverse();
+        let mut eui64 = [0u8; 8];
+        eui64.copy_from_slice(&nguid[..8]);
+        self.namespaces.push(Arc::new(Namespace {
+            nsid,
+            bdev,
+            uuid,
+            nguid,
+            eui64,
+        }));
+        self.namespaces.sort_by_key(|n| n.nsid);
+        Ok(nsid)
+    }
+
+    /// Allows a host NQN (and turns off allow-any-host).
+    pub fn add_host(&mut self, hostnqn: &str) {
+        self.allow_any_host = false;
+        self.hosts.push(hostnqn.to_string());
+    }
+
+    pub fn host_allowed(&self, hostnqn: &str) -> bool {
+        self.allow_any_host || self.hosts.iter().any(|h| h == hostnqn)
+    }
+
+    pub fn ns(&self, nsid: u32) -> Option<&Arc<Namespace>> {
+        self.namespaces.iter().find(|n| n.nsid == nsid)
+    }
+    pub fn namespaces(&self) -> &[Arc<Namespace>] {
+        &self.namespaces
+    }
+    pub fn nsids(&self) -> Vec<u32> {
+        self.namespaces.iter().map(|n| n.nsid).collect()
+    }
+}
+
+/// A stable, name-derived 16-byte id (an RFC 4122 version-5-like layout built from
+/// two FNV-1a hashes; unique per (subsystem, NSID) and identical across restarts).
+pub fn derive_id(nqn: &str, nsid: u32) -> [u8; 16] {
+    let h = |seed: u64| {
+        let mut x = 0xcbf2_9ce4_8422_2325u64 ^ seed;
+        for b in nqn.bytes().chain(nsid.to_le_bytes()) {
+            x ^= b as u64;
+            x = x.wrapping_mul(0x100_0000_01b3);
+        }
+        x
+    };
+    let mut id = [0u8; 16];
+    id[..8].copy_from_slice(&h(1).to_be_bytes());
+    id[8..].copy_from_slice(&h(2).to_be_bytes());
+    id[6] = (id[6] & 0x0f) | 0x50;
+    id[8] = (id[8] & 0x3f) | 0x80;
+    id
+}

@@ -1,0 +1,326 @@
+//! The target (SPDK `spdk_nvmf_tgt`): subsystems, listeners, the controller
+//! registry (dynamic cntlid), Fabrics Connect, and the discovery log page.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use nvme::cmd::ConnectData;
+use nvme::status::{FabricsStatus, GenericStatus};
+use nvme::{Sqe, Status};
+use tracing::{info, warn};
+
+use crate::ctrlr::{Ctrlr, MAX_QUEUE_DEPTH};
+use crate::identify::{self, DiscEntry};
+use crate::subsystem::{Subsystem, SubsystemError, SubsystemType, DISCOVERY_NQN};
+use crate::tcp::TargetParams;
+
+/// Target-wide parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct TgtParams {
+    pub tcp: TargetParams,
+    /// I/O queues a controller may have.
+    pub max_io_queues: u16,
+}
+
+impl Default for TgtParams {
+    fn default() -> Self {
+        TgtParams {
+            tcp: TargetParams::default(),
+            max_io_queues: 16,
+        }
+    }
+}
+
+/// A listening address (SPDK `spdk_nvmf_listener`).
+#[derive(Debug, Clone)]
+pub struct Listener {
+    pub addr: SocketAddr,
+    pub portid: u16,
+    /// Serves only the discovery subsystem (the 8009 discovery port).
+    pub discovery_only: bool,
+}
+
+/// Connect parameters that a new queue pair takes on.
+#[derive(Debug)]
+pub struct Connected {
+    pub ctrlr: Arc<Ctrlr>,
+    pub qid: u16,
+    /// 0's based submission queue size.
+    pub sqsize: u16,
+    /// SQ flow control disabled by the host (CATTR bit 2).
+    pub sqflow_disabled: bool,
+}
+
+/// A refused Connect: status and DW0 (IATTR/IPO for Invalid Parameters).
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectRefused {
+    pub status: Status,
+    pub dw0: u32,
+}
+
+fn refuse_sqe(field_off: u32) -> ConnectRefused {
+    ConnectRefused {
+        status: Status::fabrics(FabricsStatus::InvalidParameters).with_dnr(true),
+        dw0: field_off,
+    }
+}
+fn refuse_data(field_off: u32) -> ConnectRefused {
+    ConnectRefused {
+        status: Status::fabrics(FabricsStatus::InvalidParameters).with_dnr(true),
+        dw0: (1 << 16) | field_off,
+    }
+}
+
+/// The target.
+#[derive(Debug)]
+pub struct Tgt {
+    pub params: TgtParams,
+    subsystems: Vec<Arc<Subsystem>>,
+    listeners: Mutex<Vec<Listener>>,
+    ctrlrs: Mutex<Vec<Arc<Ctrlr>>>,
+    next_cntlid: AtomicU16,
+    genctr: AtomicU64,
+    epoch: Instant,
+}
+
+impl Tgt {
+    /// A target with the discovery subsystem.
+    pub fn new(params: TgtParams) -> Self {
+        Tgt {
+            params,
+            subsystems: vec![Arc::new(Subsystem::discovery())],
+            listeners: Mutex::new(Vec::new()),
+            ctrlrs: Mutex::new(Vec::new()),
+            next_cntlid: AtomicU16::new(1),
+            genctr: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// Adds an NVM subsystem (before serving).
+    pub fn add_subsystem(&mut self, s: Subsystem) -> Result<Arc<Subsystem>, SubsystemError> {
+        if self.subsystem(&s.nqn).is_some() || s.subtype == SubsystemType::Discovery {
+            return Err(SubsystemError::BadNqn(s.nqn));
+        }
+        let s = Arc::new(s);
+        self.subsystems.push(s.clone());
+        self.genctr.fetch_add(1, Ordering::Relaxed);
+        Ok(s)
+    }
+
+    pub fn subsystem(&self, nqn: &str) -> Option<&Arc<Subsystem>> {
+        self.subsystems.iter().find(|s| s.nqn == nqn)
+    }
+    /// The NVM subsystems (not discovery).
+    pub fn subsystems(&self) -> impl Iterator<Item = &Arc<Subsystem>> {
+        self.subsystems
+            .iter()
+            .filter(|s| s.subtype == SubsystemType::Nvme)
+    }
+
+    /// Registers a bound listener; returns its port id.
+    pub fn add_listener(&self, addr: SocketAddr, discovery_only: bool) -> u16 {
+        let Ok(mut l) = self.listeners.lock() else {
+            return 0;
+        };
+        let portid = l.len() as u16 + 1;
+        l.push(Listener {
+            addr,
+            portid,
+            discovery_only,
+        });
+        self.genctr.fetch_add(1, Ordering::Relaxed);
+        portid
+    }
+    pub fn listeners(&self) -> Vec<Listener> {
+        self.listeners.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+    fn listener_discovery_only(&self, portid: u16) -> bool {
+        self.listeners()
+            .iter()
+            .any(|l| l.portid == portid && l.discovery_only)
+    }
+
+    /// Milliseconds since the target was created (the time base of keep-alive).
+    pub fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// The discovery log generation counter.
+    pub fn genctr(&self) -> u64 {
+        self.genctr.load(Ordering::Relaxed)
+    }
+
+    /// The discovery log page for `hostnqn`: one entry per (subsystem the host may
+    /// use, I/O listener).
+    pub fn discovery_log_page(&self, hostnqn: &str) -> Vec<u8> {
+        let listeners = self.listeners();
+        let mut entries = Vec::new();
+        for s in self.subsystems() {
+            if !s.host_allowed(hostnqn) {
+                continue;
+            }
+            for l in listeners.iter().filter(|l| !l.discovery_only) {
+                entries.push(DiscEntry {
+                    subtype: 2,
+                    portid: l.portid,
+                    trsvcid: l.addr.port().to_string(),
+                    traddr: l.addr.ip().to_string(),
+                    subnqn: s.nqn.clone(),
+                    adrfam: if l.addr.is_ipv4() { 1 } else { 2 },
+                });
+            }
+        }
+        identify::discovery_log(self.genctr(), &entries)
+    }
+
+    /// Handles Fabrics Connect arriving on listener `portid`.
+    pub fn connect(
+        &self,
+        sqe: &Sqe,
+        data: &[u8],
+        portid: u16,
+    ) -> Result<Connected, ConnectRefused> {
+        let generic = |g| ConnectRefused {
+            status: Status::generic(g).with_dnr(true),
+            dw0: 0,
+        };
+        if sqe.connect_recfmt() != 0 {
+            return Err(ConnectRefused {
+                status: Status::fabrics(FabricsStatus::IncompatibleFormat).with_dnr(true),
+                dw0: 0,
+            });
+        }
+        let Ok(cd) = ConnectData::from_bytes(data) else {
+            return Err(generic(GenericStatus::DataSglLengthInvalid));
+        };
+        let qid = sqe.connect_qid();
+        let sqsize = sqe.connect_sqsize();
+        let subnqn = cd.subnqn().unwrap_or("");
+        let hostnqn = cd.hostnqn().unwrap_or("");
+        let Some(subsys) = self.subsystem(subnqn) else {
+            warn!(subnqn, hostnqn, "connect: unknown subsystem");
+            return Err(refuse_data(256));
+        };
+        if subsys.subtype == SubsystemType::Nvme && self.listener_discovery_only(portid) {
+            warn!(subnqn, "connect: NVM subsystem on the discovery-only port");
+            return Err(refuse_data(256));
+        }
+        if hostnqn.is_empty() {
+            return Err(refuse_data(512));
+        }
+        if !subsys.host_allowed(hostnqn) {
+            warn!(subnqn, hostnqn, "connect: host not allowed");
+            return Err(ConnectRefused {
+                status: Status::fabrics(FabricsStatus::InvalidHost).with_dnr(true),
+                dw0: 0,
+            });
+        }
+        // SQSIZE is 0's based: at least 2 entries, at most MQES + 1
+        if sqsize == 0 || sqsize >= MAX_QUEUE_DEPTH {
+            return Err(refuse_sqe(44));
+        }
+        let cattr = sqe.connect_cattr();
+        let sqflow_disabled = cattr & 0x4 != 0;
+        if qid == 0 {
+            if cd.cntlid() != 0xffff {
+                return Err(refuse_data(16));
+            }
+            let kato = sqe.connect_kato();
+            let Ok(mut reg) = self.ctrlrs.lock() else {
+                return Err(generic(GenericStatus::InternalError));
+            };
+            let cntlid = self.alloc_cntlid(&reg);
+            let ctrlr = Arc::new(Ctrlr::new(
+                cntlid,
+                subsys.clone(),
+                hostnqn,
+                cd.hostid(),
+                kato,
+                if subsys.subtype == SubsystemType::Discovery {
+                    0
+                } else {
+                    self.params.max_io_queues
+                },
+                self.now_ms(),
+            ));
+            reg.push(ctrlr.clone());
+            info!(
+                cntlid,
+                subnqn, hostnqn, kato, "controller created (admin queue connected)"
+            );
+            return Ok(Connected {
+                ctrlr,
+                qid,
+                sqsize,
+                sqflow_disabled,
+            });
+        }
+        let cntlid = cd.cntlid();
+        let ctrlr = {
+            let Ok(reg) = self.ctrlrs.lock() else {
+                return Err(generic(GenericStatus::InternalError));
+            };
+            reg.iter()
+                .find(|c| c.cntlid == cntlid && c.subsys.nqn == subnqn)
+                .cloned()
+        };
+        let Some(ctrlr) = ctrlr else {
+            warn!(
+                cntlid,
+                subnqn, "connect: I/O queue for an unknown controller"
+            );
+            return Err(refuse_data(16));
+        };
+        if ctrlr.hostnqn != hostnqn {
+            return Err(refuse_data(512));
+        }
+        if !ctrlr.is_ready() {
+            return Err(generic(GenericStatus::CommandSequenceError));
+        }
+        if !ctrlr.claim_qid(qid) {
+            warn!(cntlid, qid, "connect: bad or duplicate I/O queue id");
+            return Err(refuse_sqe(42));
+        }
+        Ok(Connected {
+            ctrlr,
+            qid,
+            sqsize,
+            sqflow_disabled,
+        })
+    }
+
+    fn alloc_cntlid(&self, reg: &[Arc<Ctrlr>]) -> u16 {
+        // 1..=0xffef are valid dynamic controller ids
+        loop {
+            let id = self.next_cntlid.fetch_add(1, Ordering::Relaxed);
+            let id = if (1..=0xffef).contains(&id) {
+                id
+            } else {
+                self.next_cntlid.store(2, Ordering::Relaxed);
+                1
+            };
+            if !reg.iter().any(|c| c.cntlid == id) {
+                return id;
+            }
+        }
+    }
+
+    /// Drops a controller from the registry (its admin queue went away).
+    pub fn remove_ctrlr(&self, ctrlr: &Arc<Ctrlr>) {
+        if let Ok(mut reg) = self.ctrlrs.lock() {
+            reg.retain(|c| !Arc::ptr_eq(c, ctrlr));
+        }
+    }
+    /// Live controllers.
+    pub fn ctrlr_count(&self) -> usize {
+        self.ctrlrs.lock().map(|r| r.len()).unwrap_or(0)
+    }
+}
+
+/// Is `nqn` the discovery NQN?
+pub fn is_discovery_nqn(nqn: &str) -> bool {
+    nqn == DISCOVERY_NQN
+}
