@@ -1,0 +1,1 @@
+//! Datapath cache (filled in below).

@@ -1,0 +1,976 @@
+//! The `ovs-ofctl add-flows` file format: one rule per line,
+//! `priority=N,cookie=0xC,idle_timeout=S,hard_timeout=S,<match fields>,actions=<actions>`.
+//! Also parses OpenFlow "exact flow" strings as `ofproto/trace` takes them.
+//!
+//! Actions are stored the way OVS holds them after its OpenFlow 1.3 round trip
+//! (`ovs.sh` talks OpenFlow 1.3 to the switch): `mod_vlan_vid:V` becomes
+//! `push_vlan:0x8100` (unless the match guarantees a tag) + `set_field:V->vlan_vid`,
+//! `mod_dl_*`/`mod_nw_*`/`mod_tp_*`/`mod_nw_tos` become `set_field`.
+
+use crate::key::{f, Fd, FlowKey, FRAG_ANY, FRAG_LATER, FRAG_MASK, VLAN_CFI};
+use std::net::{Ipv4Addr, Ipv6Addr};
+use wire::ethernet::{ethertype, ipproto};
+
+/// A parse error, naming the line (1-based; 0 when parsing a single string) and field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: field `{field}`: {msg}")]
+pub struct ParseError {
+    pub line: usize,
+    pub field: String,
+    pub msg: String,
+}
+
+fn perr(field: &str, msg: impl Into<String>) -> ParseError {
+    ParseError {
+        line: 0,
+        field: field.to_string(),
+        msg: msg.into(),
+    }
+}
+
+/// A match: value (already masked) and mask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Match {
+    pub key: FlowKey,
+    pub mask: FlowKey,
+}
+
+impl Match {
+    /// Sets `fd` to `v` under mask `m` (ORed into existing mask bits).
+    pub fn set_masked(&mut self, fd: Fd, v: u64, m: u64) {
+        let m = m & fd.ones();
+        let old_m = self.mask.get(fd);
+        let old_v = self.key.get(fd);
+        self.key.set(fd, (old_v & !m) | (v & m));
+        self.mask.set(fd, old_m | m);
+    }
+    pub fn set_exact(&mut self, fd: Fd, v: u64) {
+        self.set_masked(fd, v, fd.ones());
+    }
+    fn has(&self, fd: Fd) -> bool {
+        self.mask.get(fd) != 0
+    }
+    fn dl_type(&self) -> Option<u16> {
+        (self.mask.get(f::DL_TYPE) == 0xffff).then(|| self.key.dl_type())
+    }
+    fn nw_proto(&self) -> Option<u8> {
+        (self.mask.get(f::NW_PROTO) == 0xff).then(|| self.key.nw_proto())
+    }
+    /// Whether a packet matches.
+    pub fn matches(&self, k: &FlowKey) -> bool {
+        k.and(&self.mask) == self.key
+    }
+}
+
+/// A field that `set_field` (and the `mod_*` actions) can rewrite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SetField {
+    EthSrc,
+    EthDst,
+    Ipv4Src,
+    Ipv4Dst,
+    Ipv6Src,
+    Ipv6Dst,
+    /// DSCP in the TOS byte (value is the TOS byte with the low 2 bits clear).
+    IpDscp,
+    TcpSrc,
+    TcpDst,
+    UdpSrc,
+    UdpDst,
+    /// VLAN VID (12 bits).
+    VlanVid,
+    /// VLAN PCP (3 bits).
+    VlanPcp,
+}
+
+/// An OpenFlow action (as held after OVS's OpenFlow 1.3 normalisation).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Output to an OpenFlow port.
+    Output(u32),
+    /// Output to the input port (`in_port` / `output:in_port`).
+    InPort,
+    /// Pop the outer VLAN tag.
+    StripVlan,
+    /// Push a VLAN header with this TPID.
+    PushVlan(u16),
+    SetField(SetField, u128),
+    DecTtl,
+    /// Send to the controller (`controller`, `controller:max_len`).
+    Controller(u16),
+}
+
+/// A flow rule.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Rule {
+    pub priority: u16,
+    pub cookie: u64,
+    pub idle_timeout: u16,
+    pub hard_timeout: u16,
+    pub m: Match,
+    pub actions: Vec<Action>,
+}
+
+/// OpenFlow's default priority.
+pub const DEFAULT_PRIORITY: u16 = 32768;
+
+/// Parses a flow file (ovs-ofctl add-flows format): blank lines and `#` comments skipped.
+pub fn parse_flows(text: &str) -> Result<Vec<Rule>, ParseError> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        out.push(parse_rule(t).map_err(|mut e| {
+            e.line = i + 1;
+            e
+        })?);
+    }
+    Ok(out)
+}
+
+fn num(field: &str, s: &str) -> Result<u64, ParseError> {
+    let s = s.trim();
+    let r = if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        u64::from_str_radix(h, 16)
+    } else {
+        s.parse::<u64>()
+    };
+    r.map_err(|_| perr(field, format!("`{s}` is not a number")))
+}
+
+fn num_max(field: &str, s: &str, max: u64) -> Result<u64, ParseError> {
+    let v = num(field, s)?;
+    if v > max {
+        return Err(perr(field, format!("{v} is out of range (max {max})")));
+    }
+    Ok(v)
+}
+
+fn num_masked(field: &str, s: &str, max: u64) -> Result<(u64, u64), ParseError> {
+    match s.split_once('/') {
+        Some((v, m)) => Ok((num_max(field, v, max)?, num_max(field, m, max)?)),
+        None => Ok((num_max(field, s, max)?, max)),
+    }
+}
+
+fn parse_mac(field: &str, s: &str) -> Result<u64, ParseError> {
+    let parts: Vec<&str> = s.split(':').collect();
+    if parts.len() != 6 {
+        return Err(perr(field, format!("`{s}` is not an Ethernet address")));
+    }
+    let mut v = 0u64;
+    for p in parts {
+        let b = u8::from_str_radix(p, 16)
+            .map_err(|_| perr(field, format!("`{s}` is not an Ethernet address")))?;
+        v = (v << 8) | b as u64;
+    }
+    Ok(v)
+}
+
+fn mac_masked(field: &str, s: &str) -> Result<(u64, u64), ParseError> {
+    match s.split_once('/') {
+        Some((v, m)) => Ok((parse_mac(field, v)?, parse_mac(field, m)?)),
+        None => Ok((parse_mac(field, s)?, 0xffff_ffff_ffff)),
+    }
+}
+
+fn parse_ipv4(field: &str, s: &str) -> Result<u32, ParseError> {
+    s.parse::<Ipv4Addr>()
+        .map(u32::from)
+        .map_err(|_| perr(field, format!("`{s}` is not an IPv4 address")))
+}
+
+fn ipv4_masked(field: &str, s: &str) -> Result<(u32, u32), ParseError> {
+    match s.split_once('/') {
+        Some((v, m)) => {
+            let v = parse_ipv4(field, v)?;
+            let m = if m.contains('.') {
+                parse_ipv4(field, m)?
+            } else {
+                let n = num_max(field, m, 32)? as u32;
+                if n == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - n)
+                }
+            };
+            Ok((v & m, m))
+        }
+        None => Ok((parse_ipv4(field, s)?, u32::MAX)),
+    }
+}
+
+fn parse_ipv6(field: &str, s: &str) -> Result<u128, ParseError> {
+    s.parse::<Ipv6Addr>()
+        .map(u128::from)
+        .map_err(|_| perr(field, format!("`{s}` is not an IPv6 address")))
+}
+
+fn ipv6_masked(field: &str, s: &str) -> Result<(u128, u128), ParseError> {
+    match s.split_once('/') {
+        Some((v, m)) => {
+            let v = parse_ipv6(field, v)?;
+            let m = if m.contains(':') {
+                parse_ipv6(field, m)?
+            } else {
+                let n = num_max(field, m, 128)? as u32;
+                if n == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - n)
+                }
+            };
+            Ok((v & m, m))
+        }
+        None => Ok((parse_ipv6(field, s)?, u128::MAX)),
+    }
+}
+
+const TCP_FLAG_NAMES: [(&str, u16); 9] = [
+    ("fin", 0x001),
+    ("syn", 0x002),
+    ("rst", 0x004),
+    ("psh", 0x008),
+    ("ack", 0x010),
+    ("urg", 0x020),
+    ("ece", 0x040),
+    ("cwr", 0x080),
+    ("ns", 0x100),
+];
+
+/// Name of a single TCP flag bit as OVS prints it.
+pub fn tcp_flag_name(bit: u16) -> Option<&'static str> {
+    TCP_FLAG_NAMES
+        .iter()
+        .find(|(_, b)| *b == bit)
+        .map(|(n, _)| *n)
+}
+
+fn tcp_flags(field: &str, s: &str) -> Result<(u64, u64), ParseError> {
+    if s.starts_with('+') || s.starts_with('-') {
+        let (mut v, mut m) = (0u64, 0u64);
+        let mut rest = s;
+        while !rest.is_empty() {
+            let plus = rest.starts_with('+');
+            if !plus && !rest.starts_with('-') {
+                return Err(perr(field, format!("bad flag syntax `{s}`")));
+            }
+            rest = &rest[1..];
+            let end = rest.find(['+', '-']).unwrap_or(rest.len());
+            let name = &rest[..end];
+            rest = &rest[end..];
+            let bit = TCP_FLAG_NAMES
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, b)| *b as u64)
+                .ok_or_else(|| perr(field, format!("unknown TCP flag `{name}`")))?;
+            m |= bit;
+            if plus {
+                v |= bit;
+            }
+        }
+        Ok((v, m))
+    } else {
+        num_masked(field, s, 0x0fff)
+    }
+}
+
+fn need(m: &Match, field: &str, ok: bool, what: &str) -> Result<(), ParseError> {
+    let _ = m;
+    if ok {
+        Ok(())
+    } else {
+        Err(perr(field, format!("prerequisites not met (needs {what})")))
+    }
+}
+
+/// Applies one `name[=value]` match item. Returns Ok(false) if `name` is not a match field.
+fn match_item(m: &mut Match, name: &str, val: Option<&str>) -> Result<bool, ParseError> {
+    let shorthand: Option<(u16, Option<u8>)> = match name {
+        "ip" => Some((ethertype::IPV4, None)),
+        "ipv6" => Some((ethertype::IPV6, None)),
+        "arp" => Some((ethertype::ARP, None)),
+        "rarp" => Some((ethertype::RARP, None)),
+        "tcp" => Some((ethertype::IPV4, Some(ipproto::TCP))),
+        "udp" => Some((ethertype::IPV4, Some(ipproto::UDP))),
+        "sctp" => Some((ethertype::IPV4, Some(ipproto::SCTP))),
+        "icmp" => Some((ethertype::IPV4, Some(ipproto::ICMP))),
+        "tcp6" => Some((ethertype::IPV6, Some(ipproto::TCP))),
+        "udp6" => Some((ethertype::IPV6, Some(ipproto::UDP))),
+        "sctp6" => Some((ethertype::IPV6, Some(ipproto::SCTP))),
+        "icmp6" => Some((ethertype::IPV6, Some(ipproto::ICMPV6))),
+        _ => None,
+    };
+    if let Some((dt, proto)) = shorthand {
+        if val.is_some() {
+            return Err(perr(name, "takes no value"));
+        }
+        m.set_exact(f::DL_TYPE, dt as u64);
+        if let Some(p) = proto {
+            m.set_exact(f::NW_PROTO, p as u64);
+        }
+        return Ok(true);
+    }
+    let known = matches!(
+        name,
+        "in_port"
+            | "dl_src"
+            | "eth_src"
+            | "dl_dst"
+            | "eth_dst"
+            | "dl_type"
+            | "eth_type"
+            | "dl_vlan"
+            | "dl_vlan_pcp"
+            | "vlan_tci"
+            | "vlan_vid"
+            | "vlan_pcp"
+            | "nw_src"
+            | "nw_dst"
+            | "ip_src"
+            | "ip_dst"
+            | "ipv6_src"
+            | "ipv6_dst"
+            | "ipv6_label"
+            | "nw_proto"
+            | "ip_proto"
+            | "nw_tos"
+            | "ip_dscp"
+            | "nw_ecn"
+            | "ip_ecn"
+            | "nw_ttl"
+            | "nw_frag"
+            | "ip_frag"
+            | "tp_src"
+            | "tp_dst"
+            | "tcp_src"
+            | "tcp_dst"
+            | "udp_src"
+            | "udp_dst"
+            | "sctp_src"
+            | "sctp_dst"
+            | "tcp_flags"
+            | "icmp_type"
+            | "icmp_code"
+            | "icmpv6_type"
+            | "icmpv6_code"
+            | "arp_op"
+            | "arp_spa"
+            | "arp_tpa"
+            | "arp_sha"
+            | "arp_tha"
+            | "nd_target"
+            | "nd_sll"
+            | "nd_tll"
+    );
+    if !known {
+        return Ok(false);
+    }
+    let v = val.ok_or_else(|| perr(name, "needs a value"))?;
+    let dt = m.dl_type();
+    let is_ip = dt == Some(ethertype::IPV4);
+    let is_ip6 = dt == Some(ethertype::IPV6);
+    let is_arp = dt == Some(ethertype::ARP) || dt == Some(ethertype::RARP);
+    let proto = m.nw_proto();
+    match name {
+        "in_port" => {
+            let p = match v {
+                "LOCAL" | "local" => 0xfffe,
+                _ => num_max(name, v, 0xffff_ff00)?,
+            };
+            m.set_exact(f::IN_PORT, p);
+        }
+        "dl_src" | "eth_src" => {
+            let (a, b) = mac_masked(name, v)?;
+            m.set_masked(f::DL_SRC, a, b);
+        }
+        "dl_dst" | "eth_dst" => {
+            let (a, b) = mac_masked(name, v)?;
+            m.set_masked(f::DL_DST, a, b);
+        }
+        "dl_type" | "eth_type" => {
+            m.set_exact(f::DL_TYPE, num_max(name, v, 0xffff)?);
+        }
+        "dl_vlan" => {
+            let vid = num_max(name, v, 0xffff)?;
+            if vid == 0xffff {
+                m.set_exact(f::VLAN0_TCI, 0);
+            } else if vid > 0x0fff {
+                return Err(perr(name, format!("{vid} is not a valid VLAN id")));
+            } else {
+                m.set_masked(f::VLAN0_TCI, vid | VLAN_CFI as u64, 0x1fff);
+            }
+        }
+        "dl_vlan_pcp" | "vlan_pcp" => {
+            let pcp = num_max(name, v, 7)?;
+            m.set_masked(f::VLAN0_TCI, (pcp << 13) | VLAN_CFI as u64, 0xf000);
+        }
+        "vlan_vid" => {
+            let (a, b) = num_masked(name, v, 0x1fff)?;
+            m.set_masked(f::VLAN0_TCI, a, b & 0x1fff);
+        }
+        "vlan_tci" => {
+            let (a, b) = num_masked(name, v, 0xffff)?;
+            m.set_masked(f::VLAN0_TCI, a, b);
+        }
+        "nw_src" | "nw_dst" | "ip_src" | "ip_dst" | "arp_spa" | "arp_tpa" => {
+            let is_src = name.ends_with("src") || name == "arp_spa";
+            if name.starts_with("arp") {
+                need(m, name, is_arp, "arp")?;
+            } else {
+                need(m, name, is_ip || is_arp, "ip or arp")?;
+            }
+            let (a, b) = ipv4_masked(name, v)?;
+            m.set_masked(
+                if is_src { f::NW_SRC } else { f::NW_DST },
+                a as u64,
+                b as u64,
+            );
+        }
+        "ipv6_src" | "ipv6_dst" => {
+            need(m, name, is_ip6, "ipv6")?;
+            let (a, b) = ipv6_masked(name, v)?;
+            let (hi, lo) = if name == "ipv6_src" {
+                (f::IPV6_SRC_HI, f::IPV6_SRC_LO)
+            } else {
+                (f::IPV6_DST_HI, f::IPV6_DST_LO)
+            };
+            m.set_masked(hi, (a >> 64) as u64, (b >> 64) as u64);
+            m.set_masked(lo, a as u64, b as u64);
+        }
+        "nd_target" => {
+            need(m, name, is_ip6 && proto == Some(ipproto::ICMPV6), "icmp6")?;
+            let (a, b) = ipv6_masked(name, v)?;
+            m.set_masked(f::ND_TARGET_HI, (a >> 64) as u64, (b >> 64) as u64);
+            m.set_masked(f::ND_TARGET_LO, a as u64, b as u64);
+        }
+        "ipv6_label" => {
+            need(m, name, is_ip6, "ipv6")?;
+            let (a, b) = num_masked(name, v, 0xfffff)?;
+            m.set_masked(f::IPV6_LABEL, a, b);
+        }
+        "nw_proto" | "ip_proto" | "arp_op" => {
+            if name == "arp_op" {
+                need(m, name, is_arp, "arp")?;
+            } else {
+                need(m, name, is_ip || is_ip6 || is_arp, "ip, ipv6 or arp")?;
+            }
+            m.set_exact(f::NW_PROTO, num_max(name, v, 0xff)?);
+        }
+        "nw_tos" => {
+            need(m, name, is_ip || is_ip6, "ip or ipv6")?;
+            let t = num_max(name, v, 0xff)?;
+            if t & 3 != 0 {
+                return Err(perr(name, "low 2 bits (ECN) must be zero"));
+            }
+            m.set_masked(f::NW_TOS, t, 0xfc);
+        }
+        "ip_dscp" => {
+            need(m, name, is_ip || is_ip6, "ip or ipv6")?;
+            m.set_masked(f::NW_TOS, num_max(name, v, 63)? << 2, 0xfc);
+        }
+        "nw_ecn" | "ip_ecn" => {
+            need(m, name, is_ip || is_ip6, "ip or ipv6")?;
+            m.set_masked(f::NW_TOS, num_max(name, v, 3)?, 0x03);
+        }
+        "nw_ttl" => {
+            need(m, name, is_ip || is_ip6, "ip or ipv6")?;
+            m.set_exact(f::NW_TTL, num_max(name, v, 0xff)?);
+        }
+        "nw_frag" | "ip_frag" => {
+            need(m, name, is_ip || is_ip6, "ip or ipv6")?;
+            let (val, mask) = match v {
+                "no" => (0, FRAG_ANY),
+                "yes" => (FRAG_ANY, FRAG_ANY),
+                "first" => (FRAG_ANY, FRAG_MASK),
+                "later" => (FRAG_ANY | FRAG_LATER, FRAG_MASK),
+                "not_later" => (0, FRAG_LATER),
+                _ => {
+                    return Err(perr(
+                        name,
+                        format!("`{v}` is not no|yes|first|later|not_later"),
+                    ))
+                }
+            };
+            m.set_masked(f::NW_FRAG, val as u64, mask as u64);
+        }
+        "tp_src" | "tp_dst" | "tcp_src" | "tcp_dst" | "udp_src" | "udp_dst" | "sctp_src"
+        | "sctp_dst" => {
+            let ok = (is_ip || is_ip6)
+                && match &name[..3] {
+                    "tcp" => proto == Some(ipproto::TCP),
+                    "udp" => proto == Some(ipproto::UDP),
+                    "sct" => proto == Some(ipproto::SCTP),
+                    _ => matches!(
+                        proto,
+                        Some(ipproto::TCP) | Some(ipproto::UDP) | Some(ipproto::SCTP)
+                    ),
+                };
+            need(m, name, ok, "tcp, udp or sctp")?;
+            let (a, b) = num_masked(name, v, 0xffff)?;
+            m.set_masked(
+                if name.ends_with("src") {
+                    f::TP_SRC
+                } else {
+                    f::TP_DST
+                },
+                a,
+                b,
+            );
+        }
+        "tcp_flags" => {
+            need(
+                m,
+                name,
+                (is_ip || is_ip6) && proto == Some(ipproto::TCP),
+                "tcp",
+            )?;
+            let (a, b) = tcp_flags(name, v)?;
+            m.set_masked(f::TCP_FLAGS, a, b);
+        }
+        "icmp_type" | "icmp_code" | "icmpv6_type" | "icmpv6_code" => {
+            let ok = (is_ip && proto == Some(ipproto::ICMP))
+                || (is_ip6 && proto == Some(ipproto::ICMPV6));
+            need(m, name, ok, "icmp or icmp6")?;
+            let x = num_max(name, v, 0xff)?;
+            m.set_exact(
+                if name.ends_with("type") {
+                    f::TP_SRC
+                } else {
+                    f::TP_DST
+                },
+                x,
+            );
+        }
+        "arp_sha" | "arp_tha" | "nd_sll" | "nd_tll" => {
+            if name.starts_with("arp") {
+                need(m, name, is_arp, "arp")?;
+            } else {
+                need(m, name, is_ip6 && proto == Some(ipproto::ICMPV6), "icmp6")?;
+            }
+            let (a, b) = mac_masked(name, v)?;
+            let fd = if name == "arp_sha" || name == "nd_sll" {
+                f::ARP_SHA
+            } else {
+                f::ARP_THA
+            };
+            m.set_masked(fd, a, b);
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// Splits on commas (and whitespace), but not inside parentheses.
+fn split_items(s: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut depth = 0i32;
+    let mut start = 0;
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' | ' ' | '\t' if depth == 0 => {
+                if i > start {
+                    out.push(&s[start..i]);
+                }
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if start < s.len() {
+        out.push(&s[start..]);
+    }
+    out
+}
+
+fn kv(item: &str) -> (&str, Option<&str>) {
+    match item.split_once('=') {
+        Some((k, v)) => (k.trim(), Some(v.trim())),
+        None => (item.trim(), None),
+    }
+}
+
+/// Parses a match string (no actions), e.g. for `del-flows` or an exact trace flow.
+pub fn parse_match(s: &str) -> Result<Match, ParseError> {
+    let mut m = Match::default();
+    for item in split_items(s) {
+        let (k, v) = kv(item);
+        if !match_item(&mut m, k, v)? {
+            return Err(perr(k, "unknown match field"));
+        }
+    }
+    Ok(m)
+}
+
+/// Parses an OpenFlow "exact flow" (what `ofproto/trace` takes) into a flow key; fields
+/// not given are zero, exactly like OVS. `tp_src`/`tp_dst` are accepted for UDP too.
+pub fn parse_exact_flow(s: &str) -> Result<FlowKey, ParseError> {
+    let mut m = Match::default();
+    for item in split_items(s) {
+        let (k, v) = kv(item);
+        // dl_vlan/dl_vlan_pcp build the TCI with the "present" marker, like OVS.
+        if !match_item(&mut m, k, v)? {
+            return Err(perr(k, "unknown field"));
+        }
+    }
+    Ok(m.key)
+}
+
+/// Parses one rule line (without line-number context).
+pub fn parse_rule(line: &str) -> Result<Rule, ParseError> {
+    let (head, acts) = match find_actions(line) {
+        Some(i) => (&line[..i], Some(&line[i + "actions=".len()..])),
+        None => (line, None),
+    };
+    let acts = acts.ok_or_else(|| perr("actions", "missing `actions=`"))?;
+    let mut r = Rule {
+        priority: DEFAULT_PRIORITY,
+        cookie: 0,
+        idle_timeout: 0,
+        hard_timeout: 0,
+        m: Match::default(),
+        actions: Vec::new(),
+    };
+    for item in split_items(head) {
+        let (k, v) = kv(item);
+        match k {
+            "priority" => {
+                r.priority = num_max(k, v.ok_or_else(|| perr(k, "needs a value"))?, 0xffff)? as u16
+            }
+            "cookie" => {
+                let v = v.ok_or_else(|| perr(k, "needs a value"))?;
+                r.cookie = num(k, v.split('/').next().unwrap_or(v))?;
+            }
+            "idle_timeout" => {
+                r.idle_timeout =
+                    num_max(k, v.ok_or_else(|| perr(k, "needs a value"))?, 0xffff)? as u16
+            }
+            "hard_timeout" => {
+                r.hard_timeout =
+                    num_max(k, v.ok_or_else(|| perr(k, "needs a value"))?, 0xffff)? as u16
+            }
+            "table" => {
+                let t = num(k, v.ok_or_else(|| perr(k, "needs a value"))?)?;
+                if t != 0 {
+                    return Err(perr(k, "only table 0 is supported"));
+                }
+            }
+            _ => {
+                if !match_item(&mut r.m, k, v)? {
+                    return Err(perr(k, "unknown match field"));
+                }
+            }
+        }
+    }
+    r.actions = parse_actions(acts, &r.m)?;
+    Ok(r)
+}
+
+fn find_actions(line: &str) -> Option<usize> {
+    let mut from = 0;
+    while let Some(i) = line[from..].find("actions=") {
+        let at = from + i;
+        let prev = line[..at].chars().last();
+        if prev.is_none() || matches!(prev, Some(',') | Some(' ') | Some('\t')) {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
+}
+
+/// OVS's `ofpacts_check` for the OpenFlow 1.3 encoding: set_field prerequisites must be
+/// guaranteed by the match, VLAN rewrites need a tag (matched or pushed before).
+struct CheckFlow {
+    dl_type: Option<u16>,
+    proto: Option<u8>,
+    vlans: u8,
+}
+
+/// Parses an action list for a rule with match `m`.
+pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
+    let mut cf = CheckFlow {
+        dl_type: m.dl_type(),
+        proto: m.nw_proto(),
+        vlans: if m.key.get(f::VLAN0_TCI) as u16 & VLAN_CFI != 0 {
+            1
+        } else {
+            0
+        },
+    };
+    let mut out = Vec::new();
+    let items = split_items(s);
+    if items.is_empty() {
+        return Err(perr("actions", "empty action list (use `drop`)"));
+    }
+    for item in items {
+        let (name, arg) = match item.split_once(':') {
+            Some((a, b)) => (a.trim(), Some(b.trim())),
+            None => match item.split_once('(') {
+                Some((a, b)) => (a.trim(), Some(b.trim_end_matches(')').trim())),
+                None => (item.trim(), None),
+            },
+        };
+        let argv = |n: &str| arg.ok_or_else(|| perr(n, "needs an argument"));
+        match name {
+            "drop" => {}
+            "output" => {
+                let a = argv(name)?;
+                if a == "in_port" || a == "IN_PORT" {
+                    out.push(Action::InPort);
+                } else {
+                    out.push(Action::Output(num_max(name, a, 0xffff_ff00)? as u32));
+                }
+            }
+            "in_port" | "IN_PORT" => out.push(Action::InPort),
+            "controller" | "CONTROLLER" => {
+                let ml = match arg {
+                    Some(a) => {
+                        let a = a.strip_prefix("max_len=").unwrap_or(a);
+                        num_max(name, a, 0xffff)? as u16
+                    }
+                    None => 0xffff,
+                };
+                out.push(Action::Controller(ml));
+            }
+            "strip_vlan" | "pop_vlan" => {
+                if cf.vlans == 0 {
+                    return Err(perr(name, "needs a VLAN-tagged match (dl_vlan/vlan_tci)"));
+                }
+                cf.vlans -= 1;
+                out.push(Action::StripVlan);
+            }
+            "push_vlan" => {
+                let t = num_max(name, argv(name)?, 0xffff)? as u16;
+                if t != ethertype::VLAN && t != ethertype::QINQ {
+                    return Err(perr(name, "TPID must be 0x8100 or 0x88a8"));
+                }
+                if cf.vlans >= 2 {
+                    return Err(perr(name, "at most 2 VLAN headers"));
+                }
+                cf.vlans += 1;
+                out.push(Action::PushVlan(t));
+            }
+            "mod_vlan_vid" | "mod_vlan_pcp" => {
+                let a = argv(name)?;
+                let (sf, v) = if name == "mod_vlan_vid" {
+                    (SetField::VlanVid, num_max(name, a, 0x0fff)?)
+                } else {
+                    (SetField::VlanPcp, num_max(name, a, 7)?)
+                };
+                if cf.vlans == 0 {
+                    out.push(Action::PushVlan(ethertype::VLAN));
+                    cf.vlans = 1;
+                }
+                out.push(Action::SetField(sf, v as u128));
+            }
+            "mod_dl_src" | "mod_dl_dst" => {
+                let v = parse_mac(name, argv(name)?)?;
+                let sf = if name == "mod_dl_src" {
+                    SetField::EthSrc
+                } else {
+                    SetField::EthDst
+                };
+                out.push(Action::SetField(sf, v as u128));
+            }
+            "mod_nw_src" | "mod_nw_dst" => {
+                if cf.dl_type != Some(ethertype::IPV4) {
+                    return Err(perr(name, "needs an `ip` match"));
+                }
+                let v = parse_ipv4(name, argv(name)?)?;
+                let sf = if name == "mod_nw_src" {
+                    SetField::Ipv4Src
+                } else {
+                    SetField::Ipv4Dst
+                };
+                out.push(Action::SetField(sf, v as u128));
+            }
+            "mod_nw_tos" => {
+                if !matches!(cf.dl_type, Some(ethertype::IPV4) | Some(ethertype::IPV6)) {
+                    return Err(perr(name, "needs an `ip` or `ipv6` match"));
+                }
+                let v = num_max(name, argv(name)?, 0xff)?;
+                if v & 3 != 0 {
+                    return Err(perr(name, "low 2 bits (ECN) must be zero"));
+                }
+                out.push(Action::SetField(SetField::IpDscp, v as u128));
+            }
+            "mod_tp_src" | "mod_tp_dst" => {
+                let v = num_max(name, argv(name)?, 0xffff)?;
+                let src = name == "mod_tp_src";
+                let sf = match (cf.dl_type, cf.proto) {
+                    (Some(ethertype::IPV4) | Some(ethertype::IPV6), Some(ipproto::TCP)) => {
+                        if src {
+                            SetField::TcpSrc
+                        } else {
+                            SetField::TcpDst
+                        }
+                    }
+                    (Some(ethertype::IPV4) | Some(ethertype::IPV6), Some(ipproto::UDP)) => {
+                        if src {
+                            SetField::UdpSrc
+                        } else {
+                            SetField::UdpDst
+                        }
+                    }
+                    _ => return Err(perr(name, "needs a `tcp` or `udp` match")),
+                };
+                out.push(Action::SetField(sf, v as u128));
+            }
+            "dec_ttl" => out.push(Action::DecTtl),
+            "set_field" => {
+                let a = argv(name)?;
+                let (val, field) = a
+                    .split_once("->")
+                    .ok_or_else(|| perr(name, "expected VALUE->FIELD"))?;
+                let (val, field) = (val.trim(), field.trim());
+                let (sf, v): (SetField, u128) = match field {
+                    "eth_src" | "dl_src" => (SetField::EthSrc, parse_mac(field, val)? as u128),
+                    "eth_dst" | "dl_dst" => (SetField::EthDst, parse_mac(field, val)? as u128),
+                    "ip_src" | "nw_src" | "ipv4_src" => {
+                        (SetField::Ipv4Src, parse_ipv4(field, val)? as u128)
+                    }
+                    "ip_dst" | "nw_dst" | "ipv4_dst" => {
+                        (SetField::Ipv4Dst, parse_ipv4(field, val)? as u128)
+                    }
+                    "ipv6_src" => (SetField::Ipv6Src, parse_ipv6(field, val)?),
+                    "ipv6_dst" => (SetField::Ipv6Dst, parse_ipv6(field, val)?),
+                    "ip_dscp" => (SetField::IpDscp, (num_max(field, val, 63)? << 2) as u128),
+                    "nw_tos" => {
+                        let t = num_max(field, val, 0xff)?;
+                        if t & 3 != 0 {
+                            return Err(perr(field, "low 2 bits (ECN) must be zero"));
+                        }
+                        (SetField::IpDscp, t as u128)
+                    }
+                    "tcp_src" => (SetField::TcpSrc, num_max(field, val, 0xffff)? as u128),
+                    "tcp_dst" => (SetField::TcpDst, num_max(field, val, 0xffff)? as u128),
+                    "udp_src" => (SetField::UdpSrc, num_max(field, val, 0xffff)? as u128),
+                    "udp_dst" => (SetField::UdpDst, num_max(field, val, 0xffff)? as u128),
+                    "vlan_vid" => {
+                        // OpenFlow 1.2+ form: 0x1000 (OFPVID_PRESENT) may be included.
+                        (
+                            SetField::VlanVid,
+                            (num_max(field, val, 0x1fff)? & 0x0fff) as u128,
+                        )
+                    }
+                    "vlan_pcp" => (SetField::VlanPcp, num_max(field, val, 7)? as u128),
+                    _ => return Err(perr(field, "set_field to this field is not supported")),
+                };
+                let ok = match sf {
+                    SetField::EthSrc | SetField::EthDst => true,
+                    SetField::Ipv4Src | SetField::Ipv4Dst => cf.dl_type == Some(ethertype::IPV4),
+                    SetField::Ipv6Src | SetField::Ipv6Dst => cf.dl_type == Some(ethertype::IPV6),
+                    SetField::IpDscp => {
+                        matches!(cf.dl_type, Some(ethertype::IPV4) | Some(ethertype::IPV6))
+                    }
+                    SetField::TcpSrc | SetField::TcpDst => {
+                        matches!(cf.dl_type, Some(ethertype::IPV4) | Some(ethertype::IPV6))
+                            && cf.proto == Some(ipproto::TCP)
+                    }
+                    SetField::UdpSrc | SetField::UdpDst => {
+                        matches!(cf.dl_type, Some(ethertype::IPV4) | Some(ethertype::IPV6))
+                            && cf.proto == Some(ipproto::UDP)
+                    }
+                    SetField::VlanVid | SetField::VlanPcp => cf.vlans > 0,
+                };
+                if !ok {
+                    return Err(perr(field, "set_field prerequisites not met by the match"));
+                }
+                out.push(Action::SetField(sf, v));
+            }
+            _ => {
+                // A bare number is output:N.
+                if let Ok(p) = num(name, name) {
+                    if arg.is_none() {
+                        if p > 0xffff_ff00 {
+                            return Err(perr(name, "port out of range"));
+                        }
+                        out.push(Action::Output(p as u32));
+                        continue;
+                    }
+                }
+                return Err(perr(name, "unknown or unsupported action"));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Whether the match requires IPv4 fragments handling (`nw_frag` in the mask).
+pub fn uses_frag(m: &Match) -> bool {
+    m.has(f::NW_FRAG)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sample_table_parses() {
+        let t = include_str!("../tests/data/sample-flows.txt");
+        let rules = parse_flows(t).unwrap();
+        assert_eq!(rules.len(), 9);
+        assert_eq!(rules[0].priority, 300);
+        assert_eq!(rules[0].m.key.vlan0_tci(), 0x100a);
+        assert_eq!(rules[0].actions, vec![Action::StripVlan, Action::Output(2)]);
+        assert_eq!(
+            rules[2].actions,
+            vec![
+                Action::PushVlan(0x8100),
+                Action::SetField(SetField::VlanVid, 100),
+                Action::Output(3)
+            ]
+        );
+        assert_eq!(rules[2].m.mask.get(f::NW_SRC), 0xffffff00);
+    }
+
+    #[test]
+    fn errors_name_line_and_field() {
+        let e =
+            parse_flows("priority=1,actions=drop\n\npriority=2,tcp,tp_dst=99999,actions=drop\n")
+                .unwrap_err();
+        assert_eq!(e.line, 3);
+        assert_eq!(e.field, "tp_dst");
+        let e = parse_flows("priority=1,tp_dst=80,actions=drop").unwrap_err();
+        assert_eq!(e.field, "tp_dst");
+        let e = parse_flows("ip,actions=set_field:1.2.3.4->tcp_dst").unwrap_err();
+        assert_eq!(e.line, 1);
+        let e = parse_flows("ip,nw_src=1.2.3.4/33,actions=drop").unwrap_err();
+        assert_eq!(e.field, "nw_src");
+        let e = parse_flows("ip,bogus=1,actions=drop").unwrap_err();
+        assert_eq!(e.field, "bogus");
+        let e = parse_flows("ip,actions=frobnicate").unwrap_err();
+        assert_eq!(e.field, "frobnicate");
+    }
+
+    #[test]
+    fn tcp_flags_syntax() {
+        let r = parse_rule("tcp,tcp_flags=+syn-ack,actions=1").unwrap();
+        assert_eq!(r.m.key.get(f::TCP_FLAGS), 0x002);
+        assert_eq!(r.m.mask.get(f::TCP_FLAGS), 0x012);
+        let r = parse_rule("tcp,tcp_flags=0x002/0x0ff,actions=1").unwrap();
+        assert_eq!(r.m.mask.get(f::TCP_FLAGS), 0x0ff);
+    }
+
+    #[test]
+    fn exact_flow_is_zero_filled() {
+        let k = parse_exact_flow("in_port=1,dl_vlan=10,dl_vlan_pcp=3,udp,nw_src=1.1.1.1,udp_dst=5")
+            .unwrap();
+        assert_eq!(k.vlan0_tci(), 0x700a);
+        assert_eq!(k.get(f::NW_TTL), 0);
+        assert_eq!(k.tp_dst(), 5);
+    }
+
+    #[test]
+    fn frag_values() {
+        let r = parse_rule("ip,nw_frag=later,actions=drop").unwrap();
+        assert_eq!(r.m.key.nw_frag(), FRAG_ANY | FRAG_LATER);
+        assert!(uses_frag(&r.m));
+        let _ = FRAG_LATER;
+    }
+}

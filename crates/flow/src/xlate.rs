@@ -1,0 +1,944 @@
+//! OpenFlow table 0 + action translation into datapath actions, with the megaflow mask
+//! Open vSwitch would install (ofproto/ofproto-dpif-xlate.c + lib/odp-util.c commit
+//! logic), and the OVS text formats of both (`Megaflow:` / `Datapath actions:`).
+
+use crate::classifier::Classifier;
+use crate::key::{f, FlowKey, FRAG_ANY, FRAG_LATER, FRAG_MASK, VLAN_CFI, VLAN_PCP_MASK};
+use crate::ofctl::{tcp_flag_name, Action, Match, Rule, SetField};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use wire::ethernet::{ethertype, ipproto};
+
+/// A datapath action (the ODP actions OVS prints). Set actions carry (value, mask) per
+/// field; a zero mask means "not set".
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum OdpAction {
+    Output(u32),
+    PushVlan {
+        tpid: u16,
+        tci: u16,
+    },
+    PopVlan,
+    SetEth {
+        src: (u64, u64),
+        dst: (u64, u64),
+    },
+    SetIpv4 {
+        src: (u32, u32),
+        dst: (u32, u32),
+        tos: (u8, u8),
+        ttl: (u8, u8),
+    },
+    SetIpv6 {
+        src: (u128, u128),
+        dst: (u128, u128),
+        tclass: (u8, u8),
+        hlimit: (u8, u8),
+    },
+    SetL4 {
+        proto: u8,
+        src: (u16, u16),
+        dst: (u16, u16),
+    },
+    /// `userspace(pid=0,controller(...))`: a packet-in.
+    Controller {
+        reason: u8,
+        recirc_id: u32,
+        cookie: u64,
+        max_len: u16,
+    },
+}
+
+/// C's `%#x`: "0" for zero, "0x.." otherwise.
+fn hash_x(v: u64) -> String {
+    if v == 0 {
+        "0".into()
+    } else {
+        format!("{v:#x}")
+    }
+}
+
+fn mac_str(v: u64) -> String {
+    let b = v.to_be_bytes();
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        b[2], b[3], b[4], b[5], b[6], b[7]
+    )
+}
+
+fn ip4(v: u32) -> String {
+    Ipv4Addr::from(v).to_string()
+}
+fn ip6(v: u128) -> String {
+    Ipv6Addr::from(v).to_string()
+}
+
+impl std::fmt::Display for OdpAction {
+    fn fmt(&self, fm: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts: Vec<String> = Vec::new();
+        match *self {
+            OdpAction::Output(p) => write!(fm, "{p}"),
+            OdpAction::PopVlan => write!(fm, "pop_vlan"),
+            OdpAction::PushVlan { tpid, tci } => {
+                write!(fm, "push_vlan(")?;
+                if tpid != ethertype::VLAN {
+                    write!(fm, "tpid={tpid:#06x},")?;
+                }
+                write!(fm, "vid={},pcp={}", tci & 0xfff, tci >> 13)?;
+                if tci & VLAN_CFI == 0 {
+                    write!(fm, ",cfi=0")?;
+                }
+                write!(fm, ")")
+            }
+            OdpAction::Controller {
+                reason,
+                recirc_id,
+                cookie,
+                max_len,
+            } => {
+                write!(
+                    fm,
+                    "userspace(pid=0,controller(reason={reason},dont_send=0,continuation=0,recirc_id={recirc_id},rule_cookie={},controller_id=0,max_len={max_len}))",
+                    hash_x(cookie)
+                )
+            }
+            OdpAction::SetEth { src, dst } => {
+                for (n, (v, m)) in [("src", src), ("dst", dst)] {
+                    if m != 0 {
+                        if m == 0xffff_ffff_ffff {
+                            parts.push(format!("{n}={}", mac_str(v)));
+                        } else {
+                            parts.push(format!("{n}={}/{}", mac_str(v & m), mac_str(m)));
+                        }
+                    }
+                }
+                write!(fm, "set(eth({}))", parts.join(","))
+            }
+            OdpAction::SetIpv4 { src, dst, tos, ttl } => {
+                for (n, (v, m)) in [("src", src), ("dst", dst)] {
+                    if m != 0 {
+                        if m == u32::MAX {
+                            parts.push(format!("{n}={}", ip4(v)));
+                        } else {
+                            parts.push(format!("{n}={}/{}", ip4(v & m), ip4(m)));
+                        }
+                    }
+                }
+                if tos.1 != 0 {
+                    let (v, m) = tos;
+                    if m == 0xff {
+                        parts.push(format!("tos={}", hash_x(v as u64)));
+                    } else {
+                        parts.push(format!(
+                            "tos={}/{}",
+                            hash_x((v & m) as u64),
+                            hash_x(m as u64)
+                        ));
+                    }
+                }
+                if ttl.1 != 0 {
+                    let (v, m) = ttl;
+                    if m == 0xff {
+                        parts.push(format!("ttl={v}"));
+                    } else {
+                        parts.push(format!("ttl={}/{}", v & m, hash_x(m as u64)));
+                    }
+                }
+                write!(fm, "set(ipv4({}))", parts.join(","))
+            }
+            OdpAction::SetIpv6 {
+                src,
+                dst,
+                tclass,
+                hlimit,
+            } => {
+                for (n, (v, m)) in [("src", src), ("dst", dst)] {
+                    if m != 0 {
+                        if m == u128::MAX {
+                            parts.push(format!("{n}={}", ip6(v)));
+                        } else {
+                            parts.push(format!("{n}={}/{}", ip6(v & m), ip6(m)));
+                        }
+                    }
+                }
+                if tclass.1 != 0 {
+                    let (v, m) = tclass;
+                    if m == 0xff {
+                        parts.push(format!("tclass={}", hash_x(v as u64)));
+                    } else {
+                        parts.push(format!(
+                            "tclass={}/{}",
+                            hash_x((v & m) as u64),
+                            hash_x(m as u64)
+                        ));
+                    }
+                }
+                if hlimit.1 != 0 {
+                    let (v, m) = hlimit;
+                    if m == 0xff {
+                        parts.push(format!("hlimit={v}"));
+                    } else {
+                        parts.push(format!("hlimit={}/{}", v & m, hash_x(m as u64)));
+                    }
+                }
+                write!(fm, "set(ipv6({}))", parts.join(","))
+            }
+            OdpAction::SetL4 { proto, src, dst } => {
+                for (n, (v, m)) in [("src", src), ("dst", dst)] {
+                    if m != 0 {
+                        if m == 0xffff {
+                            parts.push(format!("{n}={v}"));
+                        } else {
+                            parts.push(format!("{n}={}/{}", v & m, hash_x(m as u64)));
+                        }
+                    }
+                }
+                let name = match proto {
+                    ipproto::TCP => "tcp",
+                    ipproto::UDP => "udp",
+                    _ => "sctp",
+                };
+                write!(fm, "set({name}({}))", parts.join(","))
+            }
+        }
+    }
+}
+
+/// Formats a datapath action list like OVS (`drop` when empty).
+pub fn format_actions(a: &[OdpAction]) -> String {
+    if a.is_empty() {
+        return "drop".into();
+    }
+    a.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// OpenFlow table 0: the rules plus the classifier.
+#[derive(Debug, Clone, Default)]
+pub struct FlowTable {
+    pub cls: Classifier,
+    pub rules: HashMap<u32, Rule>,
+    next_id: u32,
+    /// Recirculation id counter for packet-in (controller) actions, like OVS's allocator.
+    next_recirc: std::cell::Cell<u32>,
+}
+
+/// The result of translating one flow.
+#[derive(Debug, Clone)]
+pub struct Xlated {
+    /// The megaflow mask (1 = significant).
+    pub wc: FlowKey,
+    pub actions: Vec<OdpAction>,
+    /// The matched rule (None = table miss, dropped).
+    pub rule: Option<u32>,
+}
+
+impl FlowTable {
+    pub fn new() -> FlowTable {
+        FlowTable {
+            next_recirc: std::cell::Cell::new(1),
+            ..Default::default()
+        }
+    }
+    pub fn from_rules(rules: Vec<Rule>) -> FlowTable {
+        let mut t = FlowTable::new();
+        for r in rules {
+            t.add(r);
+        }
+        t
+    }
+    /// Adds a rule (replacing one with the same match and priority).
+    pub fn add(&mut self, r: Rule) -> u32 {
+        let id = self.next_id;
+        self.next_id += 1;
+        if let Some(old) = self.cls.insert(&r.m, r.priority, id) {
+            self.rules.remove(&old);
+        }
+        self.rules.insert(id, r);
+        id
+    }
+    /// Deletes rules whose match is covered by `m` (non-strict `del-flows`).
+    pub fn del_matching(&mut self, m: &Match) -> usize {
+        let victims: Vec<(u32, Match, u16)> = self
+            .rules
+            .iter()
+            .filter(|(_, r)| {
+                // rule's mask must include m's mask and values agree under m's mask
+                r.m.mask.and(&m.mask) == m.mask && r.m.key.and(&m.mask) == m.key
+            })
+            .map(|(&id, r)| (id, r.m, r.priority))
+            .collect();
+        for (id, mm, p) in &victims {
+            self.cls.remove(mm, *p);
+            self.rules.remove(id);
+        }
+        victims.len()
+    }
+    pub fn clear(&mut self) {
+        let use_tries = self.cls.clone();
+        let _ = use_tries;
+        self.cls = Classifier::new();
+        self.rules.clear();
+    }
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Translates `flow` (an upcall): classifier lookup + actions, returning the megaflow
+    /// mask and the datapath actions exactly as OVS 3.1 computes them.
+    pub fn xlate(&self, flow: &FlowKey) -> Xlated {
+        let mut wc = FlowKey::ZERO;
+        // xlate_wc_init
+        wc.full(f::IN_PORT);
+        wc.full(f::RECIRC_ID);
+        wc.full(f::DL_TYPE);
+        if flow.is_ip_any() {
+            wc.or(f::NW_FRAG, FRAG_MASK as u64);
+        }
+        // Fragments: transport ports are treated as unavailable (frag_handling=normal).
+        let mut lk = *flow;
+        if flow.is_ip_any() && flow.nw_frag() & FRAG_ANY != 0 {
+            lk.set(f::TP_SRC, 0);
+            lk.set(f::TP_DST, 0);
+        }
+        let rule = self.cls.lookup(&lk, &mut wc);
+        let mut x = Ctx {
+            flow: *flow,
+            base: *flow,
+            wc,
+            out: Vec::new(),
+        };
+        if let Some(id) = rule {
+            if let Some(r) = self.rules.get(&id) {
+                self.do_actions(&mut x, r);
+            }
+        }
+        let mut wc = x.wc;
+        // xlate_wc_finish
+        if flow.is_icmp_any() {
+            let w = wc.get(f::TP_SRC) & 0xff;
+            wc.set(f::TP_SRC, w);
+            let w = wc.get(f::TP_DST) & 0xff;
+            wc.set(f::TP_DST, w);
+        }
+        for fd in [f::VLAN0_TCI, f::VLAN1_TCI] {
+            if wc.get(fd) != 0 {
+                wc.or(fd, VLAN_CFI as u64);
+            }
+        }
+        if flow.nw_frag() & FRAG_LATER != 0 {
+            wc.set(f::TP_SRC, 0);
+            wc.set(f::TP_DST, 0);
+        }
+        let nv = flow.n_vlans();
+        if nv < 1 {
+            wc.set(f::VLAN0_TCI, 0);
+            wc.set(f::VLAN0_TPID, 0);
+        }
+        if nv < 2 {
+            wc.set(f::VLAN1_TCI, 0);
+            wc.set(f::VLAN1_TPID, 0);
+        }
+        Xlated {
+            wc,
+            actions: x.out,
+            rule,
+        }
+    }
+
+    fn do_actions(&self, x: &mut Ctx, r: &Rule) {
+        let in_port = x.flow.in_port();
+        for a in &r.actions {
+            match *a {
+                Action::Output(p) => {
+                    if p != in_port {
+                        x.commit();
+                        x.out.push(OdpAction::Output(p));
+                    }
+                }
+                Action::InPort => {
+                    x.commit();
+                    x.out.push(OdpAction::Output(in_port));
+                }
+                Action::Controller(max_len) => {
+                    let miss = r.priority == 0 && r.m.mask.is_zero();
+                    self.controller(x, if miss { 3 } else { 1 }, r.cookie, max_len);
+                }
+                Action::StripVlan => {
+                    let n = x.flow.n_vlans();
+                    if n > 1 {
+                        x.wc.full(f::VLAN1_TCI);
+                        x.wc.full(f::VLAN1_TPID);
+                        let (t, c) = (x.flow.get(f::VLAN1_TPID), x.flow.get(f::VLAN1_TCI));
+                        x.flow.set(f::VLAN0_TPID, t);
+                        x.flow.set(f::VLAN0_TCI, c);
+                        x.flow.set(f::VLAN1_TPID, 0);
+                        x.flow.set(f::VLAN1_TCI, 0);
+                    } else if n == 1 {
+                        x.flow.set(f::VLAN0_TPID, 0);
+                        x.flow.set(f::VLAN0_TCI, 0);
+                    }
+                }
+                Action::PushVlan(tpid) => {
+                    let n = x.flow.n_vlans();
+                    if n >= 1 {
+                        x.wc.full(f::VLAN0_TCI);
+                        x.wc.full(f::VLAN0_TPID);
+                    }
+                    if n >= 2 {
+                        x.wc.full(f::VLAN1_TCI);
+                        x.wc.full(f::VLAN1_TPID);
+                    }
+                    let (t, c) = (x.flow.get(f::VLAN0_TPID), x.flow.get(f::VLAN0_TCI));
+                    x.flow.set(f::VLAN1_TPID, t);
+                    x.flow.set(f::VLAN1_TCI, c);
+                    x.flow.set(f::VLAN0_TPID, tpid as u64);
+                    x.flow.set(f::VLAN0_TCI, VLAN_CFI as u64);
+                }
+                Action::SetField(sf, v) => self.set_field(x, sf, v),
+                Action::DecTtl => {
+                    x.wc.full(f::NW_TTL);
+                    if !x.flow.is_ip_any() {
+                        continue;
+                    }
+                    let ttl = x.flow.get(f::NW_TTL);
+                    if ttl > 1 {
+                        x.flow.set(f::NW_TTL, ttl - 1);
+                    } else {
+                        self.controller(x, 2, r.cookie, 0xffff);
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn controller(&self, x: &mut Ctx, reason: u8, cookie: u64, max_len: u16) {
+        x.commit();
+        let id = self.next_recirc.get();
+        self.next_recirc.set(id.wrapping_add(1).max(1));
+        x.out.push(OdpAction::Controller {
+            reason,
+            recirc_id: id,
+            cookie,
+            max_len,
+        });
+    }
+
+    fn set_field(&self, x: &mut Ctx, sf: SetField, v: u128) {
+        let fl = &mut x.flow;
+        let wc = &mut x.wc;
+        match sf {
+            SetField::EthSrc => {
+                wc.full(f::DL_SRC);
+                fl.set(f::DL_SRC, v as u64);
+            }
+            SetField::EthDst => {
+                wc.full(f::DL_DST);
+                fl.set(f::DL_DST, v as u64);
+            }
+            SetField::Ipv4Src | SetField::Ipv4Dst => {
+                if fl.is_ipv4() {
+                    let fd = if sf == SetField::Ipv4Src {
+                        f::NW_SRC
+                    } else {
+                        f::NW_DST
+                    };
+                    wc.full(fd);
+                    fl.set(fd, v as u64);
+                }
+            }
+            SetField::Ipv6Src | SetField::Ipv6Dst => {
+                if fl.is_ipv6() {
+                    let (hi, lo) = if sf == SetField::Ipv6Src {
+                        (f::IPV6_SRC_HI, f::IPV6_SRC_LO)
+                    } else {
+                        (f::IPV6_DST_HI, f::IPV6_DST_LO)
+                    };
+                    wc.full(hi);
+                    wc.full(lo);
+                    fl.set128(hi, lo, v);
+                }
+            }
+            SetField::IpDscp => {
+                if fl.is_ip_any() {
+                    wc.or(f::NW_TOS, 0xfc);
+                    let t = (fl.get(f::NW_TOS) & 0x03) | (v as u64 & 0xfc);
+                    fl.set(f::NW_TOS, t);
+                }
+            }
+            SetField::TcpSrc | SetField::TcpDst | SetField::UdpSrc | SetField::UdpDst => {
+                let want = if matches!(sf, SetField::TcpSrc | SetField::TcpDst) {
+                    ipproto::TCP
+                } else {
+                    ipproto::UDP
+                };
+                if fl.is_ip_any() {
+                    wc.full(f::NW_PROTO);
+                    if fl.nw_proto() == want && fl.nw_frag() & FRAG_LATER == 0 {
+                        let fd = if matches!(sf, SetField::TcpSrc | SetField::UdpSrc) {
+                            f::TP_SRC
+                        } else {
+                            f::TP_DST
+                        };
+                        wc.full(fd);
+                        fl.set(fd, v as u64);
+                    }
+                }
+            }
+            SetField::VlanVid | SetField::VlanPcp => {
+                wc.or(f::VLAN0_TCI, VLAN_CFI as u64);
+                if fl.vlan0_tci() & VLAN_CFI != 0 {
+                    let tci = fl.vlan0_tci();
+                    let new = if sf == SetField::VlanVid {
+                        wc.or(f::VLAN0_TCI, 0x1fff);
+                        (tci & !0x1fff) | (v as u16 & 0x0fff) | VLAN_CFI
+                    } else {
+                        wc.or(f::VLAN0_TCI, VLAN_PCP_MASK as u64);
+                        (tci & !VLAN_PCP_MASK) | ((v as u16 & 7) << 13) | VLAN_CFI
+                    };
+                    fl.set(f::VLAN0_TCI, new as u64);
+                }
+            }
+        }
+    }
+}
+
+struct Ctx {
+    flow: FlowKey,
+    base: FlowKey,
+    wc: FlowKey,
+    out: Vec<OdpAction>,
+}
+
+impl Ctx {
+    /// commit_odp_actions: emit set/push/pop actions for what changed since `base`.
+    fn commit(&mut self) {
+        let b0 = self.base;
+        let (fl, b, wc) = (&self.flow, &b0, &self.wc);
+        let nb = &mut self.base;
+        // Ethernet.
+        let pick = |fd| {
+            if fl.get(fd) != b.get(fd) {
+                (fl.get(fd) & wc.get(fd), wc.get(fd))
+            } else {
+                (0, 0)
+            }
+        };
+        let (s, d) = (pick(f::DL_SRC), pick(f::DL_DST));
+        if s.1 != 0 || d.1 != 0 {
+            self.out.push(OdpAction::SetEth { src: s, dst: d });
+            nb.set(f::DL_SRC, fl.get(f::DL_SRC));
+            nb.set(f::DL_DST, fl.get(f::DL_DST));
+        }
+        if fl.nw_proto() != 0 && b.is_ipv4() {
+            let p32 = |fd| {
+                let (v, m) = pick(fd);
+                (v as u32, m as u32)
+            };
+            let p8 = |fd| {
+                let (v, m) = pick(fd);
+                (v as u8, m as u8)
+            };
+            let (s, d, tos, ttl) = (p32(f::NW_SRC), p32(f::NW_DST), p8(f::NW_TOS), p8(f::NW_TTL));
+            if s.1 != 0 || d.1 != 0 || tos.1 != 0 || ttl.1 != 0 {
+                self.out.push(OdpAction::SetIpv4 {
+                    src: s,
+                    dst: d,
+                    tos,
+                    ttl,
+                });
+                for fd in [f::NW_SRC, f::NW_DST, f::NW_TOS, f::NW_TTL] {
+                    nb.set(fd, fl.get(fd));
+                }
+            }
+        } else if fl.nw_proto() != 0 && b.is_ipv6() {
+            let p128 = |hi, lo| {
+                if fl.get128(hi, lo) != b.get128(hi, lo) {
+                    let m = wc.get128(hi, lo);
+                    (fl.get128(hi, lo) & m, m)
+                } else {
+                    (0, 0)
+                }
+            };
+            let p8 = |fd| {
+                let (v, m) = pick(fd);
+                (v as u8, m as u8)
+            };
+            let s = p128(f::IPV6_SRC_HI, f::IPV6_SRC_LO);
+            let d = p128(f::IPV6_DST_HI, f::IPV6_DST_LO);
+            let (tc, hl) = (p8(f::NW_TOS), p8(f::NW_TTL));
+            if s.1 != 0 || d.1 != 0 || tc.1 != 0 || hl.1 != 0 {
+                self.out.push(OdpAction::SetIpv6 {
+                    src: s,
+                    dst: d,
+                    tclass: tc,
+                    hlimit: hl,
+                });
+                for fd in [
+                    f::IPV6_SRC_HI,
+                    f::IPV6_SRC_LO,
+                    f::IPV6_DST_HI,
+                    f::IPV6_DST_LO,
+                    f::NW_TOS,
+                    f::NW_TTL,
+                ] {
+                    nb.set(fd, fl.get(fd));
+                }
+            }
+        }
+        if fl.nw_proto() != 0
+            && b.is_ip_any()
+            && matches!(fl.nw_proto(), ipproto::TCP | ipproto::UDP | ipproto::SCTP)
+        {
+            let p16 = |fd| {
+                let (v, m) = pick(fd);
+                (v as u16, m as u16)
+            };
+            let (s, d) = (p16(f::TP_SRC), p16(f::TP_DST));
+            if s.1 != 0 || d.1 != 0 {
+                self.out.push(OdpAction::SetL4 {
+                    proto: fl.nw_proto(),
+                    src: s,
+                    dst: d,
+                });
+                nb.set(f::TP_SRC, fl.get(f::TP_SRC));
+                nb.set(f::TP_DST, fl.get(f::TP_DST));
+            }
+        }
+        // VLANs: skip the common inner headers, pop the rest of base, push the rest of flow.
+        let stack = |k: &FlowKey| -> Vec<u32> {
+            let mut v = Vec::new();
+            for (t, c) in [(f::VLAN0_TPID, f::VLAN0_TCI), (f::VLAN1_TPID, f::VLAN1_TCI)] {
+                if k.get(c) as u16 & VLAN_CFI == 0 {
+                    break;
+                }
+                v.push(((k.get(t) as u32) << 16) | k.get(c) as u32);
+            }
+            v
+        };
+        let bs = stack(b);
+        let fs = stack(fl);
+        let (mut bn, mut fnn) = (bs.len() as isize - 1, fs.len() as isize - 1);
+        // compare from the innermost (last) header
+        let (mut bi, mut fi) = (bs.len() as isize - 1, fs.len() as isize - 1);
+        while bi >= 0 && fi >= 0 && bs[bi as usize] == fs[fi as usize] {
+            bi -= 1;
+            fi -= 1;
+        }
+        bn = bn.min(bi);
+        fnn = fnn.min(fi);
+        while bn >= 0 {
+            self.out.push(OdpAction::PopVlan);
+            let (t, c) = if bn == 0 {
+                (f::VLAN0_TPID, f::VLAN0_TCI)
+            } else {
+                (f::VLAN1_TPID, f::VLAN1_TCI)
+            };
+            self.wc.full(t);
+            self.wc.full(c);
+            bn -= 1;
+        }
+        while fnn >= 0 {
+            let q = fs[fnn as usize];
+            self.out.push(OdpAction::PushVlan {
+                tpid: (q >> 16) as u16,
+                tci: q as u16,
+            });
+            fnn -= 1;
+        }
+        for fd in [f::VLAN0_TPID, f::VLAN0_TCI, f::VLAN1_TPID, f::VLAN1_TCI] {
+            self.base.set(fd, self.flow.get(fd));
+        }
+    }
+}
+
+fn ip4_masked(v: u32, m: u32) -> String {
+    if m == u32::MAX {
+        ip4(v)
+    } else if m.leading_ones() + m.trailing_zeros() == 32 {
+        format!("{}/{}", ip4(v), m.leading_ones())
+    } else {
+        format!("{}/{}", ip4(v), ip4(m))
+    }
+}
+
+fn ip6_masked(v: u128, m: u128) -> String {
+    if m == u128::MAX {
+        ip6(v)
+    } else if m.leading_ones() + m.trailing_zeros() == 128 {
+        format!("{}/{}", ip6(v), m.leading_ones())
+    } else {
+        format!("{}/{}", ip6(v), ip6(m))
+    }
+}
+
+fn be16_masked(out: &mut Vec<String>, name: &str, v: u64, m: u64) {
+    if m != 0 {
+        if m == 0xffff {
+            out.push(format!("{name}={v}"));
+        } else {
+            out.push(format!("{name}={:#x}/{:#x}", v & m, m));
+        }
+    }
+}
+
+fn mac_masked(out: &mut Vec<String>, name: &str, v: u64, m: u64) {
+    if m != 0 {
+        if m == 0xffff_ffff_ffff {
+            out.push(format!("{name}={}", mac_str(v)));
+        } else {
+            out.push(format!("{name}={}/{}", mac_str(v & m), mac_str(m)));
+        }
+    }
+}
+
+/// Formats a megaflow (flow + mask) like OVS's `match_format` does for `Megaflow:`.
+pub fn format_megaflow(flow: &FlowKey, wc: &FlowKey) -> String {
+    let fv = flow.and(wc);
+    let mut o: Vec<String> = Vec::new();
+    if wc.get(f::RECIRC_ID) != 0 {
+        o.push(format!("recirc_id={}", fv.get(f::RECIRC_ID)));
+    }
+    o.push("eth".into());
+    let dl_type = fv.dl_type();
+    let mut skip_type = false;
+    let mut skip_proto = false;
+    if wc.get(f::DL_TYPE) != 0 {
+        skip_type = true;
+        let proto_m = wc.get(f::NW_PROTO) != 0;
+        let p = fv.nw_proto();
+        let s = match dl_type {
+            ethertype::IPV4 => {
+                if proto_m {
+                    skip_proto = true;
+                    match p {
+                        ipproto::ICMP => "icmp",
+                        ipproto::TCP => "tcp",
+                        ipproto::UDP => "udp",
+                        ipproto::SCTP => "sctp",
+                        _ => {
+                            skip_proto = false;
+                            "ip"
+                        }
+                    }
+                } else {
+                    "ip"
+                }
+            }
+            ethertype::IPV6 => {
+                if proto_m {
+                    skip_proto = true;
+                    match p {
+                        ipproto::ICMPV6 => "icmp6",
+                        ipproto::TCP => "tcp6",
+                        ipproto::UDP => "udp6",
+                        ipproto::SCTP => "sctp6",
+                        _ => {
+                            skip_proto = false;
+                            "ipv6"
+                        }
+                    }
+                } else {
+                    "ipv6"
+                }
+            }
+            ethertype::ARP => "arp",
+            ethertype::RARP => "rarp",
+            ethertype::MPLS => "mpls",
+            ethertype::MPLS_MCAST => "mplsm",
+            _ => {
+                skip_type = false;
+                ""
+            }
+        };
+        if !s.is_empty() {
+            o.push(s.into());
+        }
+    }
+    if wc.get(f::IN_PORT) != 0 {
+        o.push(format!("in_port={}", fv.in_port()));
+    }
+    for (i, fd) in [f::VLAN0_TCI, f::VLAN1_TCI].into_iter().enumerate() {
+        let m = wc.get(fd) as u16;
+        if m == 0 {
+            break;
+        }
+        let sfx = if i == 0 { String::new() } else { i.to_string() };
+        let t = flow.get(fd) as u16;
+        let vid_m = m & 0x0fff;
+        let pcp_m = m & VLAN_PCP_MASK;
+        let cfi = m & VLAN_CFI;
+        if cfi != 0
+            && t & VLAN_CFI != 0
+            && (vid_m == 0 || vid_m == 0x0fff)
+            && (pcp_m == 0 || pcp_m == VLAN_PCP_MASK)
+            && (vid_m != 0 || pcp_m != 0)
+        {
+            if vid_m != 0 {
+                o.push(format!("dl_vlan{sfx}={}", t & 0x0fff));
+            }
+            if pcp_m != 0 {
+                o.push(format!("dl_vlan_pcp{sfx}={}", t >> 13));
+            }
+        } else if m == 0xffff {
+            o.push(format!("vlan_tci{sfx}={:#06x}", t));
+        } else {
+            o.push(format!("vlan_tci{sfx}={:#06x}/{:#06x}", t & m, m));
+        }
+    }
+    mac_masked(&mut o, "dl_src", flow.get(f::DL_SRC), wc.get(f::DL_SRC));
+    mac_masked(&mut o, "dl_dst", flow.get(f::DL_DST), wc.get(f::DL_DST));
+    if !skip_type && wc.get(f::DL_TYPE) != 0 {
+        o.push(format!("dl_type={:#06x}", dl_type));
+    }
+    let ip4m = |o: &mut Vec<String>, n: &str, fd| {
+        let m = wc.get(fd) as u32;
+        if m != 0 {
+            o.push(format!("{n}={}", ip4_masked(fv.get(fd) as u32, m)));
+        }
+    };
+    if dl_type == ethertype::IPV6 {
+        for (n, hi, lo) in [
+            ("ipv6_src", f::IPV6_SRC_HI, f::IPV6_SRC_LO),
+            ("ipv6_dst", f::IPV6_DST_HI, f::IPV6_DST_LO),
+        ] {
+            let m = wc.get128(hi, lo);
+            if m != 0 {
+                o.push(format!("{n}={}", ip6_masked(fv.get128(hi, lo), m)));
+            }
+        }
+        let lm = wc.get(f::IPV6_LABEL);
+        if lm != 0 {
+            if lm == 0xffff_ffff {
+                o.push(format!("ipv6_label={:#07x}", fv.get(f::IPV6_LABEL)));
+            } else {
+                o.push(format!(
+                    "ipv6_label={:#07x}/{:#07x}",
+                    fv.get(f::IPV6_LABEL),
+                    lm
+                ));
+            }
+        }
+    } else if dl_type == ethertype::ARP || dl_type == ethertype::RARP {
+        ip4m(&mut o, "arp_spa", f::NW_SRC);
+        ip4m(&mut o, "arp_tpa", f::NW_DST);
+    } else {
+        ip4m(&mut o, "nw_src", f::NW_SRC);
+        ip4m(&mut o, "nw_dst", f::NW_DST);
+    }
+    if !skip_proto && wc.get(f::NW_PROTO) != 0 {
+        if dl_type == ethertype::ARP || dl_type == ethertype::RARP {
+            o.push(format!("arp_op={}", fv.nw_proto()));
+        } else {
+            o.push(format!("nw_proto={}", fv.nw_proto()));
+        }
+    }
+    if dl_type == ethertype::ARP || dl_type == ethertype::RARP {
+        mac_masked(&mut o, "arp_sha", flow.get(f::ARP_SHA), wc.get(f::ARP_SHA));
+        mac_masked(&mut o, "arp_tha", flow.get(f::ARP_THA), wc.get(f::ARP_THA));
+    }
+    let tos_m = wc.get(f::NW_TOS);
+    if tos_m & 0xfc != 0 {
+        o.push(format!("nw_tos={}", fv.get(f::NW_TOS) & 0xfc));
+    }
+    if tos_m & 0x03 != 0 {
+        o.push(format!("nw_ecn={}", fv.get(f::NW_TOS) & 0x03));
+    }
+    if wc.get(f::NW_TTL) != 0 {
+        o.push(format!("nw_ttl={}", fv.get(f::NW_TTL)));
+    }
+    let fr = flow.nw_frag();
+    match wc.nw_frag() & FRAG_MASK {
+        3 => o.push(format!(
+            "nw_frag={}",
+            if fr & FRAG_ANY != 0 {
+                if fr & FRAG_LATER != 0 {
+                    "later"
+                } else {
+                    "first"
+                }
+            } else if fr & FRAG_LATER != 0 {
+                "<error>"
+            } else {
+                "no"
+            }
+        )),
+        1 => o.push(format!(
+            "nw_frag={}",
+            if fr & FRAG_ANY != 0 { "yes" } else { "no" }
+        )),
+        2 => o.push(format!(
+            "nw_frag={}",
+            if fr & FRAG_LATER != 0 {
+                "later"
+            } else {
+                "not_later"
+            }
+        )),
+        _ => {}
+    }
+    let p = flow.nw_proto();
+    if (dl_type == ethertype::IPV4 && p == ipproto::ICMP)
+        || (dl_type == ethertype::IPV6 && p == ipproto::ICMPV6)
+    {
+        be16_masked(&mut o, "icmp_type", fv.get(f::TP_SRC), wc.get(f::TP_SRC));
+        be16_masked(&mut o, "icmp_code", fv.get(f::TP_DST), wc.get(f::TP_DST));
+        if dl_type == ethertype::IPV6 {
+            let m = wc.get128(f::ND_TARGET_HI, f::ND_TARGET_LO);
+            if m != 0 {
+                o.push(format!(
+                    "nd_target={}",
+                    ip6_masked(fv.get128(f::ND_TARGET_HI, f::ND_TARGET_LO), m)
+                ));
+            }
+            mac_masked(&mut o, "nd_sll", flow.get(f::ARP_SHA), wc.get(f::ARP_SHA));
+            mac_masked(&mut o, "nd_tll", flow.get(f::ARP_THA), wc.get(f::ARP_THA));
+        }
+    } else {
+        be16_masked(&mut o, "tp_src", fv.get(f::TP_SRC), wc.get(f::TP_SRC));
+        be16_masked(&mut o, "tp_dst", fv.get(f::TP_DST), wc.get(f::TP_DST));
+    }
+    let tfm = wc.get(f::TCP_FLAGS) as u16 & 0x0fff;
+    if flow.is_ip_any() && p == ipproto::TCP && tfm != 0 {
+        let v = flow.get(f::TCP_FLAGS) as u16;
+        let mut s = String::from("tcp_flags=");
+        if tfm == 0x0fff {
+            if v == 0 {
+                s.push('0');
+            } else {
+                let mut names = Vec::new();
+                for i in 0..12 {
+                    let bit = 1u16 << i;
+                    if v & bit != 0 {
+                        names.push(match tcp_flag_name(bit) {
+                            Some(n) => n.to_string(),
+                            None => format!("[{:x}]", bit),
+                        });
+                    }
+                }
+                s.push_str(&names.join("|"));
+            }
+        } else {
+            for i in 0..12 {
+                let bit = 1u16 << i;
+                if tfm & bit != 0 {
+                    let _ = write!(
+                        s,
+                        "{}{}",
+                        if v & bit != 0 { '+' } else { '-' },
+                        tcp_flag_name(bit).unwrap_or("[Unknown]")
+                    );
+                }
+            }
+        }
+        o.push(s);
+    }
+    o.join(",")
+}
