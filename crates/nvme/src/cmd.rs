@@ -768,7 +768,6 @@ pub(crate) fn put_str(dst: &mut [u8], s: &str) {
 }
 
 /// Write `s` into a fixed ASCII field padded with spaces (serial/model/firmware).
-#[allow(dead_code)] // used by identify (next)
 pub(crate) fn put_str_space(dst: &mut [u8], s: &str) {
     dst.fill(b' ');
     let n = s.len().min(dst.len());

@@ -24,10 +24,15 @@
 mod macros;
 
 pub mod cmd;
+pub mod features;
+pub mod identify;
+pub mod log;
 
 pub mod memory;
 pub mod opcode;
 pub mod prp;
+pub mod regs;
+pub mod rules;
 
 pub mod sgl;
 pub mod status;

@@ -54,3 +54,22 @@ macro_rules! enum_with_unknown {
         }
     };
 }
+
+/// Little-endian getter/setter pairs over `self.bytes` at fixed offsets.
+macro_rules! le_fields {
+    ($( $(#[$m:meta])* $get:ident, $set:ident : $ty:ident @ $off:expr; )*) => {
+        $(
+            $(#[$m])*
+            #[inline]
+            pub fn $get(&self) -> $ty {
+                let mut a = [0u8; ::core::mem::size_of::<$ty>()];
+                a.copy_from_slice(&self.bytes[$off..$off + ::core::mem::size_of::<$ty>()]);
+                <$ty>::from_le_bytes(a)
+            }
+            #[inline]
+            pub fn $set(&mut self, v: $ty) {
+                self.bytes[$off..$off + ::core::mem::size_of::<$ty>()].copy_from_slice(&v.to_le_bytes());
+            }
+        )*
+    };
+}
