@@ -788,3 +788,57 @@ fn debug_seed() {
     }
     eprintln!("{:?}\n{:?}", n.kinds(0), n.kinds(1));
 }
+
+/// The simulated exchange, wrapped as RoCEv2 (UDP 4791, BTH UD SEND_ONLY to QP1,
+/// DETH Q_Key 0x80010000), decodes in tshark as IB CM. Skipped without tshark.
+#[test]
+fn sim_capture_decodes_in_tshark() {
+    let mut n = Net::new(LinkConfig::default(), 42);
+    n.listen(PortSpace::Tcp);
+    let c = n.connect(PortSpace::Tcp, b"pcap");
+    assert!(n.drive(Duration::from_secs(1)));
+    let now = n.clock.now();
+    n.s[0].ep.disconnect(now, c).unwrap();
+    assert!(n.drive(Duration::from_secs(1)));
+    let mut w = sim::PcapWriter::new(Vec::new()).unwrap();
+    let addr = |i: usize| if i == 0 { [10, 0, 0, 1] } else { [10, 0, 0, 2] };
+    for (k, (from, mad)) in n.log.iter().enumerate() {
+        let mut p = vec![0x64, 0, 0xff, 0xff, 0, 0, 0, 1, 0x80, 0, 0, k as u8];
+        p.extend_from_slice(&[0x80, 0x01, 0x00, 0x00, 0, 0, 0, 1]);
+        p.extend_from_slice(mad);
+        p.extend_from_slice(&[0; 4]); // ICRC (tshark does not check it)
+        w.write_ipv4_udp(
+            Duration::from_millis(k as u64),
+            (addr(*from), 49152),
+            (addr(1 - from), 4791),
+            0,
+            &p,
+        )
+        .unwrap();
+    }
+    let dir = std::env::var_os("CARGO_TARGET_TMPDIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let path = dir.join("cm-sim.pcap");
+    std::fs::write(&path, w.into_inner()).unwrap();
+    let Ok(out) = std::process::Command::new("tshark")
+        .args(["-r", path.to_str().unwrap(), "-T", "fields", "-e", "_ws.col.Info"])
+        .output()
+    else {
+        eprintln!("tshark not installed: skipped the decode check ({})", path.display());
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<_> = text.lines().map(str::trim).collect();
+    assert_eq!(
+        lines,
+        [
+            "CM: ConnectRequest",
+            "CM: ConnectReply",
+            "CM: ReadyToUse",
+            "CM: DisconnectRequest",
+            "CM: DisconnectReply"
+        ],
+        "{text}"
+    );
+}
