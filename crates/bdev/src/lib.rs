@@ -23,6 +23,8 @@
 //!    nothing.
 
 pub mod buf;
+#[cfg(feature = "uring")]
+pub mod file;
 pub mod malloc;
 pub mod null;
 mod stats;
