@@ -902,6 +902,26 @@ mod tests {
     }
 
     #[test]
+    fn test_waits_for_a_delayed_completion() {
+        let (mut q, clock) = eq();
+        let a = q.event_init(None).unwrap();
+        let t = q
+            .sched_mut()
+            .create(|s, id| s.complete(id, Ok(())).unwrap());
+        q.sched_mut()
+            .schedule_after(t, Duration::from_millis(4))
+            .unwrap();
+        q.launch_task(a, t).unwrap();
+        let t0 = clock.now();
+        assert_eq!(q.test(a, Wait::Timeout(Duration::from_millis(1))), Ok(None));
+        assert_eq!(clock.now().since(t0), Duration::from_millis(1));
+        assert_eq!(q.test(a, Wait::Forever), Ok(Some(Ok(()))));
+        assert_eq!(clock.now().since(t0), Duration::from_millis(4));
+        assert_eq!(q.event_state(a), Ok(EventState::Ready));
+        q.destroy(false).unwrap();
+    }
+
+    #[test]
     fn event_callbacks_change_result() {
         let (mut q, _) = eq();
         let a = q.event_init(None).unwrap();

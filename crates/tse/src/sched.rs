@@ -1444,6 +1444,16 @@ mod tests {
     }
 
     #[test]
+    fn task_slot_stays_small() {
+        // every task costs one slot: keep it within three cache lines
+        assert!(
+            std::mem::size_of::<Task>() <= 192,
+            "{}",
+            std::mem::size_of::<Task>()
+        );
+    }
+
+    #[test]
     fn reentrant_progress_is_refused() {
         let (mut s, _) = manual();
         let inner = Rc::new(RefCell::new(usize::MAX));
