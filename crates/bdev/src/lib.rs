@@ -27,6 +27,7 @@ pub mod buf;
 pub mod file;
 pub mod malloc;
 pub mod null;
+pub mod spec;
 mod stats;
 mod sync_channel;
 
