@@ -505,7 +505,8 @@ impl Sqe {
         s
     }
 
-    /// An NVM Read/Write/Compare-style command: `nlb_count` is a block count (>= 1).
+    /// An NVM Read/Write/Compare-style command: `nlb_count` is a block count,
+    /// clamped to 1..=65536 (NLB is 16 bits, 0's based).
     pub fn rw(op: IoOpcode, cid: u16, nsid: u32, slba: u64, nlb_count: u32) -> Self {
         let mut s = Sqe::zeroed();
         s.set_opcode(op.raw());
@@ -542,6 +543,61 @@ impl core::fmt::Debug for Sqe {
             .field("cdw11", &format_args!("{:#x}", self.cdw11()))
             .field("cdw12", &format_args!("{:#x}", self.cdw12()))
             .finish()
+    }
+}
+
+/// One line in the terms tshark's NVMe dissector uses, for logs.
+impl core::fmt::Display for Sqe {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        if self.is_fabrics() {
+            write!(f, "Fabrics {} cid={}", self.fctype(), self.cid())?;
+            match self.fctype() {
+                FabricsType::Connect => write!(
+                    f,
+                    " qid={} sqsize={} kato={}",
+                    self.connect_qid(),
+                    self.connect_sqsize(),
+                    self.connect_kato()
+                ),
+                FabricsType::PropertyGet | FabricsType::PropertySet => {
+                    write!(
+                        f,
+                        " offset={:#x} size={}",
+                        self.prop_offset(),
+                        if self.prop_size8() { 8 } else { 4 }
+                    )
+                }
+                _ => Ok(()),
+            }
+        } else {
+            write!(
+                f,
+                "opc={:#04x} cid={} nsid={}",
+                self.opcode(),
+                self.cid(),
+                self.nsid()
+            )?;
+            match self.io_opcode() {
+                IoOpcode::Read | IoOpcode::Write | IoOpcode::Compare | IoOpcode::WriteZeroes => {
+                    write!(f, " slba={} nlb={}", self.slba(), self.num_blocks())
+                }
+                _ => Ok(()),
+            }
+        }
+    }
+}
+
+impl core::fmt::Display for Cqe {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "cid={} sqid={} sqhd={} dw0={:#x} status={}",
+            self.cid(),
+            self.sqid(),
+            self.sqhd(),
+            self.dw0(),
+            self.status()
+        )
     }
 }
 
@@ -914,6 +970,49 @@ mod tests {
         assert_eq!(c.status_raw(), (1 << 15) | (2 << 9) | (0x81 << 1));
         c.set_connect_cntlid(0x12);
         assert_eq!(c.connect_cntlid(), 0x12);
+    }
+
+    #[test]
+    fn display() {
+        let s = Sqe::rw(IoOpcode::Read, 3, 1, 100, 8);
+        assert_eq!(s.to_string(), "opc=0x02 cid=3 nsid=1 slba=100 nlb=8");
+        assert_eq!(
+            Sqe::connect(1, 2, 127, 0).to_string(),
+            "Fabrics Connect cid=1 qid=2 sqsize=127 kato=0"
+        );
+        let c = Cqe::new(3, Status::generic(GenericStatus::InvalidField));
+        assert_eq!(
+            c.to_string(),
+            "cid=3 sqid=0 sqhd=0 dw0=0x0 status=Invalid Field in Command (sct 0x0, sc 0x02)"
+        );
+        assert_eq!(
+            Sqe::rw(IoOpcode::Read, 0, 1, 0, 100_000).num_blocks(),
+            65536
+        );
+    }
+
+    proptest::proptest! {
+        /// Any 64/16 bytes parse, and every accessor is total on them.
+        #[test]
+        fn accessors_total(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80)) {
+            if let Ok(s) = Sqe::from_bytes(&b) {
+                let _ = (s.to_string(), format!("{s:?}"), s.dptr(), s.fctype(), s.slba(), s.num_blocks());
+                let mut t = s;
+                t.set_psdt(s.psdt());
+                t.set_fuse(s.fuse());
+                proptest::prop_assert_eq!(t, s);
+            } else {
+                proptest::prop_assert!(b.len() < SQE_LEN);
+            }
+            if let Ok(c) = Cqe::from_bytes(&b) {
+                let mut d = Cqe::zeroed();
+                d.set_status_raw(c.status_raw());
+                let st = c.status();
+                d.set_status(st);
+                proptest::prop_assert_eq!(d.status_raw(), c.status_raw());
+                let _ = (c.to_string(), st.name(), st.fabrics_name());
+            }
+        }
     }
 
     #[test]

@@ -589,6 +589,18 @@ mod tests {
         assert_eq!(DiscoveryEntry::parse(&second).unwrap(), e);
     }
 
+    proptest::proptest! {
+        /// Parsers never panic on arbitrary bytes.
+        #[test]
+        fn parsers_total(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..3000)) {
+            let _ = DiscoveryLog::parse(&b);
+            let _ = DiscoveryEntry::parse(&b);
+            let _ = ErrorLogEntry::parse(&b);
+            let _ = SmartLog::parse(&b);
+            let _ = crate::identify::parse_ns_descriptor_list(&b);
+        }
+    }
+
     #[test]
     fn error_and_smart_and_fw() {
         let e = ErrorLogEntry {

@@ -454,6 +454,20 @@ mod tests {
             prop_assert_eq!(got, merge_adjacent(&bufs));
         }
 
+        /// The walker never panics, whatever the list pages hold.
+        #[test]
+        fn walker_total_on_garbage(
+            prp1 in proptest::prelude::any::<u64>(),
+            prp2 in 0u64..0x4000,
+            len in 1u64..100_000,
+            page in prop::collection::vec(proptest::prelude::any::<u8>(), 0..4096),
+        ) {
+            let mut m = FakeMemory::new(0x100_0000);
+            m.zero_fill_reads = true;
+            m.write(0, &page).unwrap();
+            let _ = walk(prp1, prp2, len, P, &m);
+        }
+
         /// Any layout: build either succeeds and round-trips, or is rejected with a
         /// reason that really holds.
         #[test]
