@@ -147,6 +147,17 @@ pub struct QpConnAttrs {
     pub hop_limit: u8,
 }
 
+/// What the driver must do to a CM-managed QP (see [`CmEndpoint::attach_qp`]),
+/// drained by [`CmEndpoint::poll_qp_action`] before `poll_transmit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpAction {
+    /// Move the QP INIT→RTR→RTS with these attributes (active side, REP received:
+    /// the RTU queued behind this action must not leave before).
+    ReadyToSend(QpConnAttrs),
+    /// Move the QP to ERR (disconnect).
+    Error,
+}
+
 /// Counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CmStats {
@@ -278,6 +289,7 @@ pub struct CmEndpoint {
     sidr_seen: HashMap<(IpAddr, u32), usize>,
     tx: VecDeque<Transmit>,
     events: VecDeque<CmEvent>,
+    qp_actions: VecDeque<(CmIdHandle, QpAction)>,
     tid_hi: u32,
     tid_lo: u32,
     next_port: u16,
@@ -322,6 +334,7 @@ impl CmEndpoint {
             sidr_seen: HashMap::new(),
             tx: VecDeque::new(),
             events: VecDeque::new(),
+            qp_actions: VecDeque::new(),
             tid_hi: 0,
             tid_lo: 0,
             next_port: 0,
@@ -504,10 +517,29 @@ impl CmEndpoint {
         self.events.remove(pos)
     }
 
+    /// The first queued event that `pred` selects (e.g. a synchronous listener's
+    /// CONNECT_REQUEST: `|e| e.listen_id == Some(l)`).
+    #[must_use]
+    pub fn poll_event_where(&mut self, pred: impl Fn(&CmEvent) -> bool) -> Option<CmEvent> {
+        let pos = self.events.iter().position(pred)?;
+        self.events.remove(pos)
+    }
+
     /// The next event of any channel.
     #[must_use]
     pub fn poll_any_event(&mut self) -> Option<CmEvent> {
         self.events.pop_front()
+    }
+
+    /// The next QP transition the driver must make (drain before `poll_transmit`).
+    #[must_use]
+    pub fn poll_qp_action(&mut self) -> Option<(CmIdHandle, QpAction)> {
+        self.qp_actions.pop_front()
+    }
+
+    /// How many events are queued (all channels).
+    pub fn pending_events(&self) -> usize {
+        self.events.len()
     }
 
     /// The next MAD to send.
@@ -589,6 +621,10 @@ impl CmEndpoint {
     fn report_disconnect(&mut self, idx: usize) {
         if !self.id(idx).disconnect_reported {
             self.id_mut(idx).disconnect_reported = true;
+            if self.id(idx).managed_qp {
+                let h = self.handle(idx);
+                self.qp_actions.push_back((h, QpAction::Error));
+            }
             self.simple_event(idx, EventType::Disconnected, 0);
         }
     }
@@ -1222,6 +1258,9 @@ impl CmEndpoint {
                 }
                 let mad = self.dreq_mad(idx);
                 let wait = self.retry_wait(self.id(idx).peer_response_timeout);
+                if self.id(idx).managed_qp {
+                    self.qp_actions.push_back((h, QpAction::Error));
+                }
                 self.send_armed(idx, now, &mad, wait, self.cfg.max_cm_retries);
                 self.id_mut(idx).state = CmState::DreqSent;
                 Ok(())
@@ -1687,6 +1726,10 @@ impl CmEndpoint {
                 if managed {
                     let mad = self.rtu_mad(idx);
                     self.id_mut(idx).state = CmState::Established;
+                    if let Ok(attrs) = self.qp_attrs(self.handle(idx)) {
+                        let h = self.handle(idx);
+                        self.qp_actions.push_back((h, QpAction::ReadyToSend(attrs)));
+                    }
                     self.push_event(idx, EventType::Established, 0, param, None, ece, None);
                     self.send_id(idx, &mad);
                 } else {

@@ -12,17 +12,20 @@
 //! through their states (the driver does, with [`CmEndpoint::qp_attrs`]), do LAP/APR
 //! (alternate paths), multicast, or IB SA path queries.
 //!
-//! Depends on `wire` (MAD formats). The `driver` feature will bind an endpoint to
-//! QP1 of a `verbs` soft device (not built yet; see docs/cm.md).
+//! Depends on `wire` (MAD formats); with the `driver` feature also on `verbs`:
+//! [`driver::CmDevice`] binds an endpoint to QP1 of a soft device and offers the
+//! rdma_cm-like blocking/async API ([`driver::CmId`], [`driver::EventChannel`]).
 
+#[cfg(feature = "driver")]
+pub mod driver;
 pub mod endpoint;
 pub mod event;
 pub mod id;
 
 pub use endpoint::{
-    cm_timeout, CmConfig, CmEndpoint, CmStats, QpConnAttrs, Transmit, ACCEPT_PRIVATE_DATA_MAX,
-    CONNECT_PRIVATE_DATA_MAX, REJECT_PRIVATE_DATA_MAX, SIDR_ACCEPT_PRIVATE_DATA_MAX,
-    SIDR_CONNECT_PRIVATE_DATA_MAX,
+    cm_timeout, CmConfig, CmEndpoint, CmStats, QpAction, QpConnAttrs, Transmit,
+    ACCEPT_PRIVATE_DATA_MAX, CONNECT_PRIVATE_DATA_MAX, REJECT_PRIVATE_DATA_MAX,
+    SIDR_ACCEPT_PRIVATE_DATA_MAX, SIDR_CONNECT_PRIVATE_DATA_MAX,
 };
 pub use event::{CmEvent, ConnParam, Ece, EventType, UdParam};
 pub use id::{ChannelId, CmIdHandle, CmOption, CmState};

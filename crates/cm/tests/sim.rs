@@ -822,10 +822,20 @@ fn sim_capture_decodes_in_tshark() {
     let path = dir.join("cm-sim.pcap");
     std::fs::write(&path, w.into_inner()).unwrap();
     let Ok(out) = std::process::Command::new("tshark")
-        .args(["-r", path.to_str().unwrap(), "-T", "fields", "-e", "_ws.col.Info"])
+        .args([
+            "-r",
+            path.to_str().unwrap(),
+            "-T",
+            "fields",
+            "-e",
+            "_ws.col.Info",
+        ])
         .output()
     else {
-        eprintln!("tshark not installed: skipped the decode check ({})", path.display());
+        eprintln!(
+            "tshark not installed: skipped the decode check ({})",
+            path.display()
+        );
         return;
     };
     let text = String::from_utf8_lossy(&out.stdout);

@@ -1,0 +1,690 @@
+//! The CM bound to QP1 (the GSI QP) of a `verbs` soft device, and an
+//! rdma_cm-like API on top: event channels, [`CmId`]s (asynchronous on a channel
+//! or synchronous), `create_qp` moving the QP through INIT/RTR/RTS.
+//!
+//! One thread per [`CmDevice`] polls the GSI QP's CQ (MADs in: the 40-byte GRH
+//! slot gives the sender's IPv4 address), runs the endpoint's timers and sends its
+//! MADs as UD SEND_ONLY to QP1 of the peer with Q_Key 0x80010000. Application calls
+//! take the same mutex, run the endpoint, apply QP transitions and send.
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use verbs::{
+    AccessFlags, Ah, AhAttr, CompChannel, Cq, Gid, Mr, Mtu, Pd, Qp, QpAttr, QpAttrMask, QpCap,
+    QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, Wc, WcOpcode, WcStatus, WrDetail,
+    WrOpcode,
+};
+use wire::mad::{PortSpace, MAD_LEN, QP1_QKEY, RDMA_UDP_QKEY};
+
+use crate::{
+    ChannelId, CmConfig, CmEndpoint, CmEvent, CmIdHandle, ConnParam, EventType, QpAction,
+    QpConnAttrs, Transmit,
+};
+
+const NRECV: usize = 64;
+const NSEND: usize = 64;
+const RECV_SLOT: usize = 40 + MAD_LEN;
+const SEND_TAG: u64 = 1 << 32;
+
+/// Errors of the driver API.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// A CM call failed.
+    #[error(transparent)]
+    Cm(#[from] crate::Error),
+    /// A verbs call failed.
+    #[error("verbs: {0}")]
+    Verbs(#[from] verbs::Error),
+    /// A synchronous call ended with an error event.
+    #[error("{event} (status {status})")]
+    Event {
+        /// The event.
+        event: EventType,
+        /// Its status.
+        status: i32,
+    },
+    /// No event within the timeout.
+    #[error("timed out waiting for a CM event")]
+    Timeout,
+    /// The id has no QP.
+    #[error("no QP on this cm_id")]
+    NoQp,
+}
+
+type Result<T> = std::result::Result<T, DriverError>;
+
+struct State {
+    ep: CmEndpoint,
+    gsi: Qp,
+    recv_mr: Mr,
+    send_mr: Mr,
+    send_free: Vec<usize>,
+    pending: VecDeque<Transmit>,
+    qps: Vec<(CmIdHandle, Qp)>,
+}
+
+struct Dev {
+    ctx: verbs::Context,
+    pd: Pd,
+    ip: Ipv4Addr,
+    cq: Cq,
+    chan: CompChannel,
+    st: Mutex<State>,
+    cv: Condvar,
+    stop: AtomicBool,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// The CM of one device. Cheap to clone; the poller stops when the last clone drops
+/// (or on [`CmDevice::close`]).
+#[derive(Clone)]
+pub struct CmDevice {
+    dev: Arc<Dev>,
+}
+
+fn v4(ip: IpAddr) -> Ipv4Addr {
+    match ip {
+        IpAddr::V4(a) => a,
+        IpAddr::V6(a) => a.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
+    }
+}
+
+fn mtu(m: u8) -> Mtu {
+    match m {
+        1 => Mtu::Mtu256,
+        2 => Mtu::Mtu512,
+        4 => Mtu::Mtu2048,
+        5 => Mtu::Mtu4096,
+        _ => Mtu::Mtu1024,
+    }
+}
+
+/// Move an RC QP INIT→RTR→RTS with the CM-negotiated attributes.
+fn qp_rtr_rts(qp: &Qp, a: &QpConnAttrs) -> std::result::Result<(), verbs::Error> {
+    let mut attr = QpAttr {
+        qp_state: QpState::Rtr,
+        path_mtu: mtu(a.path_mtu),
+        dest_qp_num: a.dest_qp_num,
+        rq_psn: a.rq_psn,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        min_rnr_timer: 12,
+        ah_attr: AhAttr {
+            dgid: Gid::from_ipv4(v4(a.remote)),
+            sgid_index: 1,
+            hop_limit: a.hop_limit,
+            traffic_class: a.traffic_class,
+            sl: 0,
+            port_num: 1,
+            dport: 0,
+        },
+        ..QpAttr::default()
+    };
+    qp.modify(
+        &attr,
+        QpAttrMask::STATE
+            | QpAttrMask::AV
+            | QpAttrMask::PATH_MTU
+            | QpAttrMask::DEST_QPN
+            | QpAttrMask::RQ_PSN
+            | QpAttrMask::MAX_DEST_RD_ATOMIC
+            | QpAttrMask::MIN_RNR_TIMER,
+    )?;
+    attr.qp_state = QpState::Rts;
+    attr.sq_psn = a.sq_psn;
+    attr.timeout = a.timeout;
+    attr.retry_cnt = a.retry_cnt;
+    attr.rnr_retry = a.rnr_retry;
+    attr.max_rd_atomic = a.max_rd_atomic;
+    qp.modify(
+        &attr,
+        QpAttrMask::STATE
+            | QpAttrMask::SQ_PSN
+            | QpAttrMask::TIMEOUT
+            | QpAttrMask::RETRY_CNT
+            | QpAttrMask::RNR_RETRY
+            | QpAttrMask::MAX_QP_RD_ATOMIC,
+    )
+}
+
+impl State {
+    /// Apply QP transitions, then send what the endpoint queued.
+    fn pump(&mut self) {
+        while let Some((h, act)) = self.ep.poll_qp_action() {
+            let Some((_, qp)) = self.qps.iter().find(|(k, _)| *k == h) else {
+                continue;
+            };
+            let r = match act {
+                QpAction::ReadyToSend(a) => qp_rtr_rts(qp, &a),
+                QpAction::Error => qp.modify(
+                    &QpAttr {
+                        qp_state: QpState::Err,
+                        ..QpAttr::default()
+                    },
+                    QpAttrMask::STATE,
+                ),
+            };
+            if let Err(e) = r {
+                tracing::warn!("cm: QP {:#x} transition {:?} failed: {e}", qp.qp_num(), act);
+            }
+        }
+        while let Some(t) = self.ep.poll_transmit() {
+            self.pending.push_back(t);
+        }
+        while !self.pending.is_empty() {
+            let Some(slot) = self.send_free.pop() else {
+                break;
+            };
+            let Some(t) = self.pending.pop_front() else {
+                break;
+            };
+            self.send_mr.write(slot * MAD_LEN, &t.mad);
+            let sge = [self.send_mr.sge(slot * MAD_LEN, MAD_LEN as u32)];
+            let mut wr = SendWr::new(SEND_TAG | slot as u64, WrOpcode::Send, &sge);
+            wr.send_flags = SendFlags::SIGNALED;
+            wr.wr = WrDetail::Ud {
+                ah: Ah {
+                    ip: v4(t.dst),
+                    ..Ah::default()
+                },
+                remote_qpn: 1,
+                remote_qkey: QP1_QKEY,
+            };
+            if let Err(e) = self.gsi.post_send(&[wr]) {
+                tracing::warn!("cm: GSI post_send: {:?}", e.error);
+                self.send_free.push(slot);
+                break;
+            }
+        }
+    }
+
+    fn post_recv(&self, slot: usize) {
+        let sge = [self.recv_mr.sge(slot * RECV_SLOT, RECV_SLOT as u32)];
+        let _ = self.gsi.post_recv(&[RecvWr {
+            wr_id: slot as u64,
+            sg_list: &sge,
+        }]);
+    }
+}
+
+impl Dev {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One poll of the GSI CQ + timers + transmit. Returns completions handled.
+    fn round(&self) -> usize {
+        let mut wcs = [Wc::default(); 32];
+        let n = self.cq.poll(&mut wcs).unwrap_or(0);
+        let now = Instant::now();
+        let mut st = self.lock();
+        for wc in &wcs[..n] {
+            if wc.wr_id & SEND_TAG != 0 {
+                st.send_free.push((wc.wr_id & 0xffff_ffff) as usize);
+                continue;
+            }
+            let slot = wc.wr_id as usize;
+            if wc.status == WcStatus::Success && wc.opcode == WcOpcode::Recv {
+                let mut buf = [0u8; RECV_SLOT];
+                st.recv_mr.read(slot * RECV_SLOT, &mut buf);
+                let src = Ipv4Addr::new(buf[32], buf[33], buf[34], buf[35]);
+                let len = (wc.byte_len as usize).min(RECV_SLOT);
+                if len >= 40 {
+                    st.ep
+                        .handle_mad(now, IpAddr::V4(src), IpAddr::V4(self.ip), &buf[40..len]);
+                }
+            }
+            st.post_recv(slot);
+        }
+        st.ep.handle_timeout(now);
+        st.pump();
+        if st.ep.pending_events() > 0 {
+            self.cv.notify_all();
+        }
+        n
+    }
+
+    fn next_wait(&self) -> i32 {
+        let st = self.lock();
+        let now = Instant::now();
+        match st.ep.poll_timeout() {
+            Some(t) if t <= now => 0,
+            Some(t) => (t - now).as_millis().clamp(1, 50) as i32,
+            None => 50,
+        }
+    }
+}
+
+impl CmDevice {
+    /// Bind a CM to the device `ctx` (takes its GSI QP) and start its poller.
+    pub fn open(ctx: &verbs::Context, mut cfg: CmConfig) -> Result<CmDevice> {
+        let ip = ctx.ip();
+        cfg.local_addrs = vec![IpAddr::V4(ip)];
+        if cfg.ca_guid == CmConfig::default().ca_guid {
+            cfg.ca_guid = ctx.query_device().node_guid;
+        }
+        let pd = ctx.alloc_pd()?;
+        let chan = ctx.create_comp_channel()?;
+        let cq = ctx.create_cq(NRECV + NSEND + 16, Some(&chan))?;
+        let cap = QpCap {
+            max_send_wr: NSEND as u32,
+            max_recv_wr: NRECV as u32,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let gsi = pd.create_gsi_qp(&cq, &cq, cap)?;
+        let recv_mr = pd.reg_mr(NRECV * RECV_SLOT, AccessFlags::LOCAL_WRITE)?;
+        let send_mr = pd.reg_mr(NSEND * MAD_LEN, AccessFlags::LOCAL_WRITE)?;
+        let st = State {
+            ep: CmEndpoint::new(cfg),
+            gsi,
+            recv_mr,
+            send_mr,
+            send_free: (0..NSEND).collect(),
+            pending: VecDeque::new(),
+            qps: Vec::new(),
+        };
+        for slot in 0..NRECV {
+            st.post_recv(slot);
+        }
+        let dev = Arc::new(Dev {
+            ctx: ctx.clone(),
+            pd,
+            ip,
+            cq,
+            chan,
+            st: Mutex::new(st),
+            cv: Condvar::new(),
+            stop: AtomicBool::new(false),
+            thread: Mutex::new(None),
+        });
+        let weak = Arc::downgrade(&dev);
+        let th = std::thread::Builder::new()
+            .name(format!("cm-{ip}"))
+            .spawn(move || loop {
+                let Some(dev) = weak.upgrade() else { return };
+                if dev.stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                let _ = dev.cq.req_notify(false);
+                if dev.round() == 0 {
+                    let wait = dev.next_wait();
+                    if wait > 0 {
+                        let chan = dev.chan.clone();
+                        drop(dev);
+                        let _ = chan.get_cq_event(wait);
+                    }
+                }
+            })
+            .map_err(verbs::Error::Io)?;
+        *dev.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(th);
+        Ok(CmDevice { dev })
+    }
+
+    /// Stop the poller (ids stop working).
+    pub fn close(&self) {
+        self.dev.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self
+            .dev
+            .thread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            let _ = t.join();
+        }
+    }
+
+    /// The verbs device.
+    pub fn context(&self) -> &verbs::Context {
+        &self.dev.ctx
+    }
+
+    /// A protection domain for the application's QPs and MRs.
+    pub fn pd(&self) -> &Pd {
+        &self.dev.pd
+    }
+
+    /// The device's IPv4 address.
+    pub fn ip(&self) -> Ipv4Addr {
+        self.dev.ip
+    }
+
+    /// Counters of the endpoint.
+    pub fn stats(&self) -> crate::CmStats {
+        self.dev.lock().ep.stats
+    }
+
+    /// `rdma_create_event_channel`.
+    pub fn create_event_channel(&self) -> EventChannel {
+        let ch = self.dev.lock().ep.create_channel();
+        EventChannel {
+            dev: self.clone(),
+            ch,
+        }
+    }
+
+    /// `rdma_create_id` on `channel` (`None`: synchronous id whose calls block
+    /// until their event and return it).
+    pub fn create_id(&self, channel: Option<&EventChannel>, ps: PortSpace) -> CmId {
+        let h = self.dev.lock().ep.create_id(channel.map(|c| c.ch), ps, 0);
+        CmId {
+            dev: self.clone(),
+            h,
+            sync: channel.is_none(),
+            qp: None,
+        }
+    }
+
+    fn call<R>(
+        &self,
+        f: impl FnOnce(&mut CmEndpoint, Instant) -> std::result::Result<R, crate::Error>,
+    ) -> Result<R> {
+        let mut st = self.dev.lock();
+        let r = f(&mut st.ep, Instant::now());
+        st.pump();
+        if st.ep.pending_events() > 0 {
+            self.dev.cv.notify_all();
+        }
+        Ok(r?)
+    }
+
+    fn wait_event(
+        &self,
+        timeout: Option<Duration>,
+        pred: impl Fn(&CmEvent) -> bool,
+    ) -> Result<CmEvent> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut st = self.dev.lock();
+        loop {
+            if let Some(ev) = st.ep.poll_event_where(&pred) {
+                return Ok(ev);
+            }
+            let wait = match deadline {
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return Err(DriverError::Timeout);
+                    }
+                    (d - now).min(Duration::from_millis(100))
+                }
+                None => Duration::from_millis(100),
+            };
+            st = self
+                .dev
+                .cv
+                .wait_timeout(st, wait)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// `struct rdma_event_channel`.
+pub struct EventChannel {
+    dev: CmDevice,
+    ch: ChannelId,
+}
+
+impl EventChannel {
+    /// `rdma_get_cm_event`: blocks up to `timeout` (`None`: forever). Dropping the
+    /// event acknowledges it.
+    pub fn get_event(&self, timeout: Option<Duration>) -> Result<CmEvent> {
+        let ch = self.ch;
+        self.dev.wait_event(timeout, |e| e.channel == Some(ch))
+    }
+
+    /// The channel's id.
+    pub fn id(&self) -> ChannelId {
+        self.ch
+    }
+}
+
+/// `struct rdma_cm_id`. Dropping it destroys it (`rdma_destroy_id`).
+pub struct CmId {
+    dev: CmDevice,
+    h: CmIdHandle,
+    sync: bool,
+    qp: Option<Qp>,
+}
+
+impl CmId {
+    /// The endpoint handle.
+    pub fn handle(&self) -> CmIdHandle {
+        self.h
+    }
+
+    /// The device.
+    pub fn device(&self) -> &CmDevice {
+        &self.dev
+    }
+
+    /// The QP made by [`CmId::create_qp`].
+    pub fn qp(&self) -> Option<&Qp> {
+        self.qp.as_ref()
+    }
+
+    /// Wrap the new id of a CONNECT_REQUEST event.
+    pub fn from_request(dev: &CmDevice, ev: &CmEvent) -> CmId {
+        let sync = ev.channel.is_none();
+        CmId {
+            dev: dev.clone(),
+            h: ev.id,
+            sync,
+            qp: None,
+        }
+    }
+
+    fn sync_wait(&self, timeout: Duration, ok: &[EventType]) -> Result<Option<CmEvent>> {
+        if !self.sync {
+            return Ok(None);
+        }
+        let h = self.h;
+        let ev = self.dev.wait_event(Some(timeout), |e| e.id == h)?;
+        if ok.contains(&ev.event) {
+            Ok(Some(ev))
+        } else {
+            Err(DriverError::Event {
+                event: ev.event,
+                status: ev.status,
+            })
+        }
+    }
+
+    /// `rdma_bind_addr`.
+    pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
+        let h = self.h;
+        self.dev.call(|ep, _| ep.bind_addr(h, addr))
+    }
+
+    /// `rdma_resolve_addr` (sync ids return the ADDR_RESOLVED event).
+    pub fn resolve_addr(
+        &self,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        timeout: Duration,
+    ) -> Result<Option<CmEvent>> {
+        let h = self.h;
+        self.dev
+            .call(|ep, _| ep.resolve_addr(h, src, dst, timeout))?;
+        self.sync_wait(
+            timeout.max(Duration::from_secs(1)),
+            &[EventType::AddrResolved],
+        )
+    }
+
+    /// `rdma_resolve_route`.
+    pub fn resolve_route(&self, timeout: Duration) -> Result<Option<CmEvent>> {
+        let h = self.h;
+        self.dev.call(|ep, _| ep.resolve_route(h, timeout))?;
+        self.sync_wait(
+            timeout.max(Duration::from_secs(1)),
+            &[EventType::RouteResolved],
+        )
+    }
+
+    /// `rdma_listen`.
+    pub fn listen(&self, backlog: usize) -> Result<()> {
+        let h = self.h;
+        self.dev.call(|ep, _| ep.listen(h, backlog))
+    }
+
+    /// `rdma_get_request` (sync listener): the next CONNECT_REQUEST and its new id.
+    pub fn get_request(&self, timeout: Option<Duration>) -> Result<(CmId, CmEvent)> {
+        let h = self.h;
+        let ev = self.dev.wait_event(timeout, |e| e.listen_id == Some(h))?;
+        Ok((CmId::from_request(&self.dev, &ev), ev))
+    }
+
+    /// `rdma_create_qp`: an RC (TCP/IB port space) or UD (UDP) QP on the id's
+    /// device, moved to INIT (UD: to RTS); the CM moves an RC QP to RTR/RTS itself.
+    pub fn create_qp(&mut self, send_cq: &Cq, recv_cq: &Cq, cap: QpCap) -> Result<&Qp> {
+        let h = self.h;
+        let ps = self.dev.dev.lock().ep.port_space(h)?;
+        let ud = ps == PortSpace::Udp;
+        let mut init = QpInitAttr::new(if ud { QpType::Ud } else { QpType::Rc }, send_cq, recv_cq);
+        init.cap = cap;
+        let qp = self.dev.pd().create_qp(&init)?;
+        let mut a = QpAttr {
+            qp_state: QpState::Init,
+            port_num: 1,
+            pkey_index: 0,
+            qp_access_flags: AccessFlags::LOCAL_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_ATOMIC,
+            qkey: RDMA_UDP_QKEY,
+            ..QpAttr::default()
+        };
+        if ud {
+            qp.modify(
+                &a,
+                QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
+            )?;
+            a.qp_state = QpState::Rtr;
+            qp.modify(&a, QpAttrMask::STATE)?;
+            a.qp_state = QpState::Rts;
+            qp.modify(&a, QpAttrMask::STATE | QpAttrMask::SQ_PSN)?;
+        } else {
+            qp.modify(
+                &a,
+                QpAttrMask::STATE
+                    | QpAttrMask::PKEY_INDEX
+                    | QpAttrMask::PORT
+                    | QpAttrMask::ACCESS_FLAGS,
+            )?;
+        }
+        let qpn = qp.qp_num();
+        {
+            let mut st = self.dev.dev.lock();
+            st.ep.attach_qp(h, qpn)?;
+            st.qps.retain(|(k, _)| *k != h);
+            st.qps.push((h, qp.clone()));
+        }
+        self.qp = Some(qp);
+        self.qp.as_ref().ok_or(DriverError::NoQp)
+    }
+
+    /// `rdma_connect` (sync ids: until ESTABLISHED, or the error event as `Err`).
+    pub fn connect(&self, param: &ConnParam, timeout: Duration) -> Result<Option<CmEvent>> {
+        let h = self.h;
+        self.dev.call(|ep, now| ep.connect(now, h, param))?;
+        self.sync_wait(
+            timeout,
+            &[EventType::Established, EventType::ConnectResponse],
+        )
+    }
+
+    /// `rdma_accept`: moves the QP to RTR/RTS first, then sends REP (sync ids:
+    /// until ESTABLISHED).
+    pub fn accept(&self, param: &ConnParam, timeout: Duration) -> Result<Option<CmEvent>> {
+        let h = self.h;
+        let ps = self.dev.dev.lock().ep.port_space(h)?;
+        if let (Some(qp), false) = (&self.qp, ps == PortSpace::Udp) {
+            let attrs = self.dev.dev.lock().ep.qp_attrs(h)?;
+            qp_rtr_rts(qp, &attrs)?;
+        }
+        self.dev.call(|ep, now| ep.accept(now, h, param))?;
+        if ps == PortSpace::Udp {
+            return Ok(None);
+        }
+        self.sync_wait(timeout, &[EventType::Established])
+    }
+
+    /// `rdma_reject`.
+    pub fn reject(&self, private_data: &[u8]) -> Result<()> {
+        let h = self.h;
+        self.dev.call(|ep, _| ep.reject(h, private_data, None))
+    }
+
+    /// `rdma_establish`.
+    pub fn establish(&self) -> Result<()> {
+        let h = self.h;
+        if let Some(qp) = &self.qp {
+            let attrs = self.dev.dev.lock().ep.qp_attrs(h)?;
+            qp_rtr_rts(qp, &attrs)?;
+        }
+        self.dev.call(|ep, _| ep.establish(h))
+    }
+
+    /// `rdma_disconnect`.
+    pub fn disconnect(&self) -> Result<()> {
+        let h = self.h;
+        self.dev.call(|ep, now| ep.disconnect(now, h))
+    }
+
+    /// Sync ids: wait for this id's next event (e.g. DISCONNECTED).
+    pub fn get_event(&self, timeout: Option<Duration>) -> Result<CmEvent> {
+        let h = self.h;
+        self.dev.wait_event(timeout, |e| e.id == h)
+    }
+
+    /// `rdma_set_option`.
+    pub fn set_option(&self, opt: crate::CmOption) -> Result<()> {
+        let h = self.h;
+        self.dev.call(|ep, _| ep.set_option(h, opt))
+    }
+
+    /// `rdma_set_local_ece`.
+    pub fn set_local_ece(&self, ece: crate::Ece) -> Result<()> {
+        let h = self.h;
+        self.dev.call(|ep, _| ep.set_local_ece(h, ece))
+    }
+
+    /// `rdma_get_remote_ece`.
+    pub fn remote_ece(&self) -> Result<crate::Ece> {
+        Ok(self.dev.dev.lock().ep.remote_ece(self.h)?)
+    }
+
+    /// `rdma_get_peer_addr`.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.dev.dev.lock().ep.peer_addr(self.h).ok().flatten()
+    }
+
+    /// `rdma_get_local_addr`.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.dev.dev.lock().ep.local_addr(self.h).ok().flatten()
+    }
+}
+
+impl Drop for CmId {
+    fn drop(&mut self) {
+        let h = self.h;
+        let _ = self.dev.call(|ep, now| ep.destroy_id(now, h));
+        self.dev.dev.lock().qps.retain(|(k, _)| *k != h);
+        if let Some(qp) = self.qp.take() {
+            let _ = qp.destroy();
+        }
+    }
+}
