@@ -731,6 +731,49 @@ impl core::fmt::Debug for Cqe {
     }
 }
 
+/// Size of one Dataset Management range.
+pub const DSM_RANGE_LEN: usize = 16;
+
+/// One Dataset Management range (NVM Command Set Figure 48): context attributes,
+/// length in logical blocks, starting LBA. The command's data holds NR + 1 of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct DsmRange {
+    pub context_attributes: u32,
+    /// Number of logical blocks (a count, not 0's based).
+    pub nlb: u32,
+    pub slba: u64,
+}
+
+impl DsmRange {
+    /// The 16-byte image.
+    pub fn to_bytes(&self) -> [u8; DSM_RANGE_LEN] {
+        let mut b = [0u8; DSM_RANGE_LEN];
+        put32(&mut b, 0, self.context_attributes);
+        put32(&mut b, 4, self.nlb);
+        put64(&mut b, 8, self.slba);
+        b
+    }
+    /// Parse the ranges in a Dataset Management data buffer: `count` ranges
+    /// (NR + 1); fails if the buffer holds fewer.
+    pub fn parse_list(b: &[u8], count: usize) -> Result<Vec<DsmRange>, Error> {
+        let need = count.saturating_mul(DSM_RANGE_LEN);
+        if b.len() < need {
+            return Err(Error::Truncated {
+                need,
+                have: b.len(),
+            });
+        }
+        Ok(b[..need]
+            .chunks_exact(DSM_RANGE_LEN)
+            .map(|r| DsmRange {
+                context_attributes: le32(r, 0),
+                nlb: le32(r, 4),
+                slba: le64(r, 8),
+            })
+            .collect())
+    }
+}
+
 /// Length of the Connect command's data.
 pub const CONNECT_DATA_LEN: usize = 1024;
 /// Length of an NQN field (NUL-padded string).
@@ -970,6 +1013,36 @@ mod tests {
         assert_eq!(c.status_raw(), (1 << 15) | (2 << 9) | (0x81 << 1));
         c.set_connect_cntlid(0x12);
         assert_eq!(c.connect_cntlid(), 0x12);
+    }
+
+    /// Linux `struct nvme_dsm_range { __le32 cattr; __le32 nlb; __le64 slba; }`.
+    #[test]
+    fn dsm_ranges() {
+        let r = DsmRange {
+            context_attributes: 1,
+            nlb: 8,
+            slba: 0x1_0000_0000,
+        };
+        let b = r.to_bytes();
+        assert_eq!(&b[4..8], &8u32.to_le_bytes());
+        assert_eq!(&b[8..16], &0x1_0000_0000u64.to_le_bytes());
+        let mut two = b.to_vec();
+        two.extend_from_slice(
+            &DsmRange {
+                nlb: 1,
+                ..Default::default()
+            }
+            .to_bytes(),
+        );
+        let l = DsmRange::parse_list(&two, 2).unwrap();
+        assert_eq!(l[0], r);
+        assert_eq!(l[1].nlb, 1);
+        assert!(DsmRange::parse_list(&two, 3).is_err());
+        let mut s = Sqe::rw(IoOpcode::DatasetManagement, 1, 1, 0, 1);
+        s.set_cdw10(1);
+        s.set_cdw11(1 << 2);
+        assert_eq!(s.dsm_nr(), 1);
+        assert!(s.dsm_deallocate());
     }
 
     #[test]

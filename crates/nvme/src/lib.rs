@@ -37,7 +37,7 @@ pub mod rules;
 pub mod sgl;
 pub mod status;
 
-pub use cmd::{Cqe, Dptr, Psdt, Sqe, CQE_LEN, SQE_LEN};
+pub use cmd::{ConnectData, Cqe, Dptr, DsmRange, Psdt, Sqe, CQE_LEN, SQE_LEN};
 pub use memory::{FakeMemory, GuestMemory, GuestMemoryMut, IoVec, MemoryError, SliceMemory};
 pub use opcode::{AdminOpcode, FabricsType, IoOpcode};
 pub use sgl::{SglDescriptor, SglEntry, SglSubtype, SglType};
