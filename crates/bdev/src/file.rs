@@ -698,6 +698,42 @@ mod tests {
         assert_eq!(r.data(), want);
     }
 
+    /// Against a real block device (e.g. a loop device): set
+    /// DPUSTACK_TEST_BLOCKDEV=/dev/loopN (its contents are overwritten) and run
+    /// `cargo test -p bdev -- --ignored block_device`.
+    #[test]
+    #[ignore = "needs a scratch block device in DPUSTACK_TEST_BLOCKDEV"]
+    fn block_device() {
+        let path = std::env::var("DPUSTACK_TEST_BLOCKDEV").expect("DPUSTACK_TEST_BLOCKDEV");
+        for direct in [false, true] {
+            let opts = FileOptions {
+                block_size: 4096,
+                direct,
+                queue_depth: 8,
+                size: None,
+            };
+            let d = FileBdev::open("bd", &path, opts).unwrap();
+            assert!(d.is_block_device());
+            let mut ch = d.open_channel().unwrap();
+            let data = pattern(8 * 4096, 9);
+            ch.submit(BdevIo::write(1, 8, vec![IoBuf::from(data.clone())], 0))
+                .unwrap();
+            assert!(wait(&mut *ch, 1)[0].is_success());
+            ch.submit(BdevIo::write_zeroes(2, 1, 0)).unwrap();
+            ch.submit(BdevIo::unmap(4, 1, 0)).unwrap();
+            let st: Vec<_> = wait(&mut *ch, 2).iter().map(|i| i.status).collect();
+            assert!(st.iter().all(|s| *s == IoStatus::Success), "{st:?}");
+            ch.submit(BdevIo::read(1, 8, vec![IoBuf::aligned(8 * 4096, 4096)], 0))
+                .unwrap();
+            let got = wait(&mut *ch, 1).pop().unwrap().data();
+            assert_eq!(&got[..4096], &data[..4096]);
+            assert!(got[4096..8192].iter().all(|&b| b == 0));
+            assert_eq!(&got[8192..3 * 4096], &data[8192..3 * 4096]);
+            assert!(got[3 * 4096..4 * 4096].iter().all(|&b| b == 0));
+            assert_eq!(&got[4 * 4096..], &data[4 * 4096..]);
+        }
+    }
+
     #[test]
     fn open_errors_are_clear() {
         let e = FileBdev::open("x", "/nonexistent/dir/file", FileOptions::default())
