@@ -38,7 +38,9 @@ pub mod sgl;
 pub mod status;
 
 pub use cmd::{ConnectData, Cqe, Dptr, DsmRange, Psdt, Sqe, CQE_LEN, SQE_LEN};
-pub use memory::{FakeMemory, GuestMemory, GuestMemoryMut, IoVec, MemoryError, SliceMemory};
+pub use memory::{
+    FakeMemory, GuestMemory, GuestMemoryMut, IoVec, MemoryError, SliceMemory, VecMemory,
+};
 pub use opcode::{AdminOpcode, FabricsType, IoOpcode};
 pub use sgl::{SglDescriptor, SglEntry, SglSubtype, SglType};
 pub use status::{Sct, Status};

@@ -89,6 +89,37 @@ impl GuestMemory for SliceMemory<'_> {
     }
 }
 
+/// A growable byte vector as address space 0..len: `alloc` appends. Used to lay
+/// out in-capsule SGL segments (Offset subtype) when building a fabrics command;
+/// the receiver walks them with [`SliceMemory`] over the capsule data.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VecMemory(pub Vec<u8>);
+
+impl GuestMemory for VecMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+        SliceMemory(&self.0).read(addr, buf)
+    }
+}
+
+impl GuestMemoryMut for VecMemory {
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemoryError> {
+        let err = MemoryError::Unmapped {
+            addr,
+            len: data.len(),
+        };
+        let start = usize::try_from(addr).map_err(|_| err)?;
+        let end = start.checked_add(data.len()).ok_or(err)?;
+        self.0.get_mut(start..end).ok_or(err)?.copy_from_slice(data);
+        Ok(())
+    }
+    fn alloc(&mut self, len: usize, align: u64) -> Result<u64, MemoryError> {
+        let align = usize::try_from(align.max(1)).map_err(|_| MemoryError::OutOfMemory)?;
+        let start = self.0.len().div_ceil(align) * align;
+        self.0.resize(start + len, 0);
+        Ok(start as u64)
+    }
+}
+
 /// A sparse address space made of 4 KiB frames, created on write. Reads of
 /// never-written frames fail unless `zero_fill_reads` is set.
 #[derive(Debug, Clone)]

@@ -781,6 +781,43 @@ mod tests {
         assert_eq!(data_iovecs(&w).unwrap(), vec![IoVec::new(0, 16)]);
     }
 
+    /// NVMe/RDMA style: several keyed descriptors in-capsule behind a Last Segment
+    /// with the Offset subtype, walked back from the capsule bytes.
+    #[test]
+    fn in_capsule_keyed_list() {
+        use crate::memory::{SliceMemory, VecMemory};
+        let entries: Vec<SglEntry> = (0..3u64)
+            .map(|i| SglEntry::Keyed {
+                addr: 0x10_0000 * (i + 1),
+                len: 4096,
+                key: 0x100 + i as u32,
+                invalidate: false,
+            })
+            .collect();
+        let mut capsule = VecMemory::default();
+        let opts = BuildOptions {
+            segment_subtype: SglSubtype::Offset,
+            ..Default::default()
+        };
+        let s = build(&entries, opts, &mut capsule).unwrap();
+        assert_eq!(s.sgl1.id(), 0x31); // Last Segment, Offset
+        assert_eq!(s.sgl1.address(), 0);
+        assert_eq!(capsule.0.len(), 48);
+        let w = walk(&s.sgl1, &SliceMemory(&capsule.0), 16).unwrap();
+        assert_eq!(w, entries);
+        let mut sqe = crate::Sqe::rw(crate::IoOpcode::Write, 1, 1, 0, 3);
+        sqe.set_sgl(s.sgl1);
+        assert_eq!(
+            crate::rules::check_data_pointer(
+                &sqe,
+                crate::rules::Transport::Rdma,
+                crate::rules::QueueKind::Io,
+                true
+            ),
+            Ok(())
+        );
+    }
+
     #[test]
     fn walker_rejects_malformed() {
         let mut m = FakeMemory::default();
