@@ -72,6 +72,9 @@ pub struct LinkConfig {
     pub reorder_delay: Duration,
     /// Probability that one random byte of the packet is flipped.
     pub corrupt: f64,
+    /// Link rate in bits per second (0 = infinite): packets leave one after the
+    /// other, so a burst is spread in time and jitter reorders only near neighbours.
+    pub rate_bps: u64,
 }
 
 impl Default for LinkConfig {
@@ -84,6 +87,7 @@ impl Default for LinkConfig {
             reorder: 0.0,
             reorder_delay: Duration::from_micros(50),
             corrupt: 0.0,
+            rate_bps: 10_000_000_000,
         }
     }
 }
@@ -141,6 +145,8 @@ pub struct Link<M> {
     rng: SmallRng,
     q: BinaryHeap<Reverse<InFlight<M>>>,
     seq: u64,
+    /// When the transmitter is free again (serialization at `rate_bps`).
+    busy_until: Option<Instant>,
     pub stats: LinkStats,
 }
 
@@ -151,6 +157,7 @@ impl<M: Clone> Link<M> {
             rng: SmallRng::seed_from_u64(seed),
             q: BinaryHeap::new(),
             seq: 0,
+            busy_until: None,
             stats: LinkStats::default(),
         }
     }
@@ -158,6 +165,15 @@ impl<M: Clone> Link<M> {
     /// Hands a datagram to the link at time `now`.
     pub fn send(&mut self, now: Instant, meta: M, data: &[u8]) {
         self.stats.sent += 1;
+        let depart = match self.busy_until {
+            Some(t) if t > now => t,
+            _ => now,
+        };
+        if self.cfg.rate_bps > 0 {
+            let ns = (data.len() as u64 * 8).saturating_mul(1_000_000_000) / self.cfg.rate_bps;
+            self.busy_until = Some(depart + Duration::from_nanos(ns));
+        }
+        let now = depart;
         if self.rng.gen_bool(self.cfg.loss.clamp(0.0, 1.0)) {
             self.stats.lost += 1;
             return;

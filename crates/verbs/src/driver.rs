@@ -1,0 +1,160 @@
+//! The UDP driver under the sans-IO engine: a socket on `ip:4791`, batched
+//! receive (`recvmmsg`) and send (`sendmmsg` + UDP GSO), one poller thread per
+//! device or manual progress. Buffers are allocated once per device; the steady
+//! state allocates nothing per packet (checked by `tests/alloc.rs`).
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use netio::udp::{TxBatch, UdpBatchSocket};
+use wire::roce::icrc::fill_icrc_ipv4;
+use wire::roce::{Ipv4Pseudo, ROCE_PORT};
+
+use crate::device::Shared;
+use crate::soft::Engine;
+
+/// Transmit side state (lives under the device mutex).
+pub(crate) struct TxState {
+    src: [u8; 4],
+    tx: TxBatch,
+}
+
+impl TxState {
+    pub(crate) fn new(src: Ipv4Addr, max_pkt: usize) -> TxState {
+        TxState {
+            src: src.octets(),
+            tx: TxBatch::new(max_pkt),
+        }
+    }
+
+    /// Drains the engine's transmit queue into batches and sends them.
+    pub(crate) fn pump(&mut self, engine: &mut Engine, sock: &UdpBatchSocket, now: Instant) {
+        loop {
+            while let Some(slot) = self.tx.slot() {
+                match engine.poll_transmit(now, slot) {
+                    Some(t) => self
+                        .tx
+                        .commit(SocketAddrV4::new(Ipv4Addr::from(t.dst), t.dport), t.len),
+                    None => break,
+                }
+            }
+            if self.tx.is_empty() {
+                return;
+            }
+            let src = self.src;
+            let sport = sock.local_addr().map(|a| a.port()).unwrap_or(ROCE_PORT);
+            self.tx.for_each_packet(sock, |pkt, dst, id| {
+                let ip = Ipv4Pseudo {
+                    id,
+                    ..Ipv4Pseudo::df(src, dst.ip().octets(), sport, dst.port())
+                };
+                let _ = fill_icrc_ipv4(&ip, pkt);
+            });
+            let full = self.tx.len() >= netio::udp::MAX_BATCH;
+            if let Err(e) = self.tx.flush(sock) {
+                tracing::warn!("roce tx: {e}");
+            }
+            if !full {
+                return;
+            }
+        }
+    }
+}
+
+/// One receive + timers + transmit round. Returns datagrams received.
+fn round(shared: &Shared, rx: &mut netio::udp::RxBatch) -> crate::Result<usize> {
+    let Some(sock) = shared.sock.as_ref() else {
+        return Ok(0);
+    };
+    let n = rx.recv(sock)?;
+    let now = Instant::now();
+    let mut g = shared.lock();
+    for i in 0..n {
+        if let Some((src, data)) = rx.get(i) {
+            g.engine.handle_datagram(now, src.ip().octets(), None, data);
+        }
+    }
+    if g.engine.poll_timeout().is_some_and(|t| t <= now) {
+        g.engine.handle_timeout(now);
+    }
+    shared.after(&mut g);
+    Ok(n)
+}
+
+/// Manual progress: drain the socket, fire timers, send.
+pub(crate) fn progress(shared: &Shared) -> crate::Result<usize> {
+    let mut guard = shared.rx.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(rx) = guard.as_mut() else {
+        return Ok(0);
+    };
+    let mut total = 0;
+    loop {
+        let n = round(shared, rx)?;
+        total += n;
+        if n < netio::udp::MAX_BATCH {
+            break;
+        }
+    }
+    if total == 0 {
+        // timers still need firing without traffic
+        let now = Instant::now();
+        let mut g = shared.lock();
+        if g.engine.poll_timeout().is_some_and(|t| t <= now) {
+            g.engine.handle_timeout(now);
+            shared.after(&mut g);
+        }
+    }
+    Ok(total)
+}
+
+/// Starts the device's poller thread. It holds only a weak reference and exits
+/// when the last handle of the device is dropped.
+pub(crate) fn spawn_poller(shared: &Arc<Shared>) -> std::io::Result<()> {
+    let weak: Weak<Shared> = Arc::downgrade(shared);
+    let sock = shared
+        .sock
+        .clone()
+        .ok_or_else(|| std::io::Error::other("no socket"))?;
+    let mut rx = shared
+        .rx
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+        .ok_or_else(|| std::io::Error::other("no rx"))?;
+    std::thread::Builder::new()
+        .name(format!("roce-{}", shared.name))
+        .spawn(move || loop {
+            let timeout = {
+                let Some(s) = weak.upgrade() else { return };
+                let now = Instant::now();
+                let t = s.lock().engine.poll_timeout();
+                t.map_or(Duration::from_millis(50), |t| {
+                    t.saturating_duration_since(now)
+                        .min(Duration::from_millis(50))
+                })
+            };
+            if !sock.wait_readable(Some(timeout)).unwrap_or(false) {
+                let Some(s) = weak.upgrade() else { return };
+                let now = Instant::now();
+                let mut g = s.lock();
+                if g.engine.poll_timeout().is_some_and(|t| t <= now) {
+                    g.engine.handle_timeout(now);
+                    s.after(&mut g);
+                }
+                continue;
+            }
+            let Some(s) = weak.upgrade() else { return };
+            loop {
+                match round(&s, &mut rx) {
+                    Ok(n) if n == netio::udp::MAX_BATCH => continue,
+                    Ok(_) => break,
+                    Err(e) => {
+                        tracing::warn!("roce rx: {e}");
+                        break;
+                    }
+                }
+            }
+        })?;
+    Ok(())
+}
