@@ -245,15 +245,16 @@ impl UringChannel {
     }
 
     /// Push one SQE, submitting first if the submission ring is full.
-    fn push(&mut self, e: squeue::Entry) {
-        loop {
+    /// Returns false if the ring stayed full (the kernel refused submissions).
+    fn push(&mut self, e: squeue::Entry) -> bool {
+        for _ in 0..10_000 {
             // SAFETY: every SQE points only at memory owned by a Slot (buffers,
             // iovec arrays, bounce buffers) or by the channel (zero buffer); slots
             // are kept until their CQEs arrive, and Drop waits for all of them.
             let pushed = unsafe { self.ring.submission().push(&e) }.is_ok();
             if pushed {
                 self.queued += 1;
-                return;
+                return true;
             }
             // The ring is full: hand it to the kernel, which consumes the SQEs.
             match self.ring.submit() {
@@ -261,6 +262,7 @@ impl UringChannel {
                 Err(_) => std::thread::yield_now(),
             }
         }
+        false
     }
 
     fn needs_bounce(&self, io: &BdevIo) -> bool {
@@ -376,8 +378,25 @@ impl UringChannel {
         slot.pending = sqes.len() as u32;
         slot.io = io;
         self.slots[idx as usize] = Some(slot);
+        let total = sqes.len() as u32;
+        let mut pushed = 0u32;
         for e in sqes {
-            self.push(e);
+            if !self.push(e) {
+                break;
+            }
+            pushed += 1;
+        }
+        if pushed < total {
+            // Only the pushed SQEs will complete; fail the I/O when they have.
+            if let Some(slot) = self.slots[idx as usize].as_mut() {
+                slot.pending = pushed;
+                slot.error = Some(IoError::Os(libc::EAGAIN));
+            }
+            if pushed == 0 {
+                if let Some(slot) = self.slots[idx as usize].take() {
+                    self.finish(idx, slot);
+                }
+            }
         }
     }
 
