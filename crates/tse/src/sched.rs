@@ -102,24 +102,98 @@ pub type CompFn = Box<dyn FnOnce(&mut Scheduler, TaskId, TaskResult) -> TaskResu
 /// error) when the scheduler is completed or cancelled, and may change it.
 pub type SchedCompFn = Box<dyn FnOnce(TaskResult) -> TaskResult>;
 
-enum Body {
-    /// A function; `None` only while it runs.
-    Run(Option<BodyFn>),
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A body function (`Task::body`; `None` only while it runs).
+    Run,
     /// No body: once ready the task is `Running` until someone completes it.
     External,
     /// No body: once ready the task completes with `Ok` (or its dependency error).
     Join,
 }
 
-struct Task {
-    state: TaskState,
-    body: Body,
+/// A list that holds its first element inline: most tasks have zero or one
+/// completion callback and zero or one dependent, and this saves the `Vec`
+/// allocation for them.
+#[derive(Default)]
+enum Small<T> {
+    #[default]
+    Empty,
+    One(T),
+    Many(Vec<T>),
+}
+
+impl<T> Small<T> {
+    fn push(&mut self, v: T) {
+        match std::mem::take(self) {
+            Small::Empty => *self = Small::One(v),
+            Small::One(a) => *self = Small::Many(vec![a, v]),
+            Small::Many(mut vs) => {
+                vs.push(v);
+                *self = Small::Many(vs);
+            }
+        }
+    }
+    /// Removes the last element.
+    fn pop(&mut self) -> Option<T> {
+        match std::mem::take(self) {
+            Small::Empty => None,
+            Small::One(a) => Some(a),
+            Small::Many(mut vs) => {
+                let v = vs.pop();
+                *self = Small::Many(vs);
+                v
+            }
+        }
+    }
+    fn as_slice(&self) -> &[T] {
+        match self {
+            Small::Empty => &[],
+            Small::One(a) => std::slice::from_ref(a),
+            Small::Many(vs) => vs,
+        }
+    }
+    /// Takes every element out, in insertion order.
+    fn drain(&mut self) -> SmallIter<T> {
+        match std::mem::take(self) {
+            Small::Empty => SmallIter::One(None),
+            Small::One(a) => SmallIter::One(Some(a)),
+            Small::Many(vs) => SmallIter::Many(vs.into_iter()),
+        }
+    }
+}
+
+enum SmallIter<T> {
+    One(Option<T>),
+    Many(std::vec::IntoIter<T>),
+}
+
+impl<T> Iterator for SmallIter<T> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        match self {
+            SmallIter::One(o) => o.take(),
+            SmallIter::Many(it) => it.next(),
+        }
+    }
+}
+
+/// What few tasks use, boxed on first use to keep the task slot small.
+#[derive(Default)]
+struct Extra {
     priv_data: Option<Box<dyn Any>>,
     stack: Vec<Box<dyn Any>>,
     prep: Vec<PrepFn>,
-    comp: Vec<CompFn>,
+}
+
+struct Task {
+    state: TaskState,
+    kind: Kind,
+    body: Option<BodyFn>,
+    extra: Option<Box<Extra>>,
+    comp: Small<CompFn>,
     /// Tasks waiting for this one, each with the epoch it had when it started waiting.
-    dependents: Vec<(TaskId, u32)>,
+    dependents: Small<(TaskId, u32)>,
     /// Dependencies not completed yet.
     dep_cnt: u32,
     /// The first failure among the completed dependencies.
@@ -139,15 +213,19 @@ struct Task {
 }
 
 impl Task {
-    fn new(body: Body, priv_data: Option<Box<dyn Any>>) -> Task {
+    fn new(kind: Kind, body: Option<BodyFn>, priv_data: Option<Box<dyn Any>>) -> Task {
         Task {
             state: TaskState::Init,
+            kind,
             body,
-            priv_data,
-            stack: Vec::new(),
-            prep: Vec::new(),
-            comp: Vec::new(),
-            dependents: Vec::new(),
+            extra: priv_data.map(|d| {
+                Box::new(Extra {
+                    priv_data: Some(d),
+                    ..Extra::default()
+                })
+            }),
+            comp: Small::Empty,
+            dependents: Small::Empty,
             dep_cnt: 0,
             dep_error: None,
             propagate: true,
@@ -159,6 +237,31 @@ impl Task {
             wake_seq: 0,
             visit: 0,
         }
+    }
+
+    fn extra(&mut self) -> &mut Extra {
+        self.extra.get_or_insert_with(Box::default)
+    }
+
+    fn priv_data(&self) -> Option<&dyn Any> {
+        self.extra.as_ref()?.priv_data.as_deref()
+    }
+
+    fn stack_len(&self) -> usize {
+        self.extra.as_ref().map_or(0, |e| e.stack.len())
+    }
+
+    fn has_prep(&self) -> bool {
+        self.extra.as_ref().is_some_and(|e| !e.prep.is_empty())
+    }
+}
+
+/// The error for a handle of this scheduler that names no live task: a
+/// removed task has completed (tasks are only freed after completion).
+fn miss(id: TaskId, m: Miss) -> Error {
+    match m {
+        Miss::Removed => Error::AlreadyCompleted(id),
+        Miss::Invalid => Error::InvalidTask(id),
     }
 }
 
@@ -291,44 +394,29 @@ impl Scheduler {
 
     // ---- lookup ----------------------------------------------------------
 
-    fn miss(&self, id: TaskId, m: Miss) -> Error {
-        if id.sched != self.id {
-            Error::WrongScheduler(id)
-        } else if m == Miss::Removed {
-            Error::AlreadyCompleted(id)
-        } else {
-            Error::InvalidTask(id)
-        }
-    }
-
     fn task(&self, id: TaskId) -> Result<&Task, Error> {
         if id.sched != self.id {
             return Err(Error::WrongScheduler(id));
         }
-        self.tasks.get(id.idx, id.gen).map_err(|m| self.miss(id, m))
+        self.tasks.get(id.idx, id.gen).map_err(|m| miss(id, m))
     }
 
     fn task_mut(&mut self, id: TaskId) -> Result<&mut Task, Error> {
         if id.sched != self.id {
             return Err(Error::WrongScheduler(id));
         }
-        let miss = match self.tasks.get(id.idx, id.gen) {
-            Ok(_) => None,
-            Err(m) => Some(self.miss(id, m)),
-        };
-        match miss {
-            Some(e) => Err(e),
-            None => self
-                .tasks
-                .get_mut(id.idx, id.gen)
-                .map_err(|_| Error::InvalidTask(id)),
-        }
+        self.tasks.get_mut(id.idx, id.gen).map_err(|m| miss(id, m))
     }
 
     // ---- creation --------------------------------------------------------
 
-    fn insert(&mut self, body: Body, priv_data: Option<Box<dyn Any>>) -> TaskId {
-        let (idx, gen) = self.tasks.insert(Task::new(body, priv_data));
+    fn insert(
+        &mut self,
+        kind: Kind,
+        body: Option<BodyFn>,
+        priv_data: Option<Box<dyn Any>>,
+    ) -> TaskId {
+        let (idx, gen) = self.tasks.insert(Task::new(kind, body, priv_data));
         self.stats.created += 1;
         TaskId {
             sched: self.id,
@@ -340,7 +428,7 @@ impl Scheduler {
     /// Creates a task with a body (`tse_task_create`). It runs once scheduled
     /// and ready; see [`BodyFn`].
     pub fn create(&mut self, body: impl FnMut(&mut Scheduler, TaskId) + 'static) -> TaskId {
-        self.insert(Body::Run(Some(Box::new(body))), None)
+        self.insert(Kind::Run, Some(Box::new(body)), None)
     }
 
     /// Creates a task with a body and typed private data (read it with
@@ -350,34 +438,34 @@ impl Scheduler {
         body: impl FnMut(&mut Scheduler, TaskId) + 'static,
         data: T,
     ) -> TaskId {
-        self.insert(Body::Run(Some(Box::new(body))), Some(Box::new(data)))
+        self.insert(Kind::Run, Some(Box::new(body)), Some(Box::new(data)))
     }
 
     /// Creates a task without a body: once scheduled and ready it is `Running`
     /// until [`Scheduler::complete`] is called (DAOS: a task with a NULL body,
     /// completed by an RPC callback).
     pub fn create_external(&mut self) -> TaskId {
-        self.insert(Body::External, None)
+        self.insert(Kind::External, None, None)
     }
 
     /// Creates a join task: once scheduled and its dependencies completed, it
     /// completes by itself with `Ok` (or, by default, its first dependency error).
     pub fn create_join(&mut self) -> TaskId {
-        self.insert(Body::Join, None)
+        self.insert(Kind::Join, None, None)
     }
 
     // ---- private data and stack ---------------------------------------------
 
     /// Sets (replaces) the task's private data.
     pub fn set_priv<T: Any>(&mut self, id: TaskId, data: T) -> Result<(), Error> {
-        self.task_mut(id)?.priv_data = Some(Box::new(data));
+        self.task_mut(id)?.extra().priv_data = Some(Box::new(data));
         Ok(())
     }
 
     /// The task's private data as a `T`.
     pub fn priv_ref<T: Any>(&self, id: TaskId) -> Result<&T, Error> {
         let t = self.task(id)?;
-        let d = t.priv_data.as_ref().ok_or(Error::Missing {
+        let d = t.priv_data().ok_or(Error::Missing {
             task: id,
             what: "private data",
         })?;
@@ -391,7 +479,7 @@ impl Scheduler {
     /// The task's private data as a `&mut T`.
     pub fn priv_mut<T: Any>(&mut self, id: TaskId) -> Result<&mut T, Error> {
         let t = self.task_mut(id)?;
-        let d = t.priv_data.as_mut().ok_or(Error::Missing {
+        let d = t.extra().priv_data.as_mut().ok_or(Error::Missing {
             task: id,
             what: "private data",
         })?;
@@ -405,14 +493,14 @@ impl Scheduler {
     /// Takes the task's private data out (it then has none).
     pub fn take_priv<T: Any>(&mut self, id: TaskId) -> Result<T, Error> {
         let t = self.task_mut(id)?;
-        let d = t.priv_data.take().ok_or(Error::Missing {
+        let d = t.extra().priv_data.take().ok_or(Error::Missing {
             task: id,
             what: "private data",
         })?;
         match d.downcast::<T>() {
             Ok(v) => Ok(*v),
             Err(d) => {
-                t.priv_data = Some(d);
+                t.extra().priv_data = Some(d);
                 Err(Error::WrongType {
                     task: id,
                     what: "private data",
@@ -425,7 +513,7 @@ impl Scheduler {
     /// Pushes a value on the task's stack (DAOS `tse_task_stack_push_data`),
     /// e.g. for a completion callback registered by the same layer.
     pub fn stack_push<T: Any>(&mut self, id: TaskId, v: T) -> Result<(), Error> {
-        self.task_mut(id)?.stack.push(Box::new(v));
+        self.task_mut(id)?.extra().stack.push(Box::new(v));
         Ok(())
     }
 
@@ -433,14 +521,14 @@ impl Scheduler {
     /// stays on the stack.
     pub fn stack_pop<T: Any>(&mut self, id: TaskId) -> Result<T, Error> {
         let t = self.task_mut(id)?;
-        let top = t.stack.pop().ok_or(Error::Missing {
+        let top = t.extra().stack.pop().ok_or(Error::Missing {
             task: id,
             what: "value on its stack",
         })?;
         match top.downcast::<T>() {
             Ok(v) => Ok(*v),
             Err(top) => {
-                t.stack.push(top);
+                t.extra().stack.push(top);
                 Err(Error::WrongType {
                     task: id,
                     what: "top of its stack",
@@ -452,7 +540,7 @@ impl Scheduler {
 
     /// Number of values on the task's stack.
     pub fn stack_len(&self, id: TaskId) -> Result<usize, Error> {
-        Ok(self.task(id)?.stack.len())
+        Ok(self.task(id)?.stack_len())
     }
 
     // ---- queries -----------------------------------------------------------
@@ -501,7 +589,7 @@ impl Scheduler {
         }
         t.holds -= 1;
         if t.holds == 0 && t.state == TaskState::Completed {
-            self.tasks.remove(id.idx, id.gen);
+            self.tasks.free(id.idx, id.gen);
         }
         Ok(())
     }
@@ -589,7 +677,7 @@ impl Scheduler {
             let Ok(t) = self.tasks.get(cur.idx, cur.gen) else {
                 continue;
             };
-            for &(d, ep) in &t.dependents {
+            for &(d, ep) in t.dependents.as_slice() {
                 if let Ok(dt) = self.tasks.get(d.idx, d.gen) {
                     if dt.epoch == ep && dt.visit != epoch {
                         stack.push(d);
@@ -612,7 +700,7 @@ impl Scheduler {
         let t = self.task_mut(id)?;
         match t.state {
             TaskState::Init | TaskState::Waiting => {
-                t.prep.push(Box::new(cb));
+                t.extra().prep.push(Box::new(cb));
                 Ok(())
             }
             state => Err(Error::BadTaskState {
@@ -752,7 +840,9 @@ impl Scheduler {
         t.state = TaskState::Waiting;
         t.result = Ok(());
         t.dep_error = None;
-        t.stack.clear();
+        if let Some(e) = t.extra.as_mut() {
+            e.stack.clear();
+        }
         self.arm(id, delay);
         Ok(())
     }
@@ -814,7 +904,7 @@ impl Scheduler {
         };
         t.state = TaskState::Completed;
         let r = t.result;
-        let dependents = std::mem::take(&mut t.dependents);
+        let dependents = t.dependents.drain();
         let free = t.holds == 0;
         self.inflight -= 1;
         self.stats.completed += 1;
@@ -841,7 +931,7 @@ impl Scheduler {
             }
         }
         if free {
-            self.tasks.remove(id.idx, id.gen);
+            self.tasks.free(id.idx, id.gen);
         }
     }
 
@@ -888,8 +978,10 @@ impl Scheduler {
             return 0;
         }
         self.in_progress = true;
-        let now = self.clock.now();
-        self.wake_due(now);
+        if !self.sleeping.is_empty() {
+            let now = self.clock.now();
+            self.wake_due(now);
+        }
         let mut ran = 0;
         while let Some(id) = self.ready.pop_front() {
             let Ok(t) = self.tasks.get_mut(id.idx, id.gen) else {
@@ -939,8 +1031,8 @@ impl Scheduler {
             return;
         }
         t.state = TaskState::Running;
-        if !t.prep.is_empty() {
-            let mut preps = std::mem::take(&mut t.prep).into_iter();
+        if t.has_prep() {
+            let mut preps = std::mem::take(&mut t.extra().prep).into_iter();
             while let Some(cb) = preps.next() {
                 let r = cb(self, id);
                 let Ok(t) = self.tasks.get_mut(id.idx, id.gen) else {
@@ -949,14 +1041,14 @@ impl Scheduler {
                 if t.state != TaskState::Running {
                     // completed or re-initialised by the callback
                     let mut rest: Vec<PrepFn> = preps.collect();
-                    rest.append(&mut t.prep);
-                    t.prep = rest;
+                    rest.append(&mut t.extra().prep);
+                    t.extra().prep = rest;
                     return;
                 }
                 if let Err(e) = r {
                     let mut rest: Vec<PrepFn> = preps.collect();
-                    rest.append(&mut t.prep);
-                    t.prep = rest;
+                    rest.append(&mut t.extra().prep);
+                    t.extra().prep = rest;
                     let _ = self.complete(id, Err(e));
                     return;
                 }
@@ -965,17 +1057,17 @@ impl Scheduler {
         let Ok(t) = self.tasks.get_mut(id.idx, id.gen) else {
             return;
         };
-        match &mut t.body {
-            Body::Join => {
+        match t.kind {
+            Kind::Join => {
                 let _ = self.complete(id, Ok(()));
             }
-            Body::External => {}
-            Body::Run(slot) => {
-                if let Some(mut f) = slot.take() {
+            Kind::External => {}
+            Kind::Run => {
+                if let Some(mut f) = t.body.take() {
                     f(self, id);
                     if let Ok(t) = self.tasks.get_mut(id.idx, id.gen) {
-                        if let Body::Run(slot @ None) = &mut t.body {
-                            *slot = Some(f);
+                        if t.body.is_none() {
+                            t.body = Some(f);
                         }
                     }
                 }
@@ -1445,9 +1537,9 @@ mod tests {
 
     #[test]
     fn task_slot_stays_small() {
-        // every task costs one slot: keep it within three cache lines
+        // every task costs one slot: keep it within two cache lines
         assert!(
-            std::mem::size_of::<Task>() <= 192,
+            std::mem::size_of::<Task>() <= 128,
             "{}",
             std::mem::size_of::<Task>()
         );

@@ -71,14 +71,17 @@ impl<T> Slab<T> {
     }
 
     pub(crate) fn get_mut(&mut self, idx: u32, gen: u32) -> Result<&mut T, Miss> {
-        let miss = self.miss(idx, gen);
-        match self.slots.get_mut(idx as usize) {
-            Some(Slot {
-                gen: g,
-                val: Some(v),
-            }) if *g == gen => Ok(v),
-            _ => Err(miss),
+        let Some(slot) = self.slots.get_mut(idx as usize) else {
+            return Err(Miss::Invalid);
+        };
+        if slot.gen == gen && slot.val.is_some() {
+            return slot.val.as_mut().ok_or(Miss::Invalid);
         }
+        Err(if gen < slot.gen {
+            Miss::Removed
+        } else {
+            Miss::Invalid
+        })
     }
 
     pub(crate) fn remove(&mut self, idx: u32, gen: u32) -> Option<T> {
@@ -91,6 +94,21 @@ impl<T> Slab<T> {
         self.free.push(idx);
         self.live -= 1;
         Some(v)
+    }
+
+    /// Like `remove`, dropping the value in place.
+    pub(crate) fn free(&mut self, idx: u32, gen: u32) -> bool {
+        let Some(slot) = self.slots.get_mut(idx as usize) else {
+            return false;
+        };
+        if slot.gen != gen || slot.val.is_none() {
+            return false;
+        }
+        slot.val = None;
+        slot.gen = slot.gen.wrapping_add(1);
+        self.free.push(idx);
+        self.live -= 1;
+        true
     }
 
     /// (index, generation) of every live value.
@@ -139,8 +157,14 @@ mod tests {
         assert_eq!(s.get(i, g + 5), Err(Miss::Invalid));
         assert_eq!(s.get(9, 0), Err(Miss::Invalid));
         assert_eq!(s.live(), 1);
+        assert!(!s.free(i2, g2 + 1));
+        assert!(s.free(i2, g2));
+        assert!(!s.free(i2, g2));
+        assert_eq!(s.get(i2, g2), Err(Miss::Removed));
+        let (i3, g3) = s.insert("c");
+        assert_eq!((i3, g3), (i2, g2 + 1));
         s.clear();
         assert_eq!(s.live(), 0);
-        assert_eq!(s.get(i2, g2), Err(Miss::Removed));
+        assert_eq!(s.get(i3, g3), Err(Miss::Removed));
     }
 }
