@@ -1,7 +1,8 @@
 //! Flow table / megaflow switch (issue #7): switch trace, run, dump-flows, add/del/replace-flows.
 
-use anyhow::Result;
-use clap::Subcommand;
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::cmd::bench::BenchArgs;
@@ -26,14 +27,140 @@ impl Default for SwitchConfig {
 pub enum Cmd {
     /// OpenFlow table + megaflow datapath: trace, run, dump-flows, add-flows, del-flows, replace-flows.
     Switch {
+        #[command(subcommand)]
+        cmd: SwitchCmd,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SwitchCmd {
+    /// Trace packets through a flow table like `ovs-appctl ofproto/trace`: prints the
+    /// megaflow and the datapath actions OVS would install.
+    Trace(TraceArgs),
+    /// Run a live switch (AF_PACKET / pcap ports). NOT IMPLEMENTED yet.
+    Run {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Dump the datapath flows of a running switch. NOT IMPLEMENTED yet.
+    DumpFlows {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Add flows to a running switch. NOT IMPLEMENTED yet.
+    AddFlows {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Delete flows from a running switch. NOT IMPLEMENTED yet.
+    DelFlows {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Replace the flows of a running switch. NOT IMPLEMENTED yet.
+    ReplaceFlows {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
 }
 
+#[derive(Args, Debug)]
+pub struct TraceArgs {
+    /// Flow table in `ovs-ofctl add-flows` syntax.
+    #[arg(long)]
+    pub flows: PathBuf,
+    /// Packets, one per line: an OpenFlow exact-flow string (`in_port=1,tcp,nw_dst=...`),
+    /// optionally followed by the Ethernet frame as hex (then the frame is parsed and the
+    /// flow string only supplies `in_port`).
+    #[arg(long)]
+    pub packets: Option<PathBuf>,
+    /// Print a JSON list of {"packet","megaflow","actions"}.
+    #[arg(long)]
+    pub json: bool,
+    /// Disable the nw_src/nw_dst prefix tries (like OVS `prefixes=none`).
+    #[arg(long)]
+    pub no_prefixes: bool,
+    /// Packets given on the command line (same syntax as --packets lines).
+    pub flow: Vec<String>,
+}
+
+fn is_hex(s: &str) -> bool {
+    s.len() >= 28 && s.len() % 2 == 0 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn hex_bytes(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .filter_map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok())
+        .collect()
+}
+
+/// Parses one packet line into a flow key.
+pub fn packet_key(line: &str) -> Result<flow::FlowKey> {
+    let line = line.trim();
+    let mut parts = line.split_whitespace();
+    let first = parts.next().unwrap_or("");
+    if let Some(h) = parts.next() {
+        if is_hex(h) {
+            let meta = flow::parse_exact_flow(first)
+                .map_err(|e| anyhow!("packet `{line}`: {e}"))?;
+            return Ok(flow::FlowKey::from_packet(meta.in_port(), &hex_bytes(h)));
+        }
+    }
+    flow::parse_exact_flow(line).map_err(|e| anyhow!("packet `{line}`: {e}"))
+}
+
+fn trace_cmd(a: &TraceArgs) -> Result<()> {
+    let text = std::fs::read_to_string(&a.flows)
+        .with_context(|| format!("reading {}", a.flows.display()))?;
+    let rules = flow::parse_flows(&text).map_err(|e| anyhow!("{}: {e}", a.flows.display()))?;
+    let mut table = flow::FlowTable::from_rules(rules);
+    table.cls.set_prefix_tracking(!a.no_prefixes);
+    let mut pkts: Vec<String> = a.flow.clone();
+    if let Some(p) = &a.packets {
+        let t = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        pkts.extend(
+            t.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(String::from),
+        );
+    }
+    if pkts.is_empty() {
+        bail!("no packets: give FLOW arguments or --packets FILE");
+    }
+    let mut out = Vec::new();
+    for (i, p) in pkts.iter().enumerate() {
+        let k = packet_key(p)?;
+        let t = flow::trace(&table, &k);
+        if a.json {
+            out.push(serde_json::json!({"packet": p, "megaflow": t.megaflow, "actions": t.actions}));
+        } else {
+            if i > 0 {
+                println!();
+            }
+            if pkts.len() > 1 {
+                println!("Packet: {p}");
+            }
+            println!("Megaflow: {}", t.megaflow);
+            println!("Datapath actions: {}", t.actions);
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    }
+    Ok(())
+}
+
 pub fn run(cmd: Cmd, _cfg: &Config) -> Result<()> {
+    let Cmd::Switch { cmd } = cmd;
     match cmd {
-        Cmd::Switch { .. } => Err(not_implemented("switch", 7)),
+        SwitchCmd::Trace(a) => trace_cmd(&a),
+        SwitchCmd::Run { .. } => Err(not_implemented("switch run", 7)),
+        SwitchCmd::DumpFlows { .. } => Err(not_implemented("switch dump-flows", 7)),
+        SwitchCmd::AddFlows { .. } => Err(not_implemented("switch add-flows", 7)),
+        SwitchCmd::DelFlows { .. } => Err(not_implemented("switch del-flows", 7)),
+        SwitchCmd::ReplaceFlows { .. } => Err(not_implemented("switch replace-flows", 7)),
     }
 }
 
