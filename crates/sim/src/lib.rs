@@ -169,8 +169,10 @@ impl<M: Clone> Link<M> {
             Some(t) if t > now => t,
             _ => now,
         };
-        if self.cfg.rate_bps > 0 {
-            let ns = (data.len() as u64 * 8).saturating_mul(1_000_000_000) / self.cfg.rate_bps;
+        if let Some(ns) = (data.len() as u64 * 8)
+            .saturating_mul(1_000_000_000)
+            .checked_div(self.cfg.rate_bps)
+        {
             self.busy_until = Some(depart + Duration::from_nanos(ns));
         }
         let now = depart;

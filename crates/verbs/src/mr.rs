@@ -94,7 +94,7 @@ impl MrInner {
     }
     /// The 64-bit atomic at `off` (8-aligned, checked by the caller).
     pub(crate) fn atomic(&self, off: usize) -> &AtomicU64 {
-        assert!(off % 8 == 0 && off + 8 <= self.mem.len);
+        assert!(off & 7 == 0 && off + 8 <= self.mem.len);
         // SAFETY: in bounds, 8-aligned (the buffer is page-aligned), lives as long as self.
         unsafe { &*(self.mem.ptr.add(off) as *const AtomicU64) }
     }
@@ -173,7 +173,7 @@ impl Mr {
     }
     /// The 64-bit word at `off` (8-aligned), read atomically.
     pub fn load_u64(&self, off: usize) -> Option<u64> {
-        (off % 8 == 0 && off + 8 <= self.len())
+        (off & 7 == 0 && off + 8 <= self.len())
             .then(|| self.inner.atomic(off).load(Ordering::SeqCst))
     }
     /// # Safety

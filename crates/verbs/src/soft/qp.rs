@@ -402,7 +402,7 @@ impl QpCore {
         }
         match next {
             Reset => self.reset(ctx),
-            QpState::Err if self.state != QpState::Err => self.to_error(ctx, None),
+            QpState::Err if self.state != QpState::Err => self.enter_error(ctx, None),
             _ => {}
         }
         self.state = next;
@@ -635,7 +635,7 @@ impl QpCore {
 
     /// Moves to ERR: completes `first` (the failing WQE's status) for the head of
     /// the SQ, flushes everything else, raises QP_FATAL.
-    pub(crate) fn to_error(&mut self, ctx: &mut Ctx, first: Option<WcStatus>) {
+    pub(crate) fn enter_error(&mut self, ctx: &mut Ctx, first: Option<WcStatus>) {
         let mut first = first;
         while let Some(w) = self.sq.pop_front() {
             let st = first.take().unwrap_or(WcStatus::WrFlushErr);
@@ -707,11 +707,12 @@ impl QpCore {
             }
             self.counters.timeouts += 1;
             if self.retry_left == 0 {
-                self.to_error(ctx, Some(WcStatus::RetryExcErr));
+                self.enter_error(ctx, Some(WcStatus::RetryExcErr));
                 return;
             }
             self.retry_left -= 1;
             self.rewind(self.comp_psn);
+            self.retry_deadline = ack_timeout(self.attr.timeout).map(|d| now + d);
         }
     }
 
@@ -823,7 +824,7 @@ impl QpCore {
                         self.complete_send(ctx, &w, w.status);
                         continue;
                     }
-                    self.to_error(ctx, Some(w.status));
+                    self.enter_error(ctx, Some(w.status));
                     return None;
                 }
                 if w.flags.contains(SendFlags::FENCE) && i != 0 && self.rd_outstanding > 0 {
@@ -1041,7 +1042,7 @@ impl QpCore {
             return;
         }
         if self.retry_left == 0 {
-            self.to_error(ctx, Some(WcStatus::RetryExcErr));
+            self.enter_error(ctx, Some(WcStatus::RetryExcErr));
             return;
         }
         self.retry_left -= 1;
@@ -1107,11 +1108,11 @@ impl QpCore {
                     mtu
                 };
                 if payload.len() != exp {
-                    self.to_error(ctx, Some(WcStatus::BadRespErr));
+                    self.enter_error(ctx, Some(WcStatus::BadRespErr));
                     return;
                 }
                 if !w.sgl.copy_in(ctx.mrs, off, payload) {
-                    self.to_error(ctx, Some(WcStatus::LocProtErr));
+                    self.enter_error(ctx, Some(WcStatus::LocProtErr));
                     return;
                 }
                 if !last {
@@ -1154,7 +1155,7 @@ impl QpCore {
                 };
                 if self.attr.rnr_retry != 7 {
                     if self.rnr_left == 0 {
-                        self.to_error(ctx, Some(WcStatus::RnrRetryExcErr));
+                        self.enter_error(ctx, Some(WcStatus::RnrRetryExcErr));
                         return;
                     }
                     self.rnr_left -= 1;
@@ -1183,7 +1184,7 @@ impl QpCore {
                     NakCode::InvalidRdRequest => WcStatus::RemInvRdReqErr,
                     NakCode::Unknown(_) => WcStatus::BadRespErr,
                 };
-                self.to_error(ctx, Some(st));
+                self.enter_error(ctx, Some(st));
             }
             AethSyndrome::Reserved(_) => {}
         }
@@ -1222,7 +1223,7 @@ impl QpCore {
     fn resp_fatal(&mut self, ctx: &mut Ctx, psn: Psn, code: NakCode) -> Option<RespOut> {
         self.push_nak(psn, AethSyndrome::Nak(code));
         let nak = self.resp_q.pop_back();
-        self.to_error(ctx, None);
+        self.enter_error(ctx, None);
         nak
     }
 
@@ -1520,7 +1521,7 @@ impl QpCore {
             return None;
         } else if info.has(OpFlags::ATOMIC) {
             let a = r.atomic_eth?;
-            if a.va % 8 != 0 {
+            if a.va & 7 != 0 {
                 return self
                     .resp_fatal(ctx, psn, NakCode::InvalidRequest)
                     .map(RespOutPkt);
