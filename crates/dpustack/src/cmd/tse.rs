@@ -307,20 +307,42 @@ pub fn up(cfg: &Config) -> Result<Part> {
 const BATCH: usize = 10_000;
 const EQ_BATCH: usize = 64;
 
-/// ns per item of `f`, which does `BATCH` items per call: median of runs.
-fn ns_per(args: &BenchArgs, mut f: impl FnMut() -> u64) -> f64 {
-    let mut v = Vec::new();
+/// The same-run baseline, measured next to each figure (interleaved run by
+/// run) so that load from other processes hits both alike.
+struct Baseline {
+    q: ClosureQueue,
+    acc: u64,
+    slice: Duration,
+}
+
+impl Baseline {
+    /// ns per closure, over one slice.
+    fn measure(&mut self) -> f64 {
+        let (q, acc) = (&mut self.q, &mut self.acc);
+        let (ops, el) = benchkit::run_for(self.slice, |_| closure_queue(q, acc));
+        el.as_nanos() as f64 / ops.max(1) as f64
+    }
+}
+
+/// (figure, baseline) in ns per item: `f` does some items per call and
+/// returns how many; each run measures the baseline, then `f`; medians.
+fn paired(args: &BenchArgs, base: &mut Baseline, mut f: impl FnMut() -> u64) -> (f64, f64) {
+    let (mut v, mut b) = (Vec::new(), Vec::new());
     for _ in 0..args.runs() {
+        b.push(base.measure());
         let (ops, el) = benchkit::run_for(args.run_time(), |_| f());
         v.push(el.as_nanos() as f64 / ops.max(1) as f64);
     }
-    median(&mut v).unwrap_or(f64::NAN)
+    (
+        median(&mut v).unwrap_or(f64::NAN),
+        median(&mut b).unwrap_or(f64::NAN),
+    )
 }
 
-/// The baseline: run closures from a queue (Box<dyn FnOnce> + Vec push/pop).
 /// The baseline's queue of closures.
 type ClosureQueue = Vec<Box<dyn FnOnce(&mut u64)>>;
 
+/// The baseline: run closures from a queue (Box<dyn FnOnce> + Vec push/pop).
 fn closure_queue(q: &mut ClosureQueue, acc: &mut u64) -> u64 {
     for i in 0..BATCH {
         let x = black_box(i as u64);
@@ -369,13 +391,16 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     let mut r = Report::new("tse");
     let base_name = "closure queue (Box<dyn FnOnce> + Vec push/pop)";
 
-    let mut q: ClosureQueue = Vec::with_capacity(BATCH);
-    let mut acc = 0u64;
-    let base = ns_per(args, || closure_queue(&mut q, &mut acc));
+    let mut base = Baseline {
+        q: Vec::with_capacity(BATCH),
+        acc: 0,
+        slice: args.run_time() / 4,
+    };
+    let base = &mut base;
 
     let mut s = Scheduler::new();
-    let per_task = ns_per(args, || task_batch(&mut s));
-    let chain = ns_per(args, || chain_batch(&mut s));
+    let per_task = paired(args, base, || task_batch(&mut s));
+    let chain = paired(args, base, || chain_batch(&mut s));
     if s.live() != 0 {
         bail!("bench leaked {} task(s)", s.live());
     }
@@ -387,7 +412,7 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         .collect::<Result<Vec<_>, _>>()?;
     let mut out = Vec::with_capacity(EQ_BATCH);
     let mut eq_err = None;
-    let eq_round = ns_per(args, || {
+    let eq_round = paired(args, base, || {
         for ev in &evs {
             if let Err(e) = call(&mut eq, Some(ev), |s| {
                 Ok(s.create(|s, id| {
@@ -411,8 +436,9 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     });
 
     // EQ poll alone: events completed beforehand, only the poll is timed
-    let mut poll_v = Vec::new();
+    let (mut poll_v, mut poll_b) = (Vec::new(), Vec::new());
     for _ in 0..args.runs() {
+        poll_b.push(base.measure());
         let (mut polled, mut spent) = (0u64, Duration::ZERO);
         let start = Instant::now();
         while start.elapsed() < args.run_time() {
@@ -430,10 +456,13 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         }
         poll_v.push(spent.as_nanos() as f64 / polled.max(1) as f64);
     }
-    let poll_only = median(&mut poll_v).unwrap_or(f64::NAN);
+    let poll_only = (
+        median(&mut poll_v).unwrap_or(f64::NAN),
+        median(&mut poll_b).unwrap_or(f64::NAN),
+    );
 
     // the blocking path (no event): one call at a time through the private event
-    let blocking = ns_per(args, || {
+    let blocking = paired(args, base, || {
         for _ in 0..EQ_BATCH {
             if let Err(e) = call(&mut eq, None, |s| {
                 Ok(s.create(|s, id| {
@@ -461,7 +490,7 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     let mut eq = EventQueue::with_poller(Scheduler::new(), Box::new(net.clone()));
     let cell = Rc::new(Cell::new(None));
     let mut echo_err = None;
-    let echo_ns = ns_per(args, || {
+    let echo_ns = paired(args, base, || {
         for i in 0..EQ_BATCH {
             if let Err(e) = echo(&mut eq, None, &net, i as u64, None, cell.clone()) {
                 echo_err = Some(e);
@@ -474,8 +503,9 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     }
     eq.destroy(false)?;
 
-    let fig =
-        |name: &str, v: f64, unit: &str| Figure::new(name, v, unit, base_name, base, Better::Lower);
+    let fig = |name: &str, (v, b): (f64, f64), unit: &str| {
+        Figure::new(name, v, unit, base_name, b, Better::Lower)
+    };
     r.push(fig(
         "task create + schedule + run + complete",
         per_task,
@@ -507,10 +537,11 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         "ns/call",
     ));
     r.note(format!(
-        "batches of {BATCH} tasks / {EQ_BATCH} events; {} run(s) of {:.2} s, medians; baseline = {base_name}, {:.1} ns/item",
+        "batches of {BATCH} tasks / {EQ_BATCH} events; {} run(s) of {:.2} s per figure, medians; \
+         baseline = {base_name}, {BATCH} closures per batch, measured for {:.2} s before each run of each figure",
         args.runs(),
         args.run_time().as_secs_f64(),
-        base
+        (args.run_time() / 4).as_secs_f64(),
     ));
     r.note(
         "single thread; every task body is a boxed closure capturing 8 bytes, like the baseline's",
