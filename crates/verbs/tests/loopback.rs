@@ -1,0 +1,212 @@
+//! Two soft devices over real UDP sockets on loopback addresses (poller threads).
+
+mod common;
+use common::*;
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+use verbs::*;
+
+struct Dev {
+    ctx: Context,
+    pd: Pd,
+    cq: Cq,
+    qp: Qp,
+    mr: Mr,
+}
+
+fn dev(ip: [u8; 4], mode: IoMode, qp_type: QpType) -> Dev {
+    let mut o = DeviceOptions::new(Ipv4Addr::from(ip));
+    o.mode = mode;
+    let ctx = Context::open_with(o).expect("bind 4791 on a loopback address");
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(1024, None).unwrap();
+    let mut init = QpInitAttr::new(qp_type, &cq, &cq);
+    init.cap = QpCap {
+        max_send_wr: 256,
+        max_recv_wr: 256,
+        max_send_sge: 4,
+        max_recv_sge: 4,
+        max_inline_data: 64,
+    };
+    let qp = pd.create_qp(&init).unwrap();
+    let mr = pd.reg_mr(1 << 20, full_access()).unwrap();
+    Dev {
+        ctx,
+        pd,
+        cq,
+        qp,
+        mr,
+    }
+}
+
+fn pair(a: [u8; 4], b: [u8; 4], mode: IoMode) -> (Dev, Dev) {
+    let (x, y) = (dev(a, mode, QpType::Rc), dev(b, mode, QpType::Rc));
+    let p = RcParams {
+        mtu: Mtu::Mtu4096,
+        timeout: 14,
+        ..Default::default()
+    };
+    connect_rc(&x.qp, p.psn_a, b, y.qp.qp_num(), p.psn_b, &p);
+    connect_rc(&y.qp, p.psn_b, a, x.qp.qp_num(), p.psn_a, &p);
+    (x, y)
+}
+
+fn wait(cq: &Cq, n: usize) -> Vec<Wc> {
+    let mut out = vec![];
+    let t0 = Instant::now();
+    while out.len() < n && t0.elapsed() < Duration::from_secs(10) {
+        poll_all(cq, &mut out);
+        std::thread::yield_now();
+    }
+    out
+}
+
+#[test]
+fn rc_send_write_read_atomic_over_udp_loopback() {
+    let (a, b) = pair([127, 0, 0, 1], [127, 0, 0, 2], IoMode::Threaded);
+    let data = pattern(3, 300_000);
+    a.mr.write(0, &data);
+    let r = [b.mr.sge(0, 300_000)];
+    b.qp.post_recv(&[RecvWr {
+        wr_id: 1,
+        sg_list: &r,
+    }])
+    .unwrap();
+    let s = [a.mr.sge(0, 200_000), a.mr.sge(200_000, 100_000)];
+    let mut w1 = SendWr::new(1, WrOpcode::SendWithImm, &s);
+    w1.imm_data = 7;
+    let s2 = [a.mr.sge(0, 65536)];
+    let mut w2 = SendWr::new(2, WrOpcode::RdmaWrite, &s2);
+    w2.wr = WrDetail::Rdma {
+        remote_addr: b.mr.addr() + 400_000,
+        rkey: b.mr.rkey(),
+    };
+    b.mr.write(600_000, &data[..50_000]);
+    let s3 = [a.mr.sge(700_000, 50_000)];
+    let mut w3 = SendWr::new(3, WrOpcode::RdmaRead, &s3);
+    w3.wr = WrDetail::Rdma {
+        remote_addr: b.mr.addr() + 600_000,
+        rkey: b.mr.rkey(),
+    };
+    let s4 = [a.mr.sge(800_000, 8)];
+    let mut w4 = SendWr::new(4, WrOpcode::AtomicFetchAndAdd, &s4);
+    w4.wr = WrDetail::Atomic {
+        remote_addr: b.mr.addr() + 900_000,
+        compare_add: 5,
+        swap: 0,
+        rkey: b.mr.rkey(),
+    };
+    a.qp.post_send(&[w1, w2, w3, w4]).unwrap();
+    let ca = wait(&a.cq, 4);
+    let cb = wait(&b.cq, 1);
+    assert_eq!(ca.len(), 4, "{ca:?}");
+    assert!(ca.iter().all(|w| w.status == WcStatus::Success), "{ca:?}");
+    assert_eq!((cb[0].byte_len, cb[0].imm_data), (300_000, 7));
+    let bm = b.mr.to_vec();
+    assert_eq!(&bm[..300_000], &data[..]);
+    assert_eq!(&bm[400_000..465_536], &data[..65536]);
+    let am = a.mr.to_vec();
+    assert_eq!(&am[700_000..750_000], &data[..50_000]);
+    assert_eq!(b.mr.load_u64(900_000), Some(5));
+    assert_eq!(a.ctx.counters().drop_no_qp + b.ctx.counters().drop_no_qp, 0);
+}
+
+#[test]
+fn manual_progress_mode_and_ud() {
+    let a = dev([127, 0, 1, 1], IoMode::Manual, QpType::Ud);
+    let b = dev([127, 0, 1, 2], IoMode::Manual, QpType::Ud);
+    for s in [&a, &b] {
+        let mut at = QpAttr {
+            qp_state: QpState::Init,
+            port_num: 1,
+            qkey: 0x11111111,
+            ..Default::default()
+        };
+        s.qp.modify(
+            &at,
+            QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
+        )
+        .unwrap();
+        at.qp_state = QpState::Rtr;
+        s.qp.modify(&at, QpAttrMask::STATE).unwrap();
+        at.qp_state = QpState::Rts;
+        s.qp.modify(&at, QpAttrMask::STATE | QpAttrMask::SQ_PSN)
+            .unwrap();
+    }
+    let r = [b.mr.sge(0, 4096 + 40)];
+    b.qp.post_recv(&[RecvWr {
+        wr_id: 9,
+        sg_list: &r,
+    }])
+    .unwrap();
+    a.mr.write(0, &pattern(1, 4096));
+    let ah =
+        a.pd.create_ah(&AhAttr {
+            dgid: b.ctx.query_gid(1, 1).unwrap(),
+            ..Default::default()
+        })
+        .unwrap();
+    let s = [a.mr.sge(0, 4096)];
+    let mut w = SendWr::new(1, WrOpcode::Send, &s);
+    w.wr = WrDetail::Ud {
+        ah,
+        remote_qpn: b.qp.qp_num(),
+        remote_qkey: 0x11111111,
+    };
+    a.qp.post_send(&[w]).unwrap();
+    // nothing moves without progress on the receiver
+    std::thread::sleep(Duration::from_millis(20));
+    let mut wc = [Wc::default(); 1];
+    let t0 = Instant::now();
+    let mut got = 0;
+    while got == 0 && t0.elapsed() < Duration::from_secs(5) {
+        got = b.cq.poll(&mut wc).unwrap(); // poll() drives progress in manual mode
+    }
+    assert_eq!(got, 1);
+    assert_eq!((wc[0].status, wc[0].byte_len), (WcStatus::Success, 4136));
+    let mut buf = vec![0u8; 4096];
+    b.mr.read(40, &mut buf);
+    assert_eq!(buf, pattern(1, 4096));
+    assert_eq!(a.ctx.name(), "dps_127_0_1_1");
+    assert_eq!(
+        parse_device("dps_127_0_1_1").unwrap(),
+        Ipv4Addr::new(127, 0, 1, 1)
+    );
+}
+
+#[test]
+fn many_writes_pipelined() {
+    let (a, b) = pair([127, 0, 2, 1], [127, 0, 2, 2], IoMode::Threaded);
+    a.mr.write(0, &pattern(5, 1 << 20));
+    let n = 2000;
+    let mut posted = 0;
+    let mut done = 0;
+    let mut wc = [Wc::default(); 64];
+    let t0 = Instant::now();
+    while done < n && t0.elapsed() < Duration::from_secs(20) {
+        while posted < n && posted - done < 64 {
+            let off = (posted % 16) * 65536;
+            let s = [a.mr.sge(off, 65536)];
+            let mut w = SendWr::new(posted as u64, WrOpcode::RdmaWrite, &s);
+            w.wr = WrDetail::Rdma {
+                remote_addr: b.mr.addr() + off as u64,
+                rkey: b.mr.rkey(),
+            };
+            a.qp.post_send(&[w]).unwrap();
+            posted += 1;
+        }
+        let k = a.cq.poll(&mut wc).unwrap();
+        for w in &wc[..k] {
+            assert_eq!(w.status, WcStatus::Success);
+            assert_eq!(w.wr_id, done as u64);
+            done += 1;
+        }
+    }
+    assert_eq!(done, n);
+    assert_eq!(b.mr.to_vec(), a.mr.to_vec());
+    eprintln!(
+        "{} MB/s, qp {:?}",
+        (n * 65536) as f64 / t0.elapsed().as_secs_f64() / 1e6,
+        a.qp.counters().unwrap()
+    );
+}
