@@ -397,7 +397,11 @@ impl EventQueue {
         }
         let s = self.ev_mut(ev)?;
         s.state = EventState::Running;
-        s.error = Ok(());
+        if nchild == 0 {
+            // a parent keeps what its children (which may have completed
+            // already) reported
+            s.error = Ok(());
+        }
         s.task = None;
         let parent = s.parent;
         let complete_now = s.barrier && nchild > 0 && nchild == s.nchild_comp;
@@ -436,7 +440,10 @@ impl EventQueue {
         }
         let r = self.run_event_cbs(ev, result);
         let s = self.ev_mut(ev)?;
-        s.error = r;
+        // first failure wins: a parent may have one from its children
+        if s.children.is_empty() || s.error.is_ok() {
+            s.error = r;
+        }
         s.state = EventState::Completed;
         s.task = None;
         let Some(p) = s.parent else {
