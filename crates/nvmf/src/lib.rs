@@ -14,6 +14,7 @@
 pub mod ctrlr;
 pub mod host;
 pub mod identify;
+pub mod perf;
 pub mod poll_group;
 pub mod qpair;
 pub mod subsystem;

@@ -1,61 +1,972 @@
-//! NVMe-oF target and host tools (issue #5): nvmf serve, nvme discover/connect/identify/read/write/perf.
+//! NVMe-oF target and host tools (issue #5): `nvmf serve`, `nvme discover|connect|
+//! identify|read|write|perf`, the target part of `dpustack up`, `bench nvmf`.
 
-use anyhow::Result;
-use clap::Subcommand;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Subcommand};
 use serde::{Deserialize, Serialize};
 
+use nvmf::host::{self, Controller, HostOpts};
+use nvmf::perf::{PerfOpts, Workload};
+use nvmf::subsystem::Subsystem;
+use nvmf::{ListenSpec, NvmfServer, Tgt, TgtParams, DISCOVERY_NQN};
+
 use crate::cmd::bench::BenchArgs;
-use crate::cmd::not_implemented;
 use crate::config::Config;
 use crate::up::Part;
+
+/// NQN of the subsystem the quick forms (`serve --bdev`, `up`) create.
+pub const DEFAULT_NQN: &str = "nqn.2024-01.io.dpustack:nvme0";
 
 /// The `[nvmf]` section of the config file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NvmfConfig {
     pub enabled: bool,
+    /// I/O listener of `dpustack up` (`IP:PORT` or `tcp://IP:PORT`).
+    pub listen: String,
+    /// Discovery-only port (0 = none); discovery also answers on `listen`.
+    pub discovery_port: u16,
+    /// Backing device of the single namespace of `dpustack up` (`malloc:64M`, `null:1G`).
+    pub bdev: String,
+    pub nqn: String,
+    /// A full target configuration file (TOML or JSON) used instead of the quick form.
+    pub target_config: Option<PathBuf>,
+    /// Poll group threads.
+    pub poll_groups: usize,
 }
 
 impl Default for NvmfConfig {
     fn default() -> Self {
-        NvmfConfig { enabled: true }
+        NvmfConfig {
+            enabled: true,
+            listen: "127.0.0.1:4420".into(),
+            discovery_port: 8009,
+            bdev: "malloc:64M".into(),
+            nqn: DEFAULT_NQN.into(),
+            target_config: None,
+            poll_groups: 1,
+        }
     }
 }
+
+// ---------------------------------------------------------------------------
+// target configuration file
+
+/// A target configuration file: bdevs, subsystems with namespaces and hosts, listeners.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct TargetFile {
+    #[serde(default)]
+    pub bdev: Vec<BdevConf>,
+    #[serde(default)]
+    pub subsystem: Vec<SubsystemConf>,
+    #[serde(default)]
+    pub listener: Vec<ListenerConf>,
+    /// Poll group threads (default 1).
+    #[serde(default)]
+    pub poll_groups: Option<usize>,
+    /// Accept header/data digests when hosts ask (default true).
+    #[serde(default)]
+    pub digests: Option<bool>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BdevConf {
+    pub name: String,
+    /// malloc | null
+    pub kind: String,
+    /// e.g. "64M", "1G"
+    pub size: String,
+    #[serde(default = "default_bs")]
+    pub block_size: u32,
+}
+
+fn default_bs() -> u32 {
+    512
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubsystemConf {
+    pub nqn: String,
+    #[serde(default = "default_serial")]
+    pub serial: String,
+    #[serde(default = "default_model")]
+    pub model: String,
+    #[serde(default = "yes")]
+    pub allow_any_host: bool,
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    #[serde(default)]
+    pub max_namespaces: Option<u32>,
+    #[serde(default)]
+    pub namespace: Vec<NamespaceConf>,
+}
+
+fn default_serial() -> String {
+    "DPUSTACK0001".into()
+}
+fn default_model() -> String {
+    "dpustack NVMe-oF".into()
+}
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceConf {
+    /// 0 or absent = the lowest free NSID.
+    #[serde(default)]
+    pub nsid: u32,
+    pub bdev: String,
+    /// "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"; derived from the NQN and NSID if absent.
+    #[serde(default)]
+    pub uuid: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerConf {
+    /// tcp://IP:PORT
+    pub address: String,
+    #[serde(default)]
+    pub discovery_only: bool,
+}
+
+/// Parses "64M", "1G", "4096", "512K".
+pub fn parse_size(s: &str) -> Result<u64> {
+    let s = s.trim();
+    let (num, mul) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1u64 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => bail!("bad size suffix in {s:?}"),
+            };
+            (&s[..i], m)
+        }
+        _ => (s, 1),
+    };
+    let n: u64 = num.parse().with_context(|| format!("bad size {s:?}"))?;
+    n.checked_mul(mul)
+        .ok_or_else(|| anyhow!("size {s:?} overflows"))
+}
+
+/// Parses `tcp://IP:PORT`, `IP:PORT`, or `IP` (with `default_port`).
+pub fn parse_addr(s: &str, default_port: u16) -> Result<SocketAddr> {
+    let s = s.strip_prefix("tcp://").unwrap_or(s);
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    if let Ok(ip) = s.parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, default_port));
+    }
+    s.to_socket_addrs()
+        .with_context(|| format!("bad address {s:?}"))?
+        .next()
+        .ok_or_else(|| anyhow!("address {s:?} did not resolve"))
+}
+
+fn parse_byte(s: &str) -> std::result::Result<u8, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u8::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    r.map_err(|e| format!("bad byte {s:?}: {e}"))
+}
+
+fn parse_uuid(s: &str) -> Result<[u8; 16]> {
+    let hex: String = s.chars().filter(|c| *c != '-').collect();
+    if hex.len() != 32 {
+        bail!("bad UUID {s:?}");
+    }
+    let mut u = [0u8; 16];
+    for (i, b) in u.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
+            .with_context(|| format!("bad UUID {s:?}"))?;
+    }
+    Ok(u)
+}
+
+/// Creates a bdev from `kind:size` (`malloc:64M`, `null:1G`), block size `bs`.
+pub fn make_bdev(
+    name: &str,
+    kind: &str,
+    size: &str,
+    bs: u32,
+) -> Result<Arc<dyn bdev::BlockDevice>> {
+    let bytes = parse_size(size)?;
+    Ok(match kind {
+        "malloc" => Arc::new(bdev::malloc::MallocBdev::with_size(name, bytes, bs)?),
+        "null" => Arc::new(bdev::null::NullBdev::with_size(name, bytes, bs)?),
+        other => bail!("unknown bdev kind {other:?} (malloc, null)"),
+    })
+}
+
+fn quick_bdev(spec: &str) -> Result<Arc<dyn bdev::BlockDevice>> {
+    let (kind, size) = spec
+        .split_once(':')
+        .ok_or_else(|| anyhow!("--bdev wants KIND:SIZE, e.g. malloc:64M"))?;
+    make_bdev("bdev0", kind, size, 512)
+}
+
+impl TargetFile {
+    pub fn load(path: &Path) -> Result<TargetFile> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        if path.extension().is_some_and(|e| e == "json") {
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+        } else {
+            toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+        }
+    }
+
+    /// Builds the target and the listen list.
+    pub fn build(&self) -> Result<(Tgt, Vec<ListenSpec>)> {
+        let mut params = TgtParams::default();
+        if let Some(d) = self.digests {
+            params.tcp.hdgst = d;
+            params.tcp.ddgst = d;
+        }
+        let mut tgt = Tgt::new(params);
+        let mut bdevs = std::collections::HashMap::new();
+        for b in &self.bdev {
+            if bdevs.contains_key(&b.name) {
+                bail!("bdev {:?} defined twice", b.name);
+            }
+            bdevs.insert(
+                b.name.clone(),
+                make_bdev(&b.name, &b.kind, &b.size, b.block_size)?,
+            );
+        }
+        for s in &self.subsystem {
+            let mut sub = Subsystem::new(&s.nqn, &s.serial, &s.model)?;
+            if let Some(m) = s.max_namespaces {
+                sub.max_namespaces = m;
+            }
+            for h in &s.hosts {
+                sub.add_host(h);
+            }
+            sub.allow_any_host = s.allow_any_host && s.hosts.is_empty();
+            for ns in &s.namespace {
+                let b = bdevs
+                    .get(&ns.bdev)
+                    .ok_or_else(|| anyhow!("namespace refers to unknown bdev {:?}", ns.bdev))?;
+                let uuid = ns.uuid.as_deref().map(parse_uuid).transpose()?;
+                sub.add_ns(ns.nsid, b.clone(), uuid)?;
+            }
+            tgt.add_subsystem(sub)?;
+        }
+        let mut listen = Vec::new();
+        for l in &self.listener {
+            listen.push(ListenSpec {
+                addr: parse_addr(&l.address, 4420)?,
+                discovery_only: l.discovery_only,
+            });
+        }
+        if listen.is_empty() {
+            bail!("no listener configured");
+        }
+        Ok((tgt, listen))
+    }
+}
+
+/// The quick form: one subsystem `nqn`, one namespace on `bdev`, any host.
+fn quick_target(
+    nqn: &str,
+    bdev_spec: &str,
+    listen: &[SocketAddr],
+    discovery_port: u16,
+) -> Result<(Tgt, Vec<ListenSpec>)> {
+    let mut tgt = Tgt::new(TgtParams::default());
+    let mut s = Subsystem::new(nqn, "DPUSTACK0001", "dpustack NVMe-oF")?;
+    s.add_ns(1, quick_bdev(bdev_spec)?, None)?;
+    tgt.add_subsystem(s)?;
+    let mut specs: Vec<ListenSpec> = listen
+        .iter()
+        .map(|&addr| ListenSpec {
+            addr,
+            discovery_only: false,
+        })
+        .collect();
+    if discovery_port != 0 {
+        if let Some(first) = listen.first() {
+            if first.port() != discovery_port {
+                specs.push(ListenSpec {
+                    addr: SocketAddr::new(first.ip(), discovery_port),
+                    discovery_only: true,
+                });
+            }
+        }
+    }
+    Ok((tgt, specs))
+}
+
+// ---------------------------------------------------------------------------
+// CLI
 
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
     /// NVMe-oF target: `nvmf serve --listen tcp://IP:PORT --bdev malloc:64M`.
     Nvmf {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
+        #[command(subcommand)]
+        cmd: NvmfCmd,
     },
     /// NVMe-oF host: discover, connect, identify, read, write, perf.
     Nvme {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
+        #[command(subcommand)]
+        cmd: NvmeCmd,
     },
 }
 
-pub fn run(cmd: Cmd, _cfg: &Config) -> Result<()> {
-    match cmd {
-        Cmd::Nvmf { .. } => Err(not_implemented("nvmf", 5)),
-        Cmd::Nvme { .. } => Err(not_implemented("nvme", 5)),
+#[derive(Subcommand, Debug)]
+pub enum NvmfCmd {
+    /// Serve NVMe/TCP until Ctrl-C (or --for SECS).
+    Serve(ServeArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Listen address(es), tcp://IP:PORT (default tcp://127.0.0.1:4420).
+    #[arg(long)]
+    pub listen: Vec<String>,
+    /// Backing device of the one namespace, KIND:SIZE (malloc:64M, null:1G).
+    #[arg(long, default_value = "malloc:64M")]
+    pub bdev: String,
+    /// Subsystem NQN of the quick form.
+    #[arg(long, default_value = DEFAULT_NQN)]
+    pub nqn: String,
+    /// Discovery-only port beside the listeners (0 = none; discovery also answers on every listener).
+    #[arg(long, default_value_t = 8009)]
+    pub discovery_port: u16,
+    /// Target configuration file (TOML or .json) with bdevs, subsystems, namespaces, hosts, listeners.
+    #[arg(long, short = 'c')]
+    pub target_config: Option<PathBuf>,
+    /// Poll group threads.
+    #[arg(long, default_value_t = 1)]
+    pub poll_groups: usize,
+    /// Stop after this many seconds.
+    #[arg(long = "for", value_name = "SECS")]
+    pub for_secs: Option<f64>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TargetArgs {
+    /// Target address, tcp://IP:PORT (port defaults to 4420; 8009 for discover).
+    #[arg(short = 'a', long = "traddr", default_value = "tcp://127.0.0.1:4420")]
+    pub addr: String,
+    /// Subsystem NQN.
+    #[arg(short = 'n', long = "nqn", default_value = DEFAULT_NQN)]
+    pub nqn: String,
+    /// Host NQN (default: derived from /etc/machine-id).
+    #[arg(long)]
+    pub hostnqn: Option<String>,
+    /// Ask for header digests.
+    #[arg(long)]
+    pub hdgst: bool,
+    /// Ask for data digests.
+    #[arg(long)]
+    pub ddgst: bool,
+    /// Keep-alive timeout to ask for, ms.
+    #[arg(long, default_value_t = 15000)]
+    pub kato: u32,
+}
+
+impl TargetArgs {
+    fn opts(&self) -> HostOpts {
+        let mut o = HostOpts {
+            hdgst: self.hdgst,
+            ddgst: self.ddgst,
+            kato_ms: self.kato,
+            ..Default::default()
+        };
+        if let Some(h) = &self.hostnqn {
+            o.hostnqn = h.clone();
+        }
+        o
+    }
+    fn addr(&self, default_port: u16) -> Result<SocketAddr> {
+        parse_addr(&self.addr, default_port)
+    }
+    fn connect(&self, queues: u16, depth: u16) -> Result<Controller> {
+        let a = self.addr(4420)?;
+        Controller::connect(a, &self.nqn, &self.opts(), queues, depth)
+            .with_context(|| format!("connecting to {} at {a}", self.nqn))
     }
 }
 
-/// This area's part of `dpustack up`.
+#[derive(Subcommand, Debug)]
+pub enum NvmeCmd {
+    /// Read the discovery log page.
+    Discover {
+        /// Discovery controller address (port defaults to 8009).
+        #[arg(short = 'a', long = "traddr", default_value = "tcp://127.0.0.1:8009")]
+        addr: String,
+        #[arg(long)]
+        hostnqn: Option<String>,
+    },
+    /// Connect admin + I/O queues, print what the controller offers, optionally hold
+    /// the connection (with keep-alives) for a while.
+    Connect {
+        #[command(flatten)]
+        t: TargetArgs,
+        /// I/O queues.
+        #[arg(long, default_value_t = 1)]
+        queues: u16,
+        /// Hold the connection this many seconds.
+        #[arg(long, default_value_t = 0.0)]
+        hold: f64,
+    },
+    /// Identify the controller and its namespaces.
+    Identify {
+        #[command(flatten)]
+        t: TargetArgs,
+        /// Only this namespace.
+        #[arg(long)]
+        nsid: Option<u32>,
+    },
+    /// Read blocks (to a file or as a hex dump).
+    Read {
+        #[command(flatten)]
+        t: TargetArgs,
+        #[arg(long, default_value_t = 1)]
+        nsid: u32,
+        #[arg(long, default_value_t = 0)]
+        slba: u64,
+        /// Number of blocks.
+        #[arg(long, default_value_t = 1)]
+        blocks: u32,
+        /// Write the data here instead of a hex dump.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Write blocks from a file or a repeated byte.
+    Write {
+        #[command(flatten)]
+        t: TargetArgs,
+        #[arg(long, default_value_t = 1)]
+        nsid: u32,
+        #[arg(long, default_value_t = 0)]
+        slba: u64,
+        /// Data file (padded with zeroes to whole blocks).
+        #[arg(long = "in")]
+        input: Option<PathBuf>,
+        /// Else: this byte value (decimal or 0x hex) ...
+        #[arg(long, default_value = "0xa5", value_parser = parse_byte)]
+        pattern: u8,
+        /// ... for this many blocks.
+        #[arg(long, default_value_t = 1)]
+        blocks: u32,
+    },
+    /// I/O benchmark like spdk_nvme_perf.
+    Perf(PerfArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct PerfArgs {
+    #[command(flatten)]
+    pub t: TargetArgs,
+    /// Queue depth per I/O queue.
+    #[arg(short = 'q', default_value_t = 32)]
+    pub depth: u16,
+    /// I/O size in bytes (K/M suffixes allowed).
+    #[arg(short = 'o', default_value = "4096")]
+    pub io_size: String,
+    /// read, write, randread, randwrite, randrw, rw.
+    #[arg(short = 'w', default_value = "randread")]
+    pub workload: String,
+    /// Read percentage for randrw/rw.
+    #[arg(short = 'M', default_value_t = 50)]
+    pub mix: u8,
+    /// Seconds.
+    #[arg(short = 't', default_value_t = 5.0)]
+    pub time: f64,
+    /// I/O queues (connections).
+    #[arg(long, default_value_t = 1)]
+    pub queues: u16,
+    #[arg(long, default_value_t = 1)]
+    pub nsid: u32,
+    /// JSON output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
+    match cmd {
+        Cmd::Nvmf {
+            cmd: NvmfCmd::Serve(a),
+        } => serve(a, cfg),
+        Cmd::Nvme { cmd } => nvme(cmd),
+    }
+}
+
+fn start_server(a: &ServeArgs) -> Result<NvmfServer> {
+    let (tgt, listen, groups) = if let Some(p) = &a.target_config {
+        let f = TargetFile::load(p)?;
+        let (t, l) = f.build()?;
+        (t, l, f.poll_groups.unwrap_or(a.poll_groups))
+    } else {
+        let listen: Vec<SocketAddr> = if a.listen.is_empty() {
+            vec![parse_addr("127.0.0.1:4420", 4420)?]
+        } else {
+            a.listen
+                .iter()
+                .map(|l| parse_addr(l, 4420))
+                .collect::<Result<_>>()?
+        };
+        let (t, l) = quick_target(&a.nqn, &a.bdev, &listen, a.discovery_port)?;
+        (t, l, a.poll_groups)
+    };
+    NvmfServer::start(tgt, &listen, groups).context("starting the NVMe/TCP target")
+}
+
+fn serve(a: ServeArgs, _cfg: &Config) -> Result<()> {
+    let srv = start_server(&a)?;
+    for s in srv.tgt().subsystems() {
+        println!("subsystem {}", s.nqn);
+        for ns in s.namespaces() {
+            println!(
+                "  nsid {} on {} ({} blocks of {} B)",
+                ns.nsid,
+                ns.bdev.name(),
+                ns.num_blocks(),
+                ns.block_size()
+            );
+        }
+    }
+    for l in srv.tgt().listeners() {
+        println!(
+            "listening tcp://{}{}",
+            l.addr,
+            if l.discovery_only { " (discovery)" } else { "" }
+        );
+    }
+    println!("discovery NQN {DISCOVERY_NQN}");
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        let _ = ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst));
+    }
+    let deadline = a
+        .for_secs
+        .map(|s| std::time::Instant::now() + Duration::from_secs_f64(s));
+    while !stop.load(Ordering::SeqCst) && deadline.is_none_or(|d| std::time::Instant::now() < d) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    srv.stop();
+    Ok(())
+}
+
+fn nvme(cmd: NvmeCmd) -> Result<()> {
+    match cmd {
+        NvmeCmd::Discover { addr, hostnqn } => {
+            let a = parse_addr(&addr, 8009)?;
+            let mut o = HostOpts::default();
+            if let Some(h) = hostnqn {
+                o.hostnqn = h;
+            }
+            let (genctr, entries) =
+                host::discover(a, &o).with_context(|| format!("discovery at {a}"))?;
+            println!(
+                "Discovery Log Number of Records {}, Generation counter {genctr}",
+                entries.len()
+            );
+            for (i, e) in entries.iter().enumerate() {
+                println!("=====Discovery Log Entry {i}======");
+                println!("trtype:  tcp");
+                println!("adrfam:  {}", if e.adrfam == 1 { "ipv4" } else { "ipv6" });
+                println!(
+                    "subtype: {}",
+                    match e.subtype {
+                        1 => "discovery subsystem referral",
+                        3 => "current discovery subsystem",
+                        _ => "nvme subsystem",
+                    }
+                );
+                println!("portid:  {}", e.portid);
+                println!("trsvcid: {}", e.trsvcid);
+                println!("subnqn:  {}", e.subnqn);
+                println!("traddr:  {}", e.traddr);
+            }
+            Ok(())
+        }
+        NvmeCmd::Connect { t, queues, hold } => {
+            let mut c = t.connect(queues, 32)?;
+            print_ctrlr(&mut c)?;
+            println!(
+                "connected: cntlid {} with {} I/O queue(s)",
+                c.cntlid,
+                c.io.len()
+            );
+            let end = std::time::Instant::now() + Duration::from_secs_f64(hold.max(0.0));
+            while std::time::Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(200));
+                c.maybe_keep_alive()?;
+            }
+            c.shutdown()?;
+            println!("disconnected");
+            Ok(())
+        }
+        NvmeCmd::Identify { t, nsid } => {
+            let mut c = t.connect(0, 1)?;
+            let id = c
+                .identity
+                .clone()
+                .ok_or_else(|| anyhow!("no identify data"))?;
+            if nsid.is_none() {
+                println!(
+                    "vid       : {:#06x}",
+                    u16::from_le_bytes([id.raw[0], id.raw[1]])
+                );
+                println!("sn        : {}", id.serial);
+                println!("mn        : {}", id.model);
+                println!("fr        : {}", id.firmware);
+                println!("cntlid    : {:#x}", id.cntlid);
+                println!("ver       : {:#x}", id.version);
+                println!("cntrltype : {}", id.cntrltype);
+                println!("mdts      : {}", id.mdts);
+                println!("nn        : {}", id.nn);
+                println!("ioccsz    : {}", id.ioccsz);
+                println!("subnqn    : {}", id.subnqn);
+            }
+            let list = match nsid {
+                Some(n) => vec![n],
+                None => c.active_namespaces()?,
+            };
+            for n in list {
+                let ns = c.identify_ns(n)?;
+                println!(
+                    "nsid {n}: nsze {} blocks of {} B ({} MiB), nguid {}",
+                    ns.blocks,
+                    ns.block_size,
+                    (ns.blocks * ns.block_size as u64) >> 20,
+                    ns.nguid
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect::<String>()
+                );
+            }
+            c.shutdown()?;
+            Ok(())
+        }
+        NvmeCmd::Read {
+            t,
+            nsid,
+            slba,
+            blocks,
+            out,
+        } => {
+            let mut c = t.connect(1, 4)?;
+            let ns = c.identify_ns(nsid)?;
+            let data = c.read(0, nsid, slba, blocks, ns.block_size)?;
+            match out {
+                Some(p) => {
+                    std::fs::write(&p, &data).with_context(|| format!("writing {}", p.display()))?
+                }
+                None => hexdump(&data, slba * ns.block_size as u64),
+            }
+            c.shutdown()?;
+            Ok(())
+        }
+        NvmeCmd::Write {
+            t,
+            nsid,
+            slba,
+            input,
+            pattern,
+            blocks,
+        } => {
+            let mut c = t.connect(1, 4)?;
+            let ns = c.identify_ns(nsid)?;
+            let bs = ns.block_size as usize;
+            let mut data = match input {
+                Some(p) => std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?,
+                None => vec![pattern; blocks as usize * bs],
+            };
+            let len = data.len().div_ceil(bs).max(1) * bs;
+            data.resize(len, 0);
+            // split into chunks of at most 1 MiB (the target's MDTS)
+            let chunk = (1 << 20) / bs * bs;
+            for (i, part) in data.chunks(chunk).enumerate() {
+                c.write(0, nsid, slba + (i * chunk / bs) as u64, part, ns.block_size)?;
+            }
+            println!("wrote {} blocks at LBA {slba}", len / bs);
+            c.shutdown()?;
+            Ok(())
+        }
+        NvmeCmd::Perf(p) => {
+            let r = perf(&p)?;
+            if p.json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!(
+                    "{} {} q={} queues={}: {:.0} IOPS, {:.2} MiB/s, avg {:.1} us, p50 {:.1} us, p99 {:.1} us, max {:.1} us ({} errors)",
+                    p.workload,
+                    p.io_size,
+                    p.depth,
+                    p.queues,
+                    r.iops,
+                    r.mib_s,
+                    r.avg_us,
+                    r.p50_us,
+                    r.p99_us,
+                    r.max_us,
+                    r.errors
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+fn print_ctrlr(c: &mut Controller) -> Result<()> {
+    if let Some(id) = &c.identity {
+        println!(
+            "controller: {} {} (sn {}), subnqn {}",
+            id.model, id.firmware, id.serial, id.subnqn
+        );
+    }
+    for n in c.active_namespaces()? {
+        let ns = c.identify_ns(n)?;
+        println!("  nsid {n}: {} blocks of {} B", ns.blocks, ns.block_size);
+    }
+    Ok(())
+}
+
+fn hexdump(data: &[u8], base: u64) {
+    let mut last: Option<&[u8]> = None;
+    let mut starred = false;
+    for (i, line) in data.chunks(16).enumerate() {
+        if last == Some(line) {
+            if !starred {
+                println!("*");
+                starred = true;
+            }
+            continue;
+        }
+        starred = false;
+        last = Some(line);
+        let hex: Vec<String> = line.iter().map(|b| format!("{b:02x}")).collect();
+        let asc: String = line
+            .iter()
+            .map(|&b| if b.is_ascii_graphic() { b as char } else { '.' })
+            .collect();
+        println!(
+            "{:08x}  {:<47}  |{asc}|",
+            base + i as u64 * 16,
+            hex.join(" ")
+        );
+    }
+}
+
+/// Perf figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct PerfReport {
+    pub iops: f64,
+    pub mib_s: f64,
+    pub avg_us: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+    pub ios: u64,
+    pub errors: u64,
+    pub secs: f64,
+}
+
+fn report(r: nvmf::perf::PerfResult) -> PerfReport {
+    let mut s = benchkit::Samples::with_capacity(r.lat_ns.len());
+    for &ns in &r.lat_ns {
+        s.push_ns(ns);
+    }
+    let us = |v: Option<u64>| v.unwrap_or(0) as f64 / 1e3;
+    PerfReport {
+        iops: r.iops(),
+        mib_s: r.bytes_per_sec() / (1 << 20) as f64,
+        avg_us: s.mean().unwrap_or(0.0) / 1e3,
+        p50_us: us(s.percentile(50.0)),
+        p99_us: us(s.percentile(99.0)),
+        max_us: us(s.percentile(100.0)),
+        ios: r.ios,
+        errors: r.errors,
+        secs: r.secs,
+    }
+}
+
+fn perf(p: &PerfArgs) -> Result<PerfReport> {
+    let workload: Workload = p.workload.parse().map_err(|e: String| anyhow!(e))?;
+    let io_size = parse_size(&p.io_size)? as u32;
+    let mut c = p.t.connect(p.queues.max(1), p.depth.max(1))?;
+    let r = nvmf::perf::run(
+        &mut c,
+        &PerfOpts {
+            depth: p.depth.max(1),
+            io_size,
+            workload,
+            read_pct: p.mix.min(100),
+            time: Duration::from_secs_f64(p.time.max(0.05)),
+            nsid: p.nsid,
+            warmup: Duration::from_millis(200),
+        },
+    )?;
+    let _ = c.shutdown();
+    Ok(report(r))
+}
+
+/// This area's part of `dpustack up`: the NVMe/TCP target.
 pub fn up(cfg: &Config) -> Result<Part> {
-    if !cfg.nvmf.enabled {
+    let n = &cfg.nvmf;
+    if !n.enabled {
         return Ok(Part::Disabled { name: "nvmf" });
     }
-    Ok(Part::not_yet(
-        "nvmf",
-        Some(5),
-        "NVMe-oF/TCP target (malloc namespace on 127.0.0.1:4420, discovery on 8009)",
-    ))
+    let (tgt, listen, groups) = if let Some(p) = &n.target_config {
+        let f = TargetFile::load(p)?;
+        let (t, l) = f.build()?;
+        (t, l, f.poll_groups.unwrap_or(n.poll_groups))
+    } else {
+        let a = parse_addr(&n.listen, 4420)?;
+        let (t, l) = quick_target(&n.nqn, &n.bdev, &[a], n.discovery_port)?;
+        (t, l, n.poll_groups)
+    };
+    let srv = NvmfServer::start(tgt, &listen, groups).context("starting the NVMe/TCP target")?;
+    let detail = format!(
+        "NVMe/TCP target: {} on {}",
+        srv.tgt()
+            .subsystems()
+            .map(|s| s.nqn.clone())
+            .collect::<Vec<_>>()
+            .join(", "),
+        srv.tgt()
+            .listeners()
+            .iter()
+            .map(|l| format!(
+                "{}{}",
+                l.addr,
+                if l.discovery_only { " (discovery)" } else { "" }
+            ))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(Part::Running {
+        name: "nvmf",
+        detail,
+        stop: Some(Box::new(move || srv.stop())),
+    })
 }
 
-/// `dpustack bench nvmf`.
-pub fn bench(_args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
-    Err(not_implemented("bench nvmf", 5))
+/// `dpustack bench nvmf`: our target + host on loopback, null and malloc bdevs,
+/// 4 KiB randread IOPS and 128 KiB sequential read/write bandwidth, next to TCP
+/// loopback measured in the same run.
+pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
+    use benchkit::{median, Better, Figure, Report};
+    let t = args.run_time();
+    let runs = args.runs();
+    let mut tgt = Tgt::new(TgtParams::default());
+    let mut s = Subsystem::new(DEFAULT_NQN, "BENCH", "dpustack bench")?;
+    s.add_ns(1, make_bdev("null0", "null", "4G", 512)?, None)?;
+    s.add_ns(2, make_bdev("malloc0", "malloc", "256M", 512)?, None)?;
+    tgt.add_subsystem(s)?;
+    let srv = NvmfServer::start(
+        tgt,
+        &[ListenSpec {
+            addr: "127.0.0.1:0".parse()?,
+            discovery_only: false,
+        }],
+        1,
+    )?;
+    let addr = srv.addrs()[0];
+    let mut r = Report::new("nvmf");
+    let mut tcp_runs = Vec::new();
+    for _ in 0..runs {
+        tcp_runs.push(netio::baseline::tcp_loopback_bw(t)?);
+    }
+    let tcp = median(&mut tcp_runs).unwrap_or(0.0);
+    let cases: [(&str, u32, &str, u32, u16); 6] = [
+        ("4 KiB randread IOPS", 1, "null", 4096, 32),
+        ("4 KiB randread IOPS", 2, "malloc", 4096, 32),
+        ("128 KiB seq read", 1, "null", 128 * 1024, 8),
+        ("128 KiB seq read", 2, "malloc", 128 * 1024, 8),
+        ("128 KiB seq write", 1, "null", 128 * 1024, 8),
+        ("128 KiB seq write", 2, "malloc", 128 * 1024, 8),
+    ];
+    for (name, nsid, bdev_name, size, depth) in cases {
+        let workload = if name.contains("randread") {
+            Workload::RandRead
+        } else if name.contains("read") {
+            Workload::Read
+        } else {
+            Workload::Write
+        };
+        let mut vals = Vec::new();
+        let mut last = None;
+        for _ in 0..runs {
+            let mut c = Controller::connect(addr, DEFAULT_NQN, &HostOpts::default(), 1, depth)?;
+            let res = nvmf::perf::run(
+                &mut c,
+                &PerfOpts {
+                    depth,
+                    io_size: size,
+                    workload,
+                    read_pct: 100,
+                    time: t,
+                    nsid,
+                    warmup: Duration::from_millis(if args.quick { 20 } else { 100 }),
+                },
+            )?;
+            let _ = c.shutdown();
+            if res.errors > 0 {
+                bail!("{name} on {bdev_name}: {} I/O errors", res.errors);
+            }
+            let rep = report(res);
+            vals.push(if name.contains("IOPS") {
+                rep.iops
+            } else {
+                rep.mib_s * (1 << 20) as f64 / 1e6
+            });
+            last = Some(rep);
+        }
+        let v = median(&mut vals).unwrap_or(0.0);
+        let detail = serde_json::json!({
+            "bdev": bdev_name, "io_size": size, "queue_depth": depth, "queues": 1,
+            "last_run": last,
+        });
+        let fig = if name.contains("IOPS") {
+            Figure::new(
+                format!("NVMe/TCP {name} ({bdev_name}, qd {depth})"),
+                v,
+                "IOPS",
+                "TCP loopback bw / 4 KiB",
+                tcp / 4096.0,
+                Better::Higher,
+            )
+        } else {
+            Figure::new(
+                format!("NVMe/TCP {name} ({bdev_name}, qd {depth})"),
+                v,
+                "MB/s",
+                "TCP loopback",
+                tcp / 1e6,
+                Better::Higher,
+            )
+        };
+        r.push(fig.with_detail(detail));
+    }
+    srv.stop();
+    r.note(format!(
+        "{runs} run(s) of {:.2} s each, medians; target (1 poll group) and host (1 queue, 1 thread) in one process on 127.0.0.1, no digests",
+        t.as_secs_f64()
+    ));
+    r.note("baseline: one TCP loopback connection, 64 KiB writes (netio::baseline::tcp_loopback_bw), same run");
+    Ok(r)
 }
