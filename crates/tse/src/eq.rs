@@ -972,6 +972,49 @@ mod tests {
     }
 
     #[test]
+    fn event_misuse_errors() {
+        let (mut q, _) = eq();
+        let (mut other, _) = eq();
+        let a = q.event_init(None).unwrap();
+        let x = other.event_init(None).unwrap();
+        assert_eq!(q.launch(x), Err(Error::WrongEq(x)));
+        assert_eq!(q.completer().complete(x, Ok(())), Err(Error::WrongEq(x)));
+        q.launch(a).unwrap();
+        assert!(matches!(q.launch(a), Err(Error::BadEventState { .. })));
+        assert!(matches!(q.event_fini(a), Err(Error::BadEventState { .. })));
+        assert!(matches!(
+            q.event_init(Some(a)),
+            Err(Error::BadEventState { .. })
+        ));
+        q.complete_event(a, Ok(())).unwrap();
+        assert!(matches!(q.abort(a), Err(Error::BadEventState { .. })));
+        // finalising a completed, unpolled event takes it off the EQ
+        assert_eq!(q.completed(), 1);
+        q.event_fini(a).unwrap();
+        assert_eq!(q.completed(), 0);
+        assert_eq!(q.event_state(a), Err(Error::InvalidEvent(a)));
+        // a child cannot be finalised while its parent runs, nor the parent while a child runs
+        let p = q.event_init(None).unwrap();
+        let c = q.event_init(Some(p)).unwrap();
+        q.launch(c).unwrap();
+        assert!(matches!(q.event_fini(p), Err(Error::BadEventState { .. })));
+        q.launch(p).unwrap();
+        q.complete_event(c, Ok(())).unwrap();
+        assert!(matches!(q.event_fini(c), Err(Error::BadEventState { .. })));
+        // aborting a parent aborts its running children; a barrier then completes
+        let b = q.event_init(None).unwrap();
+        let k1 = q.event_init(Some(b)).unwrap();
+        let k2 = q.event_init(Some(b)).unwrap();
+        q.launch(k1).unwrap();
+        q.launch(k2).unwrap();
+        q.parent_barrier(b).unwrap();
+        q.abort(b).unwrap();
+        assert_eq!(q.test(b, Wait::NoWait), Ok(Some(Err(TaskError::Cancelled))));
+        other.destroy(false).unwrap();
+        assert_eq!(other.launch(x), Err(Error::EqDestroyed));
+    }
+
+    #[test]
     fn abort_cancels_the_task() {
         let (mut q, _) = eq();
         let a = q.event_init(None).unwrap();

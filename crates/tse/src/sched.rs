@@ -1493,6 +1493,25 @@ mod tests {
     }
 
     #[test]
+    fn complete_all_sleeps_through_delays() {
+        let (mut s, clock) = manual();
+        let log: Log = Default::default();
+        let a = logging(&mut s, &log, "a", Ok(()));
+        let b = logging(&mut s, &log, "b", Err(TaskError::Code(4)));
+        s.register_deps(b, &[a]).unwrap();
+        s.schedule_after(a, Duration::from_secs(3)).unwrap();
+        s.schedule(b).unwrap();
+        let unscheduled = s.create_external();
+        assert_eq!(s.complete_all(false), Ok(Err(TaskError::Code(4))));
+        assert_eq!(clock.now(), Time::from_nanos(3_000_000_000));
+        assert_eq!(*log.borrow(), ["a", "b"]);
+        // created but never scheduled tasks are not waited for, but are live
+        assert_eq!(s.live(), 1);
+        s.abort(unscheduled).unwrap();
+        assert_eq!(s.live(), 0);
+    }
+
+    #[test]
     fn drop_cancels_and_reports() {
         let got = Rc::new(RefCell::new(Vec::new()));
         {
