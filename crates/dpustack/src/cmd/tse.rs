@@ -548,3 +548,45 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     );
     Ok(r)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::bench::Area;
+
+    #[test]
+    fn self_check_runs_the_dag_in_order() {
+        assert_eq!(self_check().unwrap(), [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn demo_runs_with_and_without_failures() {
+        for fail in [None, Some(DemoTask::FetchB), Some(DemoTask::Retry)] {
+            demo(&DemoArgs {
+                fail,
+                delay_ms: 0,
+                net_latency_us: 10,
+                json: true,
+            })
+            .unwrap();
+        }
+    }
+
+    #[test]
+    fn bench_reports_every_figure_with_its_baseline() {
+        let args = BenchArgs {
+            area: Area::Tse,
+            json: true,
+            runs: 1,
+            secs: 0.005,
+            quick: true,
+        };
+        let r = bench(&args, &Config::default()).unwrap();
+        assert_eq!(r.figures.len(), 6);
+        for f in &r.figures {
+            assert!(f.value.is_finite() && f.value > 0.0, "{f:?}");
+            assert!(f.baseline.is_finite() && f.baseline > 0.0, "{f:?}");
+            assert!(f.ratio.is_finite(), "{f:?}");
+        }
+    }
+}
