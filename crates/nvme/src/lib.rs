@@ -24,6 +24,7 @@
 mod macros;
 
 pub mod cmd;
+pub mod dptr;
 pub mod features;
 pub mod identify;
 pub mod log;
