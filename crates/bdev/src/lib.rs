@@ -286,27 +286,45 @@ pub fn validate(io: &BdevIo, block_size: u32, device_blocks: u64) -> Result<IoTy
     Ok(t)
 }
 
-/// Shared device-level stats: one cell per channel, summed on demand (control plane).
+/// Shared device-level stats: one cell per open channel, summed on demand
+/// (control plane). Cells of closed channels are folded into `retired` so that
+/// opening and closing channels does not grow the list.
 #[derive(Debug, Default)]
 pub(crate) struct StatsRegistry {
-    cells: std::sync::Mutex<Vec<Arc<StatsCell>>>,
+    inner: std::sync::Mutex<(Vec<Arc<StatsCell>>, Stats)>,
 }
 
 impl StatsRegistry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Vec<Arc<StatsCell>>, Stats)> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    /// Fold cells that only the registry still holds (their channel is gone).
+    fn prune(g: &mut (Vec<Arc<StatsCell>>, Stats)) {
+        let (cells, retired) = g;
+        cells.retain(|c| {
+            if Arc::strong_count(c) == 1 {
+                *retired = *retired + c.snapshot();
+                false
+            } else {
+                true
+            }
+        });
+    }
     pub(crate) fn register(&self) -> Arc<StatsCell> {
         let c = Arc::new(StatsCell::default());
-        match self.cells.lock() {
-            Ok(mut v) => v.push(c.clone()),
-            Err(p) => p.into_inner().push(c.clone()),
-        }
+        let mut g = self.lock();
+        Self::prune(&mut g);
+        g.0.push(c.clone());
         c
     }
     pub(crate) fn total(&self) -> Stats {
-        let v = match self.cells.lock() {
-            Ok(v) => v,
-            Err(p) => p.into_inner(),
-        };
-        v.iter().fold(Stats::default(), |acc, c| acc + c.snapshot())
+        let mut g = self.lock();
+        Self::prune(&mut g);
+        g.0.iter().fold(g.1, |acc, c| acc + c.snapshot())
+    }
+    #[cfg(test)]
+    pub(crate) fn open_cells(&self) -> usize {
+        self.lock().0.len()
     }
 }
 
@@ -327,6 +345,35 @@ pub(crate) fn for_each_piece(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stats_survive_closed_channels_without_growing() {
+        let r = StatsRegistry::default();
+        for _ in 0..100 {
+            let c = r.register();
+            c.record(IoType::Read, 512, true);
+        }
+        let live = r.register();
+        live.record(IoType::Write, 4096, true);
+        live.record(IoType::Write, 0, false);
+        let t = r.total();
+        assert_eq!(
+            t.read,
+            OpStats {
+                ops: 100,
+                bytes: 51_200
+            }
+        );
+        assert_eq!(
+            t.write,
+            OpStats {
+                ops: 1,
+                bytes: 4096
+            }
+        );
+        assert_eq!(t.errors, 1);
+        assert_eq!(r.open_cells(), 1);
+    }
 
     #[test]
     fn validate_rules() {
