@@ -7,7 +7,8 @@
 //! - If the rest fits in one page, PRP2 is that page's address (offset 0).
 //!   Otherwise PRP2 points to a PRP list (qword aligned, may have an offset).
 //! - Every list entry is a page address with offset 0. When a list page has room
-//!   for fewer entries than remain, its last entry points to the next list page.
+//!   for fewer entries than remain, its last entry points to the next list page
+//!   (page aligned).
 //!
 //! So a buffer list is expressible only if: the first buffer starts dword aligned;
 //! every later buffer starts on a page boundary; every buffer but the last ends on
@@ -245,8 +246,11 @@ pub fn walk(
             let mut e = [0u8; 8];
             e.copy_from_slice(&raw[i * 8..i * 8 + 8]);
             list = u64::from_le_bytes(e);
-            if list & 7 != 0 {
-                return Err(PrpError::ListPointerUnaligned { addr: list });
+            // Chained list pages start on a page boundary (only PRP2 may carry an
+            // offset); this also guarantees progress, so a list that points to
+            // itself cannot loop forever.
+            if list & mask != 0 {
+                return Err(PrpError::EntryOffset { addr: list });
             }
         }
     }
@@ -411,6 +415,28 @@ mod tests {
                 IoVec::new(0x7000, 2 * P)
             ]
         );
+    }
+
+    #[test]
+    fn self_referencing_list_terminates() {
+        let mut m = FakeMemory::default();
+        // PRP2 points at the last slot of a page, which points back at itself
+        let list = 0x30_0000 + P - 8;
+        m.write(list, &list.to_le_bytes()).unwrap();
+        assert_eq!(
+            walk(0x1000, list, 8 * P, P, &m),
+            Err(PrpError::EntryOffset { addr: list })
+        );
+        // a page-aligned list whose chain entry points to itself: progress each page
+        let page = 0x40_0000u64;
+        for i in 0..511u64 {
+            m.write(page + i * 8, &(0x100_0000 + i * P).to_le_bytes())
+                .unwrap();
+        }
+        m.write(page + 511 * 8, &page.to_le_bytes()).unwrap();
+        // 2000 pages: walks the same list page ~4 times, then stops at the length
+        let got = walk(0x1000, page, 2000 * P, P, &m).unwrap();
+        assert_eq!(total_len(&got), 2000 * P);
     }
 
     /// A random PRP-expressible layout: first buffer at a dword offset, then whole
