@@ -1411,6 +1411,35 @@ mod tests {
     }
 
     #[test]
+    fn callbacks_create_and_schedule_tasks() {
+        let (mut s, _) = manual();
+        let log: Log = Default::default();
+        let a = logging(&mut s, &log, "a", Ok(()));
+        let l = log.clone();
+        s.register_comp_cb(a, move |s, _, r| {
+            // a follow-up created from a completion callback, depending on a
+            // task created from a prepare callback of its own
+            let follow = logging(s, &l, "follow-up", Ok(()));
+            let l2 = l.clone();
+            s.register_prep_cb(follow, move |s, id| {
+                let pre = logging(s, &l2, "pre", Ok(()));
+                s.schedule(pre).unwrap();
+                // the prepare callback may not add dependencies: the task runs
+                assert_eq!(s.register_deps(id, &[pre]), Err(Error::TaskRunning(id)));
+                Ok(())
+            })
+            .unwrap();
+            s.schedule(follow).unwrap();
+            r
+        })
+        .unwrap();
+        s.schedule(a).unwrap();
+        assert_eq!(s.progress(), 3);
+        assert_eq!(*log.borrow(), ["a", "follow-up", "pre"]);
+        assert_eq!(s.live(), 0);
+    }
+
+    #[test]
     fn prep_callbacks_run_before_body_and_can_fail() {
         let (mut s, _) = manual();
         let log: Log = Default::default();
