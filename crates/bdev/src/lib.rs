@@ -25,6 +25,7 @@
 pub mod buf;
 #[cfg(feature = "uring")]
 pub mod file;
+pub mod inject;
 pub mod malloc;
 pub mod null;
 pub mod spec;
