@@ -5,7 +5,9 @@
 //! buffers, asynchronous submit with polled completion (no callbacks), and the
 //! devices: [`malloc::MallocBdev`] (RAM), [`null::NullBdev`] (discard / zeroes) and,
 //! with the default `uring` feature, `file::FileBdev` (a regular file or block
-//! device through io_uring, O_DIRECT optional, bounded queue depth).
+//! device through io_uring, O_DIRECT optional, bounded queue depth), plus
+//! [`inject::ErrorInjectBdev`] (failure injection around any device) and
+//! [`spec::create`] (`malloc:64M`, `null:1G`, `file:PATH,size=..,direct,qd=..`).
 //!
 //! Does not: know NVMe (the NVMe-oF target maps [`IoError`]s to NVMe statuses), split
 //! I/O across devices, or keep caches.
