@@ -31,8 +31,10 @@ pub struct Trace {
 }
 
 /// Traces a flow key through a table like `ovs-appctl ofproto/trace`.
-pub fn trace(table: &FlowTable, flow: &FlowKey) -> Trace {
-    let x = table.xlate(flow);
+/// `from_bytes`: the flow was parsed from packet bytes (OVS then marks packet-ins as
+/// to be sent, `dont_send=0`; a trace of a bare flow string says `dont_send=1`).
+pub fn trace(table: &FlowTable, flow: &FlowKey, from_bytes: bool) -> Trace {
+    let x = table.xlate_with(flow, !from_bytes);
     Trace {
         megaflow: format_megaflow(flow, &x.wc),
         actions: format_actions(&x.actions),

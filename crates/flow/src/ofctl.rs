@@ -71,8 +71,12 @@ pub enum SetField {
     Ipv4Dst,
     Ipv6Src,
     Ipv6Dst,
-    /// DSCP in the TOS byte (value is the TOS byte with the low 2 bits clear).
+    /// DSCP (`ip_dscp`, `mod_nw_tos`; OVS `MFF_IP_DSCP_SHIFTED`). The value is kept
+    /// as the TOS byte with the low 2 bits clear.
     IpDscp,
+    /// `set_field:V->nw_tos` (OVS `MFF_IP_DSCP`): same rewrite, but OVS also
+    /// un-wildcards `nw_proto` for it.
+    NwTos,
     TcpSrc,
     TcpDst,
     UdpSrc,
@@ -666,6 +670,21 @@ pub fn parse_rule(line: &str) -> Result<Rule, ParseError> {
             }
         }
     }
+    // OVS (MFP_TCP/UDP/SCTP): L4 fields cannot be matched on later fragments.
+    if r.m.key.nw_frag() & FRAG_LATER != 0 {
+        for (fd, n) in [
+            (f::TP_SRC, "tp_src"),
+            (f::TP_DST, "tp_dst"),
+            (f::TCP_FLAGS, "tcp_flags"),
+        ] {
+            if r.m.has(fd) && !r.m.key.is_icmp_any() {
+                return Err(perr(
+                    n,
+                    "prerequisites not met (nw_frag=later has no L4 header)",
+                ));
+            }
+        }
+    }
     r.actions = parse_actions(acts, &r.m)?;
     Ok(r)
 }
@@ -845,7 +864,7 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
                         if t & 3 != 0 {
                             return Err(perr(field, "low 2 bits (ECN) must be zero"));
                         }
-                        (SetField::IpDscp, t as u128)
+                        (SetField::NwTos, t as u128)
                     }
                     "tcp_src" => (SetField::TcpSrc, num_max(field, val, 0xffff)? as u128),
                     "tcp_dst" => (SetField::TcpDst, num_max(field, val, 0xffff)? as u128),
@@ -865,7 +884,7 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
                     SetField::EthSrc | SetField::EthDst => true,
                     SetField::Ipv4Src | SetField::Ipv4Dst => cf.dl_type == Some(ethertype::IPV4),
                     SetField::Ipv6Src | SetField::Ipv6Dst => cf.dl_type == Some(ethertype::IPV6),
-                    SetField::IpDscp => {
+                    SetField::IpDscp | SetField::NwTos => {
                         matches!(cf.dl_type, Some(ethertype::IPV4) | Some(ethertype::IPV6))
                     }
                     SetField::TcpSrc | SetField::TcpDst => {

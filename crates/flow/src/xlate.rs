@@ -44,6 +44,7 @@ pub enum OdpAction {
     /// `userspace(pid=0,controller(...))`: a packet-in.
     Controller {
         reason: u8,
+        dont_send: bool,
         recirc_id: u32,
         cookie: u64,
         max_len: u16,
@@ -93,13 +94,15 @@ impl std::fmt::Display for OdpAction {
             }
             OdpAction::Controller {
                 reason,
+                dont_send,
                 recirc_id,
                 cookie,
                 max_len,
             } => {
                 write!(
                     fm,
-                    "userspace(pid=0,controller(reason={reason},dont_send=0,continuation=0,recirc_id={recirc_id},rule_cookie={},controller_id=0,max_len={max_len}))",
+                    "userspace(pid=0,controller(reason={reason},dont_send={},continuation=0,recirc_id={recirc_id},rule_cookie={},controller_id=0,max_len={max_len}))",
+                    dont_send as u8,
                     hash_x(cookie)
                 )
             }
@@ -293,6 +296,12 @@ impl FlowTable {
     /// Translates `flow` (an upcall): classifier lookup + actions, returning the megaflow
     /// mask and the datapath actions exactly as OVS 3.1 computes them.
     pub fn xlate(&self, flow: &FlowKey) -> Xlated {
+        self.xlate_with(flow, false)
+    }
+
+    /// [`Self::xlate`]; `dont_send` marks packet-ins as not to be sent (what OVS does
+    /// when tracing a flow without packet bytes).
+    pub fn xlate_with(&self, flow: &FlowKey, dont_send: bool) -> Xlated {
         let mut wc = FlowKey::ZERO;
         // xlate_wc_init
         wc.full(f::IN_PORT);
@@ -309,6 +318,7 @@ impl FlowTable {
         }
         let rule = self.cls.lookup(&lk, &mut wc);
         let mut x = Ctx {
+            dont_send,
             flow: *flow,
             base: *flow,
             wc,
@@ -404,6 +414,7 @@ impl FlowTable {
                 Action::SetField(sf, v) => self.set_field(x, sf, v),
                 Action::DecTtl => {
                     x.wc.full(f::NW_TTL);
+                    x.wc.full(f::NW_PROTO);
                     if !x.flow.is_ip_any() {
                         continue;
                     }
@@ -425,6 +436,7 @@ impl FlowTable {
         self.next_recirc.set(id.wrapping_add(1).max(1));
         x.out.push(OdpAction::Controller {
             reason,
+            dont_send: x.dont_send,
             recirc_id: id,
             cookie,
             max_len,
@@ -445,6 +457,7 @@ impl FlowTable {
             }
             SetField::Ipv4Src | SetField::Ipv4Dst => {
                 if fl.is_ipv4() {
+                    wc.full(f::NW_PROTO);
                     let fd = if sf == SetField::Ipv4Src {
                         f::NW_SRC
                     } else {
@@ -456,6 +469,7 @@ impl FlowTable {
             }
             SetField::Ipv6Src | SetField::Ipv6Dst => {
                 if fl.is_ipv6() {
+                    wc.full(f::NW_PROTO);
                     let (hi, lo) = if sf == SetField::Ipv6Src {
                         (f::IPV6_SRC_HI, f::IPV6_SRC_LO)
                     } else {
@@ -466,8 +480,11 @@ impl FlowTable {
                     fl.set128(hi, lo, v);
                 }
             }
-            SetField::IpDscp => {
+            SetField::IpDscp | SetField::NwTos => {
                 if fl.is_ip_any() {
+                    if sf == SetField::NwTos {
+                        wc.full(f::NW_PROTO);
+                    }
                     wc.or(f::NW_TOS, 0xfc);
                     let t = (fl.get(f::NW_TOS) & 0x03) | (v as u64 & 0xfc);
                     fl.set(f::NW_TOS, t);
@@ -511,6 +528,7 @@ impl FlowTable {
 }
 
 struct Ctx {
+    dont_send: bool,
     flow: FlowKey,
     base: FlowKey,
     wc: FlowKey,

@@ -23,7 +23,7 @@ fn sample_fixture_matches_ovs() {
         let in_port = parse_exact_flow(input).unwrap().in_port();
         let bytes = hex(p["packet_hex"].as_str().unwrap());
         let k = FlowKey::from_packet(in_port, &bytes);
-        let t = trace(&table, &k);
+        let t = trace(&table, &k, true);
         let want_m = p["megaflow"].as_str().unwrap();
         let want_a = p["datapath_actions"].as_str().unwrap();
         if canonical(&t.megaflow) != canonical(want_m) || canonical(&t.actions) != canonical(want_a)

@@ -2,8 +2,8 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
-use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 
 use crate::cmd::bench::BenchArgs;
 use crate::cmd::not_implemented;
@@ -95,19 +95,23 @@ fn hex_bytes(s: &str) -> Vec<u8> {
         .collect()
 }
 
-/// Parses one packet line into a flow key.
-pub fn packet_key(line: &str) -> Result<flow::FlowKey> {
+/// Parses one packet line into a flow key; true when it came from packet bytes.
+pub fn packet_key(line: &str) -> Result<(flow::FlowKey, bool)> {
     let line = line.trim();
     let mut parts = line.split_whitespace();
     let first = parts.next().unwrap_or("");
     if let Some(h) = parts.next() {
         if is_hex(h) {
-            let meta = flow::parse_exact_flow(first)
-                .map_err(|e| anyhow!("packet `{line}`: {e}"))?;
-            return Ok(flow::FlowKey::from_packet(meta.in_port(), &hex_bytes(h)));
+            let meta =
+                flow::parse_exact_flow(first).map_err(|e| anyhow!("packet `{line}`: {e}"))?;
+            return Ok((
+                flow::FlowKey::from_packet(meta.in_port(), &hex_bytes(h)),
+                true,
+            ));
         }
     }
-    flow::parse_exact_flow(line).map_err(|e| anyhow!("packet `{line}`: {e}"))
+    let k = flow::parse_exact_flow(line).map_err(|e| anyhow!("packet `{line}`: {e}"))?;
+    Ok((k, false))
 }
 
 fn trace_cmd(a: &TraceArgs) -> Result<()> {
@@ -131,10 +135,12 @@ fn trace_cmd(a: &TraceArgs) -> Result<()> {
     }
     let mut out = Vec::new();
     for (i, p) in pkts.iter().enumerate() {
-        let k = packet_key(p)?;
-        let t = flow::trace(&table, &k);
+        let (k, bytes) = packet_key(p)?;
+        let t = flow::trace(&table, &k, bytes);
         if a.json {
-            out.push(serde_json::json!({"packet": p, "megaflow": t.megaflow, "actions": t.actions}));
+            out.push(
+                serde_json::json!({"packet": p, "megaflow": t.megaflow, "actions": t.actions}),
+            );
         } else {
             if i > 0 {
                 println!();

@@ -1,0 +1,532 @@
+//! Conformance against Open vSwitch itself (the `ovs.sh` oracle: OVS 3.1 in a private
+//! sandbox). Loads the same tables into OVS and into `flow`, traces the same packets
+//! through both and compares megaflows and datapath actions in canonical
+//! (order-insensitive) form: on the sample table and on random tables with overlapping
+//! prefixes, masks and ports.
+//!
+//! Gated: runs only with `DPUSTACK_OVS_ORACLE=1` (needs `openvswitch-switch`).
+//! Knobs: `DPUSTACK_OVS_TABLES` (random tables, default 24), `DPUSTACK_OVS_PACKETS`
+//! (packets per table, default 60), `DPUSTACK_OVS_SEED`, `OVS_SH` (path of ovs.sh).
+//!
+//! ```sh
+//! DPUSTACK_OVS_ORACLE=1 cargo test -p flow --test ovs_oracle -- --nocapture
+//! ```
+
+use flow::{canonical, parse_flows, FlowKey, FlowTable};
+use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use std::path::PathBuf;
+use std::process::Command;
+
+struct Oracle {
+    sh: PathBuf,
+    dir: PathBuf,
+}
+
+impl Oracle {
+    fn start() -> Oracle {
+        let sh = std::env::var_os("OVS_SH")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/oracles/ovs.sh")
+            });
+        let dir = PathBuf::from(format!("/tmp/dps-ovs-{}", std::process::id()));
+        let o = Oracle { sh, dir };
+        let st = o.sh_cmd(&["start", o.dir.to_str().unwrap()]);
+        assert!(
+            st.status.success(),
+            "ovs.sh start failed: {}",
+            String::from_utf8_lossy(&st.stderr)
+        );
+        o
+    }
+    fn sh_cmd(&self, args: &[&str]) -> std::process::Output {
+        Command::new(&self.sh)
+            .args(args)
+            .env("OVS_ORACLE_DIR", &self.dir)
+            .output()
+            .expect("run ovs.sh")
+    }
+    fn load(&self, flows: &str) {
+        let f = self.dir.join("flows.txt");
+        std::fs::write(&f, flows).unwrap();
+        let o = self.sh_cmd(&["flows", f.to_str().unwrap()]);
+        assert!(
+            o.status.success(),
+            "OVS rejected the table: {}\n{}",
+            String::from_utf8_lossy(&o.stderr),
+            flows
+        );
+    }
+    fn compose(&self, flow: &str) -> String {
+        let o = self.sh_cmd(&["compose", flow]);
+        assert!(
+            o.status.success(),
+            "compose {flow}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    }
+    /// (megaflow, actions) from `ofproto/trace`.
+    fn trace(&self, flow: &str, hex: Option<&str>) -> (String, String) {
+        let mut c = Command::new("ovs-appctl");
+        c.arg("--timeout=10")
+            .arg("-t")
+            .arg(self.dir.join("ovs-vswitchd.ctl"))
+            .arg("ofproto/trace")
+            .arg("br0")
+            .arg(flow);
+        if let Some(h) = hex {
+            c.arg(h);
+        }
+        let o = c.output().expect("ovs-appctl");
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "trace {flow}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let get = |p: &str| {
+            out.lines()
+                .find_map(|l| l.strip_prefix(p))
+                .unwrap_or_else(|| panic!("no `{p}` in trace of {flow}:\n{out}"))
+                .trim()
+                .to_string()
+        };
+        (get("Megaflow:"), get("Datapath actions:"))
+    }
+}
+
+impl Drop for Oracle {
+    fn drop(&mut self) {
+        let _ = self.sh_cmd(&["stop"]);
+    }
+}
+
+// ---------------------------------------------------------------- random tables
+
+const NETS: [[u8; 4]; 6] = [
+    [10, 0, 0, 0],
+    [10, 0, 1, 0],
+    [10, 1, 0, 0],
+    [192, 168, 1, 0],
+    [172, 16, 0, 0],
+    [10, 0, 0, 128],
+];
+const PORTS: [u16; 9] = [22, 80, 443, 1000, 2000, 4420, 4791, 8080, 53];
+const MACS: [&str; 4] = [
+    "02:00:00:00:00:01",
+    "02:00:00:00:00:02",
+    "aa:bb:cc:dd:ee:ff",
+    "02:00:00:00:00:05",
+];
+const V6NETS: [&str; 3] = ["fd00::", "fd00:0:0:1::", "2001:db8::"];
+
+fn ip_near(r: &mut SmallRng) -> String {
+    let n = NETS.choose(r).unwrap();
+    let host: u32 = match r.gen_range(0..4) {
+        0 => r.gen_range(0..4),
+        1 => r.gen_range(0..256),
+        2 => r.gen_range(0..65536),
+        _ => r.gen(),
+    };
+    let base = u32::from_be_bytes(*n);
+    let keep = match r.gen_range(0..3) {
+        0 => 0xffff_ff00u32,
+        1 => 0xffff_0000,
+        _ => 0xff00_0000,
+    };
+    std::net::Ipv4Addr::from((base & keep) | (host & !keep)).to_string()
+}
+
+fn ip_rule(r: &mut SmallRng) -> String {
+    let addr = ip_near(r);
+    match r.gen_range(0..10) {
+        0 => addr,
+        1 => format!("{addr}/255.0.255.0"),
+        _ => format!(
+            "{addr}/{}",
+            [8, 16, 20, 24, 24, 28, 30, 31, 32, 1][r.gen_range(0..10)]
+        ),
+    }
+}
+
+fn v6_near(r: &mut SmallRng) -> String {
+    let n: std::net::Ipv6Addr = V6NETS.choose(r).unwrap().parse().unwrap();
+    let low: u128 = r.gen_range(1..300);
+    std::net::Ipv6Addr::from(u128::from(n) | low).to_string()
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Proto {
+    Any,
+    Ip,
+    Tcp,
+    Udp,
+    Icmp,
+    Arp,
+    Ipv6,
+    Tcp6,
+    Udp6,
+}
+
+fn proto_pick(r: &mut SmallRng, any: bool) -> Proto {
+    let all = [
+        Proto::Ip,
+        Proto::Tcp,
+        Proto::Tcp,
+        Proto::Udp,
+        Proto::Udp,
+        Proto::Icmp,
+        Proto::Arp,
+        Proto::Ipv6,
+        Proto::Tcp6,
+        Proto::Udp6,
+        Proto::Any,
+    ];
+    loop {
+        let p = *all.choose(r).unwrap();
+        if any || p != Proto::Any {
+            return p;
+        }
+    }
+}
+
+fn proto_kw(p: Proto) -> Option<&'static str> {
+    Some(match p {
+        Proto::Any => return None,
+        Proto::Ip => "ip",
+        Proto::Tcp => "tcp",
+        Proto::Udp => "udp",
+        Proto::Icmp => "icmp",
+        Proto::Arp => "arp",
+        Proto::Ipv6 => "ipv6",
+        Proto::Tcp6 => "tcp6",
+        Proto::Udp6 => "udp6",
+    })
+}
+
+fn is4(p: Proto) -> bool {
+    matches!(p, Proto::Ip | Proto::Tcp | Proto::Udp | Proto::Icmp)
+}
+fn is6(p: Proto) -> bool {
+    matches!(p, Proto::Ipv6 | Proto::Tcp6 | Proto::Udp6)
+}
+fn has_ports(p: Proto) -> bool {
+    matches!(p, Proto::Tcp | Proto::Udp | Proto::Tcp6 | Proto::Udp6)
+}
+
+fn port_rule(r: &mut SmallRng) -> String {
+    let p = *PORTS.choose(r).unwrap();
+    match r.gen_range(0..5) {
+        0 => format!("{:#x}/{:#x}", p & 0xff00, 0xff00),
+        1 => format!("{:#x}/{:#x}", p & 0xfff0, 0xfff0),
+        _ => p.to_string(),
+    }
+}
+
+fn gen_rule(r: &mut SmallRng, prio: u16) -> String {
+    let p = proto_pick(r, true);
+    let mut later = false;
+    let mut m: Vec<String> = vec![format!("priority={prio}")];
+    if r.gen_bool(0.1) {
+        m.push(format!("cookie={:#x}", r.gen_range(1..100)));
+    }
+    if let Some(k) = proto_kw(p) {
+        m.push(k.into());
+    }
+    if r.gen_bool(0.3) {
+        m.push(format!("in_port={}", r.gen_range(1..=4)));
+    }
+    let vlan = r.gen_bool(0.12);
+    if vlan {
+        m.push(format!("dl_vlan={}", [10, 20, 30][r.gen_range(0..3)]));
+        if r.gen_bool(0.3) {
+            m.push(format!("dl_vlan_pcp={}", r.gen_range(0..8)));
+        }
+    }
+    if r.gen_bool(0.08) {
+        m.push(format!("dl_dst={}", MACS.choose(r).unwrap()));
+    }
+    if r.gen_bool(0.05) {
+        m.push("dl_src=02:00:00:00:00:00/ff:ff:ff:ff:ff:f0".into());
+    }
+    if is4(p) {
+        if r.gen_bool(0.55) {
+            m.push(format!("nw_dst={}", ip_rule(r)));
+        }
+        if r.gen_bool(0.35) {
+            m.push(format!("nw_src={}", ip_rule(r)));
+        }
+        if r.gen_bool(0.05) {
+            m.push(format!("nw_ttl={}", [1, 64][r.gen_range(0..2)]));
+        }
+        if r.gen_bool(0.05) {
+            m.push(format!("ip_dscp={}", [0, 46][r.gen_range(0..2)]));
+        }
+        if r.gen_bool(0.05) {
+            let fr = ["no", "yes", "first", "later"][r.gen_range(0..4)];
+            m.push(format!("nw_frag={fr}"));
+            later = fr == "later";
+        }
+    }
+    if is6(p) {
+        if r.gen_bool(0.4) {
+            m.push(format!(
+                "ipv6_dst={}/{}",
+                v6_near(r),
+                [64, 120, 128][r.gen_range(0..3)]
+            ));
+        }
+        if r.gen_bool(0.2) {
+            m.push(format!("ipv6_src={}", v6_near(r)));
+        }
+    }
+    if has_ports(p) && !later {
+        if r.gen_bool(0.5) {
+            m.push(format!("tp_dst={}", port_rule(r)));
+        }
+        if r.gen_bool(0.25) {
+            m.push(format!("tp_src={}", port_rule(r)));
+        }
+    }
+    if p == Proto::Tcp && !later && r.gen_bool(0.1) {
+        m.push(
+            [
+                "tcp_flags=+syn-ack",
+                "tcp_flags=+syn",
+                "tcp_flags=0x010/0x010",
+            ][r.gen_range(0..3)]
+            .into(),
+        );
+    }
+    if p == Proto::Icmp && r.gen_bool(0.5) {
+        m.push(format!("icmp_type={}", [0, 8, 3][r.gen_range(0..3)]));
+        if r.gen_bool(0.3) {
+            m.push(format!("icmp_code={}", r.gen_range(0..2)));
+        }
+    }
+    if p == Proto::Arp {
+        if r.gen_bool(0.3) {
+            m.push(format!("arp_op={}", r.gen_range(1..3)));
+        }
+        if r.gen_bool(0.3) {
+            m.push(format!("arp_tpa={}", ip_rule(r)));
+        }
+    }
+    // actions
+    let mut a: Vec<String> = Vec::new();
+    if r.gen_bool(0.1) {
+        a.push("drop".into());
+    } else {
+        let n = r.gen_range(1..=3);
+        for _ in 0..n {
+            let c = r.gen_range(0..20);
+            let act = match c {
+                0 if vlan => "strip_vlan".to_string(),
+                1 => format!("mod_vlan_vid:{}", [100, 200][r.gen_range(0..2)]),
+                2 => format!("mod_vlan_pcp:{}", r.gen_range(0..8)),
+                3 => "set_field:aa:bb:cc:dd:ee:ff->eth_dst".into(),
+                4 => "mod_dl_src:02:11:22:33:44:55".into(),
+                5 if is4(p) => format!("set_field:{}->ip_dst", ip_near(r)),
+                6 if is4(p) => format!("mod_nw_src:{}", ip_near(r)),
+                7 if is4(p) || is6(p) => "dec_ttl".into(),
+                8 if has_ports(p) && !later => format!("mod_tp_dst:{}", PORTS.choose(r).unwrap()),
+                9 if matches!(p, Proto::Tcp | Proto::Tcp6) && !later => {
+                    "set_field:8080->tcp_src".into()
+                }
+                10 if is4(p) || is6(p) => "set_field:46->ip_dscp".into(),
+                11 if is4(p) => "mod_nw_tos:32".into(),
+                12 => "in_port".into(),
+                13 => "push_vlan:0x8100,set_field:4097->vlan_vid".into(),
+                14 if r.gen_bool(0.3) => "controller".into(),
+                _ => format!("output:{}", r.gen_range(1..=4)),
+            };
+            a.push(act);
+        }
+        a.push(format!("output:{}", r.gen_range(1..=4)));
+    }
+    format!("{},actions={}", m.join(","), a.join(","))
+}
+
+fn gen_packet(r: &mut SmallRng) -> String {
+    let p = proto_pick(r, false);
+    let mut m: Vec<String> = vec![format!("in_port={}", r.gen_range(1..=4))];
+    if r.gen_bool(0.2) {
+        m.push(format!("dl_vlan={}", [10, 20, 30, 99][r.gen_range(0..4)]));
+        m.push(format!("dl_vlan_pcp={}", r.gen_range(0..8)));
+    }
+    m.push(proto_kw(p).unwrap().into());
+    m.push(format!("dl_src={}", MACS.choose(r).unwrap()));
+    m.push(format!("dl_dst={}", MACS.choose(r).unwrap()));
+    if is4(p) {
+        m.push(format!("nw_src={}", ip_near(r)));
+        m.push(format!("nw_dst={}", ip_near(r)));
+        m.push(format!("nw_ttl={}", [0, 1, 2, 64][r.gen_range(0..4)]));
+        if r.gen_bool(0.1) {
+            m.push(format!("nw_tos={}", [0x20, 0xb8][r.gen_range(0..2)]));
+        }
+        if r.gen_bool(0.08) {
+            let fr = ["first", "later"][r.gen_range(0..2)];
+            m.push(format!("nw_frag={fr}"));
+            if fr == "later" {
+                return m.join(",");
+            }
+        }
+    }
+    if is6(p) {
+        m.push(format!("ipv6_src={}", v6_near(r)));
+        m.push(format!("ipv6_dst={}", v6_near(r)));
+        m.push(format!("nw_ttl={}", [1, 64][r.gen_range(0..2)]));
+    }
+    if p == Proto::Ipv6 {
+        m.push("nw_proto=59".into());
+    }
+    let port = |r: &mut SmallRng| -> u16 {
+        if r.gen_bool(0.6) {
+            *PORTS.choose(r).unwrap()
+        } else {
+            r.gen()
+        }
+    };
+    match p {
+        Proto::Tcp | Proto::Tcp6 => {
+            m.push(format!("tcp_src={}", port(r)));
+            m.push(format!("tcp_dst={}", port(r)));
+            if r.gen_bool(0.3) {
+                m.push(format!(
+                    "tcp_flags={:#x}",
+                    [0x002, 0x012, 0x010][r.gen_range(0..3)]
+                ));
+            }
+        }
+        Proto::Udp | Proto::Udp6 => {
+            m.push(format!("udp_src={}", port(r)));
+            m.push(format!("udp_dst={}", port(r)));
+        }
+        Proto::Icmp => {
+            m.push(format!("icmp_type={}", [0, 8, 3, 11][r.gen_range(0..4)]));
+            m.push(format!("icmp_code={}", r.gen_range(0..2)));
+        }
+        Proto::Arp => {
+            m.push(format!("arp_op={}", r.gen_range(1..3)));
+            m.push(format!("arp_spa={}", ip_near(r)));
+            m.push(format!("arp_tpa={}", ip_near(r)));
+        }
+        _ => {}
+    }
+    m.join(",")
+}
+
+fn hex_bytes(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+#[derive(Default)]
+struct Score {
+    n: usize,
+    mega: usize,
+    acts: usize,
+    bytes_n: usize,
+    fails: Vec<String>,
+}
+
+fn check_table(o: &Oracle, flows: &str, packets: &[String], compose_every: usize, s: &mut Score) {
+    o.load(flows);
+    let table = FlowTable::from_rules(parse_flows(flows).expect("our parser rejects the table"));
+    for (i, p) in packets.iter().enumerate() {
+        let use_bytes = compose_every > 0 && i % compose_every == 0;
+        let (ours, theirs) = if use_bytes {
+            let hex = o.compose(p);
+            let in_port = flow::parse_exact_flow(p).unwrap().in_port();
+            let k = FlowKey::from_packet(in_port, &hex_bytes(&hex));
+            s.bytes_n += 1;
+            (
+                flow::trace(&table, &k, true),
+                o.trace(&format!("in_port={in_port}"), Some(&hex)),
+            )
+        } else {
+            let k = flow::parse_exact_flow(p).unwrap();
+            (flow::trace(&table, &k, false), o.trace(p, None))
+        };
+        s.n += 1;
+        let mok = canonical(&ours.megaflow) == canonical(&theirs.0);
+        let aok = canonical(&ours.actions) == canonical(&theirs.1);
+        s.mega += mok as usize;
+        s.acts += aok as usize;
+        if (!mok || !aok) && s.fails.len() < 15 {
+            s.fails.push(format!(
+                "packet {p}{}\n  ours megaflow: {}\n  ovs  megaflow: {}\n  ours actions:  {}\n  ovs  actions:  {}\n  table:\n{}",
+                if use_bytes { " (as bytes)" } else { "" },
+                ours.megaflow,
+                theirs.0,
+                ours.actions,
+                theirs.1,
+                flows
+            ));
+        }
+    }
+}
+
+fn env_usize(k: &str, d: usize) -> usize {
+    std::env::var(k)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(d)
+}
+
+#[test]
+fn conformance_with_ovs() {
+    if std::env::var("DPUSTACK_OVS_ORACLE").as_deref() != Ok("1") {
+        eprintln!("skipped: set DPUSTACK_OVS_ORACLE=1 (needs openvswitch-switch) to run");
+        return;
+    }
+    let o = Oracle::start();
+    let mut s = Score::default();
+    // The sample table and packets (also through OVS's own packet composer).
+    let sample_flows = include_str!("data/sample-flows.txt");
+    let sample_pkts: Vec<String> = include_str!("data/sample-packets.txt")
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| l.replace("tp_src", "tcp_src").replace("tp_dst", "tcp_dst"))
+        .collect();
+    check_table(&o, sample_flows, &sample_pkts, 0, &mut s);
+    check_table(&o, sample_flows, &sample_pkts, 1, &mut s);
+    let sample = (s.n, s.mega, s.acts);
+    // Random tables.
+    let seed = env_usize("DPUSTACK_OVS_SEED", 7) as u64;
+    let n_tables = env_usize("DPUSTACK_OVS_TABLES", 24);
+    let n_pkts = env_usize("DPUSTACK_OVS_PACKETS", 60);
+    let sizes = [8, 30, 100, 400];
+    let mut r = SmallRng::seed_from_u64(seed);
+    let mut total_rules = 0;
+    for t in 0..n_tables {
+        let n_rules = sizes[t % sizes.len()];
+        total_rules += n_rules;
+        let mut prios: Vec<u16> = (1..=2000).collect();
+        prios.shuffle(&mut r);
+        let mut flows = String::new();
+        for prio in prios.iter().take(n_rules) {
+            flows.push_str(&gen_rule(&mut r, *prio));
+            flows.push('\n');
+        }
+        if r.gen_bool(0.5) {
+            flows.push_str("priority=0,actions=drop\n");
+        }
+        let pkts: Vec<String> = (0..n_pkts).map(|_| gen_packet(&mut r)).collect();
+        check_table(&o, &flows, &pkts, 5, &mut s);
+    }
+    eprintln!(
+        "OVS conformance: sample {}/{} megaflows, {}/{} actions; all (sample + {n_tables} random tables, {total_rules} rules, seed {seed}): {} packets ({} as composed bytes): megaflow agree {}/{}, actions agree {}/{}",
+        sample.1, sample.0, sample.2, sample.0, s.n, s.bytes_n, s.mega, s.n, s.acts, s.n
+    );
+    assert!(
+        s.fails.is_empty(),
+        "disagreements with OVS:\n{}",
+        s.fails.join("\n\n")
+    );
+}
