@@ -313,13 +313,15 @@ struct Baseline {
     q: ClosureQueue,
     acc: u64,
     slice: Duration,
+    /// Closures queued per batch.
+    n: usize,
 }
 
 impl Baseline {
     /// ns per closure, over one slice.
     fn measure(&mut self) -> f64 {
-        let (q, acc) = (&mut self.q, &mut self.acc);
-        let (ops, el) = benchkit::run_for(self.slice, |_| closure_queue(q, acc));
+        let (q, acc, n) = (&mut self.q, &mut self.acc, self.n);
+        let (ops, el) = benchkit::run_for(self.slice, |_| closure_queue(q, acc, n));
         el.as_nanos() as f64 / ops.max(1) as f64
     }
 }
@@ -343,8 +345,8 @@ fn paired(args: &BenchArgs, base: &mut Baseline, mut f: impl FnMut() -> u64) -> 
 type ClosureQueue = Vec<Box<dyn FnOnce(&mut u64)>>;
 
 /// The baseline: run closures from a queue (Box<dyn FnOnce> + Vec push/pop).
-fn closure_queue(q: &mut ClosureQueue, acc: &mut u64) -> u64 {
-    for i in 0..BATCH {
+fn closure_queue(q: &mut ClosureQueue, acc: &mut u64, n: usize) -> u64 {
+    for i in 0..n {
         let x = black_box(i as u64);
         q.push(Box::new(move |a: &mut u64| *a = a.wrapping_add(x)));
     }
@@ -352,11 +354,12 @@ fn closure_queue(q: &mut ClosureQueue, acc: &mut u64) -> u64 {
         f(acc);
     }
     black_box(*acc);
-    BATCH as u64
+    n as u64
 }
 
-fn task_batch(s: &mut Scheduler) -> u64 {
-    for i in 0..BATCH {
+/// `n` tasks created and scheduled, then one `progress` runs them all.
+fn task_batch(s: &mut Scheduler, n: usize) -> u64 {
+    for i in 0..n {
         let x = black_box(i as u64);
         let id = s.create(move |s, id| {
             black_box(x);
@@ -365,7 +368,7 @@ fn task_batch(s: &mut Scheduler) -> u64 {
         let _ = s.schedule(id);
     }
     s.progress();
-    BATCH as u64
+    n as u64
 }
 
 fn chain_batch(s: &mut Scheduler) -> u64 {
@@ -391,15 +394,23 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     let mut r = Report::new("tse");
     let base_name = "closure queue (Box<dyn FnOnce> + Vec push/pop)";
 
+    let mut small = Baseline {
+        q: Vec::with_capacity(EQ_BATCH),
+        acc: 0,
+        slice: args.run_time() / 4,
+        n: EQ_BATCH,
+    };
     let mut base = Baseline {
         q: Vec::with_capacity(BATCH),
         acc: 0,
         slice: args.run_time() / 4,
+        n: BATCH,
     };
     let base = &mut base;
 
     let mut s = Scheduler::new();
-    let per_task = paired(args, base, || task_batch(&mut s));
+    let per_task = paired(args, base, || task_batch(&mut s, BATCH));
+    let per_task_small = paired(args, &mut small, || task_batch(&mut s, EQ_BATCH));
     let chain = paired(args, base, || chain_batch(&mut s));
     if s.live() != 0 {
         bail!("bench leaked {} task(s)", s.live());
@@ -507,9 +518,17 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         Figure::new(name, v, unit, base_name, b, Better::Lower)
     };
     r.push(fig(
-        "task create + schedule + run + complete",
+        "task create + schedule + run + complete (10k at a time)",
         per_task,
         "ns/task",
+    ));
+    r.push(Figure::new(
+        "task create + schedule + run + complete (64 at a time)",
+        per_task_small.0,
+        "ns/task",
+        format!("{base_name}, 64 at a time"),
+        per_task_small.1,
+        Better::Lower,
     ));
     r.push(fig(
         "dependency chain (each task waits on the previous)",
@@ -537,8 +556,8 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         "ns/call",
     ));
     r.note(format!(
-        "batches of {BATCH} tasks / {EQ_BATCH} events; {} run(s) of {:.2} s per figure, medians; \
-         baseline = {base_name}, {BATCH} closures per batch, measured for {:.2} s before each run of each figure",
+        "batches of {BATCH} tasks (or {EQ_BATCH} where said) / {EQ_BATCH} events; {} run(s) of {:.2} s per figure, medians; \
+         baseline = {base_name}, {BATCH} closures per batch (or {EQ_BATCH} where said), measured for {:.2} s before each run of each figure",
         args.runs(),
         args.run_time().as_secs_f64(),
         (args.run_time() / 4).as_secs_f64(),
@@ -582,7 +601,7 @@ mod tests {
             quick: true,
         };
         let r = bench(&args, &Config::default()).unwrap();
-        assert_eq!(r.figures.len(), 6);
+        assert_eq!(r.figures.len(), 7);
         for f in &r.figures {
             assert!(f.value.is_finite() && f.value > 0.0, "{f:?}");
             assert!(f.baseline.is_finite() && f.baseline > 0.0, "{f:?}");
