@@ -78,6 +78,9 @@ pub enum Error {
     /// task, no sleeping task, no poller) can ever complete them.
     #[error("{inflight} task(s)/event(s) in flight and nothing can complete them")]
     Stalled { inflight: usize },
+    /// A blocking wait from inside a body or callback of the same scheduler.
+    #[error("cannot wait for the scheduler from inside one of its tasks or callbacks")]
+    Reentrant,
     /// The handle never named an event of this EQ.
     #[error("invalid event handle {0}")]
     InvalidEvent(Event),

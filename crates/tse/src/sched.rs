@@ -1004,6 +1004,9 @@ impl Scheduler {
     /// (`None`: no limit), and runs again. Returns 0 at once when nothing is
     /// ready and nothing sleeps: only an outside completion could help then.
     pub fn progress_wait(&mut self, timeout: Option<Duration>) -> usize {
+        if self.in_progress {
+            return 0;
+        }
         let deadline = timeout.map(|d| self.clock.now() + d);
         loop {
             let n = self.progress();
@@ -1075,6 +1078,12 @@ impl Scheduler {
         }
     }
 
+    /// Whether a body or callback of this scheduler is running (`progress` is
+    /// on the stack).
+    pub fn in_progress(&self) -> bool {
+        self.in_progress
+    }
+
     /// Whether every scheduled task completed (`tse_sched_check_complete`).
     /// Created but never scheduled tasks do not count.
     pub fn check_complete(&self) -> bool {
@@ -1125,6 +1134,10 @@ impl Scheduler {
     /// [`Error::Stalled`] if tasks are running and nothing can complete them.
     /// Then runs the scheduler completion callbacks and returns the result.
     pub fn complete_all(&mut self, cancel: bool) -> Result<TaskResult, Error> {
+        if self.in_progress && !cancel {
+            // waiting from inside a body or callback would never return
+            return Err(Error::Reentrant);
+        }
         if cancel {
             self.cancel_all();
         } else {
@@ -1596,14 +1609,26 @@ mod tests {
     #[test]
     fn reentrant_progress_is_refused() {
         let (mut s, _) = manual();
-        let inner = Rc::new(RefCell::new(usize::MAX));
+        let inner = Rc::new(RefCell::new(None));
         let i = inner.clone();
         let t = s.create(move |s, id| {
-            *i.borrow_mut() = s.progress();
+            // a sleeping task and a ready one: a nested wait would spin forever
+            let later = s.create_external();
+            s.schedule_after(later, Duration::from_secs(1)).unwrap();
+            let now = s.create_external();
+            s.schedule(now).unwrap();
+            *i.borrow_mut() = Some((
+                s.progress(),
+                s.progress_wait(None),
+                s.complete_all(false),
+                s.in_progress(),
+            ));
             s.complete(id, Ok(())).unwrap();
         });
         s.schedule(t).unwrap();
-        assert_eq!(s.progress(), 1);
-        assert_eq!(*inner.borrow(), 0);
+        assert_eq!(s.progress(), 2);
+        assert_eq!(*inner.borrow(), Some((0, 0, Err(Error::Reentrant), true)));
+        assert!(!s.in_progress());
+        s.cancel_all();
     }
 }
