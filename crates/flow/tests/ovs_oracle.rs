@@ -321,10 +321,14 @@ fn gen_rule(r: &mut SmallRng, prio: u16) -> String {
         a.push("drop".into());
     } else {
         let n = r.gen_range(1..=3);
+        let mut vlan = vlan;
         for _ in 0..n {
             let c = r.gen_range(0..20);
             let act = match c {
-                0 if vlan => "strip_vlan".to_string(),
+                0 if vlan => {
+                    vlan = false; // a second pop would be inconsistent (OVS rejects it)
+                    "strip_vlan".to_string()
+                }
                 1 => format!("mod_vlan_vid:{}", [100, 200][r.gen_range(0..2)]),
                 2 => format!("mod_vlan_pcp:{}", r.gen_range(0..8)),
                 3 => "set_field:aa:bb:cc:dd:ee:ff->eth_dst".into(),
