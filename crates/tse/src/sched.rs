@@ -265,6 +265,15 @@ fn miss(id: TaskId, m: Miss) -> Error {
     }
 }
 
+/// Looks a task up in `tasks` (borrowing only that field, so the caller can
+/// update the scheduler's other fields meanwhile).
+fn lookup_mut(tasks: &mut Slab<Task>, sched: u32, id: TaskId) -> Result<&mut Task, Error> {
+    if id.sched != sched {
+        return Err(Error::WrongScheduler(id));
+    }
+    tasks.get_mut(id.idx, id.gen).map_err(|m| miss(id, m))
+}
+
 static NEXT_SCHED_ID: AtomicU32 = AtomicU32::new(1);
 
 /// Counters of a scheduler since it was created.
@@ -768,7 +777,7 @@ impl Scheduler {
         if self.cancelling {
             return Err(Error::Cancelling);
         }
-        let t = self.task_mut(id)?;
+        let t = lookup_mut(&mut self.tasks, self.id, id)?;
         match t.state {
             TaskState::Init => {}
             TaskState::Completed => return Err(Error::AlreadyCompleted(id)),
@@ -776,6 +785,15 @@ impl Scheduler {
         }
         t.state = TaskState::Waiting;
         self.inflight += 1;
+        if !matches!(delay, Some(d) if !d.is_zero()) {
+            // the common case, without a second lookup
+            t.sleeping = false;
+            if t.dep_cnt == 0 && !t.in_ready {
+                t.in_ready = true;
+                self.ready.push_back(id);
+            }
+            return Ok(());
+        }
         self.arm(id, delay);
         Ok(())
     }
@@ -856,7 +874,7 @@ impl Scheduler {
     /// not run (still `Init` or `Waiting`) aborts it: its body never runs.
     /// Errors: [`Error::AlreadyCompleted`] for a second completion.
     pub fn complete(&mut self, id: TaskId, result: TaskResult) -> Result<(), Error> {
-        let t = self.task_mut(id)?;
+        let t = lookup_mut(&mut self.tasks, self.id, id)?;
         match t.state {
             TaskState::Completing | TaskState::Completed => {
                 return Err(Error::AlreadyCompleted(id))
@@ -864,7 +882,6 @@ impl Scheduler {
             TaskState::Init => self.inflight += 1,
             TaskState::Waiting | TaskState::Running => {}
         }
-        let t = self.task_mut(id)?;
         if t.dep_cnt > 0 {
             // leaving before its dependencies finished: their edges go stale
             t.epoch = t.epoch.wrapping_add(1);
@@ -1034,7 +1051,9 @@ impl Scheduler {
             return;
         }
         t.state = TaskState::Running;
-        if t.has_prep() {
+        let t = if !t.has_prep() {
+            t
+        } else {
             let mut preps = std::mem::take(&mut t.extra().prep).into_iter();
             while let Some(cb) = preps.next() {
                 let r = cb(self, id);
@@ -1056,9 +1075,10 @@ impl Scheduler {
                     return;
                 }
             }
-        }
-        let Ok(t) = self.tasks.get_mut(id.idx, id.gen) else {
-            return;
+            let Ok(t) = self.tasks.get_mut(id.idx, id.gen) else {
+                return;
+            };
+            t
         };
         match t.kind {
             Kind::Join => {
