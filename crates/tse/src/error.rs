@@ -1,7 +1,7 @@
 //! The crate's error types: [`Error`] for misuse of the scheduler or an event
 //! queue (a caller mistake, detected at once), [`TaskError`] for the outcome of
 //! a task or event (what the operation itself reports), and [`CallError`] for
-//! an asynchronous call run through [`crate::call`].
+//! an asynchronous call run through [`crate::call()`].
 
 use crate::eq::{Event, EventState};
 use crate::sched::{TaskId, TaskState};
@@ -114,7 +114,7 @@ pub enum Error {
     EqDestroyed,
 }
 
-/// The error of an asynchronous call made through [`crate::call`]: either the
+/// The error of an asynchronous call made through [`crate::call()`]: either the
 /// call could not be made (misuse, [`Error`]) or, when it blocked because no
 /// event was given, the operation itself failed ([`TaskError`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -3,7 +3,7 @@
 //! Owns: schedulers ([`Scheduler`]), tasks with dependencies, prepare and
 //! completion callbacks, delays, typed private data and a per-task stack
 //! ([`sched`]); event queues and events with parents, barriers and
-//! callbacks ([`eq`]); and the NULL-event convention ([`call`]) through which
+//! callbacks ([`eq`]); and the NULL-event convention ([`call()`]) through which
 //! any asynchronous dpustack call runs blocking (no event) or non-blocking
 //! (with an event), on the same code path.
 //!
