@@ -1114,7 +1114,9 @@ impl CmEndpoint {
             }
             CmState::ReqRcvd | CmState::MraReqSent => {
                 check_pd(param.private_data.len(), ACCEPT_PRIVATE_DATA_MAX)?;
-                let psn = rand24(self.next_rand());
+                // Chosen when the REQ arrived, so `qp_attrs` (RTR/RTS before the REP
+                // leaves) and the REP agree.
+                let psn = self.id(idx).local_psn;
                 let id = self.id(idx);
                 let qpn = if id.managed_qp {
                     id.local_qpn
@@ -1633,6 +1635,7 @@ impl CmEndpoint {
             vendor_id: r.vendor_id,
             options: attr_mod,
         };
+        child.local_psn = rand24(self.next_rand());
         child.tos = r.primary_path.traffic_class;
         child.ack_timeout = Some(r.primary_path.local_ack_timeout);
         let idx = self.alloc(child);

@@ -80,12 +80,18 @@ fn rc_connect_send_write_disconnect_sync() {
             let mut b = [0u8; 10];
             mr.read(0, &mut b);
             assert_eq!(&b[..4], b"ping");
+            // server -> client: a SEND (the server's sq_psn must match what the REP said)
+            mr.write(0, b"pong");
+            let sge = [mr.sge(0, 4)];
+            qp.post_send(&[SendWr::new(8, WrOpcode::Send, &sge)])
+                .unwrap();
+            assert_eq!(poll_one(&cq).status, WcStatus::Success);
             let ev = id.get_event(Some(T)).unwrap();
             assert_eq!(ev.event, EventType::Disconnected);
             id.disconnect().unwrap();
             // the client's RDMA WRITE landed before it disconnected
             mr.read(0, &mut b);
-            assert_eq!(&b[..10], b"pingwrite!");
+            assert_eq!(&b[..10], b"pongwrite!"); // our "pong" + the client's WRITE at offset 4
         }
     });
 
@@ -108,8 +114,14 @@ fn rc_connect_send_write_disconnect_sync() {
     let raddr = u64::from_be_bytes(ev.param.private_data[..8].try_into().unwrap());
     let rkey = u32::from_be_bytes(ev.param.private_data[8..12].try_into().unwrap());
     let mr = c.pd().reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+    let rmr = c.pd().reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
     mr.write(0, b"pingwrite!");
     let qp = id.qp().unwrap();
+    qp.post_recv(&[verbs::RecvWr {
+        wr_id: 9,
+        sg_list: &[rmr.sge(0, 64)],
+    }])
+    .unwrap();
     let sge = [mr.sge(0, 4)];
     qp.post_send(&[SendWr::new(1, WrOpcode::Send, &sge)])
         .unwrap();
@@ -121,7 +133,16 @@ fn rc_connect_send_write_disconnect_sync() {
         rkey,
     };
     qp.post_send(&[w]).unwrap();
-    assert_eq!(poll_one(&cq).status, WcStatus::Success);
+    // the WRITE's completion and the server's SEND, in either order
+    let mut ids = [poll_one(&cq), poll_one(&cq)].map(|wc| {
+        assert_eq!(wc.status, WcStatus::Success);
+        wc.wr_id
+    });
+    ids.sort();
+    assert_eq!(ids, [2, 9], "the server's SEND arrives");
+    let mut b = [0u8; 4];
+    rmr.read(0, &mut b);
+    assert_eq!(&b, b"pong");
     id.disconnect().unwrap();
     let ev = id.get_event(Some(T)).unwrap();
     assert_eq!(ev.event, EventType::Disconnected);

@@ -1,8 +1,22 @@
 //! RDMA CM tools (issue #4): rping, cm-server/cm-client, ucmatose, udaddy, cmtime.
+//!
+//! They run the `cm` crate's driver over a `verbs` soft RoCEv2 device bound to the
+//! local IPv4 address (`-I`/`-b`, or the address the kernel routes the peer from),
+//! and speak the same protocols as rdma-core's tools, so either side may be the
+//! real librdmacm program.
 
-use anyhow::Result;
-use clap::Subcommand;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Args, Subcommand};
+use cm::driver::{CmDevice, CmId};
+use cm::{CmConfig as CoreConfig, ConnParam, EventType, PortSpace};
 use serde::{Deserialize, Serialize};
+use verbs::{
+    AccessFlags, Cq, Mr, QpCap, RecvWr, SendFlags, SendWr, Wc, WcOpcode, WcStatus, WrDetail,
+    WrOpcode,
+};
 
 use crate::cmd::bench::BenchArgs;
 use crate::cmd::not_implemented;
@@ -22,23 +36,76 @@ impl Default for CmConfig {
     }
 }
 
+/// rping options (rdma-core's letters).
+#[derive(Args, Debug, Clone)]
+pub struct RpingArgs {
+    /// Server.
+    #[arg(short = 's')]
+    server: bool,
+    /// Client.
+    #[arg(short = 'c')]
+    client: bool,
+    /// Address: the server's bind address, the client's destination.
+    #[arg(short = 'a')]
+    addr: Option<Ipv4Addr>,
+    /// Client source address (the soft device's address).
+    #[arg(short = 'I')]
+    src: Option<Ipv4Addr>,
+    /// Port.
+    #[arg(short = 'p', default_value_t = 7174)]
+    port: u16,
+    /// Ping count (default: forever).
+    #[arg(short = 'C')]
+    count: Option<u64>,
+    /// Ping buffer size.
+    #[arg(short = 'S', default_value_t = 64)]
+    size: usize,
+    /// Print ping data: rping's `-v` is dpustack's global `-v` (which also raises
+    /// the log level), read back from the command line.
+    #[arg(skip = verbose_flag())]
+    verbose: bool,
+    /// Validate ping data.
+    #[arg(short = 'V')]
+    validate: bool,
+    /// Debug output.
+    #[arg(short = 'd')]
+    debug: bool,
+    /// Persistent server (serve clients one after another).
+    #[arg(short = 'P')]
+    persistent: bool,
+}
+
+/// Whether the command line carries `-v` (alone or in a group such as `-Vv`).
+fn verbose_flag() -> bool {
+    std::env::args().skip(1).any(|a| {
+        a.strip_prefix('-').is_some_and(|r| {
+            !r.starts_with('-') && r.chars().all(|c| c.is_ascii_alphabetic()) && r.contains('v')
+        })
+    })
+}
+
+/// rdma_server / rdma_client options.
+#[derive(Args, Debug, Clone)]
+pub struct SimpleArgs {
+    /// Server address (client: destination; server: bind address, default any of -b).
+    #[arg(short = 's')]
+    server: Option<Ipv4Addr>,
+    /// Local (device) address.
+    #[arg(short = 'b')]
+    bind: Option<Ipv4Addr>,
+    /// Port.
+    #[arg(short = 'p', default_value_t = 7471)]
+    port: u16,
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
     /// rping-compatible RDMA CM ping (-s server, -c client).
-    Rping {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
+    Rping(RpingArgs),
     /// The rdma_server side of the librdmacm simple exchange.
-    CmServer {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
+    CmServer(SimpleArgs),
     /// The rdma_client side of the librdmacm simple exchange.
-    CmClient {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
+    CmClient(SimpleArgs),
     /// librdmacm ucmatose-compatible connection test.
     Ucmatose {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -58,9 +125,9 @@ pub enum Cmd {
 
 pub fn run(cmd: Cmd, _cfg: &Config) -> Result<()> {
     match cmd {
-        Cmd::Rping { .. } => Err(not_implemented("rping", 4)),
-        Cmd::CmServer { .. } => Err(not_implemented("cm-server", 4)),
-        Cmd::CmClient { .. } => Err(not_implemented("cm-client", 4)),
+        Cmd::Rping(a) => rping(&a),
+        Cmd::CmServer(a) => cm_server(&a),
+        Cmd::CmClient(a) => cm_client(&a),
         Cmd::Ucmatose { .. } => Err(not_implemented("ucmatose", 4)),
         Cmd::Udaddy { .. } => Err(not_implemented("udaddy", 4)),
         Cmd::Cmtime { .. } => Err(not_implemented("cmtime", 4)),
@@ -75,11 +142,472 @@ pub fn up(cfg: &Config) -> Result<Part> {
     Ok(Part::not_yet(
         "cm",
         Some(4),
-        "RDMA connection manager (QP1 CM MADs)",
+        "RDMA connection manager service (the CM runs inside the tools; no node service yet)",
     ))
 }
 
 /// `dpustack bench cm`.
 pub fn bench(_args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     Err(not_implemented("bench cm", 4))
+}
+
+// ---------------------------------------------------------------------------
+// shared plumbing
+// ---------------------------------------------------------------------------
+
+const T: Duration = Duration::from_secs(30);
+
+/// The local address the kernel would use to reach `dst` (no packet is sent).
+fn route_source(dst: Ipv4Addr) -> Result<Ipv4Addr> {
+    let s = UdpSocket::bind("0.0.0.0:0")?;
+    s.connect((dst, 4791))?;
+    match s.local_addr()?.ip() {
+        IpAddr::V4(a) => Ok(a),
+        IpAddr::V6(_) => bail!("no IPv4 route to {dst}"),
+    }
+}
+
+fn open_device(ip: Ipv4Addr) -> Result<CmDevice> {
+    let ctx = verbs::Context::open(&ip.to_string())
+        .with_context(|| format!("opening a soft RoCE device on {ip} (UDP {ip}:4791)"))?;
+    Ok(CmDevice::open(&ctx, CoreConfig::default())?)
+}
+
+/// Waits for one completion on `cq`, also watching `id` for DISCONNECTED (→ `Ok(None)`).
+fn wait_wc(cq: &Cq, id: &CmId, timeout: Duration) -> Result<Option<Wc>> {
+    let t0 = Instant::now();
+    let mut wc = [Wc::default(); 1];
+    let mut spins = 0u32;
+    loop {
+        if cq.poll(&mut wc)? == 1 {
+            if wc[0].status == WcStatus::WrFlushErr {
+                // The CM moved the QP to ERR: the peer disconnected.
+                return Ok(None);
+            }
+            if wc[0].status != WcStatus::Success {
+                bail!(
+                    "completion error: {:?} (wr_id {})",
+                    wc[0].status,
+                    wc[0].wr_id
+                );
+            }
+            return Ok(Some(wc[0]));
+        }
+        spins += 1;
+        if spins % 64 == 0 {
+            match id.get_event(Some(Duration::ZERO)) {
+                Ok(ev) if ev.event == EventType::Disconnected => return Ok(None),
+                Ok(ev) => tracing::debug!("cm event {}", ev.event),
+                Err(_) => {}
+            }
+            if t0.elapsed() > timeout {
+                bail!("timed out waiting for a completion");
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+fn post_recv(id: &CmId, mr: &Mr, len: u32) -> Result<()> {
+    let qp = id.qp().context("no QP")?;
+    qp.post_recv(&[RecvWr {
+        wr_id: 1,
+        sg_list: &[mr.sge(0, len)],
+    }])
+    .map_err(|e| anyhow::anyhow!("post_recv: {:?}", e.error))
+}
+
+fn post_send(
+    id: &CmId,
+    wr_id: u64,
+    op: WrOpcode,
+    mr: &Mr,
+    len: u32,
+    rdma: Option<(u64, u32)>,
+) -> Result<()> {
+    let qp = id.qp().context("no QP")?;
+    let sge = [mr.sge(0, len)];
+    let mut wr = SendWr::new(wr_id, op, &sge);
+    wr.send_flags = SendFlags::SIGNALED;
+    if let Some((remote_addr, rkey)) = rdma {
+        wr.wr = WrDetail::Rdma { remote_addr, rkey };
+    }
+    qp.post_send(&[wr])
+        .map_err(|e| anyhow::anyhow!("post_send: {:?}", e.error))
+}
+
+fn qp_cap() -> QpCap {
+    QpCap {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// rping (rdma-core librdmacm/examples/rping.c protocol)
+// ---------------------------------------------------------------------------
+
+/// `struct rping_rdma_info`: buf (be64), rkey (be32), size (be32).
+const INFO_LEN: usize = 16;
+
+fn info(mr: &Mr, size: usize) -> [u8; INFO_LEN] {
+    let mut b = [0u8; INFO_LEN];
+    b[..8].copy_from_slice(&mr.addr().to_be_bytes());
+    b[8..12].copy_from_slice(&mr.rkey().to_be_bytes());
+    b[12..16].copy_from_slice(&(size as u32).to_be_bytes());
+    b
+}
+
+fn parse_info(mr: &Mr) -> (u64, u32, u32) {
+    let mut b = [0u8; INFO_LEN];
+    mr.read(0, &mut b);
+    (
+        u64::from_be_bytes(b[..8].try_into().unwrap_or_default()),
+        u32::from_be_bytes(b[8..12].try_into().unwrap_or_default()),
+        u32::from_be_bytes(b[12..16].try_into().unwrap_or_default()),
+    )
+}
+
+fn cstr(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+fn rping(a: &RpingArgs) -> Result<()> {
+    if a.server == a.client {
+        bail!("rping: give exactly one of -s (server) or -c (client)");
+    }
+    if a.size < 32 {
+        bail!("rping: size must be at least 32 bytes");
+    }
+    if a.server {
+        rping_server(a)
+    } else {
+        rping_client(a)
+    }
+}
+
+fn rping_server(a: &RpingArgs) -> Result<()> {
+    let ip = a
+        .addr
+        .or(a.src)
+        .context("rping -s: give the address to bind with -a")?;
+    let dev = open_device(ip)?;
+    let listener = dev.create_id(None, PortSpace::Tcp);
+    listener.bind_addr(SocketAddr::new(IpAddr::V4(ip), a.port))?;
+    listener.listen(3)?;
+    if a.debug {
+        eprintln!("rping: listening on {ip}:{}", a.port);
+    }
+    loop {
+        let (id, ev) = listener.get_request(None)?;
+        if a.debug {
+            eprintln!("cma_event type {} cma_id {} (child)", ev.event, ev.id);
+        }
+        let r = rping_serve_one(&dev, id, a);
+        if let Err(e) = &r {
+            eprintln!("rping server: {e:#}");
+        }
+        if !a.persistent {
+            return r;
+        }
+    }
+}
+
+fn rping_serve_one(dev: &CmDevice, mut id: CmId, a: &RpingArgs) -> Result<()> {
+    let ctx = dev.context();
+    let cq = ctx.create_cq(32, None)?;
+    id.create_qp(&cq, &cq, qp_cap())?;
+    let pd = dev.pd();
+    let recv_mr = pd.reg_mr(INFO_LEN, AccessFlags::LOCAL_WRITE)?;
+    let send_mr = pd.reg_mr(INFO_LEN, AccessFlags::LOCAL_WRITE)?;
+    let rdma_mr = pd.reg_mr(
+        a.size,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+    )?;
+    post_recv(&id, &recv_mr, INFO_LEN as u32)?;
+    let param = ConnParam {
+        responder_resources: 1,
+        initiator_depth: 1,
+        ..ConnParam::default()
+    };
+    id.accept(&param, T)?;
+    if a.debug {
+        eprintln!("accepted connection from {:?}", id.peer_addr());
+    }
+    // Every exit of this loop is the client's DISCONNECTED.
+    loop {
+        // Client's start buffer advertisement.
+        let Some(wc) = wait_recv(&cq, &id)? else {
+            break;
+        };
+        if wc.byte_len as usize != INFO_LEN {
+            bail!("Received bogus data, size {}", wc.byte_len);
+        }
+        let (raddr, rkey, rlen) = parse_info(&recv_mr);
+        post_recv(&id, &recv_mr, INFO_LEN as u32)?;
+        if a.debug {
+            eprintln!("Received rkey {rkey:x} addr {raddr:x} len {rlen} from peer");
+        }
+        let len = (rlen as usize).min(a.size) as u32;
+        post_send(
+            &id,
+            2,
+            WrOpcode::RdmaRead,
+            &rdma_mr,
+            len,
+            Some((raddr, rkey)),
+        )?;
+        if wait_send(&cq, &id)?.is_none() {
+            break;
+        }
+        if a.verbose {
+            let mut b = vec![0u8; a.size];
+            rdma_mr.read(0, &mut b);
+            println!("server ping data: {}", cstr(&b));
+        }
+        // Tell the client to continue.
+        post_send(&id, 3, WrOpcode::Send, &send_mr, INFO_LEN as u32, None)?;
+        if wait_send(&cq, &id)?.is_none() {
+            break;
+        }
+        // Client's RDMA buffer advertisement.
+        let Some(wc) = wait_recv(&cq, &id)? else {
+            break;
+        };
+        if wc.byte_len as usize != INFO_LEN {
+            bail!("Received bogus data, size {}", wc.byte_len);
+        }
+        let (raddr, rkey, _) = parse_info(&recv_mr);
+        post_recv(&id, &recv_mr, INFO_LEN as u32)?;
+        let mut b = vec![0u8; a.size];
+        rdma_mr.read(0, &mut b);
+        let wlen = (b.iter().position(|&c| c == 0).unwrap_or(a.size - 1) + 1) as u32;
+        post_send(
+            &id,
+            4,
+            WrOpcode::RdmaWrite,
+            &rdma_mr,
+            wlen,
+            Some((raddr, rkey)),
+        )?;
+        if wait_send(&cq, &id)?.is_none() {
+            break;
+        }
+        post_send(&id, 5, WrOpcode::Send, &send_mr, INFO_LEN as u32, None)?;
+        if wait_send(&cq, &id)?.is_none() {
+            break;
+        }
+    }
+    println!("server DISCONNECT EVENT...");
+    id.disconnect()?;
+    Ok(())
+}
+
+/// Pending completions of the other kind are kept in order: rping's exchange is
+/// strictly alternating, so a completion of the other kind here is a protocol error.
+fn wait_recv(cq: &Cq, id: &CmId) -> Result<Option<Wc>> {
+    match wait_wc(cq, id, Duration::from_secs(3600))? {
+        Some(wc) if wc.opcode == WcOpcode::Recv => Ok(Some(wc)),
+        Some(wc) => bail!(
+            "unexpected completion {:?} while waiting for a receive",
+            wc.opcode
+        ),
+        None => Ok(None),
+    }
+}
+
+fn wait_send(cq: &Cq, id: &CmId) -> Result<Option<Wc>> {
+    match wait_wc(cq, id, T)? {
+        Some(wc) if wc.opcode != WcOpcode::Recv => Ok(Some(wc)),
+        Some(wc) => bail!(
+            "unexpected receive (len {}) while waiting for a send",
+            wc.byte_len
+        ),
+        None => Ok(None),
+    }
+}
+
+fn rping_client(a: &RpingArgs) -> Result<()> {
+    let dst = a
+        .addr
+        .context("rping -c: give the server address with -a")?;
+    let src = match a.src {
+        Some(s) => s,
+        None => route_source(dst)?,
+    };
+    let dev = open_device(src)?;
+    let mut id = dev.create_id(None, PortSpace::Tcp);
+    id.resolve_addr(
+        Some(SocketAddr::new(IpAddr::V4(src), 0)),
+        SocketAddr::new(IpAddr::V4(dst), a.port),
+        Duration::from_secs(2),
+    )?;
+    id.resolve_route(Duration::from_secs(2))?;
+    let ctx = dev.context();
+    let cq = ctx.create_cq(32, None)?;
+    id.create_qp(&cq, &cq, qp_cap())?;
+    let pd = dev.pd();
+    let recv_mr = pd.reg_mr(INFO_LEN, AccessFlags::LOCAL_WRITE)?;
+    let send_mr = pd.reg_mr(INFO_LEN, AccessFlags::LOCAL_WRITE)?;
+    let start_mr = pd.reg_mr(a.size, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)?;
+    let rdma_mr = pd.reg_mr(a.size, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+    post_recv(&id, &recv_mr, INFO_LEN as u32)?;
+    let param = ConnParam {
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 6,
+        rnr_retry_count: 7,
+        ..ConnParam::default()
+    };
+    match id.connect(&param, T) {
+        Ok(_) => {}
+        Err(cm::driver::DriverError::Event { event, status }) => {
+            println!("cma event {}, error {}", event, status);
+            bail!("connect error");
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let mut start: u8 = 65;
+    let mut ping: u64 = 0;
+    let mut result = Ok(());
+    while a.count.is_none_or(|c| ping < c) {
+        let mut buf = format!("rdma-ping-{ping}: ").into_bytes();
+        buf.truncate(a.size);
+        let mut c = start;
+        while buf.len() < a.size {
+            buf.push(c);
+            c += 1;
+            if c > 122 {
+                c = 65;
+            }
+        }
+        start += 1;
+        if start > 122 {
+            start = 65;
+        }
+        buf[a.size - 1] = 0;
+        start_mr.write(0, &buf);
+        rdma_mr.write(0, &vec![0u8; a.size]);
+        send_mr.write(0, &info(&start_mr, a.size));
+        post_send(&id, 1, WrOpcode::Send, &send_mr, INFO_LEN as u32, None)?;
+        if wait_send(&cq, &id)?.is_none() {
+            result = Err(anyhow::anyhow!("server disconnected"));
+            break;
+        }
+        // Server's "go ahead" after its RDMA READ.
+        let Some(wc) = wait_recv(&cq, &id)? else {
+            result = Err(anyhow::anyhow!("server disconnected"));
+            break;
+        };
+        if wc.byte_len as usize != INFO_LEN {
+            bail!("Received bogus data, size {}", wc.byte_len);
+        }
+        post_recv(&id, &recv_mr, INFO_LEN as u32)?;
+        send_mr.write(0, &info(&rdma_mr, a.size));
+        post_send(&id, 2, WrOpcode::Send, &send_mr, INFO_LEN as u32, None)?;
+        if wait_send(&cq, &id)?.is_none() {
+            result = Err(anyhow::anyhow!("server disconnected"));
+            break;
+        }
+        // Server's "RDMA WRITE done".
+        let Some(_) = wait_recv(&cq, &id)? else {
+            result = Err(anyhow::anyhow!("server disconnected"));
+            break;
+        };
+        post_recv(&id, &recv_mr, INFO_LEN as u32)?;
+        let mut got = vec![0u8; a.size];
+        rdma_mr.read(0, &mut got);
+        if a.validate && got != buf {
+            eprintln!("data mismatch!");
+            result = Err(anyhow::anyhow!("data mismatch"));
+            break;
+        }
+        if a.verbose {
+            println!("ping data: {}", cstr(&got));
+        }
+        ping += 1;
+    }
+    id.disconnect()?;
+    let _ = id.get_event(Some(Duration::from_secs(2)));
+    if a.debug {
+        eprintln!("rping: {ping} pings, CM stats {:?}", dev.stats());
+    }
+    result
+}
+
+// ---------------------------------------------------------------------------
+// rdma_server / rdma_client (librdmacm/examples/rdma_{server,client}.c)
+// ---------------------------------------------------------------------------
+
+const SIMPLE_MSG: usize = 16;
+
+fn cm_server(a: &SimpleArgs) -> Result<()> {
+    let ip = a
+        .bind
+        .or(a.server)
+        .context("cm-server: give the device address with -b")?;
+    let dev = open_device(ip)?;
+    let listener = dev.create_id(None, PortSpace::Tcp);
+    listener.bind_addr(SocketAddr::new(IpAddr::V4(ip), a.port))?;
+    listener.listen(0)?;
+    println!("rdma_server: start");
+    let (mut id, _ev) = listener.get_request(None)?;
+    let cq = dev.context().create_cq(8, None)?;
+    id.create_qp(&cq, &cq, qp_cap())?;
+    let mr = dev.pd().reg_mr(SIMPLE_MSG, AccessFlags::LOCAL_WRITE)?;
+    post_recv(&id, &mr, SIMPLE_MSG as u32)?;
+    id.accept(&ConnParam::default(), T)?;
+    if wait_recv(&cq, &id)?.is_none() {
+        bail!("client disconnected before sending");
+    }
+    post_send(&id, 2, WrOpcode::Send, &mr, SIMPLE_MSG as u32, None)?;
+    if wait_send(&cq, &id)?.is_none() {
+        bail!("client disconnected before our send completed");
+    }
+    id.disconnect()?;
+    let _ = id.get_event(Some(Duration::from_secs(2)));
+    println!("rdma_server: end 0");
+    Ok(())
+}
+
+fn cm_client(a: &SimpleArgs) -> Result<()> {
+    let dst = a
+        .server
+        .context("cm-client: give the server address with -s")?;
+    let src = match a.bind {
+        Some(b) => b,
+        None => route_source(dst)?,
+    };
+    let dev = open_device(src)?;
+    println!("rdma_client: start");
+    let mut id = dev.create_id(None, PortSpace::Tcp);
+    id.resolve_addr(
+        Some(SocketAddr::new(IpAddr::V4(src), 0)),
+        SocketAddr::new(IpAddr::V4(dst), a.port),
+        Duration::from_secs(2),
+    )?;
+    id.resolve_route(Duration::from_secs(2))?;
+    let cq = dev.context().create_cq(8, None)?;
+    id.create_qp(&cq, &cq, qp_cap())?;
+    let mr = dev.pd().reg_mr(SIMPLE_MSG, AccessFlags::LOCAL_WRITE)?;
+    post_recv(&id, &mr, SIMPLE_MSG as u32)?;
+    id.connect(&ConnParam::default(), T)?;
+    post_send(&id, 2, WrOpcode::Send, &mr, SIMPLE_MSG as u32, None)?;
+    let mut got_send = false;
+    let mut got_recv = false;
+    while !(got_send && got_recv) {
+        match wait_wc(&cq, &id, T)? {
+            Some(wc) if wc.opcode == WcOpcode::Recv => got_recv = true,
+            Some(_) => got_send = true,
+            None => bail!("server disconnected early"),
+        }
+    }
+    id.disconnect()?;
+    let _ = id.get_event(Some(Duration::from_secs(2)));
+    println!("rdma_client: end 0");
+    Ok(())
 }
