@@ -246,7 +246,9 @@ impl EventQueue {
 
     /// Events initialised and not finalised (the leak check).
     pub fn live_events(&self) -> usize {
-        self.events.live() - usize::from(self.private_ev.is_some())
+        self.events
+            .live()
+            .saturating_sub(usize::from(self.private_ev.is_some()))
     }
 
     fn alive(&self) -> Result<(), Error> {
@@ -343,7 +345,7 @@ impl EventQueue {
             return Err(Error::InvalidEvent(ev));
         };
         if s.queued {
-            self.n_comp -= 1;
+            self.n_comp = self.n_comp.saturating_sub(1);
         }
         for c in s.children {
             self.events.remove(c.idx, c.gen);
@@ -616,8 +618,8 @@ impl EventQueue {
     fn collect(&mut self, max: usize, out: &mut Vec<(Event, TaskResult)>) -> usize {
         let mut got = 0;
         let mut i = 0;
-        while i < self.comp.len() && got < max {
-            let ev = self.comp[i];
+        while got < max {
+            let Some(&ev) = self.comp.get(i) else { break };
             let stale = self.ev(ev).map_or(true, |s| !s.queued);
             if stale {
                 self.comp.remove(i);
@@ -633,7 +635,7 @@ impl EventQueue {
                 s.state = EventState::Ready;
                 out.push((ev, s.error));
             }
-            self.n_comp -= 1;
+            self.n_comp = self.n_comp.saturating_sub(1);
             got += 1;
         }
         got
@@ -686,7 +688,7 @@ impl EventQueue {
             s.queued = false;
             s.state = EventState::Ready;
             let r = s.error;
-            eq.n_comp -= 1;
+            eq.n_comp = eq.n_comp.saturating_sub(1);
             eq.comp.retain(|&e| e != ev);
             Some(r)
         })
@@ -762,7 +764,7 @@ impl EventQueue {
             .private_ev
             .and_then(|p| self.ev(p).ok())
             .is_some_and(|s| s.state != EventState::Ready);
-        let running = self.n_running - usize::from(private_busy);
+        let running = self.n_running.saturating_sub(usize::from(private_busy));
         if !force && (running > 0 || self.n_comp > 0) {
             return Err(Error::EqBusy {
                 running,

@@ -923,7 +923,7 @@ impl Scheduler {
         let r = t.result;
         let dependents = t.dependents.drain();
         let free = t.holds == 0;
-        self.inflight -= 1;
+        self.inflight = self.inflight.saturating_sub(1);
         self.stats.completed += 1;
         if r.is_err() {
             self.stats.failed += 1;

@@ -92,7 +92,7 @@ impl<T> Slab<T> {
         let v = slot.val.take()?;
         slot.gen = slot.gen.wrapping_add(1);
         self.free.push(idx);
-        self.live -= 1;
+        self.live = self.live.saturating_sub(1);
         Some(v)
     }
 
@@ -107,7 +107,7 @@ impl<T> Slab<T> {
         slot.val = None;
         slot.gen = slot.gen.wrapping_add(1);
         self.free.push(idx);
-        self.live -= 1;
+        self.live = self.live.saturating_sub(1);
         true
     }
 
