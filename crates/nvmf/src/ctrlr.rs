@@ -350,6 +350,9 @@ impl Ctrlr {
                     ),
                 }
             }
+            // I/O command set specific Identify Controller (CSI in CDW11 31:24): for
+            // the NVM command set all limits (VSL, WZSL, WUSL, DMRL...) are 0 = none
+            0x06 if !disc && sqe.cdw11() >> 24 == 0 => ok(vec![0; identify::IDENTIFY_LEN]),
             0x02 if !disc => {
                 if nsid >= 0xffff_fffe {
                     return done(
