@@ -121,9 +121,9 @@ impl core::fmt::Debug for Transmit {
 pub struct QpConnAttrs {
     /// Remote QPN (`dest_qp_num`).
     pub dest_qp_num: u32,
-    /// Expected PSN of incoming requests (`rq_psn`: the peer's starting PSN).
+    /// Expected PSN of incoming requests (`rq_psn`): the starting PSN we advertised.
     pub rq_psn: u32,
-    /// Our first PSN (`sq_psn`).
+    /// Our first PSN (`sq_psn`): the starting PSN the peer advertised.
     pub sq_psn: u32,
     /// Path MTU (IB encoding).
     pub path_mtu: u8,
@@ -791,10 +791,13 @@ impl CmEndpoint {
             return Err(Error::InvalidState(id.state));
         }
         let (local, remote) = self.addrs(idx);
+        // Linux convention (cm.c: ib_send_cm_req/rep set rq_psn to the PSN they
+        // advertise; cm_req_handler/cm_rep_handler set sq_psn to the peer's): the
+        // "starting PSN" of a REQ/REP is the PSN its *sender receives* from.
         Ok(QpConnAttrs {
             dest_qp_num: id.remote_qpn,
-            rq_psn: id.remote_psn,
-            sq_psn: id.local_psn,
+            rq_psn: id.local_psn,
+            sq_psn: id.remote_psn,
             path_mtu: id.path_mtu,
             max_dest_rd_atomic: id.responder_resources,
             max_rd_atomic: id.initiator_depth,
