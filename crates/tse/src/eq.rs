@@ -84,6 +84,13 @@ pub trait Poller {
     fn poll(&mut self, sched: &mut Scheduler, timeout: Duration) -> usize;
 }
 
+/// Any `FnMut(&mut Scheduler, Duration) -> usize` closure is a poller.
+impl<F: FnMut(&mut Scheduler, Duration) -> usize> Poller for F {
+    fn poll(&mut self, sched: &mut Scheduler, timeout: Duration) -> usize {
+        self(sched, timeout)
+    }
+}
+
 /// A completion callback of an event: sees the result, returns the
 /// (possibly changed) result. Runs when the EQ applies the completion.
 pub type EventCompFn = Box<dyn FnOnce(&mut Scheduler, Event, TaskResult) -> TaskResult>;
@@ -1014,6 +1021,39 @@ mod tests {
         assert_eq!(q.test(b, Wait::NoWait), Ok(Some(Err(TaskError::Cancelled))));
         other.destroy(false).unwrap();
         assert_eq!(other.launch(x), Err(Error::EqDestroyed));
+    }
+
+    #[test]
+    fn a_closure_poller_completes_external_tasks() {
+        let clock = ManualClock::new();
+        let pending: Rc<RefCell<Vec<TaskId>>> = Default::default();
+        let p = pending.clone();
+        let polls = Rc::new(std::cell::Cell::new(0u32));
+        let n = polls.clone();
+        // the "transport" answers on its third poll
+        let poller = move |s: &mut Scheduler, _timeout: Duration| {
+            n.set(n.get() + 1);
+            if n.get() < 3 {
+                return 0;
+            }
+            let done: Vec<TaskId> = p.borrow_mut().drain(..).collect();
+            for t in &done {
+                s.complete(*t, Ok(())).unwrap();
+            }
+            done.len()
+        };
+        let mut q = EventQueue::with_poller(
+            Scheduler::with_clock(Box::new(clock.clone())),
+            Box::new(poller),
+        );
+        let ev = q.event_init(None).unwrap();
+        let t = q.sched_mut().create_external();
+        pending.borrow_mut().push(t);
+        q.launch_task(ev, t).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(q.poll(Wait::Forever, 4, &mut out), Ok(1));
+        assert_eq!(out, [(ev, Ok(()))]);
+        assert_eq!(polls.get(), 3);
     }
 
     #[test]
