@@ -376,7 +376,7 @@ impl CmDevice {
         CmId {
             dev: self.clone(),
             h,
-            sync: channel.is_none(),
+            sync: AtomicBool::new(channel.is_none()),
             qp: None,
         }
     }
@@ -455,7 +455,7 @@ impl EventChannel {
 pub struct CmId {
     dev: CmDevice,
     h: CmIdHandle,
-    sync: bool,
+    sync: AtomicBool,
     qp: Option<Qp>,
 }
 
@@ -477,17 +477,16 @@ impl CmId {
 
     /// Wrap the new id of a CONNECT_REQUEST event.
     pub fn from_request(dev: &CmDevice, ev: &CmEvent) -> CmId {
-        let sync = ev.channel.is_none();
         CmId {
             dev: dev.clone(),
             h: ev.id,
-            sync,
+            sync: AtomicBool::new(ev.channel.is_none()),
             qp: None,
         }
     }
 
     fn sync_wait(&self, timeout: Duration, ok: &[EventType]) -> Result<Option<CmEvent>> {
-        if !self.sync {
+        if !self.sync.load(Ordering::Relaxed) {
             return Ok(None);
         }
         let h = self.h;
@@ -500,6 +499,16 @@ impl CmId {
                 status: ev.status,
             })
         }
+    }
+
+    /// `rdma_migrate_id`: move the id (and its queued events) to `channel`
+    /// (`None`: synchronous).
+    pub fn migrate(&self, channel: Option<&EventChannel>) -> Result<()> {
+        let h = self.h;
+        let ch = channel.map(|c| c.ch);
+        self.dev.call(|ep, _| ep.migrate_id(h, ch))?;
+        self.sync.store(ch.is_none(), Ordering::Relaxed);
+        Ok(())
     }
 
     /// `rdma_bind_addr`.

@@ -98,6 +98,35 @@ pub struct SimpleArgs {
     port: u16,
 }
 
+/// ucmatose / udaddy options (librdmacm's letters).
+#[derive(Args, Debug, Clone)]
+pub struct CmaToseArgs {
+    /// Server address: run as client.
+    #[arg(short = 's')]
+    server: Option<Ipv4Addr>,
+    /// Bind (device) address.
+    #[arg(short = 'b')]
+    bind: Option<Ipv4Addr>,
+    /// Connections.
+    #[arg(short = 'c', default_value_t = 1)]
+    connections: usize,
+    /// Messages per connection.
+    #[arg(short = 'C', default_value_t = 10)]
+    message_count: usize,
+    /// Message size.
+    #[arg(short = 'S', default_value_t = 100)]
+    message_size: usize,
+    /// Port (ucmatose 7471, udaddy 7174).
+    #[arg(short = 'p')]
+    port: Option<u16>,
+    /// Type of service.
+    #[arg(short = 't')]
+    tos: Option<u8>,
+    /// Migrate the ids to a new event channel before disconnecting (ucmatose).
+    #[arg(short = 'm')]
+    migrate: bool,
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
     /// rping-compatible RDMA CM ping (-s server, -c client).
@@ -106,16 +135,10 @@ pub enum Cmd {
     CmServer(SimpleArgs),
     /// The rdma_client side of the librdmacm simple exchange.
     CmClient(SimpleArgs),
-    /// librdmacm ucmatose-compatible connection test.
-    Ucmatose {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-    /// librdmacm udaddy-compatible UD test.
-    Udaddy {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
+    /// librdmacm ucmatose-compatible connection test (server when no -s).
+    Ucmatose(CmaToseArgs),
+    /// librdmacm udaddy-compatible UD (SIDR) test (server when no -s).
+    Udaddy(CmaToseArgs),
     /// cmtime-like timing of each CM step.
     Cmtime {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -128,8 +151,8 @@ pub fn run(cmd: Cmd, _cfg: &Config) -> Result<()> {
         Cmd::Rping(a) => rping(&a),
         Cmd::CmServer(a) => cm_server(&a),
         Cmd::CmClient(a) => cm_client(&a),
-        Cmd::Ucmatose { .. } => Err(not_implemented("ucmatose", 4)),
-        Cmd::Udaddy { .. } => Err(not_implemented("udaddy", 4)),
+        Cmd::Ucmatose(a) => ucmatose(&a),
+        Cmd::Udaddy(a) => udaddy(&a),
         Cmd::Cmtime { .. } => Err(not_implemented("cmtime", 4)),
     }
 }
@@ -609,5 +632,371 @@ fn cm_client(a: &SimpleArgs) -> Result<()> {
     id.disconnect()?;
     let _ = id.get_event(Some(Duration::from_secs(2)));
     println!("rdma_client: end 0");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// ucmatose (librdmacm/examples/cmatose.c) and udaddy (udaddy.c)
+// ---------------------------------------------------------------------------
+
+struct Node {
+    id: CmId,
+    send_cq: Cq,
+    recv_cq: Cq,
+    mr: Mr,
+    connected: bool,
+    /// UD: where replies go.
+    remote: Option<(verbs::Ah, u32, u32)>,
+}
+
+fn node_for(dev: &CmDevice, mut id: CmId, a: &CmaToseArgs, ud: bool) -> Result<Node> {
+    let n = a.message_count.max(1) as u32;
+    let send_cq = dev.context().create_cq(2 * n as usize + 2, None)?;
+    let recv_cq = if ud { send_cq.clone() } else { dev.context().create_cq(n as usize + 1, None)? };
+    let cap = QpCap {
+        max_send_wr: n,
+        max_recv_wr: n,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    id.create_qp(&send_cq, &recv_cq, cap)?;
+    let grh = if ud { 40 } else { 0 };
+    let mr = dev.pd().reg_mr(a.message_size.max(1) + grh, AccessFlags::LOCAL_WRITE)?;
+    let node = Node {
+        id,
+        send_cq,
+        recv_cq,
+        mr,
+        connected: false,
+        remote: None,
+    };
+    if a.message_count > 0 {
+        let qp = node.id.qp().context("no QP")?;
+        for _ in 0..a.message_count {
+            qp.post_recv(&[RecvWr {
+                wr_id: 0,
+                sg_list: &[node.mr.sge(0, (a.message_size + grh) as u32)],
+            }])
+            .map_err(|e| anyhow::anyhow!("failed to post receives: {:?}", e.error))?;
+        }
+    }
+    Ok(node)
+}
+
+fn post_sends(node: &Node, a: &CmaToseArgs) -> Result<()> {
+    if !node.connected || a.message_count == 0 {
+        return Ok(());
+    }
+    let qp = node.id.qp().context("no QP")?;
+    let sge = [node.mr.sge(0, a.message_size as u32)];
+    for _ in 0..a.message_count {
+        let mut wr = SendWr::new(0, WrOpcode::Send, &sge);
+        wr.send_flags = SendFlags::SIGNALED;
+        if let Some((ah, qpn, qkey)) = node.remote {
+            wr.opcode = WrOpcode::SendWithImm;
+            wr.imm_data = qp.qp_num();
+            wr.wr = WrDetail::Ud { ah, remote_qpn: qpn, remote_qkey: qkey };
+        }
+        qp.post_send(&[wr]).map_err(|e| anyhow::anyhow!("failed to post sends: {:?}", e.error))?;
+    }
+    Ok(())
+}
+
+/// Polls `count` completions from `cq` (statuses must be success).
+fn poll_n(cq: &Cq, count: usize, what: &str) -> Result<Vec<Wc>> {
+    let mut out = Vec::with_capacity(count);
+    let mut wc = [Wc::default(); 8];
+    let t0 = Instant::now();
+    while out.len() < count {
+        let n = cq.poll(&mut wc)?;
+        for w in &wc[..n] {
+            if w.status != WcStatus::Success {
+                bail!("{what}: completion error {:?}", w.status);
+            }
+            out.push(*w);
+        }
+        if n == 0 {
+            if t0.elapsed() > T {
+                bail!("{what}: timed out after {} of {count} completions", out.len());
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+    Ok(out)
+}
+
+fn tose_device(a: &CmaToseArgs) -> Result<(CmDevice, Ipv4Addr)> {
+    let ip = match (a.bind, a.server) {
+        (Some(b), _) => b,
+        (None, Some(dst)) => route_source(dst)?,
+        (None, None) => bail!("give the device (bind) address with -b"),
+    };
+    Ok((open_device(ip)?, ip))
+}
+
+fn ucmatose(a: &CmaToseArgs) -> Result<()> {
+    let port = a.port.unwrap_or(7471);
+    let (dev, ip) = tose_device(a)?;
+    let r = if let Some(dst) = a.server {
+        println!("cmatose: starting client");
+        tose_client(&dev, ip, dst, port, a, PortSpace::Tcp)
+    } else {
+        println!("cmatose: starting server");
+        tose_server(&dev, ip, port, a, PortSpace::Tcp)
+    };
+    println!("test complete");
+    println!("return status {}", if r.is_ok() { 0 } else { -1 });
+    r
+}
+
+fn udaddy(a: &CmaToseArgs) -> Result<()> {
+    let port = a.port.unwrap_or(7174);
+    let (dev, ip) = tose_device(a)?;
+    let r = if let Some(dst) = a.server {
+        println!("udaddy: starting client");
+        tose_client(&dev, ip, dst, port, a, PortSpace::Udp)
+    } else {
+        println!("udaddy: starting server");
+        tose_server(&dev, ip, port, a, PortSpace::Udp)
+    };
+    println!("test complete");
+    println!("return status {}", if r.is_ok() { 0 } else { -1 });
+    r
+}
+
+fn tose_server(dev: &CmDevice, ip: Ipv4Addr, port: u16, a: &CmaToseArgs, ps: PortSpace) -> Result<()> {
+    let ud = ps == PortSpace::Udp;
+    let name = if ud { "udaddy" } else { "cmatose" };
+    let mut ch = dev.create_event_channel();
+    let listener = dev.create_id(Some(&ch), ps);
+    listener.bind_addr(SocketAddr::new(IpAddr::V4(ip), port))?;
+    listener.listen(0)?;
+    let mut nodes: Vec<Node> = Vec::new();
+    let mut connects_left = a.connections;
+    while connects_left > 0 {
+        let ev = ch.get_event(None)?;
+        match ev.event {
+            EventType::ConnectRequest => {
+                let id = CmId::from_request(dev, &ev);
+                if nodes.len() == a.connections {
+                    println!("{name}: failing connection request");
+                    id.reject(&[])?;
+                    continue;
+                }
+                let mut node = node_for(dev, id, a, ud)?;
+                let qpn = node.id.qp().map(|q| q.qp_num()).unwrap_or(0);
+                node.id.accept(&ConnParam { qp_num: qpn, ..ConnParam::default() }, T)?;
+                if ud {
+                    node.connected = true;
+                    connects_left -= 1;
+                }
+                nodes.push(node);
+            }
+            EventType::Established => {
+                if let Some(n) = nodes.iter_mut().find(|n| n.id.handle() == ev.id) {
+                    n.connected = true;
+                }
+                connects_left -= 1;
+            }
+            EventType::AddrError
+            | EventType::RouteError
+            | EventType::ConnectError
+            | EventType::Unreachable
+            | EventType::Rejected => {
+                println!("{name}: event: {}, error: {}", ev.event, ev.status);
+                connects_left -= 1;
+            }
+            _ => {}
+        }
+    }
+    if a.message_count > 0 {
+        if ud {
+            println!("receiving data transfers");
+            for n in nodes.iter_mut().filter(|n| n.connected) {
+                let wcs = poll_n(&n.recv_cq, a.message_count, "receive")?;
+                let mut grh = [0u8; 40];
+                n.mr.read(0, &mut grh);
+                let src = Ipv4Addr::new(grh[32], grh[33], grh[34], grh[35]);
+                let ah = verbs::Ah { ip: src, ..verbs::Ah::default() };
+                n.remote = Some((ah, wcs[0].imm_data, wire::mad::RDMA_UDP_QKEY));
+            }
+            println!("sending replies");
+            for n in &nodes {
+                post_sends(n, a)?;
+            }
+            for n in nodes.iter().filter(|n| n.connected) {
+                poll_n(&n.send_cq, a.message_count, "send")?;
+            }
+            println!("data transfers complete");
+        } else {
+            println!("initiating data transfers");
+            for n in &nodes {
+                post_sends(n, a)?;
+            }
+            println!("completing sends");
+            for n in nodes.iter().filter(|n| n.connected) {
+                poll_n(&n.send_cq, a.message_count, "send")?;
+            }
+            println!("receiving data transfers");
+            for n in nodes.iter().filter(|n| n.connected) {
+                poll_n(&n.recv_cq, a.message_count, "receive")?;
+            }
+            println!("data transfers complete");
+        }
+    }
+    if ud {
+        return Ok(());
+    }
+    if a.migrate {
+        println!("migrating to new event channel");
+        let new = dev.create_event_channel();
+        listener.migrate(Some(&new))?;
+        for n in &nodes {
+            n.id.migrate(Some(&new))?;
+        }
+        ch = new;
+    }
+    println!("cmatose: disconnecting");
+    let mut disconnects_left = 0;
+    for n in nodes.iter_mut().filter(|n| n.connected) {
+        n.connected = false;
+        n.id.disconnect()?;
+        disconnects_left += 1;
+    }
+    while disconnects_left > 0 {
+        let ev = ch.get_event(Some(T))?;
+        if ev.event == EventType::Disconnected {
+            disconnects_left -= 1;
+        }
+    }
+    println!("disconnected");
+    Ok(())
+}
+
+fn tose_client(dev: &CmDevice, ip: Ipv4Addr, dst: Ipv4Addr, port: u16, a: &CmaToseArgs, ps: PortSpace) -> Result<()> {
+    let ud = ps == PortSpace::Udp;
+    let name = if ud { "udaddy" } else { "cmatose" };
+    let ch = dev.create_event_channel();
+    let mut pending: Vec<Option<CmId>> = (0..a.connections).map(|_| Some(dev.create_id(Some(&ch), ps))).collect();
+    let mut nodes: Vec<Node> = Vec::new();
+    println!("{name}: connecting");
+    for id in pending.iter().flatten() {
+        id.resolve_addr(
+            Some(SocketAddr::new(IpAddr::V4(ip), 0)),
+            SocketAddr::new(IpAddr::V4(dst), port),
+            Duration::from_secs(2),
+        )?;
+    }
+    let mut connects_left = a.connections;
+    let mut result = Ok(());
+    while connects_left > 0 {
+        let ev = ch.get_event(Some(T))?;
+        match ev.event {
+            EventType::AddrResolved => {
+                if let Some(Some(id)) = pending.iter().find(|p| p.as_ref().is_some_and(|i| i.handle() == ev.id)) {
+                    if let Some(t) = a.tos {
+                        id.set_option(cm::CmOption::Tos(t))?;
+                    }
+                    id.resolve_route(Duration::from_secs(2))?;
+                }
+            }
+            EventType::RouteResolved => {
+                let Some(slot) = pending.iter_mut().find(|p| p.as_ref().is_some_and(|i| i.handle() == ev.id)) else {
+                    continue;
+                };
+                let id = slot.take().context("id")?;
+                let node = node_for(dev, id, a, ud)?;
+                let param = ConnParam {
+                    responder_resources: 1,
+                    initiator_depth: 1,
+                    retry_count: 5,
+                    ..ConnParam::default()
+                };
+                node.id.connect(&param, T)?;
+                nodes.push(node);
+            }
+            EventType::Established => {
+                if let Some(n) = nodes.iter_mut().find(|n| n.id.handle() == ev.id) {
+                    n.connected = true;
+                    if let Some(u) = ev.ud {
+                        let ah = verbs::Ah { ip: match u.remote { IpAddr::V4(v) => v, _ => dst }, ..verbs::Ah::default() };
+                        n.remote = Some((ah, u.qp_num, u.qkey));
+                    }
+                }
+                connects_left -= 1;
+            }
+            EventType::AddrError
+            | EventType::RouteError
+            | EventType::ConnectError
+            | EventType::Unreachable
+            | EventType::Rejected => {
+                println!("{name}: event: {}, error: {}", ev.event, ev.status);
+                connects_left -= 1;
+                result = Err(anyhow::anyhow!("{} (status {})", ev.event, ev.status));
+            }
+            _ => {}
+        }
+    }
+    result?;
+    if a.message_count > 0 {
+        if ud {
+            println!("initiating data transfers");
+            for n in &nodes {
+                post_sends(n, a)?;
+            }
+            println!("receiving data transfers");
+            for n in nodes.iter().filter(|n| n.connected) {
+                // our sends are signaled here (udaddy's are not): count only receives
+                let mut got = 0;
+                let t0 = Instant::now();
+                while got < a.message_count {
+                    let mut wc = [Wc::default(); 8];
+                    let k = n.recv_cq.poll(&mut wc)?;
+                    for w in &wc[..k] {
+                        if w.status != WcStatus::Success {
+                            bail!("completion error {:?}", w.status);
+                        }
+                        if w.opcode == WcOpcode::Recv {
+                            got += 1;
+                        }
+                    }
+                    if k == 0 {
+                        if t0.elapsed() > T {
+                            bail!("receive: timed out after {got} of {}", a.message_count);
+                        }
+                        std::thread::sleep(Duration::from_micros(50));
+                    }
+                }
+            }
+            println!("data transfers complete");
+        } else {
+            println!("receiving data transfers");
+            for n in nodes.iter().filter(|n| n.connected) {
+                poll_n(&n.recv_cq, a.message_count, "receive")?;
+            }
+            println!("sending replies");
+            for n in &nodes {
+                post_sends(n, a)?;
+            }
+            for n in nodes.iter().filter(|n| n.connected) {
+                poll_n(&n.send_cq, a.message_count, "send")?;
+            }
+            println!("data transfers complete");
+        }
+    }
+    if ud {
+        return Ok(());
+    }
+    let mut disconnects_left = nodes.iter().filter(|n| n.connected).count();
+    while disconnects_left > 0 {
+        let ev = ch.get_event(Some(T))?;
+        if ev.event == EventType::Disconnected {
+            if let Some(n) = nodes.iter().find(|n| n.id.handle() == ev.id) {
+                n.id.disconnect()?;
+            }
+            disconnects_left -= 1;
+        }
+    }
     Ok(())
 }
