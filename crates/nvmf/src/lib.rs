@@ -9,18 +9,24 @@
 //! Does not: RDMA (later, over `verbs`), authentication (DH-HMAC-CHAP), TLS,
 //! reservations, ANA, namespace management at run time.
 //!
-//! Depends on `wire` (NVMe/TCP PDUs), `nvme` (SQE/CQE/status), `bdev`.
+//! Depends on `wire` (NVMe/TCP PDUs), `nvme` (SQE/CQE/status), `bdev`. The socket
+//! glue (poll groups, host library, perf) is behind the default `driver` feature;
+//! the rest builds and tests with `--no-default-features`.
 
 pub mod ctrlr;
+#[cfg(feature = "driver")]
 pub mod host;
 pub mod identify;
+#[cfg(feature = "driver")]
 pub mod perf;
+#[cfg(feature = "driver")]
 pub mod poll_group;
 pub mod qpair;
 pub mod subsystem;
 pub mod tcp;
 pub mod tgt;
 
+#[cfg(feature = "driver")]
 pub use poll_group::{ListenSpec, NvmfServer};
 pub use subsystem::{Subsystem, DISCOVERY_NQN};
 pub use tgt::{Tgt, TgtParams};

@@ -4,7 +4,7 @@
 //! round-robin by the acceptor thread; nothing on the I/O path takes a lock.
 //!
 //! A poll group busy-polls while it has work and sleeps in `poll(2)` (1 ms at most)
-//! after a run of idle iterations, so an idle target costs no CPU.
+//! after `TgtParams::idle_spins` idle iterations, so an idle target costs no CPU.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -22,8 +22,6 @@ use crate::tgt::Tgt;
 
 /// Above this many queued transmit bytes a qpair stops reading new commands.
 const TX_HIGH_WATER: usize = 4 * 1024 * 1024;
-/// Idle iterations before sleeping in poll(2).
-const IDLE_SPINS: u32 = 200;
 
 struct Conn {
     sock: TcpStream,
@@ -220,7 +218,7 @@ fn poll_group_loop(
             continue;
         }
         idle += 1;
-        if idle < IDLE_SPINS || conns.iter().any(|c| c.qp.in_flight() > 0) {
+        if idle < tgt.params.idle_spins || conns.iter().any(|c| c.qp.in_flight() > 0) {
             std::hint::spin_loop();
             continue;
         }

@@ -582,3 +582,178 @@ impl Qpair {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The target core without sockets: a `HostConn` and qpairs joined in memory.
+    use super::*;
+    use crate::subsystem::Subsystem;
+    use crate::tcp::{HostConn, HostEvent, HostParams, TargetParams};
+    use crate::tgt::TgtParams;
+    use nvme::cmd::ConnectData;
+    use nvme::AdminOpcode;
+
+    const NQN: &str = "nqn.2024-01.io.dpustack:core";
+
+    struct Link {
+        h: HostConn,
+        q: Qpair,
+    }
+
+    impl Link {
+        fn new() -> Link {
+            let mut l = Link {
+                h: HostConn::new(HostParams::default()),
+                q: Qpair::new(TargetConn::new(TargetParams::default()), 1, "mem".into()),
+            };
+            l.h.handle_bytes(&[]);
+            l
+        }
+        fn step(&mut self, tgt: &Tgt) {
+            for _ in 0..16 {
+                let b = self.h.poll_transmit().to_vec();
+                self.h.advance_tx(b.len());
+                self.q.conn.handle_bytes(&b);
+                self.q.process_events(tgt);
+                self.q.poll_bdev();
+                let b = self.q.conn.poll_transmit().to_vec();
+                self.q.conn.advance_tx(b.len());
+                self.h.handle_bytes(&b);
+            }
+        }
+        fn exec(&mut self, tgt: &Tgt, sqe: Sqe, write: &[u8], read: u32) -> (Cqe, Vec<u8>) {
+            self.h.submit(*sqe.as_bytes(), write, read, 8192).unwrap();
+            self.step(tgt);
+            loop {
+                match self.h.poll_event() {
+                    Some(HostEvent::Completion { cqe, data, .. }) => {
+                        return (Cqe::from_bytes(&cqe).unwrap(), data)
+                    }
+                    Some(_) => continue,
+                    None => panic!("no completion"),
+                }
+            }
+        }
+    }
+
+    fn tgt() -> Tgt {
+        let mut t = Tgt::new(TgtParams::default());
+        let mut s = Subsystem::new(NQN, "SN", "model").unwrap();
+        let m = bdev::malloc::MallocBdev::new("m", 256, 512).unwrap();
+        s.add_ns(1, std::sync::Arc::new(m), None).unwrap();
+        t.add_subsystem(s).unwrap();
+        t
+    }
+
+    fn connect(l: &mut Link, t: &Tgt, qid: u16, cntlid: u16) -> Cqe {
+        let sqe = Sqe::connect(1, qid, 31, 0);
+        let d = ConnectData::new([1; 16], cntlid, NQN, "nqn.2024-01.io.dpustack:h");
+        l.exec(t, sqe, d.as_bytes(), 0).0
+    }
+
+    #[test]
+    fn admin_and_io_queue_without_sockets() {
+        let t = tgt();
+        let mut admin = Link::new();
+        admin.step(&t);
+        // a command before Connect is a sequence error
+        let (c, _) = admin.exec(&t, Sqe::admin(AdminOpcode::KeepAlive, 2, 0), &[], 0);
+        assert!(c
+            .status()
+            .is_generic(nvme::status::GenericStatus::CommandSequenceError));
+        let c = connect(&mut admin, &t, 0, 0xffff);
+        assert!(c.status().is_success());
+        let cntlid = c.connect_cntlid();
+        // Identify before CC.EN: sequence error; an I/O queue before CC.EN: refused
+        let mut id = Sqe::admin(AdminOpcode::Identify, 3, 0);
+        id.set_cdw10(1);
+        let (c, _) = admin.exec(&t, id, &[], 4096);
+        assert!(!c.status().is_success());
+        let mut io = Link::new();
+        io.step(&t);
+        assert!(!connect(&mut io, &t, 1, cntlid).status().is_success());
+        // enable
+        let (c, _) = admin.exec(
+            &t,
+            Sqe::property_set(4, 0x14, false, 1 | (6 << 16) | (4 << 20)),
+            &[],
+            0,
+        );
+        assert!(c.status().is_success());
+        let (c, _) = admin.exec(&t, Sqe::property_get(5, 0x1c, false), &[], 0);
+        assert_eq!(c.dw0() & 1, 1);
+        let (c, d) = admin.exec(&t, id, &[], 4096);
+        assert!(c.status().is_success());
+        assert_eq!(u16::from_le_bytes([d[78], d[79]]), cntlid);
+        // I/O queue: connect, write, read back
+        let mut io = Link::new();
+        io.step(&t);
+        assert!(connect(&mut io, &t, 1, cntlid).status().is_success());
+        // the same qid twice is refused
+        let mut dup = Link::new();
+        dup.step(&t);
+        assert!(!connect(&mut dup, &t, 1, cntlid).status().is_success());
+        let data: Vec<u8> = (0..16384u32).map(|i| (i % 253) as u8).collect();
+        let (c, _) = io.exec(&t, Sqe::rw(IoOpcode::Write, 7, 1, 3, 32), &data, 0);
+        assert!(c.status().is_success());
+        let (c, back) = io.exec(&t, Sqe::rw(IoOpcode::Read, 8, 1, 3, 32), &[], 16384);
+        assert!(c.status().is_success());
+        assert_eq!(back, data);
+        assert_eq!(c.sqid(), 1);
+        // shutdown: I/O afterwards is a sequence error; losing the admin queue
+        // destroys the controller and closes its I/O queues
+        let (c, _) = admin.exec(&t, Sqe::property_set(9, 0x14, false, 1 | (1 << 14)), &[], 0);
+        assert!(c.status().is_success());
+        let (c, _) = admin.exec(&t, Sqe::property_get(10, 0x1c, false), &[], 0);
+        assert_eq!((c.dw0() >> 2) & 3, 2);
+        let (c, _) = io.exec(&t, Sqe::rw(IoOpcode::Read, 11, 1, 3, 1), &[], 512);
+        assert!(c
+            .status()
+            .is_generic(nvme::status::GenericStatus::CommandSequenceError));
+        admin.q.teardown(&t);
+        assert_eq!(t.ctrlr_count(), 0);
+        io.q.check_timers(0);
+        assert!(io.q.is_closing());
+    }
+
+    #[test]
+    fn aer_limit_and_keep_alive_timer() {
+        let t = tgt();
+        let mut admin = Link::new();
+        admin.step(&t);
+        let sqe = Sqe::connect(1, 0, 31, 100);
+        let d = ConnectData::new([1; 16], 0xffff, NQN, "nqn.2024-01.io.dpustack:h");
+        assert!(admin.exec(&t, sqe, d.as_bytes(), 0).0.status().is_success());
+        admin.exec(
+            &t,
+            Sqe::property_set(4, 0x14, false, 1 | (6 << 16) | (4 << 20)),
+            &[],
+            0,
+        );
+        for cid in 10..14 {
+            admin
+                .h
+                .submit(
+                    *Sqe::admin(AdminOpcode::AsyncEventRequest, cid, 0).as_bytes(),
+                    &[],
+                    0,
+                    0,
+                )
+                .unwrap();
+        }
+        admin.step(&t);
+        assert!(admin.h.poll_event().is_none(), "AERs are held");
+        let (c, _) = admin.exec(
+            &t,
+            Sqe::admin(AdminOpcode::AsyncEventRequest, 14, 0),
+            &[],
+            0,
+        );
+        assert_eq!(c.status().sc(), 0x05); // AER limit exceeded
+                                           // keep-alive: KATO 100 ms
+        admin.q.check_timers(t.now_ms());
+        assert!(!admin.q.is_closing());
+        admin.q.check_timers(t.now_ms() + 1000);
+        assert!(admin.q.is_closing());
+    }
+}

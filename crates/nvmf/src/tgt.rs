@@ -22,6 +22,9 @@ pub struct TgtParams {
     pub tcp: TargetParams,
     /// I/O queues a controller may have.
     pub max_io_queues: u16,
+    /// Idle passes a poll group spins before sleeping in poll(2); 0 = sleep at once
+    /// (event driven, for CPU-starved machines such as an emulated guest).
+    pub idle_spins: u32,
 }
 
 impl Default for TgtParams {
@@ -29,6 +32,7 @@ impl Default for TgtParams {
         TgtParams {
             tcp: TargetParams::default(),
             max_io_queues: 16,
+            idle_spins: 200,
         }
     }
 }

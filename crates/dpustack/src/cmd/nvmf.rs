@@ -355,6 +355,9 @@ pub struct ServeArgs {
     /// Poll group threads.
     #[arg(long, default_value_t = 1)]
     pub poll_groups: usize,
+    /// Idle passes a poll group busy-polls before sleeping in poll(2) (0 = event driven).
+    #[arg(long, default_value_t = 200)]
+    pub idle_spins: u32,
     /// Stop after this many seconds.
     #[arg(long = "for", value_name = "SECS")]
     pub for_secs: Option<f64>,
@@ -527,6 +530,8 @@ fn start_server(a: &ServeArgs) -> Result<NvmfServer> {
         let (t, l) = quick_target(&a.nqn, &a.bdev, &listen, a.discovery_port)?;
         (t, l, a.poll_groups)
     };
+    let mut tgt = tgt;
+    tgt.params.idle_spins = a.idle_spins;
     NvmfServer::start(tgt, &listen, groups).context("starting the NVMe/TCP target")
 }
 
