@@ -647,6 +647,7 @@ impl Scheduler {
             return Ok(());
         }
         if self.reaches(task, dep) {
+            tracing::debug!(%task, %dep, "dependency refused: cycle");
             return Err(Error::DependencyCycle { task, dep });
         }
         self.task_mut(dep)?.dependents.push((task, task_epoch));
@@ -855,6 +856,7 @@ impl Scheduler {
             }
         }
         let t = self.task_mut(id)?;
+        tracing::trace!(task = %id, ?delay, "reinit");
         t.state = TaskState::Waiting;
         t.result = Ok(());
         t.dep_error = None;
@@ -890,6 +892,7 @@ impl Scheduler {
         t.sleeping = false;
         t.result = result;
         t.state = TaskState::Completing;
+        tracing::trace!(task = %id, ?result, "complete");
         loop {
             let Ok(t) = self.tasks.get_mut(id.idx, id.gen) else {
                 return Ok(());
