@@ -8,4 +8,5 @@
 //! Depends on nothing inside dpustack (plain bytes in, bytes out).
 
 pub mod baseline;
+pub mod ifaddr;
 pub mod udp;

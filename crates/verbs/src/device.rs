@@ -46,7 +46,10 @@ impl DeviceOptions {
             mode: IoMode::Threaded,
             mtu: None,
             port: wire::roce::ROCE_PORT,
-            gso: true,
+            // GSO only on loopback: a GSO burst leaves with IPv4 IDs 0,1,2,.. (the ICRC
+            // covers the ID); only our own devices are on loopback and they do not
+            // check ICRCs arriving through UDP sockets. See docs/roce.md.
+            gso: ip.is_loopback(),
         }
     }
 }
@@ -64,6 +67,24 @@ pub(crate) struct Shared {
     pub(crate) async_efd: EventFd,
     pub(crate) sock: Option<Arc<netio::udp::UdpBatchSocket>>,
     pub(crate) rx: Mutex<Option<netio::udp::RxBatch>>,
+    pub(crate) poller: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Drop for Shared {
+    /// The last handle is gone: wake the poller (shutdown makes its poll return),
+    /// and wait for it so the UDP port is free when this returns.
+    fn drop(&mut self) {
+        if let Some(s) = &self.sock {
+            // SAFETY: plain syscall on our own fd.
+            unsafe { libc::shutdown(s.fd(), libc::SHUT_RDWR) };
+        }
+        let h = self.poller.get_mut().ok().and_then(|h| h.take());
+        if let Some(h) = h {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
 }
 
 impl Shared {
@@ -150,6 +171,7 @@ impl Context {
             async_efd: EventFd::new()?,
             sock,
             rx: Mutex::new(rx),
+            poller: Mutex::new(None),
         });
         if o.mode == IoMode::Threaded {
             crate::driver::spawn_poller(&shared)?;
@@ -243,7 +265,7 @@ impl Context {
 
     /// `ibv_create_cq` with `cqe` entries.
     pub fn create_cq(&self, cqe: usize, channel: Option<&CompChannel>) -> Result<Cq> {
-        let id = self
+        let (id, count) = self
             .shared
             .lock()
             .engine
@@ -251,6 +273,8 @@ impl Context {
         Ok(Cq {
             ctx: self.clone(),
             id,
+            count,
+            empty_polls: Default::default(),
         })
     }
 
@@ -494,6 +518,8 @@ impl CompChannel {
 pub struct Cq {
     ctx: Context,
     pub(crate) id: usize,
+    count: Arc<std::sync::atomic::AtomicUsize>,
+    empty_polls: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl Cq {
@@ -505,6 +531,19 @@ impl Cq {
         let s = &self.ctx.shared;
         if s.mode == IoMode::Manual {
             crate::driver::progress(s)?;
+        }
+        if self.count.load(std::sync::atomic::Ordering::Acquire) == 0 || wc.is_empty() {
+            // busy pollers share few cores with the device's poller thread: let it
+            // run now and then instead of burning the whole time slice
+            if self
+                .empty_polls
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                % 32
+                == 31
+            {
+                std::thread::yield_now();
+            }
+            return Ok(0);
         }
         s.lock().engine.poll_cq(self.id, wc)
     }

@@ -122,7 +122,7 @@ pub(crate) fn spawn_poller(shared: &Arc<Shared>) -> std::io::Result<()> {
         .unwrap_or_else(|p| p.into_inner())
         .take()
         .ok_or_else(|| std::io::Error::other("no rx"))?;
-    std::thread::Builder::new()
+    let h = std::thread::Builder::new()
         .name(format!("roce-{}", shared.name))
         .spawn(move || loop {
             let timeout = {
@@ -156,5 +156,6 @@ pub(crate) fn spawn_poller(shared: &Arc<Shared>) -> std::io::Result<()> {
                 }
             }
         })?;
+    *shared.poller.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
     Ok(())
 }

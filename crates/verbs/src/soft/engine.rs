@@ -56,6 +56,9 @@ pub(crate) struct CqState {
     pub(crate) armed: Option<bool>,
     pub(crate) channel: Option<Arc<ChannelInner>>,
     pub(crate) events: u64,
+    /// Entries queued, readable without the device lock (so an idle poll_cq
+    /// never contends with the poller thread).
+    pub(crate) count: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 pub(crate) struct SrqState {
@@ -90,6 +93,7 @@ impl Ctx<'_> {
         }
         let sol = wc.wc_flags.contains(WcFlags::SOLICITED) || wc.status != WcStatus::Success;
         c.q.push_back(wc);
+        c.count.fetch_add(1, std::sync::atomic::Ordering::Release);
         if let Some(solicited_only) = c.armed {
             if !solicited_only || sol {
                 c.armed = None;
@@ -233,18 +237,20 @@ impl Engine {
         &mut self,
         depth: usize,
         channel: Option<Arc<ChannelInner>>,
-    ) -> crate::Result<usize> {
+    ) -> crate::Result<(usize, Arc<std::sync::atomic::AtomicUsize>)> {
         if depth == 0 || depth > 1 << 20 {
             return Err(Error::Inval);
         }
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let c = CqState {
             depth,
             q: VecDeque::with_capacity(depth),
             armed: None,
             channel,
             events: 0,
+            count: count.clone(),
         };
-        Ok(insert(&mut self.cqs, c))
+        Ok((insert(&mut self.cqs, c), count))
     }
 
     pub(crate) fn create_srq(
@@ -385,6 +391,7 @@ impl Engine {
                 None => break,
             }
         }
+        c.count.fetch_sub(n, std::sync::atomic::Ordering::Release);
         Ok(n)
     }
 
