@@ -26,8 +26,8 @@ use crate::{
     QpConnAttrs, Transmit,
 };
 
-const NRECV: usize = 64;
-const NSEND: usize = 64;
+const NRECV: usize = 512;
+const NSEND: usize = 256;
 const RECV_SLOT: usize = 40 + MAD_LEN;
 const SEND_TAG: u64 = 1 << 32;
 

@@ -127,6 +127,23 @@ pub struct CmaToseArgs {
     migrate: bool,
 }
 
+/// cmtime options (librdmacm's letters).
+#[derive(Args, Debug, Clone)]
+pub struct CmtimeArgs {
+    /// Server address: run as client.
+    #[arg(short = 's')]
+    server: Option<Ipv4Addr>,
+    /// Bind (device) address.
+    #[arg(short = 'b')]
+    bind: Option<Ipv4Addr>,
+    /// Connections.
+    #[arg(short = 'c', default_value_t = 100)]
+    connections: usize,
+    /// Port.
+    #[arg(short = 'p', default_value_t = 7471)]
+    port: u16,
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
     /// rping-compatible RDMA CM ping (-s server, -c client).
@@ -139,11 +156,8 @@ pub enum Cmd {
     Ucmatose(CmaToseArgs),
     /// librdmacm udaddy-compatible UD (SIDR) test (server when no -s).
     Udaddy(CmaToseArgs),
-    /// cmtime-like timing of each CM step.
-    Cmtime {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
+    /// cmtime-like timing of each CM step over many connections (server when no -s).
+    Cmtime(CmtimeArgs),
 }
 
 pub fn run(cmd: Cmd, _cfg: &Config) -> Result<()> {
@@ -153,7 +167,7 @@ pub fn run(cmd: Cmd, _cfg: &Config) -> Result<()> {
         Cmd::CmClient(a) => cm_client(&a),
         Cmd::Ucmatose(a) => ucmatose(&a),
         Cmd::Udaddy(a) => udaddy(&a),
-        Cmd::Cmtime { .. } => Err(not_implemented("cmtime", 4)),
+        Cmd::Cmtime(a) => cmtime(&a),
     }
 }
 
@@ -652,7 +666,11 @@ struct Node {
 fn node_for(dev: &CmDevice, mut id: CmId, a: &CmaToseArgs, ud: bool) -> Result<Node> {
     let n = a.message_count.max(1) as u32;
     let send_cq = dev.context().create_cq(2 * n as usize + 2, None)?;
-    let recv_cq = if ud { send_cq.clone() } else { dev.context().create_cq(n as usize + 1, None)? };
+    let recv_cq = if ud {
+        send_cq.clone()
+    } else {
+        dev.context().create_cq(n as usize + 1, None)?
+    };
     let cap = QpCap {
         max_send_wr: n,
         max_recv_wr: n,
@@ -662,7 +680,9 @@ fn node_for(dev: &CmDevice, mut id: CmId, a: &CmaToseArgs, ud: bool) -> Result<N
     };
     id.create_qp(&send_cq, &recv_cq, cap)?;
     let grh = if ud { 40 } else { 0 };
-    let mr = dev.pd().reg_mr(a.message_size.max(1) + grh, AccessFlags::LOCAL_WRITE)?;
+    let mr = dev
+        .pd()
+        .reg_mr(a.message_size.max(1) + grh, AccessFlags::LOCAL_WRITE)?;
     let node = Node {
         id,
         send_cq,
@@ -696,9 +716,14 @@ fn post_sends(node: &Node, a: &CmaToseArgs) -> Result<()> {
         if let Some((ah, qpn, qkey)) = node.remote {
             wr.opcode = WrOpcode::SendWithImm;
             wr.imm_data = qp.qp_num();
-            wr.wr = WrDetail::Ud { ah, remote_qpn: qpn, remote_qkey: qkey };
+            wr.wr = WrDetail::Ud {
+                ah,
+                remote_qpn: qpn,
+                remote_qkey: qkey,
+            };
         }
-        qp.post_send(&[wr]).map_err(|e| anyhow::anyhow!("failed to post sends: {:?}", e.error))?;
+        qp.post_send(&[wr])
+            .map_err(|e| anyhow::anyhow!("failed to post sends: {:?}", e.error))?;
     }
     Ok(())
 }
@@ -718,7 +743,10 @@ fn poll_n(cq: &Cq, count: usize, what: &str) -> Result<Vec<Wc>> {
         }
         if n == 0 {
             if t0.elapsed() > T {
-                bail!("{what}: timed out after {} of {count} completions", out.len());
+                bail!(
+                    "{what}: timed out after {} of {count} completions",
+                    out.len()
+                );
             }
             std::thread::sleep(Duration::from_micros(50));
         }
@@ -765,7 +793,13 @@ fn udaddy(a: &CmaToseArgs) -> Result<()> {
     r
 }
 
-fn tose_server(dev: &CmDevice, ip: Ipv4Addr, port: u16, a: &CmaToseArgs, ps: PortSpace) -> Result<()> {
+fn tose_server(
+    dev: &CmDevice,
+    ip: Ipv4Addr,
+    port: u16,
+    a: &CmaToseArgs,
+    ps: PortSpace,
+) -> Result<()> {
     let ud = ps == PortSpace::Udp;
     let name = if ud { "udaddy" } else { "cmatose" };
     let mut ch = dev.create_event_channel();
@@ -786,7 +820,13 @@ fn tose_server(dev: &CmDevice, ip: Ipv4Addr, port: u16, a: &CmaToseArgs, ps: Por
                 }
                 let mut node = node_for(dev, id, a, ud)?;
                 let qpn = node.id.qp().map(|q| q.qp_num()).unwrap_or(0);
-                node.id.accept(&ConnParam { qp_num: qpn, ..ConnParam::default() }, T)?;
+                node.id.accept(
+                    &ConnParam {
+                        qp_num: qpn,
+                        ..ConnParam::default()
+                    },
+                    T,
+                )?;
                 if ud {
                     node.connected = true;
                     connects_left -= 1;
@@ -818,7 +858,10 @@ fn tose_server(dev: &CmDevice, ip: Ipv4Addr, port: u16, a: &CmaToseArgs, ps: Por
                 let mut grh = [0u8; 40];
                 n.mr.read(0, &mut grh);
                 let src = Ipv4Addr::new(grh[32], grh[33], grh[34], grh[35]);
-                let ah = verbs::Ah { ip: src, ..verbs::Ah::default() };
+                let ah = verbs::Ah {
+                    ip: src,
+                    ..verbs::Ah::default()
+                };
                 n.remote = Some((ah, wcs[0].imm_data, wire::mad::RDMA_UDP_QKEY));
             }
             println!("sending replies");
@@ -874,11 +917,20 @@ fn tose_server(dev: &CmDevice, ip: Ipv4Addr, port: u16, a: &CmaToseArgs, ps: Por
     Ok(())
 }
 
-fn tose_client(dev: &CmDevice, ip: Ipv4Addr, dst: Ipv4Addr, port: u16, a: &CmaToseArgs, ps: PortSpace) -> Result<()> {
+fn tose_client(
+    dev: &CmDevice,
+    ip: Ipv4Addr,
+    dst: Ipv4Addr,
+    port: u16,
+    a: &CmaToseArgs,
+    ps: PortSpace,
+) -> Result<()> {
     let ud = ps == PortSpace::Udp;
     let name = if ud { "udaddy" } else { "cmatose" };
     let ch = dev.create_event_channel();
-    let mut pending: Vec<Option<CmId>> = (0..a.connections).map(|_| Some(dev.create_id(Some(&ch), ps))).collect();
+    let mut pending: Vec<Option<CmId>> = (0..a.connections)
+        .map(|_| Some(dev.create_id(Some(&ch), ps)))
+        .collect();
     let mut nodes: Vec<Node> = Vec::new();
     println!("{name}: connecting");
     for id in pending.iter().flatten() {
@@ -894,7 +946,10 @@ fn tose_client(dev: &CmDevice, ip: Ipv4Addr, dst: Ipv4Addr, port: u16, a: &CmaTo
         let ev = ch.get_event(Some(T))?;
         match ev.event {
             EventType::AddrResolved => {
-                if let Some(Some(id)) = pending.iter().find(|p| p.as_ref().is_some_and(|i| i.handle() == ev.id)) {
+                if let Some(Some(id)) = pending
+                    .iter()
+                    .find(|p| p.as_ref().is_some_and(|i| i.handle() == ev.id))
+                {
                     if let Some(t) = a.tos {
                         id.set_option(cm::CmOption::Tos(t))?;
                     }
@@ -902,7 +957,10 @@ fn tose_client(dev: &CmDevice, ip: Ipv4Addr, dst: Ipv4Addr, port: u16, a: &CmaTo
                 }
             }
             EventType::RouteResolved => {
-                let Some(slot) = pending.iter_mut().find(|p| p.as_ref().is_some_and(|i| i.handle() == ev.id)) else {
+                let Some(slot) = pending
+                    .iter_mut()
+                    .find(|p| p.as_ref().is_some_and(|i| i.handle() == ev.id))
+                else {
                     continue;
                 };
                 let id = slot.take().context("id")?;
@@ -920,7 +978,13 @@ fn tose_client(dev: &CmDevice, ip: Ipv4Addr, dst: Ipv4Addr, port: u16, a: &CmaTo
                 if let Some(n) = nodes.iter_mut().find(|n| n.id.handle() == ev.id) {
                     n.connected = true;
                     if let Some(u) = ev.ud {
-                        let ah = verbs::Ah { ip: match u.remote { IpAddr::V4(v) => v, _ => dst }, ..verbs::Ah::default() };
+                        let ah = verbs::Ah {
+                            ip: match u.remote {
+                                IpAddr::V4(v) => v,
+                                _ => dst,
+                            },
+                            ..verbs::Ah::default()
+                        };
                         n.remote = Some((ah, u.qp_num, u.qkey));
                     }
                 }
@@ -999,4 +1063,238 @@ fn tose_client(dev: &CmDevice, ip: Ipv4Addr, dst: Ipv4Addr, port: u16, a: &CmaTo
         }
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// cmtime (librdmacm/examples/cmtime.c, the per-step table of rdma-core ≤ v45)
+// ---------------------------------------------------------------------------
+
+const STEPS: [&str; 8] = [
+    "create id",
+    "bind addr",
+    "resolve addr",
+    "resolve route",
+    "create qp",
+    "connect",
+    "disconnect",
+    "destroy",
+];
+
+/// Per-connection (start, end) of each step, plus each step's wall-clock span.
+struct StepTimes {
+    per: Vec<[(Option<Instant>, Option<Instant>); 8]>,
+    span: [(Option<Instant>, Option<Instant>); 8],
+}
+
+impl StepTimes {
+    fn new(n: usize) -> Self {
+        StepTimes {
+            per: vec![[(None, None); 8]; n],
+            span: [(None, None); 8],
+        }
+    }
+    fn start(&mut self, c: usize, s: usize) {
+        let now = Instant::now();
+        self.per[c][s].0 = Some(now);
+        self.span[s].0.get_or_insert(now);
+    }
+    fn end(&mut self, c: usize, s: usize) {
+        let now = Instant::now();
+        self.per[c][s].1 = Some(now);
+        self.span[s].1 = Some(now);
+    }
+    /// (step, total ms, max ms, min us, us/conn) rows, as cmtime prints them.
+    fn rows(&self) -> Vec<(&'static str, f64, f64, f64, f64)> {
+        let n = self.per.len().max(1) as f64;
+        STEPS
+            .iter()
+            .enumerate()
+            .map(|(s, name)| {
+                let d: Vec<f64> = self
+                    .per
+                    .iter()
+                    .filter_map(|p| Some((p[s].1? - p[s].0?).as_secs_f64() * 1e6))
+                    .collect();
+                let total_us = match self.span[s] {
+                    (Some(a), Some(b)) => (b - a).as_secs_f64() * 1e6,
+                    _ => 0.0,
+                };
+                let max = d.iter().copied().fold(0.0, f64::max);
+                let min = d.iter().copied().fold(f64::INFINITY, f64::min);
+                (
+                    *name,
+                    total_us / 1e3,
+                    max / 1e3,
+                    if min.is_finite() { min } else { 0.0 },
+                    total_us / n,
+                )
+            })
+            .collect()
+    }
+    fn print(&self) {
+        println!("step              total ms     max ms     min us  us / conn");
+        for (name, total, max, min, per) in self.rows() {
+            println!("{name:<13}: {total:>11.2} {max:>10.2} {min:>10.2} {per:>10.2}");
+        }
+    }
+}
+
+fn cmtime(a: &CmtimeArgs) -> Result<()> {
+    let ip = match (a.bind, a.server) {
+        (Some(b), _) => b,
+        (None, Some(dst)) => route_source(dst)?,
+        (None, None) => bail!("cmtime: give the device (bind) address with -b"),
+    };
+    let dev = open_device(ip)?;
+    match a.server {
+        Some(dst) => {
+            let t = cmtime_client(&dev, ip, dst, a.port, a.connections)?;
+            t.print();
+            Ok(())
+        }
+        None => cmtime_server(&dev, ip, a.port, a.connections),
+    }
+}
+
+/// Accepts `n` connections (QP to RTS before the REP) and answers each DISCONNECTED.
+fn cmtime_server(dev: &CmDevice, ip: Ipv4Addr, port: u16, n: usize) -> Result<()> {
+    let ch = dev.create_event_channel();
+    let listener = dev.create_id(Some(&ch), PortSpace::Tcp);
+    listener.bind_addr(SocketAddr::new(IpAddr::V4(ip), port))?;
+    listener.listen(n.max(1))?;
+    let cq = dev.context().create_cq(4 * n + 4, None)?;
+    let cap = QpCap {
+        max_send_wr: 1,
+        max_recv_wr: 1,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let mut ids: Vec<CmId> = Vec::new();
+    let mut disconnected = 0;
+    while disconnected < n {
+        let ev = ch.get_event(None)?;
+        match ev.event {
+            EventType::ConnectRequest => {
+                if ids.is_empty() {
+                    println!("\tAccepting");
+                }
+                let mut id = CmId::from_request(dev, &ev);
+                id.create_qp(&cq, &cq, cap)?;
+                let qpn = id.qp().map(|q| q.qp_num()).unwrap_or(0);
+                id.accept(
+                    &ConnParam {
+                        qp_num: qpn,
+                        ..ConnParam::default()
+                    },
+                    T,
+                )?;
+                ids.push(id);
+            }
+            EventType::Disconnected => {
+                if disconnected == 0 {
+                    println!("\tDisconnecting");
+                }
+                if let Some(id) = ids.iter().find(|i| i.handle() == ev.id) {
+                    id.disconnect()?;
+                }
+                disconnected += 1;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Each step for all `n` connections at once (as cmtime): start all, then wait for all.
+fn cmtime_client(
+    dev: &CmDevice,
+    ip: Ipv4Addr,
+    dst: Ipv4Addr,
+    port: u16,
+    n: usize,
+) -> Result<StepTimes> {
+    let ch = dev.create_event_channel();
+    let mut t = StepTimes::new(n);
+    let cq = dev.context().create_cq(4 * n + 4, None)?;
+    let cap = QpCap {
+        max_send_wr: 1,
+        max_recv_wr: 1,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    println!("creating id");
+    let mut ids = Vec::with_capacity(n);
+    for c in 0..n {
+        t.start(c, 0);
+        ids.push(dev.create_id(Some(&ch), PortSpace::Tcp));
+        t.end(c, 0);
+    }
+    println!("binding source address");
+    for (c, id) in ids.iter().enumerate() {
+        t.start(c, 1);
+        id.bind_addr(SocketAddr::new(IpAddr::V4(ip), 0))?;
+        t.end(c, 1);
+    }
+    let index = |ids: &[CmId], h| ids.iter().position(|i: &CmId| i.handle() == h);
+    let wait_all = |t: &mut StepTimes, ids: &[CmId], step: usize, want: EventType| -> Result<()> {
+        let mut left = ids.len();
+        while left > 0 {
+            let ev = ch.get_event(Some(T))?;
+            let Some(c) = index(ids, ev.id) else { continue };
+            if ev.event == want {
+                t.end(c, step);
+                left -= 1;
+            } else if ev.event != EventType::TimewaitExit {
+                bail!(
+                    "cmtime: {} (status {}) while waiting for {want}",
+                    ev.event,
+                    ev.status
+                );
+            }
+        }
+        Ok(())
+    };
+    println!("resolving address");
+    for (c, id) in ids.iter().enumerate() {
+        t.start(c, 2);
+        id.resolve_addr(
+            None,
+            SocketAddr::new(IpAddr::V4(dst), port),
+            Duration::from_secs(2),
+        )?;
+    }
+    wait_all(&mut t, &ids, 2, EventType::AddrResolved)?;
+    println!("resolving route");
+    for (c, id) in ids.iter().enumerate() {
+        t.start(c, 3);
+        id.resolve_route(Duration::from_secs(2))?;
+    }
+    wait_all(&mut t, &ids, 3, EventType::RouteResolved)?;
+    println!("creating qp");
+    for (c, id) in ids.iter_mut().enumerate() {
+        t.start(c, 4);
+        id.create_qp(&cq, &cq, cap)?;
+        t.end(c, 4);
+    }
+    println!("connecting");
+    for (c, id) in ids.iter().enumerate() {
+        t.start(c, 5);
+        id.connect(&ConnParam::default(), T)?;
+    }
+    wait_all(&mut t, &ids, 5, EventType::Established)?;
+    println!("disconnecting");
+    for (c, id) in ids.iter().enumerate() {
+        t.start(c, 6);
+        id.disconnect()?;
+    }
+    wait_all(&mut t, &ids, 6, EventType::Disconnected)?;
+    println!("destroying id");
+    for (c, id) in ids.into_iter().enumerate() {
+        t.start(c, 7);
+        drop(id);
+        t.end(c, 7);
+    }
+    Ok(t)
 }
