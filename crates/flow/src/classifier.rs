@@ -434,11 +434,16 @@ impl Classifier {
             .get(&flow.and(&st.mask))
             .and_then(|l| l.first().copied());
         if found.is_none() && st.ports_mask_len > 0 {
+            // OVS 3.1 (with "classifier: Fix missing masks on a final stage with ports
+            // trie", in Debian's 3.1.0-2+deb12u1): every looked-at stage is folded in,
+            // the final one included, but the ports get only the bits the ports trie
+            // needed (on top of what was already un-wildcarded).
             let value = flow.ports() & st.ports_mask;
             let (mbits, _) = st.ports_trie.lookup(value, 32);
-            let add = st.ports_mask & prefix_mask32(mbits);
-            wc.w[14] |= (add as u64) << 32;
-            st.fold_stages(wc, n_idx);
+            let before = wc.ports();
+            let ports = before | (st.ports_mask & prefix_mask32(mbits));
+            st.fold_stages(wc, n);
+            wc.w[14] = (wc.w[14] & 0xffff_ffff) | ((ports as u64) << 32);
             return None;
         }
         for i in 0..NW {

@@ -349,15 +349,7 @@ impl Datapath {
         let hash = hash_key(k);
         let (id, hit) = match self.lookup(k, hash) {
             Some(x) => x,
-            None => {
-                self.stats.upcalls += 1;
-                let x = table.xlate(k);
-                let id = self.install(k, &x.wc, x.actions);
-                if self.emc_enabled {
-                    self.emc_insert(k, hash, id);
-                }
-                (id, Hit::Upcall)
-            }
+            None => (self.upcall(table, k, hash), Hit::Upcall),
         };
         let fl = &mut self.flows[id as usize];
         // OVS: the packet that caused the upcall is executed by the upcall handler and
@@ -369,6 +361,18 @@ impl Datapath {
             fl.stats.tcp_flags |= k.get(f::TCP_FLAGS) as u16;
         }
         (&fl.actions, hit)
+    }
+
+    /// A miss: translate `k` through the OpenFlow table (OVS megaflow semantics) and
+    /// install the resulting megaflow (and an EMC entry). Returns the megaflow index.
+    pub fn upcall(&mut self, table: &FlowTable, k: &FlowKey, hash: u64) -> u32 {
+        self.stats.upcalls += 1;
+        let x = table.xlate(k);
+        let id = self.install(k, &x.wc, x.actions);
+        if self.emc_enabled {
+            self.emc_insert(k, hash, id);
+        }
+        id
     }
 
     /// Parses and processes a packet received on `in_port`.

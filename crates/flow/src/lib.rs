@@ -13,6 +13,7 @@
 //! * [`xlate`]: table 0 + action translation: megaflow + datapath actions, OVS formats.
 //! * [`dp`]: the datapath cache: EMC + megaflow classifier (tuple space search), upcalls.
 
+pub mod bench;
 pub mod classifier;
 pub mod dp;
 pub mod key;

@@ -1,0 +1,278 @@
+//! Workloads for `dpustack bench flow` (single core): EMC hits, megaflow-classifier
+//! lookups with many masks, upcall (miss -> xlate -> install) rate, and the same-run
+//! baseline (hashing a flow key). Deterministic (seeded), no I/O.
+
+use crate::dp::{hash_key, Datapath};
+use crate::key::{f, FlowKey};
+use crate::ofctl::parse_flows;
+use crate::xlate::{FlowTable, OdpAction};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+/// A tiny deterministic PRNG (xorshift64*), so benches need no extra dependency.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}
+
+/// A random IPv4 TCP/UDP flow key (addresses in 10.0.0.0/8, ports random).
+pub fn random_key(r: &mut Rng) -> FlowKey {
+    let mut k = FlowKey::ZERO;
+    k.set(f::IN_PORT, 1 + r.below(4));
+    k.set(f::DL_SRC, 0x0200_0000_0000 | r.below(1 << 16));
+    k.set(f::DL_DST, 0x0200_0000_0000 | r.below(1 << 16));
+    k.set(f::DL_TYPE, 0x0800);
+    k.set(f::NW_SRC, 0x0a00_0000 | r.below(1 << 24));
+    k.set(f::NW_DST, 0x0a00_0000 | r.below(1 << 24));
+    k.set(f::NW_TTL, 64);
+    k.set(f::NW_PROTO, if r.below(2) == 0 { 6 } else { 17 });
+    k.set(f::TP_SRC, r.below(65536));
+    k.set(f::TP_DST, r.below(65536));
+    k
+}
+
+fn prefix(bits: u64, width: u32) -> u64 {
+    if bits == 0 {
+        0
+    } else {
+        ((1u64 << bits) - 1) << (width as u64 - bits)
+    }
+}
+
+/// `n` distinct megaflow masks over in_port, nw_src/nw_dst prefixes, nw_proto, tp ports.
+pub fn random_masks(r: &mut Rng, n: usize) -> Vec<FlowKey> {
+    let mut set = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    while out.len() < n {
+        let mut m = FlowKey::ZERO;
+        m.full(f::RECIRC_ID);
+        m.full(f::IN_PORT);
+        m.full(f::DL_TYPE);
+        // Every megaflow matches dl_dst exactly; the bench gives each megaflow its own
+        // dl_dst so megaflows are disjoint (a packet matches exactly one of them).
+        m.full(f::DL_DST);
+        m.or(f::NW_FRAG, 3);
+        m.or(f::NW_SRC, prefix(r.below(33), 32));
+        m.or(f::NW_DST, prefix(r.below(33), 32));
+        if r.below(2) == 0 {
+            m.full(f::NW_PROTO);
+            m.or(f::TP_DST, prefix(r.below(17), 16));
+            if r.below(4) == 0 {
+                m.or(f::TP_SRC, prefix(r.below(17), 16));
+            }
+        }
+        if set.insert(m) {
+            out.push(m);
+        }
+    }
+    out
+}
+
+/// Ops per second of `f` over at least `t` (f returns the ops it did).
+fn rate(t: Duration, mut f: impl FnMut() -> u64) -> f64 {
+    let _ = f(); // warm-up
+    let start = Instant::now();
+    let mut ops = 0u64;
+    while start.elapsed() < t {
+        ops += f();
+    }
+    ops as f64 / start.elapsed().as_secs_f64()
+}
+
+const BATCH: usize = 4096;
+
+/// Baseline: hashing `BATCH` pre-built flow keys (the EMC's hash over all 15 words).
+pub fn baseline_hash(t: Duration) -> f64 {
+    let mut r = Rng::new(1);
+    let keys: Vec<FlowKey> = (0..BATCH).map(|_| random_key(&mut r)).collect();
+    rate(t, || {
+        let mut acc = 0u64;
+        for k in &keys {
+            acc ^= hash_key(black_box(k));
+        }
+        black_box(acc);
+        BATCH as u64
+    })
+}
+
+/// Baseline: copying a 120-byte flow key per op.
+pub fn baseline_memcpy(t: Duration) -> f64 {
+    let mut r = Rng::new(2);
+    let keys: Vec<FlowKey> = (0..BATCH).map(|_| random_key(&mut r)).collect();
+    let mut dst = vec![FlowKey::ZERO; BATCH];
+    rate(t, || {
+        for (d, s) in dst.iter_mut().zip(keys.iter()) {
+            *d = *black_box(s);
+        }
+        black_box(&dst);
+        BATCH as u64
+    })
+}
+
+/// (a) EMC hits: `n_keys` distinct exact flows (fit in the EMC) hitting installed
+/// megaflows; full hit path incl. hash and stats update. Returns (lookups/s, EMC hit %).
+pub fn emc_hits(t: Duration, n_keys: usize) -> (f64, f64) {
+    let table = FlowTable::from_rules(
+        parse_flows(
+            "priority=10,tcp,nw_dst=10.0.0.0/9,actions=output:2\npriority=5,udp,actions=output:3\npriority=0,actions=drop\n",
+        )
+        .unwrap_or_default(),
+    );
+    let mut r = Rng::new(3);
+    let keys: Vec<FlowKey> = (0..n_keys).map(|_| random_key(&mut r)).collect();
+    let mut dp = Datapath::new();
+    for k in &keys {
+        dp.process(&table, k, 64, 1);
+    }
+    for k in &keys {
+        dp.process(&table, k, 64, 1);
+    }
+    let s0 = dp.stats;
+    let mut now = 2;
+    let v = rate(t, || {
+        now += 1;
+        for k in &keys {
+            black_box(dp.process(&table, k, 64, now).0.len());
+        }
+        keys.len() as u64
+    });
+    let s = dp.stats;
+    let emc = (s.emc_hits - s0.emc_hits) as f64;
+    let all = emc + (s.megaflow_hits - s0.megaflow_hits) as f64 + (s.upcalls - s0.upcalls) as f64;
+    (v, 100.0 * emc / all.max(1.0))
+}
+
+/// (b) Megaflow classifier lookups (EMC off) with `n_masks` masks and `n_flows`
+/// disjoint megaflows; packets pick a megaflow uniformly. Returns (lookups/s, avg subtables probed).
+pub fn dpcls_lookups(t: Duration, n_masks: usize, n_flows: usize) -> (f64, f64) {
+    let mut r = Rng::new(4 + n_masks as u64 * 7 + n_flows as u64);
+    let masks = random_masks(&mut r, n_masks);
+    let mut dp = Datapath::new();
+    dp.set_emc(false);
+    let mut flows = Vec::with_capacity(n_flows);
+    for i in 0..n_flows {
+        let m = masks[i % n_masks];
+        let mut k = random_key(&mut r);
+        k.set(f::DL_DST, 0x0200_0000_0000 | i as u64);
+        let k = k.and(&m);
+        dp.install(&k, &m, vec![OdpAction::Output(1 + (i % 4) as u32)]);
+        flows.push((k, m));
+    }
+    let keys: Vec<FlowKey> = (0..BATCH)
+        .map(|_| {
+            let (fk, m) = flows[r.below(n_flows as u64) as usize];
+            let mut k = random_key(&mut r);
+            for i in 0..k.w.len() {
+                k.w[i] = (k.w[i] & !m.w[i]) | fk.w[i];
+            }
+            k
+        })
+        .collect();
+    // Let the hit counters order the subtables once, as the PMD optimiser would.
+    for k in &keys {
+        dp.dpcls_lookup(k);
+    }
+    dp.sort_subtables();
+    let p0 = dp.stats.subtable_probes;
+    let mut n = 0u64;
+    let v = rate(t, || {
+        let mut hits = 0u64;
+        for k in &keys {
+            hits += dp.dpcls_lookup(k).is_some() as u64;
+        }
+        n += BATCH as u64;
+        black_box(hits);
+        BATCH as u64
+    });
+    let probes = (dp.stats.subtable_probes - p0) as f64 / n.max(1) as f64;
+    (v, probes)
+}
+
+/// A random OpenFlow table of `n` rules with overlapping prefixes and port masks.
+pub fn random_table(r: &mut Rng, n: usize) -> FlowTable {
+    let mut s = String::new();
+    for i in 0..n {
+        let prio = 1 + i;
+        let proto = ["ip", "tcp", "udp"][r.below(3) as usize];
+        let mut m = format!("priority={prio},{proto}");
+        if r.below(2) == 0 {
+            m += &format!(
+                ",nw_dst=10.{}.{}.0/{}",
+                r.below(4),
+                r.below(256),
+                [8, 16, 20, 24, 28, 32][r.below(6) as usize]
+            );
+        }
+        if r.below(3) == 0 {
+            m += &format!(
+                ",nw_src=10.{}.0.0/{}",
+                r.below(8),
+                [8, 12, 16][r.below(3) as usize]
+            );
+        }
+        if proto != "ip" && r.below(2) == 0 {
+            m += &format!(",tp_dst={}", [22, 80, 443, 4420, 4791][r.below(5) as usize]);
+        }
+        if r.below(4) == 0 {
+            m += &format!(",in_port={}", 1 + r.below(4));
+        }
+        s += &format!("{m},actions=output:{}\n", 1 + r.below(4));
+    }
+    s += "priority=0,actions=drop\n";
+    FlowTable::from_rules(parse_flows(&s).unwrap_or_default())
+}
+
+/// (c) Upcall rate: every packet is a miss handled like OVS's upcall handler: translate
+/// through a random table of `n_rules` (classifier with OVS megaflow semantics + actions)
+/// and install the megaflow. Returns (upcalls/s, avg megaflows per mask at the end).
+pub fn upcalls(t: Duration, n_rules: usize) -> (f64, f64) {
+    let mut r = Rng::new(5);
+    let table = random_table(&mut r, n_rules);
+    let mut dp = Datapath::new();
+    let keys: Vec<FlowKey> = (0..BATCH).map(|_| random_key(&mut r)).collect();
+    let mut salt = 0u64;
+    let v = rate(t, || {
+        salt += 1;
+        for k in &keys {
+            let mut k = *k;
+            k.set(f::TP_SRC, (k.tp_src() as u64 ^ salt) & 0xffff);
+            black_box(dp.upcall(&table, &k, hash_key(&k)));
+        }
+        if dp.n_flows() > 200_000 {
+            dp.flush();
+        }
+        BATCH as u64
+    });
+    (v, dp.n_flows() as f64 / dp.n_masks().max(1) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workloads_run() {
+        let t = Duration::from_millis(5);
+        assert!(baseline_hash(t) > 0.0);
+        let (v, emc) = emc_hits(t, 100);
+        assert!(v > 0.0 && emc > 99.0, "emc {emc}");
+        let (v, probes) = dpcls_lookups(t, 10, 100);
+        assert!(v > 0.0 && (1.0..=10.0).contains(&probes), "probes {probes}");
+        let (v, per_mask) = upcalls(t, 50);
+        assert!(v > 0.0 && per_mask > 0.0);
+    }
+}
