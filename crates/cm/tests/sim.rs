@@ -852,3 +852,50 @@ fn sim_capture_decodes_in_tshark() {
         "{text}"
     );
 }
+
+/// A REQ captured from Linux rping (rxe) arrives at our listener: the CONNECT_REQUEST
+/// carries its values, and the QP attributes follow the kernel's PSN convention
+/// (our sq_psn is the REQ's starting PSN, as Linux's cm_req_handler sets it).
+#[test]
+fn linux_captured_req_is_accepted() {
+    let req: &[u8; 256] = include_bytes!("../../wire/testdata/cm/req.mad");
+    let mut ep = CmEndpoint::new(cfg("10.99.1.2", 5));
+    let l = ep.create_id(None, PortSpace::Tcp, 0);
+    ep.bind_addr(l, "10.99.1.2:7174".parse().unwrap()).unwrap();
+    ep.listen(l, 1).unwrap();
+    let t0 = sim::Clock::new().now();
+    ep.handle_mad(t0, ip("10.99.1.1"), ip("10.99.1.2"), req);
+    let ev = ep.poll_event(None).unwrap();
+    assert_eq!(ev.event, ConnectRequest);
+    assert_eq!(ev.listen_id, Some(l));
+    assert_eq!(ev.param.qp_num, 0x11);
+    assert_eq!(
+        ep.peer_addr(ev.id).unwrap(),
+        Some("10.99.1.1:40327".parse().unwrap())
+    );
+    let a = ep.qp_attrs(ev.id).unwrap();
+    assert_eq!(a.sq_psn, 0x94_0f47);
+    assert_eq!(a.dest_qp_num, 0x11);
+    ep.accept(
+        t0,
+        ev.id,
+        &ConnParam {
+            qp_num: 0x99,
+            ..ConnParam::default()
+        },
+    )
+    .unwrap();
+    let rep = CmMadRepr::parse_bytes(&ep.poll_transmit().unwrap().mad).unwrap();
+    let CmMsgRepr::Rep(r) = rep.msg else { panic!() };
+    assert_eq!(
+        rep.tid, 0x0000_0002_0f7c_8682,
+        "REP reuses the REQ's TID, as Linux does"
+    );
+    assert_eq!(r.remote_comm_id, 0x8286_7c0f);
+    assert_eq!(r.starting_psn, a.rq_psn);
+    // Linux's RTU for it (from the same capture, comm IDs patched to ours) establishes.
+    let mut rtu = *include_bytes!("../../wire/testdata/cm/rtu.mad");
+    rtu[28..32].copy_from_slice(&r.local_comm_id.to_be_bytes());
+    ep.handle_mad(t0, ip("10.99.1.1"), ip("10.99.1.2"), &rtu);
+    assert_eq!(ep.poll_event(None).unwrap().event, Established);
+}

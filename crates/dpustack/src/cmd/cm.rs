@@ -231,7 +231,7 @@ fn wait_wc(cq: &Cq, id: &CmId, timeout: Duration) -> Result<Option<Wc>> {
             return Ok(Some(wc[0]));
         }
         spins += 1;
-        if spins % 64 == 0 {
+        if spins & 63 == 0 {
             match id.get_event(Some(Duration::ZERO)) {
                 Ok(ev) if ev.event == EventType::Disconnected => return Ok(None),
                 Ok(ev) => tracing::debug!("cm event {}", ev.event),
