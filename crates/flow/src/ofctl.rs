@@ -621,6 +621,9 @@ pub fn parse_exact_flow(s: &str) -> Result<FlowKey, ParseError> {
             return Err(perr(k, "unknown field"));
         }
     }
+    if m.key.vlan0_tci() & VLAN_CFI != 0 && m.key.get(f::VLAN0_TPID) == 0 {
+        m.key.set(f::VLAN0_TPID, ethertype::VLAN as u64);
+    }
     Ok(m.key)
 }
 
@@ -670,6 +673,7 @@ pub fn parse_rule(line: &str) -> Result<Rule, ParseError> {
             }
         }
     }
+    normalize_vlan_of13(&mut r.m);
     // OVS (MFP_TCP/UDP/SCTP): L4 fields cannot be matched on later fragments.
     if r.m.key.nw_frag() & FRAG_LATER != 0 {
         for (fd, n) in [
@@ -687,6 +691,24 @@ pub fn parse_rule(line: &str) -> Result<Rule, ParseError> {
     }
     r.actions = parse_actions(acts, &r.m)?;
     Ok(r)
+}
+
+/// The VLAN match as it survives OVS's OpenFlow 1.3 (OXM) encoding: VID+CFI go as
+/// `vlan_vid` (maskable); PCP goes as `vlan_pcp` (exact) only when the VID/CFI value is
+/// non-zero. So `vlan_tci=0x6000/0xe000` loses its PCP match and `dl_vlan=0xffff` (no
+/// tag) keeps only the VID+CFI bits of its mask.
+fn normalize_vlan_of13(m: &mut Match) {
+    let v = m.key.get(f::VLAN0_TCI) as u16;
+    let mk = m.mask.get(f::VLAN0_TCI) as u16;
+    let vid = v & 0x1fff;
+    let mut nm = mk & 0x1fff;
+    let mut nv = vid;
+    if vid != 0 && mk & 0xe000 != 0 {
+        nm |= 0xe000;
+        nv |= v & 0xe000;
+    }
+    m.key.set(f::VLAN0_TCI, (nv & nm) as u64);
+    m.mask.set(f::VLAN0_TCI, nm as u64);
 }
 
 fn find_actions(line: &str) -> Option<usize> {

@@ -169,6 +169,7 @@ enum Proto {
     Ipv6,
     Tcp6,
     Udp6,
+    Icmp6,
 }
 
 fn proto_pick(r: &mut SmallRng, any: bool) -> Proto {
@@ -183,6 +184,7 @@ fn proto_pick(r: &mut SmallRng, any: bool) -> Proto {
         Proto::Ipv6,
         Proto::Tcp6,
         Proto::Udp6,
+        Proto::Icmp6,
         Proto::Any,
     ];
     loop {
@@ -204,6 +206,7 @@ fn proto_kw(p: Proto) -> Option<&'static str> {
         Proto::Ipv6 => "ipv6",
         Proto::Tcp6 => "tcp6",
         Proto::Udp6 => "udp6",
+        Proto::Icmp6 => "icmp6",
     })
 }
 
@@ -211,7 +214,7 @@ fn is4(p: Proto) -> bool {
     matches!(p, Proto::Ip | Proto::Tcp | Proto::Udp | Proto::Icmp)
 }
 fn is6(p: Proto) -> bool {
-    matches!(p, Proto::Ipv6 | Proto::Tcp6 | Proto::Udp6)
+    matches!(p, Proto::Ipv6 | Proto::Tcp6 | Proto::Udp6 | Proto::Icmp6)
 }
 fn has_ports(p: Proto) -> bool {
     matches!(p, Proto::Tcp | Proto::Udp | Proto::Tcp6 | Proto::Udp6)
@@ -245,6 +248,12 @@ fn gen_rule(r: &mut SmallRng, prio: u16) -> String {
         if r.gen_bool(0.3) {
             m.push(format!("dl_vlan_pcp={}", r.gen_range(0..8)));
         }
+    }
+    if !vlan && r.gen_bool(0.04) {
+        m.push("dl_vlan=0xffff".into());
+    }
+    if !vlan && r.gen_bool(0.04) {
+        m.push(["vlan_tci=0x1000/0x1000", "vlan_tci=0x0014/0x0fff", "vlan_tci=0x6000/0xe000"][r.gen_range(0..3)].into());
     }
     if r.gen_bool(0.08) {
         m.push(format!("dl_dst={}", MACS.choose(r).unwrap()));
@@ -281,6 +290,20 @@ fn gen_rule(r: &mut SmallRng, prio: u16) -> String {
         }
         if r.gen_bool(0.2) {
             m.push(format!("ipv6_src={}", v6_near(r)));
+        }
+        if r.gen_bool(0.05) {
+            m.push(format!("nw_ecn={}", r.gen_range(0..4)));
+        }
+        if r.gen_bool(0.05) {
+            m.push(format!("nw_frag={}", ["no", "first"][r.gen_range(0..2)]));
+        }
+    }
+    if p == Proto::Icmp6 && r.gen_bool(0.6) {
+        let ty = [128, 135, 136][r.gen_range(0..3)];
+        m.push(format!("icmpv6_type={ty}"));
+        if (ty == 135 || ty == 136) && r.gen_bool(0.5) {
+            m.push("icmpv6_code=0".into());
+            m.push(format!("nd_target={}", v6_near(r)));
         }
     }
     if has_ports(p) && !later {
@@ -321,16 +344,23 @@ fn gen_rule(r: &mut SmallRng, prio: u16) -> String {
         a.push("drop".into());
     } else {
         let n = r.gen_range(1..=3);
-        let mut vlan = vlan;
+        // VLAN headers on the action check flow (OVS allows at most 2; a pop needs one).
+        let mut nv = vlan as u8;
         for _ in 0..n {
             let c = r.gen_range(0..20);
             let act = match c {
-                0 if vlan => {
-                    vlan = false; // a second pop would be inconsistent (OVS rejects it)
+                0 if nv > 0 => {
+                    nv -= 1;
                     "strip_vlan".to_string()
                 }
-                1 => format!("mod_vlan_vid:{}", [100, 200][r.gen_range(0..2)]),
-                2 => format!("mod_vlan_pcp:{}", r.gen_range(0..8)),
+                1 => {
+                    nv = nv.max(1);
+                    format!("mod_vlan_vid:{}", [100, 200][r.gen_range(0..2)])
+                }
+                2 => {
+                    nv = nv.max(1);
+                    format!("mod_vlan_pcp:{}", r.gen_range(0..8))
+                }
                 3 => "set_field:aa:bb:cc:dd:ee:ff->eth_dst".into(),
                 4 => "mod_dl_src:02:11:22:33:44:55".into(),
                 5 if is4(p) => format!("set_field:{}->ip_dst", ip_near(r)),
@@ -343,8 +373,14 @@ fn gen_rule(r: &mut SmallRng, prio: u16) -> String {
                 10 if is4(p) || is6(p) => "set_field:46->ip_dscp".into(),
                 11 if is4(p) => "mod_nw_tos:32".into(),
                 12 => "in_port".into(),
-                13 => "push_vlan:0x8100,set_field:4097->vlan_vid".into(),
+                13 if nv < 2 => {
+                    nv += 1;
+                    "push_vlan:0x8100,set_field:4097->vlan_vid".into()
+                }
                 14 if r.gen_bool(0.3) => "controller".into(),
+                15 if is6(p) => format!("set_field:{}->ipv6_dst", v6_near(r)),
+                16 if matches!(p, Proto::Udp | Proto::Udp6) && !later => "set_field:4791->udp_dst".into(),
+                17 if is4(p) => "set_field:184->nw_tos".into(),
                 _ => format!("output:{}", r.gen_range(1..=4)),
             };
             a.push(act);
@@ -412,6 +448,14 @@ fn gen_packet(r: &mut SmallRng) -> String {
         Proto::Icmp => {
             m.push(format!("icmp_type={}", [0, 8, 3, 11][r.gen_range(0..4)]));
             m.push(format!("icmp_code={}", r.gen_range(0..2)));
+        }
+        Proto::Icmp6 => {
+            let ty = [128, 129, 135, 136][r.gen_range(0..4)];
+            m.push(format!("icmpv6_type={ty}"));
+            m.push("icmpv6_code=0".into());
+            if ty == 135 || ty == 136 {
+                m.push(format!("nd_target={}", v6_near(r)));
+            }
         }
         Proto::Arp => {
             m.push(format!("arp_op={}", r.gen_range(1..3)));
