@@ -253,7 +253,14 @@ fn gen_rule(r: &mut SmallRng, prio: u16) -> String {
         m.push("dl_vlan=0xffff".into());
     }
     if !vlan && r.gen_bool(0.04) {
-        m.push(["vlan_tci=0x1000/0x1000", "vlan_tci=0x0014/0x0fff", "vlan_tci=0x6000/0xe000"][r.gen_range(0..3)].into());
+        m.push(
+            [
+                "vlan_tci=0x1000/0x1000",
+                "vlan_tci=0x0014/0x0fff",
+                "vlan_tci=0x6000/0xe000",
+            ][r.gen_range(0..3)]
+            .into(),
+        );
     }
     if r.gen_bool(0.08) {
         m.push(format!("dl_dst={}", MACS.choose(r).unwrap()));
@@ -379,7 +386,9 @@ fn gen_rule(r: &mut SmallRng, prio: u16) -> String {
                 }
                 14 if r.gen_bool(0.3) => "controller".into(),
                 15 if is6(p) => format!("set_field:{}->ipv6_dst", v6_near(r)),
-                16 if matches!(p, Proto::Udp | Proto::Udp6) && !later => "set_field:4791->udp_dst".into(),
+                16 if matches!(p, Proto::Udp | Proto::Udp6) && !later => {
+                    "set_field:4791->udp_dst".into()
+                }
                 17 if is4(p) => "set_field:184->nw_tos".into(),
                 _ => format!("output:{}", r.gen_range(1..=4)),
             };
@@ -484,8 +493,21 @@ struct Score {
 }
 
 fn check_table(o: &Oracle, flows: &str, packets: &[String], compose_every: usize, s: &mut Score) {
+    check_table_p(o, flows, packets, compose_every, s, true)
+}
+
+fn check_table_p(
+    o: &Oracle,
+    flows: &str,
+    packets: &[String],
+    compose_every: usize,
+    s: &mut Score,
+    prefixes: bool,
+) {
     o.load(flows);
-    let table = FlowTable::from_rules(parse_flows(flows).expect("our parser rejects the table"));
+    let mut table =
+        FlowTable::from_rules(parse_flows(flows).expect("our parser rejects the table"));
+    table.cls.set_prefix_tracking(prefixes);
     for (i, p) in packets.iter().enumerate() {
         let use_bytes = compose_every > 0 && i % compose_every == 0;
         let (ours, theirs) = if use_bytes {
@@ -549,7 +571,7 @@ fn conformance_with_ovs() {
     let seed = env_usize("DPUSTACK_OVS_SEED", 7) as u64;
     let n_tables = env_usize("DPUSTACK_OVS_TABLES", 24);
     let n_pkts = env_usize("DPUSTACK_OVS_PACKETS", 60);
-    let sizes = [8, 30, 100, 400];
+    let sizes = [8, 30, 100, 400, 1000];
     let mut r = SmallRng::seed_from_u64(seed);
     let mut total_rules = 0;
     for t in 0..n_tables {
@@ -568,8 +590,25 @@ fn conformance_with_ovs() {
         let pkts: Vec<String> = (0..n_pkts).map(|_| gen_packet(&mut r)).collect();
         check_table(&o, &flows, &pkts, 5, &mut s);
     }
+    // Prefix tries off (OVS: Flow_Table prefixes=none) on a few more tables.
+    let n_noprefix = env_usize("DPUSTACK_OVS_NOPREFIX_TABLES", 6);
+    let o_out = o.sh_cmd(&["prefixes", "none"]);
+    assert!(o_out.status.success(), "ovs.sh prefixes none failed");
+    for t in 0..n_noprefix {
+        let n_rules = sizes[t % sizes.len()];
+        total_rules += n_rules;
+        let mut prios: Vec<u16> = (1..=2000).collect();
+        prios.shuffle(&mut r);
+        let mut flows = String::new();
+        for prio in prios.iter().take(n_rules) {
+            flows.push_str(&gen_rule(&mut r, *prio));
+            flows.push('\n');
+        }
+        let pkts: Vec<String> = (0..n_pkts).map(|_| gen_packet(&mut r)).collect();
+        check_table_p(&o, &flows, &pkts, 5, &mut s, false);
+    }
     eprintln!(
-        "OVS conformance: sample {}/{} megaflows, {}/{} actions; all (sample + {n_tables} random tables, {total_rules} rules, seed {seed}): {} packets ({} as composed bytes): megaflow agree {}/{}, actions agree {}/{}",
+        "OVS conformance: sample {}/{} megaflows, {}/{} actions; all (sample + {n_tables} random tables + {n_noprefix} with prefixes=none, {total_rules} rules, seed {seed}): {} packets ({} as composed bytes): megaflow agree {}/{}, actions agree {}/{}",
         sample.1, sample.0, sample.2, sample.0, s.n, s.bytes_n, s.mega, s.n, s.acts, s.n
     );
     assert!(
