@@ -19,7 +19,6 @@ use verbs::{
 };
 
 use crate::cmd::bench::BenchArgs;
-use crate::cmd::not_implemented;
 use crate::config::Config;
 use crate::up::Part;
 
@@ -183,9 +182,168 @@ pub fn up(cfg: &Config) -> Result<Part> {
     ))
 }
 
-/// `dpustack bench cm`.
-pub fn bench(_args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
-    Err(not_implemented("bench cm", 4))
+/// `dpustack bench cm`: CM connection setup on loopback (two soft devices in this
+/// process, 127.0.4.40 ← .41), each next to TCP loopback connection setup measured
+/// in the same run.
+pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
+    use benchkit::{median, Better, Figure, Report, Samples};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let conns = if args.quick { 20 } else { 100 };
+    let singles = if args.quick { 20 } else { 200 };
+    let srv_ip = Ipv4Addr::new(127, 0, 4, 40);
+    let cli_ip = Ipv4Addr::new(127, 0, 4, 41);
+    let sdev = open_device(srv_ip)?;
+    let cdev = open_device(cli_ip)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let server = {
+        let (sdev, stop) = (sdev.clone(), stop.clone());
+        std::thread::spawn(move || -> Result<()> {
+            let ch = sdev.create_event_channel();
+            let l = sdev.create_id(Some(&ch), PortSpace::Tcp);
+            l.bind_addr(SocketAddr::new(IpAddr::V4(srv_ip), 7471))?;
+            l.listen(4096)?;
+            let cq = sdev.context().create_cq(4096, None)?;
+            let cap = QpCap {
+                max_send_wr: 1,
+                max_recv_wr: 1,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            };
+            let mut ids: Vec<CmId> = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(ev) = ch.get_event(Some(Duration::from_millis(50))) else {
+                    continue;
+                };
+                match ev.event {
+                    EventType::ConnectRequest => {
+                        let mut id = CmId::from_request(&sdev, &ev);
+                        id.create_qp(&cq, &cq, cap)?;
+                        let qpn = id.qp().map(|q| q.qp_num()).unwrap_or(0);
+                        id.accept(
+                            &ConnParam {
+                                qp_num: qpn,
+                                ..ConnParam::default()
+                            },
+                            T,
+                        )?;
+                        ids.push(id);
+                    }
+                    EventType::Disconnected => {
+                        if let Some(i) = ids.iter().position(|i| i.handle() == ev.id) {
+                            let id = ids.swap_remove(i);
+                            id.disconnect()?;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
+        })
+    };
+    let mut report = Report::new("cm");
+    // 1. one connection at a time: create/resolve/QP/connect (REQ-REP-RTU), then disconnect.
+    let mut cm_lat = Samples::with_capacity(singles);
+    let cq = cdev.context().create_cq(4 * singles + 4, None)?;
+    let cap = QpCap {
+        max_send_wr: 1,
+        max_recv_wr: 1,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    for _ in 0..singles {
+        let t0 = Instant::now();
+        let mut id = cdev.create_id(None, PortSpace::Tcp);
+        id.resolve_addr(
+            Some(SocketAddr::new(IpAddr::V4(cli_ip), 0)),
+            SocketAddr::new(IpAddr::V4(srv_ip), 7471),
+            T,
+        )?;
+        id.resolve_route(T)?;
+        id.create_qp(&cq, &cq, cap)?;
+        id.connect(&ConnParam::default(), T)?;
+        cm_lat.push(t0.elapsed());
+        id.disconnect()?;
+        let _ = id.get_event(Some(T));
+    }
+    let mut tcp_lat = Samples::with_capacity(singles);
+    {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let addr = l.local_addr()?;
+        let acc = std::thread::spawn(move || {
+            for _ in 0..singles {
+                if l.accept().is_err() {
+                    break;
+                }
+            }
+        });
+        for _ in 0..singles {
+            let t0 = Instant::now();
+            let s = std::net::TcpStream::connect(addr)?;
+            tcp_lat.push(t0.elapsed());
+            drop(s);
+        }
+        let _ = acc.join();
+    }
+    let (cm_s, tcp_s) = (
+        cm_lat.summary().context("no samples")?,
+        tcp_lat.summary().context("no samples")?,
+    );
+    report.push(Figure::new(
+        "cm connect, one at a time, p50 (id+resolve+QP+REQ/REP/RTU)",
+        cm_s.p50_ns as f64 / 1e3,
+        "us",
+        "TCP loopback connect p50",
+        tcp_s.p50_ns as f64 / 1e3,
+        Better::Lower,
+    ));
+    // 2. cmtime: `conns` connections per step, concurrently; median over runs.
+    let mut conn_ms = Vec::new();
+    let mut disc_ms = Vec::new();
+    let mut tcp_ms = Vec::new();
+    for _ in 0..args.runs.max(1) {
+        let t = cmtime_client(&cdev, cli_ip, srv_ip, 7471, conns, true)?;
+        let rows = t.rows();
+        conn_ms.push(rows[5].1);
+        disc_ms.push(rows[6].1);
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let addr = l.local_addr()?;
+        let acc = std::thread::spawn(move || (0..conns).filter_map(|_| l.accept().ok()).count());
+        let t0 = Instant::now();
+        let socks: Vec<_> = (0..conns)
+            .filter_map(|_| std::net::TcpStream::connect(addr).ok())
+            .collect();
+        tcp_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        let _ = acc.join();
+        drop(socks);
+    }
+    let tcp_med = median(&mut tcp_ms).unwrap_or(f64::NAN);
+    report.push(Figure::new(
+        format!("cmtime connect step, {conns} connections"),
+        median(&mut conn_ms).unwrap_or(f64::NAN),
+        "ms",
+        format!("TCP loopback, {conns} blocking connects"),
+        tcp_med,
+        Better::Lower,
+    ));
+    report.push(Figure::new(
+        format!("cmtime disconnect step (DREQ/DREP), {conns} connections"),
+        median(&mut disc_ms).unwrap_or(f64::NAN),
+        "ms",
+        format!("TCP loopback, {conns} blocking connects"),
+        tcp_med,
+        Better::Lower,
+    ));
+    report.note("CM over the soft RoCE device (UDP 4791 on 127.0.4.40/41, QP1 MADs); server in this process");
+    stop.store(true, Ordering::Relaxed);
+    match server.join() {
+        Ok(r) => r?,
+        Err(_) => bail!("bench cm: server thread panicked"),
+    }
+    Ok(report)
 }
 
 // ---------------------------------------------------------------------------
@@ -1148,7 +1306,7 @@ fn cmtime(a: &CmtimeArgs) -> Result<()> {
     let dev = open_device(ip)?;
     match a.server {
         Some(dst) => {
-            let t = cmtime_client(&dev, ip, dst, a.port, a.connections)?;
+            let t = cmtime_client(&dev, ip, dst, a.port, a.connections, false)?;
             t.print();
             Ok(())
         }
@@ -1213,7 +1371,13 @@ fn cmtime_client(
     dst: Ipv4Addr,
     port: u16,
     n: usize,
+    quiet: bool,
 ) -> Result<StepTimes> {
+    let say = |m: &str| {
+        if !quiet {
+            println!("{m}");
+        }
+    };
     let ch = dev.create_event_channel();
     let mut t = StepTimes::new(n);
     let cq = dev.context().create_cq(4 * n + 4, None)?;
@@ -1224,14 +1388,14 @@ fn cmtime_client(
         max_recv_sge: 1,
         max_inline_data: 0,
     };
-    println!("creating id");
+    say("creating id");
     let mut ids = Vec::with_capacity(n);
     for c in 0..n {
         t.start(c, 0);
         ids.push(dev.create_id(Some(&ch), PortSpace::Tcp));
         t.end(c, 0);
     }
-    println!("binding source address");
+    say("binding source address");
     for (c, id) in ids.iter().enumerate() {
         t.start(c, 1);
         id.bind_addr(SocketAddr::new(IpAddr::V4(ip), 0))?;
@@ -1256,7 +1420,7 @@ fn cmtime_client(
         }
         Ok(())
     };
-    println!("resolving address");
+    say("resolving address");
     for (c, id) in ids.iter().enumerate() {
         t.start(c, 2);
         id.resolve_addr(
@@ -1266,31 +1430,31 @@ fn cmtime_client(
         )?;
     }
     wait_all(&mut t, &ids, 2, EventType::AddrResolved)?;
-    println!("resolving route");
+    say("resolving route");
     for (c, id) in ids.iter().enumerate() {
         t.start(c, 3);
         id.resolve_route(Duration::from_secs(2))?;
     }
     wait_all(&mut t, &ids, 3, EventType::RouteResolved)?;
-    println!("creating qp");
+    say("creating qp");
     for (c, id) in ids.iter_mut().enumerate() {
         t.start(c, 4);
         id.create_qp(&cq, &cq, cap)?;
         t.end(c, 4);
     }
-    println!("connecting");
+    say("connecting");
     for (c, id) in ids.iter().enumerate() {
         t.start(c, 5);
         id.connect(&ConnParam::default(), T)?;
     }
     wait_all(&mut t, &ids, 5, EventType::Established)?;
-    println!("disconnecting");
+    say("disconnecting");
     for (c, id) in ids.iter().enumerate() {
         t.start(c, 6);
         id.disconnect()?;
     }
     wait_all(&mut t, &ids, 6, EventType::Disconnected)?;
-    println!("destroying id");
+    say("destroying id");
     for (c, id) in ids.into_iter().enumerate() {
         t.start(c, 7);
         drop(id);
