@@ -78,6 +78,37 @@ struct Dev {
     cv: Condvar,
     stop: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// eventfd of each event channel: readable while the channel has events.
+    efds: Mutex<Vec<(ChannelId, Efd)>>,
+}
+
+/// An eventfd (nonblocking, close-on-exec) owned by one event channel.
+struct Efd(std::os::fd::OwnedFd);
+
+impl Efd {
+    fn new() -> std::io::Result<Efd> {
+        // SAFETY: eventfd(2) with valid flags; the result is checked before use and
+        // owned exactly once by the OwnedFd.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor nobody else owns.
+        Ok(Efd(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }))
+    }
+    fn raw(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.0)
+    }
+    fn set(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
+        let _ = unsafe { libc::write(self.raw(), (&one as *const u64).cast(), 8) };
+    }
+    fn clear(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from our own nonblocking eventfd.
+        let _ = unsafe { libc::read(self.raw(), (&mut v as *mut u64).cast(), 8) };
+    }
 }
 
 /// The CM of one device. Cheap to clone; the poller stops when the last clone drops
@@ -242,10 +273,21 @@ impl Dev {
         }
         st.ep.handle_timeout(now);
         st.pump();
-        if st.ep.pending_events() > 0 {
-            self.cv.notify_all();
-        }
+        self.signal(&st);
         n
+    }
+
+    /// Wake blocked `get_event`s and make channel fds with queued events readable.
+    fn signal(&self, st: &State) {
+        if st.ep.pending_events() == 0 {
+            return;
+        }
+        self.cv.notify_all();
+        for (ch, efd) in self.efds.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            if st.ep.pending_for(Some(*ch)) > 0 {
+                efd.set();
+            }
+        }
     }
 
     fn next_wait(&self) -> i32 {
@@ -302,6 +344,7 @@ impl CmDevice {
             cv: Condvar::new(),
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
+            efds: Mutex::new(Vec::new()),
         });
         let weak = Arc::downgrade(&dev);
         let th = std::thread::Builder::new()
@@ -360,9 +403,43 @@ impl CmDevice {
         self.dev.lock().ep.stats
     }
 
+    /// `rdma_create_ep`, active side: a synchronous id with its address and route
+    /// resolved and a QP (own send/receive CQs); call [`CmId::connect`] next.
+    pub fn connect_ep(
+        &self,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        ps: PortSpace,
+        cap: QpCap,
+    ) -> Result<CmId> {
+        let mut id = self.create_id(None, ps);
+        id.resolve_addr(src, dst, Duration::from_secs(2))?;
+        id.resolve_route(Duration::from_secs(2))?;
+        id.create_qp_default(cap)?;
+        Ok(id)
+    }
+
+    /// `rdma_create_ep`, passive side: a synchronous listening id; then
+    /// [`CmId::get_request`], `create_qp_default`, `accept`.
+    pub fn listen_ep(&self, addr: SocketAddr, ps: PortSpace, backlog: usize) -> Result<CmId> {
+        let id = self.create_id(None, ps);
+        id.bind_addr(addr)?;
+        id.listen(backlog)?;
+        Ok(id)
+    }
+
     /// `rdma_create_event_channel`.
     pub fn create_event_channel(&self) -> EventChannel {
         let ch = self.dev.lock().ep.create_channel();
+        match Efd::new() {
+            Ok(efd) => self
+                .dev
+                .efds
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((ch, efd)),
+            Err(e) => tracing::warn!("cm: no eventfd for channel {ch}: {e}"),
+        }
         EventChannel {
             dev: self.clone(),
             ch,
@@ -378,6 +455,8 @@ impl CmDevice {
             h,
             sync: AtomicBool::new(channel.is_none()),
             qp: None,
+            cqs: None,
+            stash: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -388,9 +467,7 @@ impl CmDevice {
         let mut st = self.dev.lock();
         let r = f(&mut st.ep, Instant::now());
         st.pump();
-        if st.ep.pending_events() > 0 {
-            self.dev.cv.notify_all();
-        }
+        self.dev.signal(&st);
         Ok(r?)
     }
 
@@ -403,6 +480,14 @@ impl CmDevice {
         let mut st = self.dev.lock();
         loop {
             if let Some(ev) = st.ep.poll_event_where(&pred) {
+                if let Some(ch) = ev.channel {
+                    if st.ep.pending_for(Some(ch)) == 0 {
+                        let efds = self.dev.efds.lock().unwrap_or_else(|p| p.into_inner());
+                        if let Some((_, efd)) = efds.iter().find(|(c, _)| *c == ch) {
+                            efd.clear();
+                        }
+                    }
+                }
                 return Ok(ev);
             }
             let wait = match deadline {
@@ -449,6 +534,32 @@ impl EventChannel {
     pub fn id(&self) -> ChannelId {
         self.ch
     }
+
+    /// An fd (eventfd) that is readable while this channel has events queued: for
+    /// poll/epoll/tokio `AsyncFd`. Never read it; call [`EventChannel::get_event`].
+    pub fn fd(&self) -> Option<std::os::fd::RawFd> {
+        let efds = self.dev.dev.efds.lock().unwrap_or_else(|p| p.into_inner());
+        efds.iter()
+            .find(|(c, _)| *c == self.ch)
+            .map(|(_, e)| e.raw())
+    }
+
+    /// `rdma_get_cm_event` without blocking.
+    pub fn try_get_event(&self) -> Option<CmEvent> {
+        self.get_event(Some(Duration::ZERO)).ok()
+    }
+}
+
+impl Drop for EventChannel {
+    fn drop(&mut self) {
+        let ch = self.ch;
+        self.dev
+            .dev
+            .efds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(c, _)| *c != ch);
+    }
 }
 
 /// `struct rdma_cm_id`. Dropping it destroys it (`rdma_destroy_id`).
@@ -457,6 +568,10 @@ pub struct CmId {
     h: CmIdHandle,
     sync: AtomicBool,
     qp: Option<Qp>,
+    cqs: Option<(Cq, Cq)>,
+    /// Completions polled by `get_send_comp` that were receives (and vice versa)
+    /// when both share one CQ.
+    stash: Mutex<VecDeque<Wc>>,
 }
 
 impl CmId {
@@ -482,6 +597,8 @@ impl CmId {
             h: ev.id,
             sync: AtomicBool::new(ev.channel.is_none()),
             qp: None,
+            cqs: None,
+            stash: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -602,7 +719,156 @@ impl CmId {
             st.qps.push((h, qp.clone()));
         }
         self.qp = Some(qp);
+        self.cqs = Some((send_cq.clone(), recv_cq.clone()));
         self.qp.as_ref().ok_or(DriverError::NoQp)
+    }
+
+    /// `rdma_create_qp` with no CQs given: a send and a receive CQ of their own.
+    pub fn create_qp_default(&mut self, cap: QpCap) -> Result<&Qp> {
+        let ctx = self.dev.context().clone();
+        let scq = ctx.create_cq(cap.max_send_wr.max(1) as usize, None)?;
+        let rcq = ctx.create_cq(cap.max_recv_wr.max(1) as usize, None)?;
+        self.create_qp(&scq, &rcq, cap)
+    }
+
+    // ---- rdma_verbs.h-style helpers ------------------------------------------
+
+    /// `rdma_reg_msgs`: a buffer for SEND/RECV.
+    pub fn reg_msgs(&self, len: usize) -> Result<Mr> {
+        Ok(self.dev.pd().reg_mr(len, AccessFlags::LOCAL_WRITE)?)
+    }
+
+    /// `rdma_reg_read`: a buffer the peer may RDMA READ.
+    pub fn reg_read(&self, len: usize) -> Result<Mr> {
+        Ok(self
+            .dev
+            .pd()
+            .reg_mr(len, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)?)
+    }
+
+    /// `rdma_reg_write`: a buffer the peer may RDMA WRITE.
+    pub fn reg_write(&self, len: usize) -> Result<Mr> {
+        Ok(self
+            .dev
+            .pd()
+            .reg_mr(len, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?)
+    }
+
+    fn post(
+        &self,
+        wr_id: u64,
+        op: WrOpcode,
+        mr: &Mr,
+        off: usize,
+        len: u32,
+        rdma: Option<(u64, u32)>,
+    ) -> Result<()> {
+        let qp = self.qp.as_ref().ok_or(DriverError::NoQp)?;
+        let sge = [mr.sge(off, len)];
+        let mut wr = SendWr::new(wr_id, op, &sge);
+        wr.send_flags = SendFlags::SIGNALED;
+        if let Some((remote_addr, rkey)) = rdma {
+            wr.wr = WrDetail::Rdma { remote_addr, rkey };
+        }
+        qp.post_send(&[wr]).map_err(|e| DriverError::Verbs(e.error))
+    }
+
+    /// `rdma_post_recv`.
+    pub fn post_recv(&self, wr_id: u64, mr: &Mr, off: usize, len: u32) -> Result<()> {
+        let qp = self.qp.as_ref().ok_or(DriverError::NoQp)?;
+        let sge = [mr.sge(off, len)];
+        qp.post_recv(&[RecvWr {
+            wr_id,
+            sg_list: &sge,
+        }])
+        .map_err(|e| DriverError::Verbs(e.error))
+    }
+
+    /// `rdma_post_send` (signaled).
+    pub fn post_send(&self, wr_id: u64, mr: &Mr, off: usize, len: u32) -> Result<()> {
+        self.post(wr_id, WrOpcode::Send, mr, off, len, None)
+    }
+
+    /// `rdma_post_read`: READ `len` bytes at `remote_addr`/`rkey` into `mr[off..]`.
+    pub fn post_read(
+        &self,
+        wr_id: u64,
+        mr: &Mr,
+        off: usize,
+        len: u32,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> Result<()> {
+        self.post(
+            wr_id,
+            WrOpcode::RdmaRead,
+            mr,
+            off,
+            len,
+            Some((remote_addr, rkey)),
+        )
+    }
+
+    /// `rdma_post_write`: WRITE `mr[off..off+len]` to `remote_addr`/`rkey`.
+    pub fn post_write(
+        &self,
+        wr_id: u64,
+        mr: &Mr,
+        off: usize,
+        len: u32,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> Result<()> {
+        self.post(
+            wr_id,
+            WrOpcode::RdmaWrite,
+            mr,
+            off,
+            len,
+            Some((remote_addr, rkey)),
+        )
+    }
+
+    fn get_comp(&self, recv: bool, timeout: Duration) -> Result<Wc> {
+        let (scq, rcq) = self.cqs.as_ref().ok_or(DriverError::NoQp)?;
+        let cq = if recv { rcq } else { scq };
+        let is_recv = |w: &Wc| matches!(w.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm);
+        let t0 = Instant::now();
+        loop {
+            {
+                let mut stash = self.stash.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(i) = stash.iter().position(|w| is_recv(w) == recv) {
+                    if let Some(w) = stash.remove(i) {
+                        return Ok(w);
+                    }
+                }
+            }
+            let mut wc = [Wc::default(); 1];
+            if cq.poll(&mut wc)? == 1 {
+                if is_recv(&wc[0]) == recv {
+                    return Ok(wc[0]);
+                }
+                self.stash
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push_back(wc[0]);
+                continue;
+            }
+            if t0.elapsed() >= timeout {
+                return Err(DriverError::Timeout);
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+
+    /// `rdma_get_send_comp`: the next send-side completion (any status).
+    pub fn get_send_comp(&self, timeout: Duration) -> Result<Wc> {
+        self.get_comp(false, timeout)
+    }
+
+    /// `rdma_get_recv_comp`: the next receive completion (any status).
+    pub fn get_recv_comp(&self, timeout: Duration) -> Result<Wc> {
+        self.get_comp(true, timeout)
     }
 
     /// `rdma_connect` (sync ids: until ESTABLISHED, or the error event as `Err`).

@@ -542,6 +542,11 @@ impl CmEndpoint {
         self.events.len()
     }
 
+    /// How many events are queued for `channel`.
+    pub fn pending_for(&self, channel: Option<ChannelId>) -> usize {
+        self.events.iter().filter(|e| e.channel == channel).count()
+    }
+
     /// The next MAD to send.
     #[must_use]
     pub fn poll_transmit(&mut self) -> Option<Transmit> {

@@ -196,3 +196,97 @@ fn reject_and_no_listener_async() {
         other => panic!("{other:?}"),
     }
 }
+
+/// rdma_verbs.h-style helpers over create_ep-style ids, and a pollable channel fd.
+#[test]
+fn verbs_helpers_and_pollable_channel() {
+    let s = dev("127.0.4.6");
+    let c = dev("127.0.4.5");
+    let addr: SocketAddr = "127.0.4.6:7100".parse().unwrap();
+    let ch = s.create_event_channel();
+    let fd = ch.fd().expect("channel fd");
+    let listener = s.create_id(Some(&ch), PortSpace::Tcp);
+    listener.bind_addr(addr).unwrap();
+    listener.listen(4).unwrap();
+    let srv = std::thread::spawn({
+        let s = s.clone();
+        move || {
+            // the fd becomes readable when the CONNECT_REQUEST is queued
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd, 5 s timeout.
+            let n = unsafe { libc::poll(&mut p, 1, 5000) };
+            assert_eq!(n, 1, "channel fd not readable");
+            let ev = ch.try_get_event().expect("event after poll");
+            assert_eq!(ev.event, EventType::ConnectRequest);
+            let mut id = CmId::from_request(&s, &ev);
+            id.create_qp_default(QpCap::default()).unwrap();
+            let msg = id.reg_msgs(16).unwrap();
+            let rd = id.reg_read(16).unwrap();
+            rd.write(0, b"readable by peer");
+            id.post_recv(1, &msg, 0, 16).unwrap();
+            let mut pd = rd.addr().to_be_bytes().to_vec();
+            pd.extend_from_slice(&rd.rkey().to_be_bytes());
+            id.accept(
+                &ConnParam {
+                    private_data: pd,
+                    ..ConnParam::default()
+                },
+                T,
+            )
+            .unwrap();
+            let wc = id.get_recv_comp(T).unwrap();
+            assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 5));
+            let mut b = [0u8; 5];
+            msg.read(0, &mut b);
+            assert_eq!(&b, b"hello");
+            loop {
+                let ev = ch.get_event(Some(T)).unwrap();
+                if ev.event == EventType::Disconnected {
+                    break;
+                }
+                assert_eq!(ev.event, EventType::Established);
+            }
+            // drained: the fd is not readable while the channel is empty ...
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: as above, 0 ms timeout.
+            assert_eq!(unsafe { libc::poll(&mut p, 1, 0) }, 0);
+            id.disconnect().unwrap();
+            // ... and readable again when TIMEWAIT_EXIT (100 ms later) is queued.
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: as above.
+            assert_eq!(unsafe { libc::poll(&mut p, 1, 5000) }, 1);
+            assert_eq!(ch.try_get_event().unwrap().event, EventType::TimewaitExit);
+            drop(listener);
+        }
+    });
+    let id = c
+        .connect_ep(None, addr, PortSpace::Tcp, QpCap::default())
+        .unwrap();
+    let ev = id.connect(&ConnParam::default(), T).unwrap().unwrap();
+    let raddr = u64::from_be_bytes(ev.param.private_data[..8].try_into().unwrap());
+    let rkey = u32::from_be_bytes(ev.param.private_data[8..12].try_into().unwrap());
+    let buf = id.reg_msgs(32).unwrap();
+    buf.write(0, b"hello");
+    id.post_send(7, &buf, 0, 5).unwrap();
+    assert_eq!(id.get_send_comp(T).unwrap().status, WcStatus::Success);
+    id.post_read(8, &buf, 16, 16, raddr, rkey).unwrap();
+    let wc = id.get_send_comp(T).unwrap();
+    assert_eq!((wc.status, wc.wr_id), (WcStatus::Success, 8));
+    let mut b = [0u8; 16];
+    buf.read(16, &mut b);
+    assert_eq!(&b, b"readable by peer");
+    id.disconnect().unwrap();
+    srv.join().unwrap();
+}
