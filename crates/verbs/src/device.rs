@@ -513,6 +513,10 @@ impl CompChannel {
     }
 }
 
+/// An empty `Cq::poll` yields the CPU every this many calls: busy pollers share
+/// few cores with the poller threads (2 vCPUs in the test guest).
+const YIELD_EVERY: u32 = 32;
+
 /// Completion queue (`ibv_cq`).
 #[derive(Clone)]
 pub struct Cq {
@@ -538,8 +542,8 @@ impl Cq {
             if self
                 .empty_polls
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                % 32
-                == 31
+                % YIELD_EVERY
+                == YIELD_EVERY - 1
             {
                 std::thread::yield_now();
             }
