@@ -899,3 +899,103 @@ fn linux_captured_req_is_accepted() {
     ep.handle_mad(t0, ip("10.99.1.1"), ip("10.99.1.2"), &rtu);
     assert_eq!(ep.poll_event(None).unwrap().event, Established);
 }
+
+/// Race: the server accepts after the client already gave up (its REQ ran out of
+/// retries and it sent REJ(timeout)): the server's child gets REJECTED and the late
+/// accept is refused, nothing hangs.
+#[test]
+fn late_accept_after_client_timeout() {
+    let mut n = Net::new(LinkConfig::default(), 30);
+    n.s[1].ep = CmEndpoint::new(CmConfig {
+        mra_service_timeout: 9, // 2 ms: the MRA barely extends the client's wait
+        ..cfg(B, 61)
+    });
+    n.s[1].on_request = OnRequest::Ignore;
+    n.listen(PortSpace::Tcp);
+    let c = n.connect(PortSpace::Tcp, b"");
+    assert!(n.drive(Duration::from_secs(30)));
+    assert_eq!(n.kinds(0), vec![Unreachable]);
+    assert_eq!(n.kinds(1), vec![ConnectRequest, Rejected]);
+    assert_eq!(n.s[1].events[1].status, 4);
+    let child = n.s[1].events[0].id;
+    let now = n.clock.now();
+    assert_eq!(
+        n.s[1].ep.accept(now, child, &ConnParam::default()),
+        Err(Error::InvalidState(CmState::Idle))
+    );
+    assert_eq!(n.s[0].ep.state(c).unwrap(), CmState::Idle);
+}
+
+/// Race: the RTU is lost and the client disconnects at once: the server sees the
+/// DREQ while still waiting for the RTU and reports DISCONNECTED (as the kernel CMA
+/// does), both sides reach TIMEWAIT_EXIT.
+#[test]
+fn disconnect_overtakes_lost_rtu() {
+    let mut n = Net::new(LinkConfig::default(), 31);
+    n.listen(PortSpace::Tcp);
+    let c = n.connect(PortSpace::Tcp, b"");
+    n.drive(Duration::from_micros(15)); // REQ delivered, REP on its way
+    n.links[0].cfg.loss = 1.0;
+    n.drive(Duration::from_micros(15)); // REP delivered, RTU lost
+    n.links[0].cfg.loss = 0.0;
+    assert_eq!(n.kinds(0), vec![Established]);
+    let now = n.clock.now();
+    n.s[0].ep.disconnect(now, c).unwrap();
+    assert!(n.drive(Duration::from_secs(5)));
+    assert_eq!(n.kinds(0), vec![Established, Disconnected, TimewaitExit]);
+    assert_eq!(n.kinds(1), vec![ConnectRequest, Disconnected, TimewaitExit]);
+}
+
+/// Race: a reject and the client's destroy cross on the wire: each side ends with
+/// at most one final event and the network goes quiet.
+#[test]
+fn reject_crosses_active_destroy() {
+    let mut n = Net::new(LinkConfig::default(), 32);
+    n.s[1].on_request = OnRequest::Ignore;
+    n.listen(PortSpace::Tcp);
+    let c = n.connect(PortSpace::Tcp, b"");
+    n.drive(Duration::from_micros(15));
+    let child = n.s[1].events[0].id;
+    let now = n.clock.now();
+    n.s[1].ep.reject(child, b"", None).unwrap();
+    n.s[0].ep.destroy_id(now, c).unwrap();
+    assert!(n.drive(Duration::from_secs(5)));
+    assert!(n.kinds(0).is_empty());
+    // the server's child already finished with its own REJ: no further event
+    assert_eq!(n.kinds(1), vec![ConnectRequest]);
+}
+
+/// The lossy sweep over many more seeds, half of them rejected (virtual time: fast).
+#[test]
+fn lossy_network_never_hangs_many_seeds() {
+    for seed in 0..500u64 {
+        let link = LinkConfig {
+            loss: 0.3,
+            dup: 0.2,
+            reorder: 0.3,
+            jitter: Duration::from_micros(30),
+            reorder_delay: Duration::from_millis(5),
+            ..LinkConfig::default()
+        };
+        let mut n = Net::new(link, 1000 + seed);
+        n.s[1].on_request = [OnRequest::Accept, OnRequest::Reject][(seed % 2) as usize];
+        n.listen(PortSpace::Tcp);
+        let c = n.connect(PortSpace::Tcp, b"x");
+        assert!(
+            n.drive(Duration::from_secs(120)),
+            "seed {seed}: connect hung"
+        );
+        let k = n.kinds(0);
+        assert_eq!(k.len(), 1, "seed {seed}: {k:?}");
+        if k[0] == Established {
+            let now = n.clock.now();
+            n.s[0].ep.disconnect(now, c).unwrap();
+            assert!(
+                n.drive(Duration::from_secs(120)),
+                "seed {seed}: disconnect hung"
+            );
+            assert_eq!(n.kinds(0).last(), Some(&TimewaitExit), "seed {seed}");
+            assert_eq!(n.kinds(1).last(), Some(&TimewaitExit), "seed {seed}");
+        }
+    }
+}
