@@ -26,6 +26,10 @@ const TX_HIGH_WATER: usize = 4 * 1024 * 1024;
 struct Conn {
     sock: TcpStream,
     qp: Qpair,
+    /// Worth a read(2): poll(2) said so, or the last read filled the buffer. Only
+    /// consulted in event-driven mode (idle_spins 0), where a read that would
+    /// return EAGAIN is a wasted syscall.
+    readable: bool,
 }
 
 /// A running target: acceptor + poll group threads.
@@ -175,6 +179,9 @@ fn poll_group_loop(
     let mut idle = 0u32;
     let mut fds: Vec<libc::pollfd> = Vec::new();
     let mut last_timer = 0u64;
+    let mut passes = 0u32;
+    let mut slept = false;
+    let event_mode = tgt.params.idle_spins == 0;
     debug!(id, "poll group started");
     while !stop.load(Ordering::Relaxed) {
         let mut progress = false;
@@ -184,15 +191,27 @@ fn poll_group_loop(
             conns.push(Conn {
                 sock,
                 qp: Qpair::new(conn, portid, peer),
+                readable: true,
             });
             progress = true;
         }
-        let now = tgt.now_ms();
-        let timers = now >= last_timer + 100;
-        if timers {
-            last_timer = now;
-        }
+        // reading the clock can be a syscall (an emulated HPET, say): not every pass
+        passes = passes.wrapping_add(1);
+        let (timers, now) = if slept || passes & 255 == 0 {
+            let now = tgt.now_ms();
+            let due = now >= last_timer + 100;
+            if due {
+                last_timer = now;
+            }
+            (due, now)
+        } else {
+            (false, 0)
+        };
+        slept = false;
         for c in conns.iter_mut() {
+            if !event_mode {
+                c.readable = true;
+            }
             progress |= poll_conn(&tgt, c, timers, now);
         }
         let before = conns.len();
@@ -234,7 +253,14 @@ fn poll_group_loop(
             revents: 0,
         }));
         // SAFETY: fds is a valid array of pollfd for the duration of the call.
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1) };
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1) };
+        // woken by traffic: the clock can wait for the next 256 passes
+        slept = ready <= 0;
+        for (c, f) in conns.iter_mut().zip(fds.iter()) {
+            if f.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+                c.readable = true;
+            }
+        }
     }
     for mut c in conns {
         c.qp.teardown(&tgt);
@@ -245,10 +271,12 @@ fn poll_group_loop(
 /// One pass over a connection: read, execute, poll the bdevs, write.
 fn poll_conn(tgt: &Tgt, c: &mut Conn, timers: bool, now: u64) -> bool {
     let mut progress = false;
-    if !c.qp.is_closing() && c.qp.conn.tx_backlog() < TX_HIGH_WATER {
+    if c.readable && !c.qp.is_closing() && c.qp.conn.tx_backlog() < TX_HIGH_WATER {
         // read a bounded amount per pass so one connection cannot starve the others
+        c.readable = false;
         for _ in 0..4 {
             let buf = c.qp.conn.recv_buf();
+            let cap = buf.len();
             match c.sock.read(buf) {
                 Ok(0) => {
                     debug!(peer = %c.qp.peer, "peer closed");
@@ -258,9 +286,10 @@ fn poll_conn(tgt: &Tgt, c: &mut Conn, timers: bool, now: u64) -> bool {
                 Ok(n) => {
                     c.qp.conn.handle_received(n);
                     progress = true;
-                    if n < 16 * 1024 {
+                    if n < cap {
                         break;
                     }
+                    c.readable = true;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,

@@ -1,0 +1,67 @@
+#!/bin/bash
+# In-guest comparison (issue #5 figure): both targets run inside the guest on the same
+# emulated CPUs, RAM-backed (dpustack malloc 64 MiB vs nvmet on a 64 MiB brd /dev/ram0),
+# the same kernel initiator + fio (4 KiB randread, qd 32, libaio, O_DIRECT) against each,
+# interleaved rounds (the host machine is shared, so adjacent runs are compared).
+# Prints "PASS nvmf-guest-perf ..." when every run completed without errors, with the
+# IOPS medians and their ratio; the >= 1.5x goal is reported on a GOAL line.
+#   NVMF_PERF_ROUNDS (3)  NVMF_PERF_SECS (5)  NVMF_PERF_CONNECT (extra nvme connect flags)
+set -u
+ROUNDS=${NVMF_PERF_ROUNDS:-3} SECS=${NVMF_PERF_SECS:-5} COPTS=${NVMF_PERF_CONNECT:-}
+NQN=nqn.2024-01.io.dpustack:guestperf KNQN=nqn.2024-01.io.vmh:ram0
+MBOX=${VMH_DIR:-/tmp/vmharness}/run/mbox
+g() { bash $V exec -t ${GT:-120} "$1"; }
+[ -x "$BIN" ] || { echo "FAIL nvmf-guest-perf ($BIN missing)"; exit 1; }
+
+cat > $MBOX/nvmf-gperf.sh <<'EOF'
+# $1 port, $2 nqn, $3 seconds, $4.. connect flags; prints "iops=N lat_us=M"
+port=$1; nqn=$2; secs=$3; shift 3
+before=$(ls /dev/ | grep -E '^nvme[0-9]+n[0-9]+$' | sort || true)
+nvme connect -t tcp -a 127.0.0.1 -s $port -n $nqn "$@" >/dev/null || { echo connect-failed; exit 1; }
+n=
+for i in $(seq 50); do
+  n=$(ls /dev/ | grep -E '^nvme[0-9]+n[0-9]+$' | sort | grep -vxF "$before" | head -1)
+  [ -n "$n" ] && [ -b /dev/$n ] && break; sleep 0.2
+done
+fio --name=rr --filename=/dev/$n --rw=randread --bs=4k --iodepth=32 --direct=1 --ioengine=libaio \
+    --time_based --runtime=$secs --size=60M --output-format=terse --terse-version=3 2>/dev/null \
+  | awk -F';' '{ if ($5 == 0) printf "iops=%d lat_us=%.0f\n", $8, $40; else print "fio-error" }'
+nvme disconnect -n $nqn >/dev/null
+EOF
+
+out=$(g "sh $ROOT/tests/peers/guest/nvmet.sh tcp 2>&1; command -v fio || echo no-fio")
+echo "$out" | grep -q "nvmet:" || { echo "FAIL nvmf-guest-perf (nvmet setup)"; echo "$out"; exit 1; }
+echo "$out" | grep -q no-fio && { echo "FAIL nvmf-guest-perf (fio not installed: apt-get install fio)"; exit 1; }
+# our target inside the guest, event-driven (the guest has 2 emulated CPUs: spinning
+# would take one away from the initiator)
+rm -f $MBOX/nvmf-gserve.log
+bash $V exec -t $(( ROUNDS * (SECS + 20) * 2 + 60 )) "$BIN nvmf serve --listen tcp://127.0.0.1:4421 \
+  --discovery-port 0 --bdev malloc:64M --nqn $NQN --idle-spins 0 --for $(( ROUNDS * (SECS + 20) * 2 + 30 )) \
+  > /vmh/nvmf-gserve.log 2>&1" >/dev/null 2>&1 &
+SRV=$!
+trap 'g "pkill -f \"nvmf serve --listen tcp://127.0.0.1:4421\"; true" >/dev/null 2>&1; wait $SRV 2>/dev/null' EXIT
+for i in $(seq 120); do grep -q "listening" $MBOX/nvmf-gserve.log 2>/dev/null && break; sleep 0.5; done
+grep -q "listening" $MBOX/nvmf-gserve.log 2>/dev/null || { echo "FAIL nvmf-guest-perf (target did not start in the guest)"; cat $MBOX/nvmf-gserve.log 2>/dev/null; exit 1; }
+sleep 1
+
+ours=() kern=() ok=1
+for r in $(seq $ROUNDS); do
+  a=$(g "sh /vmh/nvmf-gperf.sh 4421 $NQN $SECS $COPTS")
+  b=$(g "sh /vmh/nvmf-gperf.sh 4420 $KNQN $SECS $COPTS")
+  echo "   round $r: dpustack $a | nvmet $b"
+  ia=$(echo "$a" | sed -n 's/^iops=\([0-9]*\).*/\1/p'); ib=$(echo "$b" | sed -n 's/^iops=\([0-9]*\).*/\1/p')
+  [ -n "$ia" ] && [ -n "$ib" ] || { ok=0; continue; }
+  ours+=($ia); kern+=($ib)
+done
+med() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : int((a[NR/2]+a[NR/2+1])/2)}'; }
+if [ $ok = 1 ] && [ ${#ours[@]} -gt 0 ]; then
+  mo=$(med "${ours[@]}"); mk=$(med "${kern[@]}")
+  ratio=$(awk -v a=$mo -v b=$mk 'BEGIN { printf "%.2f", (b > 0) ? a / b : 0 }')
+  echo "PASS nvmf-guest-perf (4 KiB randread qd32, median of $ROUNDS x ${SECS}s: dpustack $mo IOPS, nvmet-tcp $mk IOPS, ratio $ratio)"
+  awk -v r=$ratio 'BEGIN { exit !(r >= 1.5) }' && echo "GOAL met: dpustack >= 1.5x nvmet-tcp IOPS in the guest" \
+    || echo "GOAL not met: dpustack/nvmet-tcp = $ratio (< 1.5)"
+else
+  echo "FAIL nvmf-guest-perf (a run failed)"
+fi
+grep -qi panick $MBOX/nvmf-gserve.log && echo "FAIL nvmf-guest-perf-no-panic"
+exit 0
