@@ -27,11 +27,35 @@ use crate::up::Part;
 #[serde(default, deny_unknown_fields)]
 pub struct CmConfig {
     pub enabled: bool,
+    /// CM response timeout (IB time: 4.096 us * 2^n; 20 ~ 4.3 s, as the kernel CMA).
+    pub cm_response_timeout: u8,
+    /// MAD retries before UNREACHABLE / giving up a DREQ.
+    pub max_cm_retries: u8,
+    /// How long a closed connection stays in TIMEWAIT, in ms.
+    pub timewait_ms: u64,
 }
 
 impl Default for CmConfig {
     fn default() -> Self {
-        CmConfig { enabled: true }
+        CmConfig {
+            enabled: true,
+            cm_response_timeout: 20,
+            max_cm_retries: 15,
+            timewait_ms: 1000,
+        }
+    }
+}
+
+/// The `[cm]` settings the tools' CM devices use (set once by `run`/`bench`).
+static CM_SETTINGS: std::sync::OnceLock<CmConfig> = std::sync::OnceLock::new();
+
+fn core_config() -> CoreConfig {
+    let c = CM_SETTINGS.get().cloned().unwrap_or_default();
+    CoreConfig {
+        cm_response_timeout: c.cm_response_timeout.min(31),
+        max_cm_retries: c.max_cm_retries.min(15),
+        timewait: Duration::from_millis(c.timewait_ms),
+        ..CoreConfig::default()
     }
 }
 
@@ -159,7 +183,8 @@ pub enum Cmd {
     Cmtime(CmtimeArgs),
 }
 
-pub fn run(cmd: Cmd, _cfg: &Config) -> Result<()> {
+pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
+    let _ = CM_SETTINGS.set(cfg.cm.clone());
     match cmd {
         Cmd::Rping(a) => rping(&a),
         Cmd::CmServer(a) => cm_server(&a),
@@ -185,7 +210,8 @@ pub fn up(cfg: &Config) -> Result<Part> {
 /// `dpustack bench cm`: CM connection setup on loopback (two soft devices in this
 /// process, 127.0.4.40 ← .41), each next to TCP loopback connection setup measured
 /// in the same run.
-pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
+pub fn bench(args: &BenchArgs, cfg: &Config) -> Result<benchkit::Report> {
+    let _ = CM_SETTINGS.set(cfg.cm.clone());
     use benchkit::{median, Better, Figure, Report, Samples};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
@@ -365,7 +391,7 @@ fn route_source(dst: Ipv4Addr) -> Result<Ipv4Addr> {
 fn open_device(ip: Ipv4Addr) -> Result<CmDevice> {
     let ctx = verbs::Context::open(&ip.to_string())
         .with_context(|| format!("opening a soft RoCE device on {ip} (UDP {ip}:4791)"))?;
-    Ok(CmDevice::open(&ctx, CoreConfig::default())?)
+    Ok(CmDevice::open(&ctx, core_config())?)
 }
 
 /// Waits for one completion on `cq`, also watching `id` for DISCONNECTED (→ `Ok(None)`).
