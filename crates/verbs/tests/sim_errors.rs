@@ -540,7 +540,7 @@ fn completion_channel_solicited_only() {
 #[test]
 fn garbage_datagrams_never_panic() {
     let p = RcParams::default();
-    let mut n = Net::rc(LinkConfig::default(), 1, 1 << 16, &p);
+    let n = Net::rc(LinkConfig::default(), 1, 1 << 16, &p);
     let r = [n.b.mr.sge(0, 4096)];
     for i in 0..32 {
         n.b.qp

@@ -1090,6 +1090,27 @@ fn udp_half_rtt(t: Duration) -> Result<f64> {
     Ok(samples.percentile(50.0).unwrap_or(0) as f64 / 1e3)
 }
 
+/// One figure of `bench roce`: per-run values and same-run baselines.
+struct BenchCase {
+    name: &'static str,
+    test: PerfTest,
+    size: usize,
+    vals: Vec<f64>,
+    bases: Vec<f64>,
+}
+
+impl BenchCase {
+    fn new(name: &'static str, test: PerfTest, size: usize) -> Self {
+        BenchCase {
+            name,
+            test,
+            size,
+            vals: vec![],
+            bases: vec![],
+        }
+    }
+}
+
 /// `dpustack bench roce`.
 pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     use benchkit::{Better, Figure};
@@ -1098,47 +1119,24 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     let mut rep = benchkit::Report::new("roce");
     // RoCE datagram for a 4 KiB MTU: BTH 12 + payload 4096 + ICRC 4 (+16 RETH on the first)
     let dgram = 12 + 4096 + 4;
-    let mut cases: Vec<(String, PerfTest, usize, Vec<f64>, Vec<f64>)> = vec![
-        (
-            "RDMA WRITE 4 KiB bandwidth".into(),
-            PerfTest::WriteBw,
-            4096,
-            vec![],
-            vec![],
-        ),
-        (
-            "RDMA WRITE 64 KiB bandwidth".into(),
-            PerfTest::WriteBw,
-            65536,
-            vec![],
-            vec![],
-        ),
-        (
-            "SEND 4 KiB bandwidth".into(),
-            PerfTest::SendBw,
-            4096,
-            vec![],
-            vec![],
-        ),
-        (
-            "SEND 64 KiB bandwidth".into(),
-            PerfTest::SendBw,
-            65536,
-            vec![],
-            vec![],
-        ),
-        (
-            "RDMA WRITE 2 B latency (one way)".into(),
-            PerfTest::WriteLat,
-            2,
-            vec![],
-            vec![],
-        ),
+    let mut cases: Vec<BenchCase> = vec![
+        BenchCase::new("RDMA WRITE 4 KiB bandwidth", PerfTest::WriteBw, 4096),
+        BenchCase::new("RDMA WRITE 64 KiB bandwidth", PerfTest::WriteBw, 65536),
+        BenchCase::new("SEND 4 KiB bandwidth", PerfTest::SendBw, 4096),
+        BenchCase::new("SEND 64 KiB bandwidth", PerfTest::SendBw, 65536),
+        BenchCase::new("RDMA WRITE 2 B latency (one way)", PerfTest::WriteLat, 2),
     ];
     for _ in 0..runs {
         let gso = netio::baseline::udp_loopback_bw(dgram, t, true)?;
         let half_rtt = udp_half_rtt(t.min(Duration::from_millis(500)))?;
-        for (_, test, size, vals, bases) in cases.iter_mut() {
+        for BenchCase {
+            test,
+            size,
+            vals,
+            bases,
+            ..
+        } in cases.iter_mut()
+        {
             let p = PerfParams {
                 test: *test,
                 size: *size,
@@ -1157,7 +1155,14 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
             }
         }
     }
-    for (name, test, size, mut vals, mut bases) in cases {
+    for BenchCase {
+        name,
+        test,
+        size,
+        mut vals,
+        mut bases,
+    } in cases
+    {
         let v = benchkit::median(&mut vals).unwrap_or(f64::NAN);
         let b = benchkit::median(&mut bases).unwrap_or(f64::NAN);
         let f = if is_lat(test) {
