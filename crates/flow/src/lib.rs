@@ -16,6 +16,9 @@
 pub mod bench;
 pub mod classifier;
 pub mod dp;
+#[cfg(feature = "driver")]
+pub mod driver;
+pub mod exec;
 pub mod key;
 pub mod ofctl;
 pub mod xlate;

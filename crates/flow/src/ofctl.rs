@@ -36,8 +36,16 @@ pub struct Match {
 }
 
 impl Match {
-    /// Sets `fd` to `v` under mask `m` (ORed into existing mask bits).
+    /// Sets `fd` to `v` under mask `m`, replacing any earlier value and mask of the field
+    /// (OVS's `match_set_*_masked`: the last setting of a field wins).
     pub fn set_masked(&mut self, fd: Fd, v: u64, m: u64) {
+        let m = m & fd.ones();
+        self.key.set(fd, v & m);
+        self.mask.set(fd, m);
+    }
+    /// Sets the bits of `fd` under `m` to `v`, keeping the field's other bits and mask
+    /// (OVS's sub-field setters: `dl_vlan`, `dl_vlan_pcp`, `ip_dscp`, `nw_ecn`).
+    pub fn or_masked(&mut self, fd: Fd, v: u64, m: u64) {
         let m = m & fd.ones();
         let old_m = self.mask.get(fd);
         let old_v = self.key.get(fd);
@@ -404,16 +412,19 @@ fn match_item(m: &mut Match, name: &str, val: Option<&str>) -> Result<bool, Pars
             } else if vid > 0x0fff {
                 return Err(perr(name, format!("{vid} is not a valid VLAN id")));
             } else {
-                m.set_masked(f::VLAN0_TCI, vid | VLAN_CFI as u64, 0x1fff);
+                m.or_masked(f::VLAN0_TCI, vid | VLAN_CFI as u64, 0x1fff);
             }
         }
         "dl_vlan_pcp" | "vlan_pcp" => {
             let pcp = num_max(name, v, 7)?;
-            m.set_masked(f::VLAN0_TCI, (pcp << 13) | VLAN_CFI as u64, 0xf000);
+            m.or_masked(f::VLAN0_TCI, (pcp << 13) | VLAN_CFI as u64, 0xf000);
         }
         "vlan_vid" => {
             let (a, b) = num_masked(name, v, 0x1fff)?;
-            m.set_masked(f::VLAN0_TCI, a, b & 0x1fff);
+            // match_set_vlan_vid_masked: replaces VID+CFI, keeps the PCP part.
+            let pcp_m = m.mask.get(f::VLAN0_TCI) & 0xe000;
+            let pcp_v = m.key.get(f::VLAN0_TCI) & 0xe000;
+            m.set_masked(f::VLAN0_TCI, pcp_v | (a & 0x1fff), pcp_m | (b & 0x1fff));
         }
         "vlan_tci" => {
             let (a, b) = num_masked(name, v, 0xffff)?;
@@ -469,15 +480,15 @@ fn match_item(m: &mut Match, name: &str, val: Option<&str>) -> Result<bool, Pars
             if t & 3 != 0 {
                 return Err(perr(name, "low 2 bits (ECN) must be zero"));
             }
-            m.set_masked(f::NW_TOS, t, 0xfc);
+            m.or_masked(f::NW_TOS, t, 0xfc);
         }
         "ip_dscp" => {
             need(m, name, is_ip || is_ip6, "ip or ipv6")?;
-            m.set_masked(f::NW_TOS, num_max(name, v, 63)? << 2, 0xfc);
+            m.or_masked(f::NW_TOS, num_max(name, v, 63)? << 2, 0xfc);
         }
         "nw_ecn" | "ip_ecn" => {
             need(m, name, is_ip || is_ip6, "ip or ipv6")?;
-            m.set_masked(f::NW_TOS, num_max(name, v, 3)?, 0x03);
+            m.or_masked(f::NW_TOS, num_max(name, v, 3)?, 0x03);
         }
         "nw_ttl" => {
             need(m, name, is_ip || is_ip6, "ip or ipv6")?;

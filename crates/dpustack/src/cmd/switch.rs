@@ -6,7 +6,6 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 use crate::cmd::bench::BenchArgs;
-use crate::cmd::not_implemented;
 use crate::config::Config;
 use crate::up::Part;
 
@@ -37,31 +36,63 @@ pub enum SwitchCmd {
     /// Trace packets through a flow table like `ovs-appctl ofproto/trace`: prints the
     /// megaflow and the datapath actions OVS would install.
     Trace(TraceArgs),
-    /// Run a live switch (AF_PACKET / pcap ports). NOT IMPLEMENTED yet.
-    Run {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-    /// Dump the datapath flows of a running switch. NOT IMPLEMENTED yet.
-    DumpFlows {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-    /// Add flows to a running switch. NOT IMPLEMENTED yet.
-    AddFlows {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-    /// Delete flows from a running switch. NOT IMPLEMENTED yet.
-    DelFlows {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-    /// Replace the flows of a running switch. NOT IMPLEMENTED yet.
-    ReplaceFlows {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
+    /// Run a live switch: ports on Linux interfaces (AF_PACKET) or pcap files, flows from
+    /// an ovs-ofctl file, managed at run time through a control socket.
+    Run(RunArgs),
+    /// Dump the datapath (megaflow) flows of a running switch, like `ovs-appctl dpctl/dump-flows`.
+    DumpFlows(CtlArgs),
+    /// Add flows (ovs-ofctl add-flows file, `-` = stdin) to a running switch.
+    AddFlows(CtlFileArgs),
+    /// Delete flows matching MATCH (all without MATCH) from a running switch.
+    DelFlows(CtlMatchArgs),
+    /// Replace all flows of a running switch with a file.
+    ReplaceFlows(CtlFileArgs),
+    /// Dump the OpenFlow rules of a running switch.
+    DumpRules(CtlArgs),
+    /// Stop a running switch.
+    Stop(CtlArgs),
+}
+
+const DEFAULT_CTL: &str = "/tmp/dpustack-switch.sock";
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Initial flow table (ovs-ofctl add-flows syntax).
+    #[arg(long)]
+    pub flows: Option<PathBuf>,
+    /// A port: `N=afpacket:IFNAME`, `N=pcap-rx:FILE` (frames replayed as received on N)
+    /// or `N=pcap-tx:FILE` (what is output to N is written there). Repeatable.
+    #[arg(long = "port", value_name = "N=SPEC")]
+    pub ports: Vec<String>,
+    /// Control socket path.
+    #[arg(long, default_value = DEFAULT_CTL)]
+    pub ctl: PathBuf,
+    /// Stop after this many seconds (default: until Ctrl-C or `switch stop`).
+    #[arg(long)]
+    pub duration: Option<f64>,
+}
+
+#[derive(Args, Debug)]
+pub struct CtlArgs {
+    /// Control socket of the running switch.
+    #[arg(long, default_value = DEFAULT_CTL)]
+    pub ctl: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct CtlFileArgs {
+    #[arg(long, default_value = DEFAULT_CTL)]
+    pub ctl: PathBuf,
+    /// Flow file (`-` = stdin).
+    pub file: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct CtlMatchArgs {
+    #[arg(long, default_value = DEFAULT_CTL)]
+    pub ctl: PathBuf,
+    /// Match (ovs-ofctl syntax); without it every flow is deleted.
+    pub r#match: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -85,7 +116,7 @@ pub struct TraceArgs {
 }
 
 fn is_hex(s: &str) -> bool {
-    s.len() >= 28 && s.len() % 2 == 0 && s.bytes().all(|b| b.is_ascii_hexdigit())
+    s.len() >= 28 && s.len().is_multiple_of(2) && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 fn hex_bytes(s: &str) -> Vec<u8> {
@@ -162,11 +193,270 @@ pub fn run(cmd: Cmd, _cfg: &Config) -> Result<()> {
     let Cmd::Switch { cmd } = cmd;
     match cmd {
         SwitchCmd::Trace(a) => trace_cmd(&a),
-        SwitchCmd::Run { .. } => Err(not_implemented("switch run", 7)),
-        SwitchCmd::DumpFlows { .. } => Err(not_implemented("switch dump-flows", 7)),
-        SwitchCmd::AddFlows { .. } => Err(not_implemented("switch add-flows", 7)),
-        SwitchCmd::DelFlows { .. } => Err(not_implemented("switch del-flows", 7)),
-        SwitchCmd::ReplaceFlows { .. } => Err(not_implemented("switch replace-flows", 7)),
+        SwitchCmd::Run(a) => live::run(&a),
+        SwitchCmd::DumpFlows(a) => ctl_call(&a.ctl, "dump-flows", ""),
+        SwitchCmd::DumpRules(a) => ctl_call(&a.ctl, "dump-rules", ""),
+        SwitchCmd::Stop(a) => ctl_call(&a.ctl, "stop", ""),
+        SwitchCmd::AddFlows(a) => ctl_call(&a.ctl, "add-flows", &read_arg_file(&a.file)?),
+        SwitchCmd::ReplaceFlows(a) => ctl_call(&a.ctl, "replace-flows", &read_arg_file(&a.file)?),
+        SwitchCmd::DelFlows(a) => ctl_call(&a.ctl, "del-flows", a.r#match.as_deref().unwrap_or("")),
+    }
+}
+
+fn read_arg_file(p: &std::path::Path) -> Result<String> {
+    if p.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
+        Ok(s)
+    } else {
+        std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+    }
+}
+
+/// Sends one request to a running switch: first line the command, then the payload.
+fn ctl_call(sock: &std::path::Path, cmd: &str, payload: &str) -> Result<()> {
+    use std::io::{Read, Write};
+    let mut c = std::os::unix::net::UnixStream::connect(sock)
+        .with_context(|| format!("connecting to the switch at {}", sock.display()))?;
+    c.write_all(format!("{cmd}\n{payload}").as_bytes())?;
+    c.shutdown(std::net::Shutdown::Write)?;
+    let mut resp = String::new();
+    c.read_to_string(&mut resp)?;
+    if let Some(e) = resp.strip_prefix("ERROR: ") {
+        bail!("{}", e.trim_end());
+    }
+    print!("{}", resp.strip_prefix("OK\n").unwrap_or(&resp));
+    Ok(())
+}
+
+mod live {
+    //! The live switch loop: AF_PACKET/pcap ports, datapath cache, control socket.
+    use anyhow::{anyhow, bail, Context, Result};
+    use flow::dp::Datapath;
+    use flow::driver::{poll_readable, read_pcap, AfPacket, PcapWriter};
+    use flow::FlowTable;
+    use std::collections::BTreeMap;
+    use std::io::{Read, Write};
+    use std::os::unix::io::AsRawFd;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    static STOP: AtomicBool = AtomicBool::new(false);
+
+    enum Port {
+        Af(AfPacket),
+        PcapRx(Vec<Vec<u8>>),
+        PcapTx(PcapWriter<std::fs::File>),
+    }
+
+    #[derive(Default)]
+    struct Counters {
+        rx: u64,
+        tx: u64,
+        dropped_no_port: u64,
+        packet_ins: u64,
+    }
+
+    fn open_port(spec: &str) -> Result<(u32, Port)> {
+        let (n, rest) = spec
+            .split_once('=')
+            .ok_or_else(|| anyhow!("port `{spec}`: expected N=SPEC"))?;
+        let n: u32 = n
+            .parse()
+            .map_err(|_| anyhow!("port `{spec}`: bad port number"))?;
+        let (kind, arg) = rest.split_once(':').ok_or_else(|| {
+            anyhow!("port `{spec}`: expected afpacket:IF, pcap-rx:FILE or pcap-tx:FILE")
+        })?;
+        let p = match kind {
+            "afpacket" => {
+                Port::Af(AfPacket::open(arg).with_context(|| format!("AF_PACKET on {arg}"))?)
+            }
+            "pcap-rx" => Port::PcapRx(read_pcap(
+                std::fs::File::open(arg).with_context(|| format!("opening {arg}"))?,
+            )?),
+            "pcap-tx" => Port::PcapTx(PcapWriter::new(
+                std::fs::File::create(arg).with_context(|| format!("creating {arg}"))?,
+            )?),
+            _ => bail!("port `{spec}`: unknown kind `{kind}`"),
+        };
+        Ok((n, p))
+    }
+
+    fn handle_ctl(req: &str, table: &mut FlowTable, dp: &mut Datapath, now: u64) -> (String, bool) {
+        let (cmd, payload) = req.split_once('\n').unwrap_or((req, ""));
+        let mut stop = false;
+        let r: Result<String> = (|| {
+            Ok(match cmd.trim() {
+                "dump-flows" => {
+                    let mut s = String::new();
+                    for l in dp.dump(now, 1.0) {
+                        s += &l;
+                        s.push('\n');
+                    }
+                    s
+                }
+                "dump-rules" => {
+                    let mut rules: Vec<_> = table.rules.values().collect();
+                    rules.sort_by_key(|r| std::cmp::Reverse(r.priority));
+                    rules.iter().map(|r| format!("{r:?}\n")).collect()
+                }
+                "add-flows" | "replace-flows" => {
+                    let rules = flow::parse_flows(payload).map_err(|e| anyhow!("{e}"))?;
+                    if cmd.trim() == "replace-flows" {
+                        table.clear();
+                    }
+                    let n = rules.len();
+                    for r in rules {
+                        table.add(r);
+                    }
+                    // No revalidator yet (issue 8): megaflows are flushed on any change.
+                    dp.flush();
+                    format!("{n} flows added, {} in table\n", table.len())
+                }
+                "del-flows" => {
+                    let n = if payload.trim().is_empty() {
+                        let n = table.len();
+                        table.clear();
+                        n
+                    } else {
+                        let m =
+                            flow::ofctl::parse_match(payload.trim()).map_err(|e| anyhow!("{e}"))?;
+                        table.del_matching(&m)
+                    };
+                    dp.flush();
+                    format!("{n} flows deleted, {} in table\n", table.len())
+                }
+                "stop" => {
+                    stop = true;
+                    "stopping\n".to_string()
+                }
+                other => bail!("unknown command `{other}`"),
+            })
+        })();
+        match r {
+            Ok(s) => (format!("OK\n{s}"), stop),
+            Err(e) => (format!("ERROR: {e}\n"), stop),
+        }
+    }
+
+    pub fn run(a: &super::RunArgs) -> Result<()> {
+        let mut table = match &a.flows {
+            Some(p) => {
+                let t = std::fs::read_to_string(p)
+                    .with_context(|| format!("reading {}", p.display()))?;
+                FlowTable::from_rules(
+                    flow::parse_flows(&t).map_err(|e| anyhow!("{}: {e}", p.display()))?,
+                )
+            }
+            None => FlowTable::new(),
+        };
+        let mut ports: BTreeMap<u32, Port> = BTreeMap::new();
+        for spec in &a.ports {
+            let (n, p) = open_port(spec)?;
+            if ports.insert(n, p).is_some() {
+                bail!("port {n} given twice");
+            }
+        }
+        if ports.is_empty() {
+            bail!("no ports: give --port N=afpacket:IF / pcap-rx:FILE / pcap-tx:FILE");
+        }
+        let _ = std::fs::remove_file(&a.ctl);
+        let listener = std::os::unix::net::UnixListener::bind(&a.ctl)
+            .with_context(|| format!("binding {}", a.ctl.display()))?;
+        listener.set_nonblocking(true)?;
+        let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::SeqCst));
+        let mut dp = Datapath::new();
+        let start = Instant::now();
+        let deadline = a.duration.map(|d| start + Duration::from_secs_f64(d));
+        let mut c = Counters::default();
+        let mut buf = vec![0u8; 65536];
+        let mut pending: Vec<(u32, Vec<u8>)> = Vec::new();
+        // pcap-rx ports are replayed once, in port order.
+        for (&n, p) in ports.iter_mut() {
+            if let Port::PcapRx(frames) = p {
+                for fr in frames.drain(..) {
+                    pending.push((n, fr));
+                }
+            }
+        }
+        eprintln!(
+            "switch running: {} ports, {} rules, control socket {}",
+            ports.len(),
+            table.len(),
+            a.ctl.display()
+        );
+        while !STOP.load(Ordering::SeqCst) && deadline.is_none_or(|d| Instant::now() < d) {
+            let now_ms = start.elapsed().as_millis() as u64 + 1;
+            // Receive.
+            for (&n, p) in ports.iter() {
+                if let Port::Af(s) = p {
+                    for _ in 0..64 {
+                        match s.recv(&mut buf)? {
+                            Some(len) => pending.push((n, buf[..len].to_vec())),
+                            None => break,
+                        }
+                    }
+                }
+            }
+            // Switch.
+            for (in_port, mut frame) in pending.drain(..) {
+                c.rx += 1;
+                let (acts, _) = dp.receive(&table, in_port, &frame, now_ms);
+                let acts = acts.to_vec();
+                let ex = flow::exec::execute(&acts, &mut frame);
+                c.packet_ins += ex.packet_ins as u64;
+                for (out, fr) in ex.outputs {
+                    match ports.get_mut(&out) {
+                        Some(Port::Af(s)) => {
+                            s.send(&fr)?;
+                            c.tx += 1;
+                        }
+                        Some(Port::PcapTx(w)) => {
+                            w.write(start.elapsed().as_micros() as u64, &fr)?;
+                            c.tx += 1;
+                        }
+                        _ => c.dropped_no_port += 1,
+                    }
+                }
+            }
+            // Control requests.
+            match listener.accept() {
+                Ok((mut conn, _)) => {
+                    conn.set_nonblocking(false)?;
+                    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+                    let mut req = String::new();
+                    conn.read_to_string(&mut req)?;
+                    let (resp, stop) = handle_ctl(&req, &mut table, &mut dp, now_ms);
+                    let _ = conn.write_all(resp.as_bytes());
+                    if stop {
+                        STOP.store(true, Ordering::SeqCst);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e.into()),
+            }
+            // Wait for traffic or a control connection (10 ms).
+            let mut fds: Vec<i32> = ports
+                .values()
+                .filter_map(|p| match p {
+                    Port::Af(s) => Some(s.fd()),
+                    _ => None,
+                })
+                .collect();
+            fds.push(listener.as_raw_fd());
+            poll_readable(&fds, 10);
+        }
+        let _ = std::fs::remove_file(&a.ctl);
+        eprintln!(
+            "switch stopped: rx {} tx {} dropped(no port) {} packet-ins {} upcalls {} megaflows {}",
+            c.rx,
+            c.tx,
+            c.dropped_no_port,
+            c.packet_ins,
+            dp.stats.upcalls,
+            dp.n_flows()
+        );
+        Ok(())
     }
 }
 

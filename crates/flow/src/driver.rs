@@ -1,0 +1,257 @@
+//! I/O glue for a live switch: AF_PACKET ports on Linux interfaces and pcap-file ports
+//! (replay in, capture out). The protocol core (`key`, `xlate`, `dp`, `exec`) never
+//! touches these.
+
+use std::io::{self, Read, Write};
+
+/// A raw AF_PACKET socket bound to one interface (all EtherTypes), non-blocking.
+#[derive(Debug)]
+pub struct AfPacket {
+    fd: libc::c_int,
+    pub ifname: String,
+}
+
+impl AfPacket {
+    pub fn open(ifname: &str) -> io::Result<AfPacket> {
+        let cname = std::ffi::CString::new(ifname)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "bad interface name"))?;
+        // SAFETY: plain libc calls with valid arguments; the fd is owned by the result.
+        unsafe {
+            let ifindex = libc::if_nametoindex(cname.as_ptr());
+            if ifindex == 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let proto = (libc::ETH_P_ALL as u16).to_be() as libc::c_int;
+            let fd = libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                proto,
+            );
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+            sll.sll_family = libc::AF_PACKET as u16;
+            sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+            sll.sll_ifindex = ifindex as i32;
+            let r = libc::bind(
+                fd,
+                &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            );
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                libc::close(fd);
+                return Err(e);
+            }
+            // Ask for the VLAN tag the kernel strips on receive (VLAN acceleration), to
+            // put it back into the frame.
+            let one: libc::c_int = 1;
+            libc::setsockopt(
+                fd,
+                libc::SOL_PACKET,
+                libc::PACKET_AUXDATA,
+                &one as *const libc::c_int as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as u32,
+            );
+            Ok(AfPacket {
+                fd,
+                ifname: ifname.to_string(),
+            })
+        }
+    }
+    pub fn fd(&self) -> libc::c_int {
+        self.fd
+    }
+    /// Receives one frame sent *to* this interface (frames we transmitted are skipped);
+    /// a VLAN tag stripped by the kernel is re-inserted. `Ok(None)` when nothing is
+    /// pending. `buf` should have 4 bytes of room beyond the largest frame.
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        loop {
+            let cap = buf.len().saturating_sub(4);
+            let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+            let mut cbuf = [0u64; 16];
+            let mut iov = libc::iovec {
+                iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+                iov_len: cap,
+            };
+            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+            msg.msg_name = &mut sll as *mut libc::sockaddr_ll as *mut libc::c_void;
+            msg.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+            msg.msg_controllen = std::mem::size_of_val(&cbuf);
+            // SAFETY: msg points at valid buffers for the lengths given.
+            let n = unsafe { libc::recvmsg(self.fd, &mut msg, 0) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::WouldBlock {
+                    return Ok(None);
+                }
+                return Err(e);
+            }
+            if sll.sll_pkttype == libc::PACKET_OUTGOING {
+                continue;
+            }
+            let mut n = n as usize;
+            // SAFETY: walking the control messages the kernel wrote into cbuf.
+            unsafe {
+                let mut c = libc::CMSG_FIRSTHDR(&msg);
+                while !c.is_null() {
+                    if (*c).cmsg_level == libc::SOL_PACKET && (*c).cmsg_type == libc::PACKET_AUXDATA
+                    {
+                        let aux = std::ptr::read_unaligned(
+                            libc::CMSG_DATA(c) as *const libc::tpacket_auxdata
+                        );
+                        if aux.tp_status & libc::TP_STATUS_VLAN_VALID != 0 && n >= 12 {
+                            let tpid = if aux.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
+                                aux.tp_vlan_tpid
+                            } else {
+                                0x8100
+                            };
+                            buf.copy_within(12..n, 16);
+                            buf[12..14].copy_from_slice(&tpid.to_be_bytes());
+                            buf[14..16].copy_from_slice(&aux.tp_vlan_tci.to_be_bytes());
+                            n += 4;
+                        }
+                    }
+                    c = libc::CMSG_NXTHDR(&msg, c);
+                }
+            }
+            return Ok(Some(n));
+        }
+    }
+    pub fn send(&self, frame: &[u8]) -> io::Result<()> {
+        // SAFETY: frame is valid for its length.
+        let n = unsafe {
+            libc::send(
+                self.fd,
+                frame.as_ptr() as *const libc::c_void,
+                frame.len(),
+                0,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for AfPacket {
+    fn drop(&mut self) {
+        // SAFETY: we own the fd.
+        unsafe {
+            libc::close(self.fd);
+        }
+    }
+}
+
+/// Waits until one of `fds` is readable or `ms` milliseconds passed.
+pub fn poll_readable(fds: &[libc::c_int], ms: i32) {
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: p is a valid pollfd array of its length.
+    unsafe {
+        libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms);
+    }
+}
+
+/// Reads all frames of a classic pcap file (Ethernet link type; µs or ns timestamps).
+pub fn read_pcap(mut r: impl Read) -> io::Result<Vec<Vec<u8>>> {
+    let mut all = Vec::new();
+    r.read_to_end(&mut all)?;
+    if all.len() < 24 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "pcap: short header",
+        ));
+    }
+    let magic = u32::from_le_bytes([all[0], all[1], all[2], all[3]]);
+    let le = match magic {
+        0xa1b2c3d4 | 0xa1b23c4d => true,
+        0xd4c3b2a1 | 0x4d3cb2a1 => false,
+        _ => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "pcap: bad magic",
+            ))
+        }
+    };
+    let u32at = |b: &[u8], i: usize| {
+        let a = [b[i], b[i + 1], b[i + 2], b[i + 3]];
+        if le {
+            u32::from_le_bytes(a)
+        } else {
+            u32::from_be_bytes(a)
+        }
+    };
+    let mut off = 24;
+    let mut out = Vec::new();
+    while off + 16 <= all.len() {
+        let caplen = u32at(&all, off + 8) as usize;
+        off += 16;
+        if off + caplen > all.len() {
+            break;
+        }
+        out.push(all[off..off + caplen].to_vec());
+        off += caplen;
+    }
+    Ok(out)
+}
+
+/// Writes frames to a classic pcap file (little-endian, µs, Ethernet).
+#[derive(Debug)]
+pub struct PcapWriter<W: Write> {
+    w: W,
+}
+
+impl<W: Write> PcapWriter<W> {
+    pub fn new(mut w: W) -> io::Result<PcapWriter<W>> {
+        let mut h = Vec::with_capacity(24);
+        h.extend_from_slice(&0xa1b2c3d4u32.to_le_bytes());
+        h.extend_from_slice(&2u16.to_le_bytes());
+        h.extend_from_slice(&4u16.to_le_bytes());
+        h.extend_from_slice(&0i32.to_le_bytes());
+        h.extend_from_slice(&0u32.to_le_bytes());
+        h.extend_from_slice(&65535u32.to_le_bytes());
+        h.extend_from_slice(&1u32.to_le_bytes());
+        w.write_all(&h)?;
+        Ok(PcapWriter { w })
+    }
+    /// Appends one frame with timestamp `us` (microseconds).
+    pub fn write(&mut self, us: u64, frame: &[u8]) -> io::Result<()> {
+        let mut h = Vec::with_capacity(16);
+        h.extend_from_slice(&((us / 1_000_000) as u32).to_le_bytes());
+        h.extend_from_slice(&((us % 1_000_000) as u32).to_le_bytes());
+        h.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+        h.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+        self.w.write_all(&h)?;
+        self.w.write_all(frame)?;
+        self.w.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pcap_roundtrip() {
+        let mut buf = Vec::new();
+        {
+            let mut w = PcapWriter::new(&mut buf).unwrap();
+            w.write(1, &[1, 2, 3]).unwrap();
+            w.write(2, &[4; 60]).unwrap();
+        }
+        let frames = read_pcap(&buf[..]).unwrap();
+        assert_eq!(frames, vec![vec![1, 2, 3], vec![4; 60]]);
+    }
+}

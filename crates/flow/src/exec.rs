@@ -1,0 +1,250 @@
+//! Executes datapath actions on packet bytes (what the datapath does after a lookup):
+//! header rewrites with checksum fix-up, VLAN push/pop, and outputs.
+
+use crate::key::VLAN_CFI;
+use crate::xlate::OdpAction;
+use wire::ethernet::{
+    ethertype, ipproto, is_vlan_tpid, Ipv4Packet, Ipv6Packet, TcpPacket, UdpPacket,
+};
+
+/// What executing an action list produced.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Executed {
+    /// (port, frame) for every output action, in order.
+    pub outputs: Vec<(u32, Vec<u8>)>,
+    /// Packet-ins (controller/userspace actions); there is no controller, they are counted.
+    pub packet_ins: usize,
+}
+
+/// Offset of the L3 header and its EtherType (after at most two VLAN tags).
+fn l3(pkt: &[u8]) -> Option<(usize, u16)> {
+    if pkt.len() < 14 {
+        return None;
+    }
+    let mut off = 12;
+    let mut t = u16::from_be_bytes([pkt[off], pkt[off + 1]]);
+    while is_vlan_tpid(t) && pkt.len() >= off + 6 {
+        off += 4;
+        t = u16::from_be_bytes([pkt[off], pkt[off + 1]]);
+    }
+    Some((off + 2, t))
+}
+
+fn put_mac(pkt: &mut [u8], at: usize, v: u64, m: u64) {
+    for i in 0..6 {
+        let sh = 8 * (5 - i);
+        let mb = (m >> sh) as u8;
+        let vb = (v >> sh) as u8;
+        pkt[at + i] = (pkt[at + i] & !mb) | (vb & mb);
+    }
+}
+
+/// Recomputes the TCP/UDP checksum of an IPv4/IPv6 packet at `l3off` (full recompute).
+fn fix_l4_checksum(pkt: &mut [u8], l3off: usize, et: u16) {
+    let (proto, l4off, l4len, pseudo): (u8, usize, usize, Vec<u8>) = match et {
+        ethertype::IPV4 => {
+            let Ok(ip) = Ipv4Packet::new_checked(&pkt[l3off..]) else {
+                return;
+            };
+            if ip.is_fragment() {
+                return;
+            }
+            let hl = ip.header_len();
+            let tl = ip.total_len() as usize;
+            let mut ps = Vec::with_capacity(12);
+            ps.extend_from_slice(&ip.src().to_be_bytes());
+            ps.extend_from_slice(&ip.dst().to_be_bytes());
+            ps.extend_from_slice(&[0, ip.protocol()]);
+            ps.extend_from_slice(&((tl - hl) as u16).to_be_bytes());
+            (ip.protocol(), l3off + hl, tl - hl, ps)
+        }
+        ethertype::IPV6 => {
+            let Ok(ip) = Ipv6Packet::new_checked(&pkt[l3off..]) else {
+                return;
+            };
+            // Only the simple case (no extension headers) is fixed up here.
+            let pl = ip.payload_len() as usize;
+            let mut ps = Vec::with_capacity(40);
+            ps.extend_from_slice(&ip.src());
+            ps.extend_from_slice(&ip.dst());
+            ps.extend_from_slice(&(pl as u32).to_be_bytes());
+            ps.extend_from_slice(&[0, 0, 0, ip.next_header()]);
+            (ip.next_header(), l3off + 40, pl, ps)
+        }
+        _ => return,
+    };
+    let csum_at = match proto {
+        ipproto::TCP if TcpPacket::new_checked(&pkt[l4off..l4off + l4len]).is_ok() => l4off + 16,
+        ipproto::UDP if UdpPacket::new_checked(&pkt[l4off..l4off + l4len]).is_ok() => {
+            if et == ethertype::IPV4 && pkt[l4off + 6] == 0 && pkt[l4off + 7] == 0 {
+                return; // IPv4 UDP without checksum stays without.
+            }
+            l4off + 6
+        }
+        _ => return,
+    };
+    pkt[csum_at] = 0;
+    pkt[csum_at + 1] = 0;
+    let mut buf = pseudo;
+    buf.extend_from_slice(&pkt[l4off..l4off + l4len]);
+    let mut c = wire::ethernet::checksum(&buf);
+    if c == 0 && proto == ipproto::UDP {
+        c = 0xffff;
+    }
+    pkt[csum_at..csum_at + 2].copy_from_slice(&c.to_be_bytes());
+}
+
+/// Applies `actions` to `pkt` (modified in place), collecting outputs.
+pub fn execute(actions: &[OdpAction], pkt: &mut Vec<u8>) -> Executed {
+    let mut ex = Executed::default();
+    for a in actions {
+        match *a {
+            OdpAction::Output(p) => ex.outputs.push((p, pkt.clone())),
+            OdpAction::Controller { .. } => ex.packet_ins += 1,
+            OdpAction::PushVlan { tpid, tci } => {
+                if pkt.len() >= 12 {
+                    // The CFI bit is OVS's "tag present" marker, not sent (eth_push_vlan).
+                    let wire_tci = tci & !VLAN_CFI;
+                    let tag = [
+                        (tpid >> 8) as u8,
+                        tpid as u8,
+                        (wire_tci >> 8) as u8,
+                        wire_tci as u8,
+                    ];
+                    pkt.splice(12..12, tag);
+                }
+            }
+            OdpAction::PopVlan => {
+                if pkt.len() >= 18 && is_vlan_tpid(u16::from_be_bytes([pkt[12], pkt[13]])) {
+                    pkt.drain(12..16);
+                }
+            }
+            OdpAction::SetEth { src, dst } => {
+                if pkt.len() >= 14 {
+                    put_mac(pkt, 0, dst.0, dst.1);
+                    put_mac(pkt, 6, src.0, src.1);
+                }
+            }
+            OdpAction::SetIpv4 { src, dst, tos, ttl } => {
+                let Some((off, et)) = l3(pkt) else { continue };
+                if et != ethertype::IPV4 {
+                    continue;
+                }
+                let addr_changed = src.1 != 0 || dst.1 != 0;
+                if let Ok(mut ip) = Ipv4Packet::new_checked(&mut pkt[off..]) {
+                    let s = (ip.src() & !src.1) | (src.0 & src.1);
+                    let d = (ip.dst() & !dst.1) | (dst.0 & dst.1);
+                    let t = (ip.tos() & !tos.1) | (tos.0 & tos.1);
+                    let l = (ip.ttl() & !ttl.1) | (ttl.0 & ttl.1);
+                    ip.set_src(s);
+                    ip.set_dst(d);
+                    ip.set_tos(t);
+                    ip.set_ttl(l);
+                    ip.fill_checksum();
+                } else {
+                    continue;
+                }
+                if addr_changed {
+                    fix_l4_checksum(pkt, off, et);
+                }
+            }
+            OdpAction::SetIpv6 {
+                src,
+                dst,
+                tclass,
+                hlimit,
+            } => {
+                let Some((off, et)) = l3(pkt) else { continue };
+                if et != ethertype::IPV6 {
+                    continue;
+                }
+                if let Ok(mut ip) = Ipv6Packet::new_checked(&mut pkt[off..]) {
+                    let s = (u128::from_be_bytes(ip.src()) & !src.1) | (src.0 & src.1);
+                    let d = (u128::from_be_bytes(ip.dst()) & !dst.1) | (dst.0 & dst.1);
+                    ip.set_src(s.to_be_bytes());
+                    ip.set_dst(d.to_be_bytes());
+                    let tc = (ip.traffic_class() & !tclass.1) | (tclass.0 & tclass.1);
+                    ip.set_traffic_class(tc);
+                    let hl = (ip.hop_limit() & !hlimit.1) | (hlimit.0 & hlimit.1);
+                    ip.set_hop_limit(hl);
+                } else {
+                    continue;
+                }
+                if src.1 != 0 || dst.1 != 0 {
+                    fix_l4_checksum(pkt, off, et);
+                }
+            }
+            OdpAction::SetL4 { proto, src, dst } => {
+                let Some((off, et)) = l3(pkt) else { continue };
+                let l4off = match et {
+                    ethertype::IPV4 => match Ipv4Packet::new_checked(&pkt[off..]) {
+                        Ok(ip) if ip.protocol() == proto => off + ip.header_len(),
+                        _ => continue,
+                    },
+                    ethertype::IPV6 => match Ipv6Packet::new_checked(&pkt[off..]) {
+                        Ok(ip) if ip.next_header() == proto => off + 40,
+                        _ => continue,
+                    },
+                    _ => continue,
+                };
+                if pkt.len() < l4off + 4 {
+                    continue;
+                }
+                let sp = u16::from_be_bytes([pkt[l4off], pkt[l4off + 1]]);
+                let dp = u16::from_be_bytes([pkt[l4off + 2], pkt[l4off + 3]]);
+                let sp = (sp & !src.1) | (src.0 & src.1);
+                let dp = (dp & !dst.1) | (dst.0 & dst.1);
+                pkt[l4off..l4off + 2].copy_from_slice(&sp.to_be_bytes());
+                pkt[l4off + 2..l4off + 4].copy_from_slice(&dp.to_be_bytes());
+                fix_l4_checksum(pkt, off, et);
+            }
+        }
+    }
+    ex
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{parse_flows, FlowKey, FlowTable};
+
+    fn udp_frame() -> Vec<u8> {
+        let mut p = vec![
+            2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00, // eth
+            0x45, 0, 0, 32, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 2, 3, // ipv4
+            0x03, 0xe8, 0x07, 0xd0, 0, 12, 0, 0, // udp
+            1, 2, 3, 4,
+        ];
+        let mut ip = Ipv4Packet::new_unchecked(&mut p[14..34]);
+        ip.fill_checksum();
+        fix_l4_checksum(&mut p, 14, ethertype::IPV4);
+        p
+    }
+
+    #[test]
+    fn executes_sample_rewrite_rule() {
+        let t = FlowTable::from_rules(
+            parse_flows("priority=120,ip,nw_dst=10.0.2.0/24,actions=set_field:aa:bb:cc:dd:ee:ff->eth_dst,dec_ttl,mod_vlan_vid:7,output:3\n").unwrap(),
+        );
+        let orig = udp_frame();
+        let mut p = orig.clone();
+        let k = FlowKey::from_packet(2, &p);
+        let x = t.xlate(&k);
+        let ex = execute(&x.actions, &mut p);
+        assert_eq!(ex.outputs.len(), 1);
+        let (port, out) = &ex.outputs[0];
+        assert_eq!(*port, 3);
+        let k2 = FlowKey::from_packet(3, out);
+        assert_eq!(k2.get(crate::key::f::DL_DST), 0xaabbccddeeff);
+        assert_eq!(k2.get(crate::key::f::NW_TTL), 63);
+        assert_eq!(k2.vlan0_tci() & 0x0fff, 7);
+        // IPv4 header checksum is valid after the rewrite.
+        let ip = Ipv4Packet::new_checked(&out[18..]).unwrap();
+        assert_eq!(ip.compute_checksum(), 0);
+        // Pop it again.
+        let mut o = out.clone();
+        execute(&[OdpAction::PopVlan], &mut o);
+        assert_eq!(o.len(), orig.len());
+        assert_eq!(FlowKey::from_packet(3, &o).vlan0_tci(), 0);
+    }
+}
