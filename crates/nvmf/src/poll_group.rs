@@ -253,7 +253,9 @@ fn poll_group_loop(
             revents: 0,
         }));
         // SAFETY: fds is a valid array of pollfd for the duration of the call.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1) };
+        // event-driven mode sleeps longer: new connections wait for at most 10 ms
+        let timeout = if event_mode { 10 } else { 1 };
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
         // woken by traffic: the clock can wait for the next 256 passes
         slept = ready <= 0;
         for (c, f) in conns.iter_mut().zip(fds.iter()) {

@@ -58,6 +58,8 @@ pub struct Qpair {
     free_ios: Vec<usize>,
     busy: std::collections::VecDeque<(u32, BdevIo)>,
     done: Vec<BdevIo>,
+    /// Empty iovec lists kept for reuse (no allocation per I/O).
+    iov_pool: Vec<Vec<IoBuf>>,
     closing: bool,
     pub stats: QpairStats,
     pub peer: String,
@@ -93,6 +95,7 @@ impl Qpair {
             free_ios: Vec::new(),
             busy: Default::default(),
             done: Vec::new(),
+            iov_pool: Vec::new(),
             closing: false,
             stats: QpairStats::default(),
             peer,
@@ -273,6 +276,12 @@ impl Qpair {
         }
     }
 
+    fn iov(&mut self, buf: Vec<u8>) -> Vec<IoBuf> {
+        let mut v = self.iov_pool.pop().unwrap_or_default();
+        v.push(IoBuf::Vec(buf));
+        v
+    }
+
     fn alloc_io(&mut self, cid: u16, kind: IoKind) -> u64 {
         let ctx = IoCtx { cid, kind };
         if let Some(i) = self.free_ios.pop() {
@@ -372,7 +381,8 @@ impl Qpair {
                     IoKind::Compare(req.data)
                 };
                 let ctx = self.alloc_io(cid, kind);
-                self.submit(ch, BdevIo::read(slba, nlb, vec![IoBuf::Vec(buf)], ctx));
+                let iov = self.iov(buf);
+                self.submit(ch, BdevIo::read(slba, nlb, iov, ctx));
             }
             IoOpcode::Write => {
                 if !in_range(nlb) {
@@ -532,10 +542,14 @@ impl Qpair {
             return;
         };
         self.free_ios.push(slot);
+        let buf = io.bufs.pop().map(IoBuf::into_vec).unwrap_or_default();
+        if io.bufs.capacity() > 0 && self.iov_pool.len() < 256 {
+            io.bufs.clear();
+            self.iov_pool.push(std::mem::take(&mut io.bufs));
+        }
         let cid = ctx.cid;
         match ctx.kind {
             IoKind::Read => {
-                let buf = io.bufs.pop().map(IoBuf::into_vec).unwrap_or_default();
                 if ok {
                     self.respond(cid, Status::SUCCESS, 0, &buf);
                 } else {
@@ -549,7 +563,6 @@ impl Qpair {
                 self.conn.recycle(buf);
             }
             IoKind::Write => {
-                let buf = io.bufs.pop().map(IoBuf::into_vec).unwrap_or_default();
                 let s = if ok {
                     Status::SUCCESS
                 } else {
@@ -559,7 +572,6 @@ impl Qpair {
                 self.conn.recycle(buf);
             }
             IoKind::Compare(want) => {
-                let buf = io.bufs.pop().map(IoBuf::into_vec).unwrap_or_default();
                 let s = if !ok {
                     Status::media(MediaStatus::UnrecoveredReadError)
                 } else if buf == want {

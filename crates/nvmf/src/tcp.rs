@@ -320,7 +320,8 @@ impl TargetConn {
     }
     /// Returns a buffer to the pool.
     pub fn recycle(&mut self, mut v: Vec<u8>) {
-        if self.pool.len() < 256 && v.capacity() <= 4 * 1024 * 1024 {
+        // empty vectors (commands without data) would only pollute the pool
+        if self.pool.len() < 256 && v.capacity() > 0 && v.capacity() <= 4 * 1024 * 1024 {
             v.clear();
             self.pool.push(v);
         }
@@ -836,7 +837,7 @@ impl HostConn {
     }
     /// Returns a completion's data buffer for reuse.
     pub fn recycle(&mut self, mut v: Vec<u8>) {
-        if self.pool.len() < 256 {
+        if self.pool.len() < 256 && v.capacity() > 0 {
             v.clear();
             self.pool.push(v);
         }
