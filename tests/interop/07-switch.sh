@@ -131,3 +131,26 @@ out=$(send_and_capture 5000 1)
 $BIN switch stop --ctl $T/ctl.sock >/dev/null
 wait $SW; SW=
 grep -q "switch stopped" $T/switch.log && pass switch-live-stop "$(grep 'switch stopped' $T/switch.log)" || fail switch-live-stop "$(cat $T/switch.log)"
+
+# pcap ports: replay the oracle's sample frame 0 (tcp to 10.0.0.9:80 from 192.168.1.7 on
+# port 1) through the sample table; the rule pushes VLAN 100 and outputs to port 3.
+python3 - $T/in.pcap <<'P'
+import struct, sys
+f = bytes.fromhex('020000000002020000000001080045000068000000004006aed8c0a801070a0000099c40005000000000000000005000000063580000000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f')
+with open(sys.argv[1], 'wb') as o:
+    o.write(struct.pack('<IHHiIII', 0xa1b2c3d4, 2, 4, 0, 0, 65535, 1))
+    o.write(struct.pack('<IIII', 0, 0, len(f), len(f)) + f)
+P
+printf 'priority=300,dl_vlan=10,actions=strip_vlan,output:2\npriority=200,in_port=1,tcp,nw_src=192.168.1.0/24,tp_dst=80,actions=mod_vlan_vid:100,output:3\npriority=0,actions=drop\n' > $T/sample.txt
+$BIN switch run --flows $T/sample.txt --port 1=pcap-rx:$T/in.pcap --port 3=pcap-tx:$T/out.pcap \
+    --ctl $T/ctl2.sock --duration 0.5 2>$T/pcap.log
+got=$(python3 - $T/out.pcap <<'P'
+import struct, sys
+b = open(sys.argv[1], 'rb').read()[24:]
+n = 0
+while len(b) >= 16:
+    l = struct.unpack('<IIII', b[:16])[2]; f = b[16:16+l]; b = b[16+l:]; n += 1
+    print(n, f[12:14].hex(), struct.unpack('!H', f[14:16])[0] & 0xfff, len(f))
+P
+)
+[ "$got" = "1 8100 100 122" ] && pass switch-pcap-replay "pcap-rx -> push_vlan(vid=100) -> pcap-tx" || fail switch-pcap-replay "out: $got $(cat $T/pcap.log)"
