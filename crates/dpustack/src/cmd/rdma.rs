@@ -692,6 +692,9 @@ fn poll_one(cq: &Cq, wc: &mut [Wc], deadline: Instant) -> Result<usize> {
     }
 }
 
+/// WRs per post_send call in the bandwidth tests.
+const POST_LIST: usize = 16;
+
 /// The measuring side.
 fn perf_client(e: &End, rem: &PerfDest, p: PerfParams) -> Result<PerfResult> {
     let size = p.size;
@@ -773,18 +776,25 @@ fn perf_client(e: &End, rem: &PerfDest, p: PerfParams) -> Result<PerfResult> {
     let t0 = Instant::now();
     let mut stop_posting = false;
     while done < posted || !stop_posting {
-        while !stop_posting && (posted - done) < depth as u64 {
-            if !limit(posted, t0) {
+        // post lists of up to POST_LIST WRs (perftest's -l): one doorbell, one
+        // device lock and one sendmmsg for the lot
+        let mut list = [SendWr::new(0, op, &sge); POST_LIST];
+        let mut k = 0;
+        while !stop_posting && (posted + k as u64 - done) < depth as u64 && k < POST_LIST {
+            if !limit(posted + k as u64, t0) {
                 stop_posting = true;
                 break;
             }
-            let mut w = SendWr::new(posted, op, &sge);
-            w.wr = WrDetail::Rdma {
+            list[k] = SendWr::new(posted + k as u64, op, &sge);
+            list[k].wr = WrDetail::Rdma {
                 remote_addr: rem.addr,
                 rkey: rem.rkey,
             };
-            e.qp.post_send(&[w]).map_err(|b| anyhow!("{b}"))?;
-            posted += 1;
+            k += 1;
+        }
+        if k > 0 {
+            e.qp.post_send(&list[..k]).map_err(|b| anyhow!("{b}"))?;
+            posted += k as u64;
         }
         if done < posted {
             done += poll_one(&e.cq, &mut wc, hard)? as u64;
@@ -826,15 +836,18 @@ fn perf_server(e: &End, p: PerfParams, stop: &dyn Fn() -> bool) -> Result<()> {
             }
             while !stop() {
                 let n = e.cq.poll(&mut wc)?;
-                for w in &wc[..n] {
+                let mut list = [RecvWr {
+                    wr_id: 0,
+                    sg_list: &rsge,
+                }; 64];
+                for (i, w) in wc[..n].iter().enumerate() {
                     if w.status != WcStatus::Success {
                         bail!("server: {}", w.status.as_str());
                     }
-                    e.qp.post_recv(&[RecvWr {
-                        wr_id: w.wr_id,
-                        sg_list: &rsge,
-                    }])
-                    .map_err(|b| anyhow!("{b}"))?;
+                    list[i].wr_id = w.wr_id;
+                }
+                if n > 0 {
+                    e.qp.post_recv(&list[..n]).map_err(|b| anyhow!("{b}"))?;
                 }
                 if n == 0 {
                     std::hint::spin_loop();
