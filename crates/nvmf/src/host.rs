@@ -25,8 +25,13 @@ use crate::tcp::{HostConn, HostEvent, HostParams};
 pub enum HostError {
     #[error("socket: {0}")]
     Io(#[from] io::Error),
-    #[error("{what} failed: {status}")]
-    Status { what: &'static str, status: Status },
+    #[error("{what} failed: {name} ({status:?})")]
+    Status {
+        what: &'static str,
+        status: Status,
+        /// The status code's name (fabrics names for Connect).
+        name: &'static str,
+    },
     #[error("connection terminated ({0})")]
     Terminated(&'static str),
     #[error("timed out waiting for {0}")]
@@ -309,7 +314,16 @@ fn check(what: &'static str, c: &Completion) -> Result<()> {
     if s.is_success() {
         Ok(())
     } else {
-        Err(HostError::Status { what, status: s })
+        let name = if what == "Connect" {
+            s.fabrics_name()
+        } else {
+            s.name()
+        };
+        Err(HostError::Status {
+            what,
+            status: s,
+            name,
+        })
     }
 }
 

@@ -253,7 +253,7 @@ impl Qpair {
                 self.respond(cid, Status::SUCCESS, cntlid as u64, &[]);
             }
             Err(e) => {
-                warn!(peer = %self.peer, status = %e.status, "connect refused");
+                warn!(peer = %self.peer, status = e.status.fabrics_name(), dw0 = e.dw0, "connect refused");
                 self.respond(cid, e.status, e.dw0 as u64, &[]);
             }
         }

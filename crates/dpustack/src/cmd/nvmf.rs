@@ -975,3 +975,54 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     r.note("baseline: one TCP loopback connection, 64 KiB writes (netio::baseline::tcp_loopback_bw), same run");
     Ok(r)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_addresses() {
+        assert_eq!(parse_size("64M").unwrap(), 64 << 20);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("1g").unwrap(), 1 << 30);
+        assert!(parse_size("12Q").is_err());
+        assert_eq!(parse_addr("tcp://10.0.0.1:4420", 1).unwrap().port(), 4420);
+        assert_eq!(parse_addr("127.0.0.1", 8009).unwrap().port(), 8009);
+        assert_eq!(parse_byte("0x41").unwrap(), 0x41);
+        assert_eq!(
+            parse_uuid("6b3c7e0e-1111-4222-8333-444455556666").unwrap()[0],
+            0x6b
+        );
+    }
+
+    #[test]
+    fn target_file_toml_and_json() {
+        let toml_text = r#"
+            [[bdev]]
+            name = "m0"
+            kind = "malloc"
+            size = "1M"
+            [[subsystem]]
+            nqn = "nqn.2024-01.io.dpustack:a"
+            hosts = ["nqn.2024-01.io.dpustack:h"]
+            [[subsystem.namespace]]
+            bdev = "m0"
+            [[listener]]
+            address = "tcp://127.0.0.1:0"
+        "#;
+        let f: TargetFile = toml::from_str(toml_text).unwrap();
+        let (tgt, listen) = f.build().unwrap();
+        let s = tgt.subsystem("nqn.2024-01.io.dpustack:a").unwrap();
+        assert!(!s.allow_any_host);
+        assert!(s.host_allowed("nqn.2024-01.io.dpustack:h"));
+        assert_eq!(s.nsids(), vec![1]);
+        assert_eq!(listen.len(), 1);
+        let json = serde_json::to_string(&f).unwrap();
+        let g: TargetFile = serde_json::from_str(&json).unwrap();
+        assert!(g.build().is_ok());
+        // a namespace on an unknown bdev is an error
+        let bad = toml_text.replace("bdev = \"m0\"", "bdev = \"nope\"");
+        let f: TargetFile = toml::from_str(&bad).unwrap();
+        assert!(f.build().is_err());
+    }
+}
