@@ -33,7 +33,7 @@ CAP=$!
 sleep 1
 
 # --- 1. rping ------------------------------------------------------------------------
-(GT=60 g "rping -s -a $G -C 5 -V -v" > $W/g.log 2>&1) &
+(GT=60 g "rping -s -a $G -C 5 -V -v") > $W/g.log 2>&1 < /dev/null &
 sleep 2
 ours rping -c -a $G -I $H -C 5 -V -v > $W/o.log 2>&1; rc=$?
 wait $!
@@ -41,7 +41,7 @@ if [ $rc = 0 ] && [ $(grep -c "^ping data: rdma-ping-" $W/o.log) = 5 ] && [ $(gr
   pass "cm-rping-ours-client-linux-server (5 pings, READ+WRITE, validated)"
 else fail "cm-rping-ours-client-linux-server (rc $rc)"; tail -n 5 $W/o.log $W/g.log; fi
 
-(ours rping -s -a $H -v > $W/o.log 2>&1; echo "rc=$?" >> $W/o.log) &
+(ours rping -s -a $H -v; echo "rc=$?") > $W/o.log 2>&1 < /dev/null &
 sleep 2
 out=$(g "rping -c -a $H -C 5 -V -v; echo rc=\$?" 2>&1)
 wait $!
@@ -54,7 +54,7 @@ else fail "cm-rping-linux-client-ours-server"; echo "$out" | tail -5; tail -n 5 
 ours rping -c -a $G -I $H -p 9999 -C 1 > $W/o.log 2>&1
 grep -q "RDMA_CM_EVENT_REJECTED, error 8" $W/o.log && pass "cm-rej8-from-linux (no listener on 9999)" \
   || { fail "cm-rej8-from-linux"; tail -n 3 $W/o.log; }
-(ours rping -s -a $H > $W/o.log 2>&1) &
+(ours rping -s -a $H) > $W/o.log 2>&1 < /dev/null &
 sleep 2
 out=$(g "rping -c -a $H -p 9999 -C 1; rping -c -a $H -C 1 -V" 2>&1)
 wait $!
@@ -62,7 +62,7 @@ echo "$out" | grep -q "RDMA_CM_EVENT_REJECTED, error 8" && pass "cm-rej8-to-linu
   || { fail "cm-rej8-to-linux"; echo "$out" | tail -3; }
 
 # --- 2. ucmatose / udaddy ------------------------------------------------------------------
-(ours ucmatose -b $H -c 2 -m > $W/o.log 2>&1; echo "rc=$?" >> $W/o.log) &
+(ours ucmatose -b $H -c 2 -m; echo "rc=$?") > $W/o.log 2>&1 < /dev/null &
 sleep 2
 out=$(g "ucmatose -b $G -s $H -c 2" 2>&1)
 wait $!
@@ -70,14 +70,14 @@ echo "$out" | grep -q "return status 0" && grep -q "rc=0" $W/o.log && grep -q "^
   && pass "cm-ucmatose-linux-client-ours-server (2 conns x 10 msgs each way, channel migration)" \
   || { fail "cm-ucmatose-linux-client-ours-server"; echo "$out" | tail -3; tail -n 3 $W/o.log; }
 
-(GT=60 g "ucmatose -b $G -c 2" > $W/g.log 2>&1) &
+(GT=60 g "ucmatose -b $G -c 2") > $W/g.log 2>&1 < /dev/null &
 sleep 2
 ours ucmatose -b $H -s $G -c 2 > $W/o.log 2>&1; rc=$?
 wait $!
 [ $rc = 0 ] && grep -q "return status 0" $W/g.log && pass "cm-ucmatose-ours-client-linux-server" \
   || { fail "cm-ucmatose-ours-client-linux-server (rc $rc)"; tail -n 3 $W/o.log $W/g.log; }
 
-(ours udaddy -b $H > $W/o.log 2>&1; echo "rc=$?" >> $W/o.log) &
+(ours udaddy -b $H; echo "rc=$?") > $W/o.log 2>&1 < /dev/null &
 sleep 2
 out=$(g "udaddy -b $G -s $H" 2>&1)
 wait $!
@@ -85,7 +85,7 @@ echo "$out" | grep -q "return status 0" && grep -q "rc=0" $W/o.log \
   && pass "cm-udaddy-linux-client-ours-server (SIDR, 10 UD msgs each way)" \
   || { fail "cm-udaddy-linux-client-ours-server"; echo "$out" | tail -3; tail -n 3 $W/o.log; }
 
-(GT=60 g "udaddy -b $G" > $W/g.log 2>&1) &
+(GT=60 g "udaddy -b $G") > $W/g.log 2>&1 < /dev/null &
 sleep 2
 ours udaddy -b $H -s $G > $W/o.log 2>&1; rc=$?
 wait $!
@@ -93,13 +93,13 @@ wait $!
   || { fail "cm-udaddy-ours-client-linux-server (rc $rc)"; tail -n 3 $W/o.log $W/g.log; }
 
 # --- 3. rdma_client / rdma_server --------------------------------------------------------------
-(ours cm-server -b $H > $W/o.log 2>&1; echo "rc=$?" >> $W/o.log) &
+(ours cm-server -b $H; echo "rc=$?") > $W/o.log 2>&1 < /dev/null &
 sleep 2
 out=$(g "rdma_client -s $H; echo rc=\$?" 2>&1)
 wait $!
 echo "$out" | grep -q "rc=0" && grep -q "rc=0" $W/o.log && pass "cm-rdma_client-to-our-cm-server" \
   || { fail "cm-rdma_client-to-our-cm-server"; echo "$out" | tail -3; tail -n 3 $W/o.log; }
-(GT=40 g "rdma_server; echo rc=\$?" > $W/g.log 2>&1) &
+(GT=40 g "rdma_server; echo rc=\$?") > $W/g.log 2>&1 < /dev/null &
 sleep 2
 ours cm-client -s $G -b $H > $W/o.log 2>&1; rc=$?
 wait $!
@@ -120,14 +120,14 @@ mal=$(tshark -r $W/cm.pcap -Y "_ws.malformed || _ws.expert.severity >= error" 2>
 # --- 5. cmtime, same run: ours vs librdmacm ----------------------------------------------------------
 g "sh $ROOT/tests/peers/guest/rxe-pair.sh" >/dev/null 2>&1
 # cmtime's server never exits by itself: bound it with timeout in the guest.
-(GT=200 g "timeout 150 cmtime -b $G -c $N" > $W/g.log 2>&1) &
+(GT=200 g "timeout 150 cmtime -b $G -c $N") > $W/g.log 2>&1 < /dev/null &
 sleep 2
 OT=140 ours cmtime -b $H -s $G -c $N > $W/o.log 2>&1; rc=$?
 if [ $rc = 0 ] && grep -q "^connect" $W/o.log; then
   pass "cm-cmtime-ours-vs-linux-server ($N connections)"
   sed -n '/^step/,$p' $W/o.log | sed 's/^/INFO ours->linux /'
 else fail "cm-cmtime-ours-vs-linux-server (rc $rc)"; tail -n 5 $W/o.log $W/g.log; fi
-(GT=200 g "timeout 150 cmtime -b 10.99.1.2 -p 7472 -c $N" > $W/g2.log 2>&1) &
+(GT=200 g "timeout 150 cmtime -b 10.99.1.2 -p 7472 -c $N") > $W/g2.log 2>&1 < /dev/null &
 sleep 2
 out=$(GT=140 g "cmtime -b 10.99.1.1 -s 10.99.1.2 -p 7472 -c $N" 2>&1)
 if echo "$out" | grep -q "^connect"; then
