@@ -70,78 +70,102 @@ const EMPTY: Slot = Slot { hash: 0, flow: 0 };
 struct Subtable {
     mask: FlowKey,
     /// Indices of the non-zero mask words (what the hash and compare look at).
-    words: Vec<u8>,
+    words: [u8; NW],
+    /// The mask values of those words.
+    mwords: [u64; NW],
+    nw: usize,
     slots: Vec<Slot>,
+    /// Masked key words of the flow in each slot (`nw` per slot), so a probe never
+    /// touches the megaflow records.
+    keys: Vec<u64>,
     n: usize,
     hits: u64,
 }
 
+#[inline]
+fn hash_slice(v: &[u64]) -> u64 {
+    let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
+    for &x in v {
+        h = (h.rotate_left(5) ^ x).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    h ^ (h >> 29)
+}
+
 impl Subtable {
     fn new(mask: FlowKey) -> Subtable {
-        let words = (0..NW as u8).filter(|&i| mask.w[i as usize] != 0).collect();
+        let mut words = [0u8; NW];
+        let mut mwords = [0u64; NW];
+        let mut nw = 0;
+        for i in 0..NW {
+            if mask.w[i] != 0 {
+                words[nw] = i as u8;
+                mwords[nw] = mask.w[i];
+                nw += 1;
+            }
+        }
         Subtable {
             mask,
             words,
+            mwords,
+            nw,
             slots: vec![EMPTY; 16],
+            keys: vec![0; 16 * nw],
             n: 0,
             hits: 0,
         }
     }
+    /// The masked non-zero words of `k`.
     #[inline]
-    fn masked_hash(&self, k: &FlowKey) -> u64 {
-        let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
-        for &i in &self.words {
-            let i = i as usize;
-            h = (h.rotate_left(5) ^ (k.w[i] & self.mask.w[i])).wrapping_mul(0x517c_c1b7_2722_0a95);
+    fn extract(&self, k: &FlowKey, out: &mut [u64; NW]) {
+        for i in 0..self.nw {
+            out[i] = k.w[self.words[i] as usize] & self.mwords[i];
         }
-        h ^ (h >> 29)
     }
     #[inline]
-    fn lookup(&self, k: &FlowKey, flows: &[Megaflow]) -> Option<u32> {
-        let h = self.masked_hash(k);
-        let m = self.slots.len() - 1;
-        let mut i = (h as usize) & m;
+    fn lookup(&self, k: &FlowKey) -> Option<u32> {
+        let mut m = [0u64; NW];
+        self.extract(k, &mut m);
+        let mv = &m[..self.nw];
+        let h = hash_slice(mv);
+        let mask = self.slots.len() - 1;
+        let mut i = (h as usize) & mask;
         loop {
             let s = self.slots[i];
             if s.flow == 0 {
                 return None;
             }
-            if s.hash == h {
-                let fl = &flows[(s.flow - 1) as usize];
-                if self
-                    .words
-                    .iter()
-                    .all(|&w| k.w[w as usize] & self.mask.w[w as usize] == fl.key.w[w as usize])
-                {
-                    return Some(s.flow - 1);
-                }
+            if s.hash == h && &self.keys[i * self.nw..(i + 1) * self.nw] == mv {
+                return Some(s.flow - 1);
             }
-            i = (i + 1) & m;
+            i = (i + 1) & mask;
         }
+    }
+    fn place(&mut self, h: u64, flow: u32, kw: &[u64]) {
+        let mask = self.slots.len() - 1;
+        let mut i = (h as usize) & mask;
+        while self.slots[i].flow != 0 {
+            i = (i + 1) & mask;
+        }
+        self.slots[i] = Slot { hash: h, flow };
+        self.keys[i * self.nw..(i + 1) * self.nw].copy_from_slice(kw);
     }
     fn insert(&mut self, key: &FlowKey, id: u32) {
         if (self.n + 1) * 2 > self.slots.len() {
             let new_len = self.slots.len() * 2;
             let old = std::mem::replace(&mut self.slots, vec![EMPTY; new_len]);
-            let m = self.slots.len() - 1;
-            for s in old.into_iter().filter(|s| s.flow != 0) {
-                let mut i = (s.hash as usize) & m;
-                while self.slots[i].flow != 0 {
-                    i = (i + 1) & m;
+            let old_keys = std::mem::replace(&mut self.keys, vec![0; new_len * self.nw]);
+            for (j, s) in old.iter().enumerate() {
+                if s.flow != 0 {
+                    let kw: Vec<u64> = old_keys[j * self.nw..(j + 1) * self.nw].to_vec();
+                    self.place(s.hash, s.flow, &kw);
                 }
-                self.slots[i] = s;
             }
         }
-        let h = self.masked_hash(key);
-        let m = self.slots.len() - 1;
-        let mut i = (h as usize) & m;
-        while self.slots[i].flow != 0 {
-            i = (i + 1) & m;
-        }
-        self.slots[i] = Slot {
-            hash: h,
-            flow: id + 1,
-        };
+        let mut m = [0u64; NW];
+        self.extract(key, &mut m);
+        let h = hash_slice(&m[..self.nw]);
+        let kw = m;
+        self.place(h, id + 1, &kw[..self.nw]);
         self.n += 1;
     }
 }
@@ -288,7 +312,7 @@ impl Datapath {
         for &si in &self.order {
             probes += 1;
             let st = &self.subtables[si as usize];
-            if let Some(id) = st.lookup(k, &self.flows) {
+            if let Some(id) = st.lookup(k) {
                 found = Some((si, id));
                 break;
             }
