@@ -62,8 +62,9 @@ done
 [ -b \"\$dev\" ] || { echo no-device; nvme list; exit 1; }
 echo dev=\$dev size=\$(blockdev --getsize64 \$dev)
 head -c 4194304 /dev/urandom > /tmp/nvmf-a
-dd if=/tmp/nvmf-a of=\$dev bs=64k oflag=direct status=none
-dd if=\$dev of=/tmp/nvmf-b bs=64k count=64 iflag=direct status=none
+# 1 MiB I/Os: several H2CData PDUs per R2T (MAXH2CDATA 128 KiB), several C2HData per read
+dd if=/tmp/nvmf-a of=\$dev bs=1M oflag=direct status=none
+dd if=\$dev of=/tmp/nvmf-b bs=1M count=4 iflag=direct status=none
 cmp /tmp/nvmf-a /tmp/nvmf-b && echo dd-ok
 # small unaligned-size I/O through the page cache path too
 head -c 4096 /dev/urandom > /tmp/nvmf-c

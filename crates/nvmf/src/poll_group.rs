@@ -56,8 +56,14 @@ pub struct ListenSpec {
 }
 
 impl NvmfServer {
-    /// Binds every listener, starts `poll_groups` poll group threads and the acceptor.
+    /// Binds every listener, starts `poll_groups` poll group threads (0 = one per
+    /// available CPU) and the acceptor.
     pub fn start(tgt: Tgt, listen: &[ListenSpec], poll_groups: usize) -> io::Result<NvmfServer> {
+        let poll_groups = if poll_groups == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            poll_groups
+        };
         let tgt = Arc::new(tgt);
         let mut socks = Vec::new();
         let mut addrs = Vec::new();

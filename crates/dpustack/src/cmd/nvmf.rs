@@ -37,7 +37,7 @@ pub struct NvmfConfig {
     pub nqn: String,
     /// A full target configuration file (TOML or JSON) used instead of the quick form.
     pub target_config: Option<PathBuf>,
-    /// Poll group threads.
+    /// Poll group threads (0 = one per CPU).
     pub poll_groups: usize,
 }
 
@@ -352,7 +352,7 @@ pub struct ServeArgs {
     /// Target configuration file (TOML or .json) with bdevs, subsystems, namespaces, hosts, listeners.
     #[arg(long, short = 'c')]
     pub target_config: Option<PathBuf>,
-    /// Poll group threads.
+    /// Poll group threads (0 = one per CPU).
     #[arg(long, default_value_t = 1)]
     pub poll_groups: usize,
     /// Idle passes a poll group busy-polls before sleeping in poll(2) (0 = event driven).
