@@ -82,7 +82,7 @@ struct Subtable {
     hits: u64,
 }
 
-#[inline]
+#[inline(always)]
 fn hash_slice(v: &[u64]) -> u64 {
     let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
     for &x in v {
@@ -115,13 +115,13 @@ impl Subtable {
         }
     }
     /// The masked non-zero words of `k`.
-    #[inline]
+    #[inline(always)]
     fn extract(&self, k: &FlowKey, out: &mut [u64; NW]) {
         for i in 0..self.nw {
             out[i] = k.w[self.words[i] as usize] & self.mwords[i];
         }
     }
-    #[inline]
+    #[inline(always)]
     fn lookup(&self, k: &FlowKey) -> Option<u32> {
         let mut m = [0u64; NW];
         self.extract(k, &mut m);
@@ -134,7 +134,12 @@ impl Subtable {
             if s.flow == 0 {
                 return None;
             }
-            if s.hash == h && &self.keys[i * self.nw..(i + 1) * self.nw] == mv {
+            if s.hash == h
+                && self.keys[i * self.nw..(i + 1) * self.nw]
+                    .iter()
+                    .zip(mv)
+                    .all(|(a, b)| a == b)
+            {
                 return Some(s.flow - 1);
             }
             i = (i + 1) & mask;
