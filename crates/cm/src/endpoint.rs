@@ -836,7 +836,7 @@ impl CmEndpoint {
         })
     }
 
-    fn ephemeral_port(&mut self, me: usize, ps: PortSpace, ip: IpAddr) -> Result<u16, Error> {
+    fn ephemeral_port(&mut self, me: usize, ps: PortSpace) -> Result<u16, Error> {
         for _ in 0..28000 {
             let p = self.next_port;
             self.next_port = if p >= 60999 { 32768 } else { p + 1 };
@@ -852,7 +852,6 @@ impl CmEndpoint {
             if !used {
                 return Ok(p);
             }
-            let _ = ip;
         }
         Err(Error::AddrInUse)
     }
@@ -870,7 +869,7 @@ impl CmEndpoint {
         let ps = id.ps;
         let reuse = id.reuse_addr;
         let port = if addr.port() == 0 {
-            self.ephemeral_port(idx, ps, addr.ip())?
+            self.ephemeral_port(idx, ps)?
         } else {
             if self.port_in_use(idx, ps, addr, reuse) {
                 return Err(Error::AddrInUse);
@@ -926,7 +925,7 @@ impl CmEndpoint {
         let ps = self.id(idx).ps;
         let port = match bound {
             Some(b) => b.port(),
-            None => self.ephemeral_port(idx, ps, local_ip)?,
+            None => self.ephemeral_port(idx, ps)?,
         };
         let id = self.id_mut(idx);
         id.local = Some(SocketAddr::new(local_ip, port));
@@ -1448,8 +1447,8 @@ impl CmEndpoint {
         let tid = mad.tid;
         let attr_mod = mad.attr_mod;
         match mad.msg {
-            CmMsgRepr::Req(r) => self.on_req(now, src, dst, tid, attr_mod, r),
-            CmMsgRepr::Rep(r) => self.on_rep(now, src, dst, tid, attr_mod, r),
+            CmMsgRepr::Req(r) => self.on_req(src, dst, tid, attr_mod, r),
+            CmMsgRepr::Rep(r) => self.on_rep(src, dst, tid, attr_mod, r),
             CmMsgRepr::Rtu(r) => self.on_rtu(r),
             CmMsgRepr::Rej(r) => self.on_rej(now, src, r),
             CmMsgRepr::Mra(r) => self.on_mra(now, r),
@@ -1525,16 +1524,7 @@ impl CmEndpoint {
         self.send(dst, src, &mad);
     }
 
-    fn on_req(
-        &mut self,
-        now: Instant,
-        src: IpAddr,
-        dst: IpAddr,
-        tid: u64,
-        attr_mod: u32,
-        r: ReqRepr,
-    ) {
-        let _ = now;
+    fn on_req(&mut self, src: IpAddr, dst: IpAddr, tid: u64, attr_mod: u32, r: ReqRepr) {
         let key = (r.local_comm_id, r.local_ca_guid);
         if let Some(&idx) = self.by_remote.get(&key) {
             // A duplicate (our answer was lost or is slow) or a stale REQ.
@@ -1673,15 +1663,7 @@ impl CmEndpoint {
         );
     }
 
-    fn on_rep(
-        &mut self,
-        now: Instant,
-        src: IpAddr,
-        dst: IpAddr,
-        tid: u64,
-        attr_mod: u32,
-        r: RepRepr,
-    ) {
+    fn on_rep(&mut self, src: IpAddr, dst: IpAddr, tid: u64, attr_mod: u32, r: RepRepr) {
         let Some(idx) = self.lookup_local(r.remote_comm_id) else {
             // Unknown connection: tell the peer (kernel: REJ invalid comm ID).
             let mad = CmMadRepr {
@@ -1755,7 +1737,6 @@ impl CmEndpoint {
             }
             _ => self.unmatched("REP"),
         }
-        let _ = now;
     }
 
     fn on_rtu(&mut self, r: RtuRepr) {

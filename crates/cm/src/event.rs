@@ -11,9 +11,6 @@ pub const ETIMEDOUT: i32 = -110;
 pub const EHOSTUNREACH: i32 = -113;
 /// `-ENODEV`: the device went away.
 pub const ENODEV: i32 = -19;
-/// `-ECONNREFUSED`-like status used by librdmacm examples for reason 8 (kept as the
-/// positive REJ reason in `CmEvent::status`, as the kernel does).
-pub const ECONNREFUSED: i32 = -111;
 
 /// librdmacm's `enum rdma_cm_event_type` (the values are librdmacm's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
