@@ -68,7 +68,6 @@ const EMPTY: Slot = Slot { hash: 0, flow: 0 };
 
 #[derive(Debug, Clone)]
 struct Subtable {
-    mask: FlowKey,
     /// Indices of the non-zero mask words (what the hash and compare look at).
     words: [u8; NW],
     /// The mask values of those words.
@@ -104,7 +103,6 @@ impl Subtable {
             }
         }
         Subtable {
-            mask,
             words,
             mwords,
             nw,
