@@ -115,8 +115,12 @@ impl Subtable {
     /// The masked non-zero words of `k`.
     #[inline(always)]
     fn extract(&self, k: &FlowKey, out: &mut [u64; NW]) {
-        for i in 0..self.nw {
-            out[i] = k.w[self.words[i] as usize] & self.mwords[i];
+        for ((o, &w), &m) in out
+            .iter_mut()
+            .zip(&self.words[..self.nw])
+            .zip(&self.mwords[..self.nw])
+        {
+            *o = k.w[w as usize] & m;
         }
     }
     #[inline(always)]
