@@ -999,3 +999,23 @@ fn lossy_network_never_hangs_many_seeds() {
         }
     }
 }
+
+/// The IB port space (RDMA_PS_IB, service ID 0x013F_xxxx) connects like TCP.
+#[test]
+fn ib_port_space_connects() {
+    let mut n = Net::new(LinkConfig::default(), 33);
+    n.listen(PortSpace::Ib);
+    n.connect(PortSpace::Ib, b"ib");
+    assert!(n.drive(Duration::from_secs(1)));
+    assert_eq!(n.kinds(0), vec![Established]);
+    let CmMsgRepr::Req(r) = &n.sent(0)[0].msg else {
+        panic!()
+    };
+    assert_eq!(r.service_id, 0x0000_0000_013f_0000 | u64::from(PORT));
+    // a TCP-space client does not reach the IB-space listener
+    let mut n = Net::new(LinkConfig::default(), 34);
+    n.listen(PortSpace::Ib);
+    n.connect(PortSpace::Tcp, b"");
+    assert!(n.drive(Duration::from_secs(1)));
+    assert_eq!(n.s[0].events[0].status, 8);
+}

@@ -1,7 +1,7 @@
 //! InfiniBand MADs: the common MAD header and the CM messages (REQ, REP, RTU, REJ, MRA, DREQ, DREP, SIDR), and the CMA private-data header.
 //!
 //! A MAD is always [`MAD_LEN`] (256) bytes: the 24-byte common header
-//! ([`MadHeader`]) followed by 232 bytes of class data. For the Communication
+//! ([`Mad`] view, [`MadHdrRepr`]) followed by 232 bytes of class data. For the Communication
 //! Management class (0x07, class version 2, method Send) the class data is one of
 //! the messages of IBTA Vol. 1 chapter 12 (tables 106–120). Field positions follow
 //! the spec's `Byte[Bit]` notation exactly as Linux's `include/rdma/ibta_vol1_c12.h`
