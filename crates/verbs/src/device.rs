@@ -68,6 +68,8 @@ pub(crate) struct Shared {
     pub(crate) sock: Option<Arc<netio::udp::UdpBatchSocket>>,
     pub(crate) rx: Mutex<Option<netio::udp::RxBatch>>,
     pub(crate) poller: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// When an application thread last received by busy polling (driver::mono_ns).
+    pub(crate) busy_poll_at: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for Shared {
@@ -157,9 +159,10 @@ impl Context {
             s.set_gso(o.gso);
             engine.caps.tx_icrc = false; // the driver fills it, knowing each IPv4 ID
             let maxp = engine.max_packet_len();
+            let sport = s.local_addr().map(|a| a.port()).unwrap_or(o.port);
             (
                 Some(Arc::new(s)),
-                Some(crate::driver::TxState::new(o.ip, maxp)),
+                Some(crate::driver::TxState::new(o.ip, sport, maxp)),
                 Some(netio::udp::RxBatch::new(maxp + 64)),
             )
         };
@@ -172,6 +175,7 @@ impl Context {
             sock,
             rx: Mutex::new(rx),
             poller: Mutex::new(None),
+            busy_poll_at: Default::default(),
         });
         if o.mode == IoMode::Threaded {
             crate::driver::spawn_poller(&shared)?;
@@ -516,6 +520,9 @@ impl CompChannel {
 /// An empty `Cq::poll` yields the CPU every this many calls: busy pollers share
 /// few cores with the poller threads (2 vCPUs in the test guest).
 const YIELD_EVERY: u32 = 32;
+/// An empty `Cq::poll` in threaded mode tries to receive itself every this many
+/// calls (see `driver::try_progress`).
+const PROGRESS_EVERY: u32 = 4;
 
 /// Completion queue (`ibv_cq`).
 #[derive(Clone)]
@@ -539,12 +546,16 @@ impl Cq {
         if self.count.load(std::sync::atomic::Ordering::Acquire) == 0 || wc.is_empty() {
             // busy pollers share few cores with the device's poller thread: let it
             // run now and then instead of burning the whole time slice
-            if self
+            let k = self
                 .empty_polls
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                % YIELD_EVERY
-                == YIELD_EVERY - 1
-            {
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if s.mode == IoMode::Threaded && k % PROGRESS_EVERY == PROGRESS_EVERY - 1 {
+                crate::driver::try_progress(s);
+                if self.count.load(std::sync::atomic::Ordering::Acquire) > 0 {
+                    return s.lock().engine.poll_cq(self.id, wc);
+                }
+            }
+            if k % YIELD_EVERY == YIELD_EVERY - 1 {
                 std::thread::yield_now();
             }
             return Ok(0);

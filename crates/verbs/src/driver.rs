@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use netio::udp::{TxBatch, UdpBatchSocket};
 use wire::roce::icrc::fill_icrc_ipv4;
-use wire::roce::{Ipv4Pseudo, ROCE_PORT};
+use wire::roce::Ipv4Pseudo;
 
 use crate::device::Shared;
 use crate::soft::Engine;
@@ -17,13 +17,16 @@ use crate::soft::Engine;
 /// Transmit side state (lives under the device mutex).
 pub(crate) struct TxState {
     src: [u8; 4],
+    /// Our UDP source port (4791 unless a test bound another).
+    sport: u16,
     tx: TxBatch,
 }
 
 impl TxState {
-    pub(crate) fn new(src: Ipv4Addr, max_pkt: usize) -> TxState {
+    pub(crate) fn new(src: Ipv4Addr, sport: u16, max_pkt: usize) -> TxState {
         TxState {
             src: src.octets(),
+            sport,
             tx: TxBatch::new(max_pkt),
         }
     }
@@ -43,7 +46,7 @@ impl TxState {
                 return;
             }
             let src = self.src;
-            let sport = sock.local_addr().map(|a| a.port()).unwrap_or(ROCE_PORT);
+            let sport = self.sport;
             self.tx.for_each_packet(sock, |pkt, dst, id| {
                 let ip = Ipv4Pseudo {
                     id,
@@ -108,6 +111,35 @@ pub(crate) fn progress(shared: &Shared) -> crate::Result<usize> {
     Ok(total)
 }
 
+/// Opportunistic progress from an application thread that is busy polling an
+/// empty CQ: if nobody is receiving right now, drain the socket here instead of
+/// waiting for the poller thread to wake up (polling mode, as SPDK/DPDK do).
+pub(crate) fn try_progress(shared: &Shared) {
+    shared
+        .busy_poll_at
+        .store(mono_ns(), std::sync::atomic::Ordering::Relaxed);
+    let Ok(mut g) = shared.rx.try_lock() else {
+        return;
+    };
+    if let Some(rx) = g.as_mut() {
+        while let Ok(n) = round(shared, rx) {
+            if n < netio::udp::MAX_BATCH {
+                break;
+            }
+        }
+    }
+}
+
+/// Nanoseconds on a process-wide monotonic clock.
+pub(crate) fn mono_ns() -> u64 {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// While an application thread busy-polls (and so receives itself), the poller
+/// thread stays out of its way for this long after the last busy poll.
+const BUSY_POLL_GRACE_NS: u64 = 200_000;
+
 /// Starts the device's poller thread. It holds only a weak reference and exits
 /// when the last handle of the device is dropped.
 pub(crate) fn spawn_poller(shared: &Arc<Shared>) -> std::io::Result<()> {
@@ -116,12 +148,6 @@ pub(crate) fn spawn_poller(shared: &Arc<Shared>) -> std::io::Result<()> {
         .sock
         .clone()
         .ok_or_else(|| std::io::Error::other("no socket"))?;
-    let mut rx = shared
-        .rx
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take()
-        .ok_or_else(|| std::io::Error::other("no rx"))?;
     let h = std::thread::Builder::new()
         .name(format!("roce-{}", shared.name))
         .spawn(move || loop {
@@ -145,8 +171,18 @@ pub(crate) fn spawn_poller(shared: &Arc<Shared>) -> std::io::Result<()> {
                 continue;
             }
             let Some(s) = weak.upgrade() else { return };
+            let since =
+                mono_ns().saturating_sub(s.busy_poll_at.load(std::sync::atomic::Ordering::Relaxed));
+            if since < BUSY_POLL_GRACE_NS {
+                drop(s);
+                std::thread::sleep(Duration::from_nanos(BUSY_POLL_GRACE_NS - since));
+                continue;
+            }
+            // the receive batch is shared with busy pollers (`try_progress`)
+            let mut g = s.rx.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(rx) = g.as_mut() else { return };
             loop {
-                match round(&s, &mut rx) {
+                match round(&s, rx) {
                     Ok(n) if n == netio::udp::MAX_BATCH => continue,
                     Ok(_) => break,
                     Err(e) => {
