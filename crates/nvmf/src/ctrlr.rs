@@ -240,7 +240,7 @@ impl Ctrlr {
     }
 
     /// Executes an admin (or admin-queue fabrics) command other than Connect.
-    pub fn exec_admin(&self, tgt: &Tgt, sqe: &Sqe, data: &[u8], now_ms: u64) -> AdminOutcome {
+    pub fn exec_admin(&self, tgt: &Tgt, sqe: &Sqe, _data: &[u8], now_ms: u64) -> AdminOutcome {
         // any admin command counts as keep-alive traffic (TBKAS-like leniency)
         self.keep_alive(now_ms);
         if sqe.is_fabrics() {
@@ -295,7 +295,6 @@ impl Ctrlr {
                 AdminOutcome::Done(Status::SUCCESS, 1, Vec::new())
             }
             _ => {
-                let _ = data;
                 debug!(opc = sqe.opcode(), "unsupported admin opcode");
                 done(Status::generic(GenericStatus::InvalidOpcode).with_dnr(true))
             }

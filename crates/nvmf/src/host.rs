@@ -187,7 +187,7 @@ impl Queue {
     /// happen first. Returns the number of new completions.
     pub fn progress(&mut self, block: bool) -> Result<usize> {
         let before = self.done.len();
-        let mut moved = self.pump()?;
+        let moved = self.pump()?;
         if !moved && block && self.done.len() == before {
             let mut fds = [libc::pollfd {
                 fd: self.sock.as_raw_fd(),
@@ -201,9 +201,8 @@ impl Queue {
             }];
             // SAFETY: one valid pollfd for the duration of the call.
             unsafe { libc::poll(fds.as_mut_ptr(), 1, 100) };
-            moved = self.pump()?;
+            self.pump()?;
         }
-        let _ = moved;
         Ok(self.done.len() - before)
     }
 

@@ -1105,9 +1105,6 @@ impl HostConn {
             let st: u16 = 0x04 << 1;
             cqe[14..16].copy_from_slice(&st.to_le_bytes());
         }
-        if cmd.ddgst_bad || cmd.read.is_empty() {
-            // keep the data anyway, the caller sees the status
-        }
         self.events.push_back(HostEvent::Completion {
             cqe,
             data: cmd.read,
