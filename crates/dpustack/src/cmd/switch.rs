@@ -14,11 +14,23 @@ use crate::up::Part;
 #[serde(default, deny_unknown_fields)]
 pub struct SwitchConfig {
     pub enabled: bool,
+    /// Initial flow table for `dpustack up` (ovs-ofctl add-flows file).
+    pub flows: Option<PathBuf>,
+    /// Ports for `dpustack up`, as for `switch run --port`: "N=afpacket:IF", ...
+    /// Without ports the switch is not started by `up`.
+    pub ports: Vec<String>,
+    /// Control socket.
+    pub ctl: PathBuf,
 }
 
 impl Default for SwitchConfig {
     fn default() -> Self {
-        SwitchConfig { enabled: true }
+        SwitchConfig {
+            enabled: true,
+            flows: None,
+            ports: Vec::new(),
+            ctl: PathBuf::from(DEFAULT_CTL),
+        }
     }
 }
 
@@ -339,8 +351,47 @@ mod live {
         }
     }
 
+    /// Asks a running switch loop to stop.
+    pub fn request_stop() {
+        STOP.store(true, Ordering::SeqCst);
+    }
+
     pub fn run(a: &super::RunArgs) -> Result<()> {
-        let mut table = match &a.flows {
+        let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::SeqCst));
+        run_with(a, None)
+    }
+
+    /// The switch loop; `ready` is told once the ports and control socket are open.
+    pub fn run_with(
+        a: &super::RunArgs,
+        ready: Option<std::sync::mpsc::Sender<std::result::Result<(), String>>>,
+    ) -> Result<()> {
+        let r = setup(a);
+        let (mut table, mut ports, listener) = match r {
+            Ok(x) => {
+                if let Some(t) = &ready {
+                    let _ = t.send(Ok(()));
+                }
+                x
+            }
+            Err(e) => {
+                if let Some(t) = &ready {
+                    let _ = t.send(Err(format!("{e:#}")));
+                }
+                return Err(e);
+            }
+        };
+        run_loop(a, &mut table, &mut ports, listener)
+    }
+
+    type Setup = (
+        FlowTable,
+        BTreeMap<u32, Port>,
+        std::os::unix::net::UnixListener,
+    );
+
+    fn setup(a: &super::RunArgs) -> Result<Setup> {
+        let table = match &a.flows {
             Some(p) => {
                 let t = std::fs::read_to_string(p)
                     .with_context(|| format!("reading {}", p.display()))?;
@@ -364,7 +415,16 @@ mod live {
         let listener = std::os::unix::net::UnixListener::bind(&a.ctl)
             .with_context(|| format!("binding {}", a.ctl.display()))?;
         listener.set_nonblocking(true)?;
-        let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::SeqCst));
+        Ok((table, ports, listener))
+    }
+
+    fn run_loop(
+        a: &super::RunArgs,
+        table: &mut FlowTable,
+        ports: &mut BTreeMap<u32, Port>,
+        listener: std::os::unix::net::UnixListener,
+    ) -> Result<()> {
+        STOP.store(false, Ordering::SeqCst);
         let mut dp = Datapath::new();
         let start = Instant::now();
         let deadline = a.duration.map(|d| start + Duration::from_secs_f64(d));
@@ -401,7 +461,7 @@ mod live {
             // Switch.
             for (in_port, mut frame) in pending.drain(..) {
                 c.rx += 1;
-                let (acts, _) = dp.receive(&table, in_port, &frame, now_ms);
+                let (acts, _) = dp.receive(table, in_port, &frame, now_ms);
                 let acts = acts.to_vec();
                 let ex = flow::exec::execute(&acts, &mut frame);
                 c.packet_ins += ex.packet_ins as u64;
@@ -426,7 +486,7 @@ mod live {
                     conn.set_read_timeout(Some(Duration::from_secs(5)))?;
                     let mut req = String::new();
                     conn.read_to_string(&mut req)?;
-                    let (resp, stop) = handle_ctl(&req, &mut table, &mut dp, now_ms);
+                    let (resp, stop) = handle_ctl(&req, table, &mut dp, now_ms);
                     let _ = conn.write_all(resp.as_bytes());
                     if stop {
                         STOP.store(true, Ordering::SeqCst);
@@ -460,16 +520,43 @@ mod live {
     }
 }
 
-/// This area's part of `dpustack up`.
+/// This area's part of `dpustack up`: the live switch when `[switch] ports` are set.
 pub fn up(cfg: &Config) -> Result<Part> {
-    if !cfg.switch.enabled {
+    let c = &cfg.switch;
+    if !c.enabled || c.ports.is_empty() {
         return Ok(Part::Disabled { name: "switch" });
     }
-    Ok(Part::not_yet(
-        "switch",
-        Some(7),
-        "flow table and megaflow datapath",
-    ))
+    let args = RunArgs {
+        flows: c.flows.clone(),
+        ports: c.ports.clone(),
+        ctl: c.ctl.clone(),
+        duration: None,
+    };
+    let detail = format!(
+        "{} ports, control socket {}",
+        c.ports.len(),
+        c.ctl.display()
+    );
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let h = std::thread::Builder::new()
+        .name("switch".into())
+        .spawn(move || live::run_with(&args, Some(ready_tx)))?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => bail!("switch: {e}"),
+        Err(_) => match h.join() {
+            Ok(Err(e)) => return Err(e.context("switch")),
+            _ => bail!("switch thread ended"),
+        },
+    }
+    Ok(Part::Running {
+        name: "switch",
+        detail,
+        stop: Some(Box::new(move || {
+            live::request_stop();
+            let _ = h.join();
+        })),
+    })
 }
 
 /// `dpustack bench flow`: single-core lookup rates of the datapath cache, each next to
