@@ -33,7 +33,7 @@ if [ "${1:-}" = guest ]; then
     ip addr add 10.99.2.1/24 dev vr; ip link set vr up
     ip -n peer addr add 10.99.2.2/24 dev vp; ip -n peer link set vp up; ip -n peer link set lo up
   fi
-  rdma link show rxe_r > /dev/null 2>&1 || rdma link add rxe_r type rxe netdev vr
+  rdma link show rxe_r > /dev/null 2>&1 || rdma link add rxe_r type rxe netdev vr 2>/dev/null || true
   rm -f /vmh/roce03.pcap
   dumpcap -i vr -w /vmh/roce03.pcap -q > $L/dumpcap 2>&1 & DC=$!
   for i in $(seq 100); do [ -f /vmh/roce03.pcap ] && break; sleep 0.1; done; sleep 1
