@@ -17,7 +17,40 @@
 use crate::key::{f, FlowKey, NW, STAGES};
 use crate::ofctl::Match;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Range;
+
+/// A fast, deterministic hasher for flow keys (word-wise multiply/rotate); the keys are
+/// not attacker-chosen hash-flooding material in this slow-path table (packets are,
+/// but a table lookup hashes at most one key per subtable stage).
+#[derive(Default, Clone, Copy)]
+pub struct WordHasher(u64);
+
+impl Hasher for WordHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut it = bytes.chunks_exact(8);
+        for c in &mut it {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(a));
+        }
+        for &b in it.remainder() {
+            self.write_u64(b as u64);
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 29)
+    }
+}
+
+/// HashMap keyed by flow keys with [`WordHasher`].
+pub type KeyMap<V> = HashMap<FlowKey, V, BuildHasherDefault<WordHasher>>;
 
 /// A binary prefix trie over 32-bit values, with OVS's lookup semantics
 /// (`trie_lookup_value`). Nodes are uncompressed; each node counts the rule prefixes
@@ -150,9 +183,9 @@ struct Subtable {
     /// Cumulative masks for stages 0..=i (for the indices).
     cum_masks: Vec<FlowKey>,
     /// One index per stage but the last: how many rules have each masked prefix.
-    indices: Vec<HashMap<FlowKey, u32>>,
+    indices: Vec<KeyMap<u32>>,
     /// Rules by masked value: (priority, id), highest priority first.
-    rules: HashMap<FlowKey, Vec<(u16, u32)>>,
+    rules: KeyMap<Vec<(u16, u32)>>,
     max_priority: i32,
     n_rules: usize,
     trie_plen: [u32; 2],
@@ -187,8 +220,8 @@ impl Subtable {
             mask,
             stages,
             cum_masks,
-            indices: vec![HashMap::new(); n_idx],
-            rules: HashMap::new(),
+            indices: vec![KeyMap::default(); n_idx],
+            rules: KeyMap::default(),
             max_priority: -1,
             n_rules: 0,
             trie_plen,
@@ -223,7 +256,7 @@ struct TrieCtx {
 #[derive(Debug, Clone)]
 pub struct Classifier {
     subtables: Vec<Subtable>,
-    by_mask: HashMap<FlowKey, usize>,
+    by_mask: KeyMap<usize>,
     /// Subtable indices, highest max_priority first.
     order: Vec<usize>,
     tries: [PrefixTrie; 2],
@@ -241,7 +274,7 @@ impl Classifier {
     pub fn new() -> Classifier {
         Classifier {
             subtables: Vec::new(),
-            by_mask: HashMap::new(),
+            by_mask: KeyMap::default(),
             order: Vec::new(),
             tries: [PrefixTrie::default(), PrefixTrie::default()],
             use_tries: true,

@@ -252,14 +252,17 @@ fn gen_rule(r: &mut SmallRng, prio: u16) -> String {
     if !vlan && r.gen_bool(0.04) {
         m.push("dl_vlan=0xffff".into());
     }
+    let mut tagged = vlan;
     if !vlan && r.gen_bool(0.04) {
+        let i = r.gen_range(0..3);
+        tagged = i == 0; // only 0x1000/0x1000 guarantees a tag (CFI set)
         m.push(
             [
                 "vlan_tci=0x1000/0x1000",
                 "vlan_tci=0x0014/0x0fff",
                 "vlan_tci=0x6000/0xe000",
-            ][r.gen_range(0..3)]
-            .into(),
+            ][i]
+                .into(),
         );
     }
     if r.gen_bool(0.08) {
@@ -352,7 +355,7 @@ fn gen_rule(r: &mut SmallRng, prio: u16) -> String {
     } else {
         let n = r.gen_range(1..=3);
         // VLAN headers on the action check flow (OVS allows at most 2; a pop needs one).
-        let mut nv = vlan as u8;
+        let mut nv = tagged as u8;
         for _ in 0..n {
             let c = r.gen_range(0..20);
             let act = match c {
