@@ -1,0 +1,17 @@
+#!/bin/bash
+# Conformance of the flow table / megaflow generator with Open vSwitch 3.1 itself
+# (../shared/oracles/ovs.sh): the sample table plus random tables, traced through both;
+# megaflows and datapath actions must agree on every packet. Runs on the host.
+set -u
+cd "${ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}"
+command -v ovs-vswitchd >/dev/null || { echo "FAIL ovs-oracle (openvswitch-switch not installed)"; exit 0; }
+out=$(DPUSTACK_OVS_ORACLE=1 DPUSTACK_OVS_TABLES=${DPUSTACK_OVS_TABLES:-40} \
+      DPUSTACK_OVS_PACKETS=${DPUSTACK_OVS_PACKETS:-80} \
+      cargo test -q -p flow --test ovs_oracle -- --nocapture 2>&1)
+line=$(echo "$out" | grep "OVS conformance" | head -1)
+if echo "$out" | grep -q "test result: ok. 1 passed"; then
+  echo "PASS ovs-oracle ${line#OVS conformance: }"
+else
+  echo "FAIL ovs-oracle ${line:-no result}"
+  echo "$out" | grep -A8 "disagreements\|panicked" | head -40
+fi
