@@ -21,7 +21,7 @@ use crate::up::Part;
 pub struct RdmaConfig {
     pub enabled: bool,
     /// IPv4 address (or `dps_a_b_c_d` name) of the soft device `up` starts;
-    /// empty = the first non-loopback IPv4 address, else 127.0.0.1.
+    /// empty = `node.listen_ip`.
     pub device: String,
 }
 
@@ -1054,7 +1054,13 @@ pub fn up(cfg: &Config) -> Result<Part> {
     if !cfg.rdma.enabled {
         return Ok(Part::Disabled { name: "rdma" });
     }
-    let dev = (!cfg.rdma.device.is_empty()).then_some(cfg.rdma.device.as_str());
+    // the section's device, else the node's listen address (as the other services)
+    let dev = if cfg.rdma.device.is_empty() {
+        cfg.node.listen_ip.as_str()
+    } else {
+        cfg.rdma.device.as_str()
+    };
+    let dev = (!dev.is_empty()).then_some(dev);
     let ctx = open_device(dev)?;
     let attr = ctx.query_port(1)?;
     let detail = format!(
