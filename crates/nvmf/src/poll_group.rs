@@ -229,7 +229,7 @@ fn poll_group_loop(
                 let _ = c
                     .sock
                     .set_write_timeout(Some(std::time::Duration::from_millis(100)));
-                let pending = c.qp.conn.poll_transmit().to_vec();
+                let pending = c.qp.conn.drain_tx();
                 let _ = c.sock.write_all(&pending);
                 let _ = c.sock.shutdown(std::net::Shutdown::Both);
                 c.qp.teardown(&tgt);
@@ -315,7 +315,13 @@ fn poll_conn(tgt: &Tgt, c: &mut Conn, timers: bool, now: u64) -> bool {
         c.qp.check_timers(now);
     }
     while c.qp.conn.tx_backlog() > 0 {
-        match c.sock.write(c.qp.conn.poll_transmit()) {
+        // headers and read data leave in one writev, the data without a copy
+        let r = {
+            let mut iov = [io::IoSlice::new(&[]); 64];
+            let n = c.qp.conn.poll_transmit_vectored(&mut iov);
+            c.sock.write_vectored(&iov[..n])
+        };
+        match r {
             Ok(0) => break,
             Ok(n) => {
                 c.qp.conn.advance_tx(n);

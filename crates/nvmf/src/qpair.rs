@@ -171,7 +171,7 @@ impl Qpair {
         }
     }
 
-    fn respond(&mut self, cid: u16, status: Status, result: u64, data: &[u8]) {
+    fn respond(&mut self, cid: u16, status: Status, result: u64, data: Vec<u8>) {
         let mut cqe = Cqe::new(cid, status);
         cqe.set_result64(result);
         cqe.set_sqid(self.qid);
@@ -196,7 +196,12 @@ impl Qpair {
         if let Some(e) = req.error {
             let (sct, sc) = e.status();
             debug!(cid, ?e, "command data error");
-            self.respond(cid, Status::new(Sct::from(sct), sc).with_dnr(true), 0, &[]);
+            self.respond(
+                cid,
+                Status::new(Sct::from(sct), sc).with_dnr(true),
+                0,
+                Vec::new(),
+            );
             self.conn.recycle(req.data);
             return;
         }
@@ -210,7 +215,7 @@ impl Qpair {
                 cid,
                 st(GenericStatus::CommandSequenceError).with_dnr(true),
                 0,
-                &[],
+                Vec::new(),
             );
             self.conn.recycle(req.data);
             return;
@@ -219,7 +224,7 @@ impl Qpair {
             match ctrlr.exec_admin(tgt, &sqe, &req.data, tgt.now_ms()) {
                 AdminOutcome::Done(s, r, mut data) => {
                     data.truncate(req.c2h_len as usize);
-                    self.respond(cid, s, r, &data);
+                    self.respond(cid, s, r, data);
                 }
                 AdminOutcome::Aer => self.aers.push(cid),
             }
@@ -236,7 +241,7 @@ impl Qpair {
                 cid,
                 st(GenericStatus::CommandSequenceError).with_dnr(true),
                 0,
-                &[],
+                Vec::new(),
             );
             return;
         }
@@ -250,11 +255,11 @@ impl Qpair {
                 let cntlid = c.ctrlr.cntlid;
                 debug!(peer = %self.peer, cntlid, qid = c.qid, sqsize = c.sqsize, "queue connected");
                 self.ctrlr = Some(c.ctrlr);
-                self.respond(cid, Status::SUCCESS, cntlid as u64, &[]);
+                self.respond(cid, Status::SUCCESS, cntlid as u64, Vec::new());
             }
             Err(e) => {
                 warn!(peer = %self.peer, status = e.status.fabrics_name(), dw0 = e.dw0, "connect refused");
-                self.respond(cid, e.status, e.dw0 as u64, &[]);
+                self.respond(cid, e.status, e.dw0 as u64, Vec::new());
             }
         }
         self.conn.recycle(req.data);
@@ -314,12 +319,17 @@ impl Qpair {
     fn exec_io(&mut self, ctrlr: Arc<Ctrlr>, sqe: Sqe, req: Request) {
         let cid = sqe.cid();
         if !ctrlr.is_ready() {
-            self.respond(cid, st(GenericStatus::CommandSequenceError), 0, &[]);
+            self.respond(cid, st(GenericStatus::CommandSequenceError), 0, Vec::new());
             self.conn.recycle(req.data);
             return;
         }
         if sqe.is_fabrics() {
-            self.respond(cid, st(GenericStatus::InvalidOpcode).with_dnr(true), 0, &[]);
+            self.respond(
+                cid,
+                st(GenericStatus::InvalidOpcode).with_dnr(true),
+                0,
+                Vec::new(),
+            );
             self.conn.recycle(req.data);
             return;
         }
@@ -328,7 +338,7 @@ impl Qpair {
         if op == IoOpcode::Flush && nsid == u32::MAX {
             // broadcast flush: every namespace of this controller is RAM/null or
             // written through; nothing to write back
-            self.respond(cid, Status::SUCCESS, 0, &[]);
+            self.respond(cid, Status::SUCCESS, 0, Vec::new());
             return;
         }
         let Some(ns) = ctrlr.subsys.ns(nsid).cloned() else {
@@ -336,7 +346,7 @@ impl Qpair {
                 cid,
                 st(GenericStatus::InvalidNamespaceOrFormat).with_dnr(true),
                 0,
-                &[],
+                Vec::new(),
             );
             self.conn.recycle(req.data);
             return;
@@ -346,7 +356,7 @@ impl Qpair {
         let slba = sqe.slba();
         let in_range = |n: u64| slba.checked_add(n).is_some_and(|e| e <= ns.num_blocks());
         let Some(ch) = self.channel(&ns) else {
-            self.respond(cid, st(GenericStatus::InternalError), 0, &[]);
+            self.respond(cid, st(GenericStatus::InternalError), 0, Vec::new());
             self.conn.recycle(req.data);
             return;
         };
@@ -359,7 +369,12 @@ impl Qpair {
                     req.data.len() as u64
                 };
                 if !in_range(nlb) {
-                    self.respond(cid, st(GenericStatus::LbaOutOfRange).with_dnr(true), 0, &[]);
+                    self.respond(
+                        cid,
+                        st(GenericStatus::LbaOutOfRange).with_dnr(true),
+                        0,
+                        Vec::new(),
+                    );
                     self.conn.recycle(req.data);
                     return;
                 }
@@ -368,7 +383,7 @@ impl Qpair {
                         cid,
                         st(GenericStatus::DataSglLengthInvalid).with_dnr(true),
                         0,
-                        &[],
+                        Vec::new(),
                     );
                     self.conn.recycle(req.data);
                     return;
@@ -386,7 +401,12 @@ impl Qpair {
             }
             IoOpcode::Write => {
                 if !in_range(nlb) {
-                    self.respond(cid, st(GenericStatus::LbaOutOfRange).with_dnr(true), 0, &[]);
+                    self.respond(
+                        cid,
+                        st(GenericStatus::LbaOutOfRange).with_dnr(true),
+                        0,
+                        Vec::new(),
+                    );
                     self.conn.recycle(req.data);
                     return;
                 }
@@ -395,7 +415,7 @@ impl Qpair {
                         cid,
                         st(GenericStatus::DataSglLengthInvalid).with_dnr(true),
                         0,
-                        &[],
+                        Vec::new(),
                     );
                     self.conn.recycle(req.data);
                     return;
@@ -418,11 +438,21 @@ impl Qpair {
             }
             IoOpcode::WriteZeroes => {
                 if !in_range(nlb) {
-                    self.respond(cid, st(GenericStatus::LbaOutOfRange).with_dnr(true), 0, &[]);
+                    self.respond(
+                        cid,
+                        st(GenericStatus::LbaOutOfRange).with_dnr(true),
+                        0,
+                        Vec::new(),
+                    );
                     return;
                 }
                 if !ns.bdev.io_type_supported(IoType::WriteZeroes) {
-                    self.respond(cid, st(GenericStatus::InvalidOpcode).with_dnr(true), 0, &[]);
+                    self.respond(
+                        cid,
+                        st(GenericStatus::InvalidOpcode).with_dnr(true),
+                        0,
+                        Vec::new(),
+                    );
                     return;
                 }
                 let ctx = self.alloc_io(
@@ -442,14 +472,14 @@ impl Qpair {
                         cid,
                         st(GenericStatus::DataSglLengthInvalid).with_dnr(true),
                         0,
-                        &[],
+                        Vec::new(),
                     );
                     self.conn.recycle(data);
                     return;
                 }
                 if !sqe.dsm_deallocate() || !ns.bdev.io_type_supported(IoType::Unmap) {
                     // only deallocate has an effect; attributes alone are hints
-                    self.respond(cid, Status::SUCCESS, 0, &[]);
+                    self.respond(cid, Status::SUCCESS, 0, Vec::new());
                     self.conn.recycle(data);
                     return;
                 }
@@ -460,7 +490,12 @@ impl Qpair {
                     s.copy_from_slice(&r[8..16]);
                     let start = u64::from_le_bytes(s);
                     if start.checked_add(len).is_none_or(|e| e > ns.num_blocks()) {
-                        self.respond(cid, st(GenericStatus::LbaOutOfRange).with_dnr(true), 0, &[]);
+                        self.respond(
+                            cid,
+                            st(GenericStatus::LbaOutOfRange).with_dnr(true),
+                            0,
+                            Vec::new(),
+                        );
                         self.conn.recycle(data);
                         return;
                     }
@@ -470,7 +505,7 @@ impl Qpair {
                 }
                 self.conn.recycle(data);
                 if ranges.is_empty() {
-                    self.respond(cid, Status::SUCCESS, 0, &[]);
+                    self.respond(cid, Status::SUCCESS, 0, Vec::new());
                     return;
                 }
                 let ctx = self.alloc_io(
@@ -486,7 +521,12 @@ impl Qpair {
             }
             _ => {
                 debug!(opc = sqe.opcode(), "unsupported I/O opcode");
-                self.respond(cid, st(GenericStatus::InvalidOpcode).with_dnr(true), 0, &[]);
+                self.respond(
+                    cid,
+                    st(GenericStatus::InvalidOpcode).with_dnr(true),
+                    0,
+                    Vec::new(),
+                );
                 self.conn.recycle(req.data);
             }
         }
@@ -551,16 +591,16 @@ impl Qpair {
         match ctx.kind {
             IoKind::Read => {
                 if ok {
-                    self.respond(cid, Status::SUCCESS, 0, &buf);
+                    self.respond(cid, Status::SUCCESS, 0, buf);
                 } else {
+                    self.conn.recycle(buf);
                     self.respond(
                         cid,
                         Status::media(MediaStatus::UnrecoveredReadError),
                         0,
-                        &[],
+                        Vec::new(),
                     );
                 }
-                self.conn.recycle(buf);
             }
             IoKind::Write => {
                 let s = if ok {
@@ -568,7 +608,7 @@ impl Qpair {
                 } else {
                     Status::media(MediaStatus::WriteFault)
                 };
-                self.respond(cid, s, 0, &[]);
+                self.respond(cid, s, 0, Vec::new());
                 self.conn.recycle(buf);
             }
             IoKind::Compare(want) => {
@@ -579,7 +619,7 @@ impl Qpair {
                 } else {
                     Status::media(MediaStatus::CompareFailure)
                 };
-                self.respond(cid, s, 0, &[]);
+                self.respond(cid, s, 0, Vec::new());
                 self.conn.recycle(buf);
                 self.conn.recycle(want);
             }
@@ -589,7 +629,7 @@ impl Qpair {
                 } else {
                     Status::SUCCESS
                 };
-                self.respond(cid, s, 0, &[]);
+                self.respond(cid, s, 0, Vec::new());
             }
         }
     }
@@ -628,8 +668,7 @@ mod tests {
                 self.q.conn.handle_bytes(&b);
                 self.q.process_events(tgt);
                 self.q.poll_bdev();
-                let b = self.q.conn.poll_transmit().to_vec();
-                self.q.conn.advance_tx(b.len());
+                let b = self.q.conn.drain_tx();
                 self.h.handle_bytes(&b);
             }
         }

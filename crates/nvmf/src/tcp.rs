@@ -248,6 +248,155 @@ impl TxBuf {
     }
 }
 
+/// The target's transmit queue: PDU headers (and small PDUs) in one byte buffer,
+/// C2H data as owned buffers referenced in place, so read data reaches the socket
+/// without a copy (`write_vectored`). Buffers come back to the connection's pool
+/// once sent.
+#[derive(Debug, Default)]
+struct SegTx {
+    hdr: Vec<u8>,
+    segs: VecDeque<Seg>,
+    /// Owned data buffers and how many segments still refer to them.
+    datas: Vec<Option<(Vec<u8>, u32)>>,
+    free_datas: Vec<usize>,
+    /// Bytes of the front segment already sent.
+    front: usize,
+    total: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Seg {
+    Hdr {
+        start: usize,
+        end: usize,
+    },
+    Data {
+        slot: usize,
+        start: usize,
+        end: usize,
+    },
+}
+
+impl SegTx {
+    fn seg_bytes(&self, s: Seg) -> &[u8] {
+        match s {
+            Seg::Hdr { start, end } => &self.hdr[start..end],
+            Seg::Data { slot, start, end } => match &self.datas[slot] {
+                Some((v, _)) => &v[start..end],
+                None => &[],
+            },
+        }
+    }
+    /// Appends header bytes written by `f` into the header buffer.
+    fn push_hdr(&mut self, f: impl FnOnce(&mut Vec<u8>)) {
+        let start = self.hdr.len();
+        f(&mut self.hdr);
+        let end = self.hdr.len();
+        if end == start {
+            return;
+        }
+        self.total += end - start;
+        if let Some(Seg::Hdr { end: e, .. }) = self.segs.back_mut() {
+            if *e == start {
+                *e = end;
+                return;
+            }
+        }
+        self.segs.push_back(Seg::Hdr { start, end });
+    }
+    fn add_data(&mut self, v: Vec<u8>) -> usize {
+        match self.free_datas.pop() {
+            Some(i) => {
+                self.datas[i] = Some((v, 0));
+                i
+            }
+            None => {
+                self.datas.push(Some((v, 0)));
+                self.datas.len() - 1
+            }
+        }
+    }
+    fn push_data(&mut self, slot: usize, start: usize, end: usize) {
+        if let Some(Some((_, refs))) = self.datas.get_mut(slot) {
+            *refs += 1;
+            self.total += end - start;
+            self.segs.push_back(Seg::Data { slot, start, end });
+        }
+    }
+    fn pending(&self) -> &[u8] {
+        match self.segs.front() {
+            Some(&s) => &self.seg_bytes(s)[self.front..],
+            None => &[],
+        }
+    }
+    fn vectored<'a>(&'a self, out: &mut [std::io::IoSlice<'a>]) -> usize {
+        let mut n = 0;
+        for (i, &s) in self.segs.iter().enumerate() {
+            if n == out.len() {
+                break;
+            }
+            let b = self.seg_bytes(s);
+            let b = if i == 0 { &b[self.front..] } else { b };
+            out[n] = std::io::IoSlice::new(b);
+            n += 1;
+        }
+        n
+    }
+    fn advance(&mut self, mut n: usize, pool: &mut Vec<Vec<u8>>) {
+        n = n.min(self.total);
+        self.total -= n;
+        while n > 0 {
+            let Some(&s) = self.segs.front() else { break };
+            let len = self.seg_bytes(s).len() - self.front;
+            if n < len {
+                self.front += n;
+                return;
+            }
+            n -= len;
+            self.front = 0;
+            self.segs.pop_front();
+            if let Seg::Data { slot, .. } = s {
+                if let Some(Some((_, refs))) = self.datas.get_mut(slot) {
+                    *refs -= 1;
+                    if *refs == 0 {
+                        if let Some((v, _)) = self.datas[slot].take() {
+                            if pool.len() < 256 {
+                                pool.push(v);
+                            }
+                        }
+                        self.free_datas.push(slot);
+                    }
+                }
+            }
+        }
+        if self.segs.is_empty() {
+            self.hdr.clear();
+            self.front = 0;
+        } else if self.hdr.len() > 256 * 1024 {
+            self.compact();
+        }
+    }
+    /// Drops header bytes no segment refers to any more (a queue that never
+    /// drains must not grow without bound).
+    fn compact(&mut self) {
+        let first = self.segs.iter().find_map(|s| match s {
+            Seg::Hdr { start, .. } => Some(*start),
+            _ => None,
+        });
+        let first = first.unwrap_or(self.hdr.len());
+        if first == 0 {
+            return;
+        }
+        self.hdr.drain(..first);
+        for s in self.segs.iter_mut() {
+            if let Seg::Hdr { start, end } = s {
+                *start -= first;
+                *end -= first;
+            }
+        }
+    }
+}
+
 /// Builds the data of a term request: the offending PDU header (up to hlen, and at
 /// most what fits a 152-byte term request).
 fn term_data(offending: &[u8]) -> &[u8] {
@@ -265,7 +414,7 @@ pub struct TargetConn {
     dg: Digests,
     hpda: u8,
     rx: RxBuf,
-    tx: TxBuf,
+    tx: SegTx,
     events: VecDeque<TargetEvent>,
     /// Commands waiting for H2C data, indexed by TTAG.
     h2c: Vec<Option<H2cPending>>,
@@ -285,7 +434,7 @@ impl TargetConn {
             dg: Digests::default(),
             hpda: 0,
             rx: RxBuf::default(),
-            tx: TxBuf::default(),
+            tx: SegTx::default(),
             events: VecDeque::new(),
             h2c: Vec::new(),
             free_ttags: Vec::new(),
@@ -353,22 +502,46 @@ impl TargetConn {
     pub fn poll_event(&mut self) -> Option<TargetEvent> {
         self.events.pop_front()
     }
-    /// Bytes waiting to be sent.
+    /// The next contiguous bytes waiting to be sent (one segment; see
+    /// [`TargetConn::poll_transmit_vectored`] for all of them).
     #[must_use]
     pub fn poll_transmit(&self) -> &[u8] {
         self.tx.pending()
     }
+    /// Fills `out` with the bytes waiting to be sent, in order, without copying;
+    /// returns how many slices were filled (for `write_vectored`).
+    #[must_use]
+    pub fn poll_transmit_vectored<'a>(&'a self, out: &mut [std::io::IoSlice<'a>]) -> usize {
+        self.tx.vectored(out)
+    }
+    /// `n` bytes were sent.
     pub fn advance_tx(&mut self, n: usize) {
         self.stats.bytes_tx += n as u64;
-        self.tx.advance(n);
+        self.tx.advance(n, &mut self.pool);
+    }
+    /// Everything waiting, copied into one vector and consumed (for tests and for a
+    /// last flush before closing).
+    pub fn drain_tx(&mut self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.tx.total);
+        while self.tx.total > 0 {
+            let b = self.tx.pending();
+            if b.is_empty() {
+                break;
+            }
+            v.extend_from_slice(b);
+            let n = b.len();
+            self.advance_tx(n);
+        }
+        v
     }
     /// Bytes queued for transmission (for back-pressure).
     pub fn tx_backlog(&self) -> usize {
-        self.tx.pending().len()
+        self.tx.total
     }
 
     fn send(&mut self, r: &PduRepr, data: &[u8], pda: u8) {
-        r.emit_to_vec(&mut self.tx.buf, data, self.dg, pda);
+        let dg = self.dg;
+        self.tx.push_hdr(|v| r.emit_to_vec(v, data, dg, pda));
         self.stats.pdus_tx += 1;
     }
 
@@ -664,9 +837,11 @@ impl TargetConn {
 
     /// Completes a command: sends `data` (controller-to-host) as C2HData PDUs and
     /// the CQE as a CapsuleResp, or folds the CQE into the last C2HData with the
-    /// SUCCESS flag when allowed and the status is success.
-    pub fn complete(&mut self, cqe: &[u8; 16], data: &[u8]) {
+    /// SUCCESS flag when allowed and the status is success. The data buffer is
+    /// sent in place (no copy) and returns to the pool once on the wire.
+    pub fn complete(&mut self, cqe: &[u8; 16], data: Vec<u8>) {
         if self.state != State::Ready {
+            self.recycle(data);
             return;
         }
         let cid = u16::from_le_bytes([cqe[12], cqe[13]]);
@@ -674,10 +849,17 @@ impl TargetConn {
         // SUCCESS also requires DW0/DW1 to be zero: the host synthesises a zero CQE
         let fold = self.c2h_success && status == 0 && cqe[..8].iter().all(|&b| b == 0);
         let chunk = self.params.c2h_chunk.max(4096) as usize;
+        let len = data.len();
+        let dg = self.dg;
+        let hpda = self.hpda;
+        let slot = (len > 0).then(|| self.tx.add_data(data));
         let mut off = 0usize;
-        while off < data.len() {
-            let n = (data.len() - off).min(chunk);
-            let last = off + n == data.len();
+        while let Some(slot) = slot {
+            if off >= len {
+                break;
+            }
+            let n = (len - off).min(chunk);
+            let last = off + n == len;
             let r = PduRepr::C2hData {
                 cccid: cid,
                 datao: off as u32,
@@ -685,10 +867,35 @@ impl TargetConn {
                 last,
                 success: last && fold,
             };
-            self.send(&r, &data[off..off + n], self.hpda);
+            let e = r.effective_digests(dg, n);
+            let doff = r.data_offset(dg, n, hpda);
+            self.tx.push_hdr(|v| {
+                let at = v.len();
+                v.resize(at + doff, 0);
+                r.emit_header(&mut v[at..], dg, n, hpda);
+            });
+            self.tx.push_data(slot, off, off + n);
+            if e.data {
+                let crc = match self.tx.datas.get(slot) {
+                    Some(Some((v, _))) => pdu::crc32c(&v[off..off + n]),
+                    _ => 0,
+                };
+                self.tx
+                    .push_hdr(|v| v.extend_from_slice(&crc.to_le_bytes()));
+            }
+            self.stats.pdus_tx += 1;
             off += n;
         }
-        if fold && !data.is_empty() {
+        if let Some(slot) = slot {
+            // no segment refers to an empty buffer: give it back at once
+            if let Some(Some((_, 0))) = self.tx.datas.get(slot) {
+                if let Some((v, _)) = self.tx.datas[slot].take() {
+                    self.recycle(v);
+                }
+                self.tx.free_datas.push(slot);
+            }
+        }
+        if fold && len > 0 {
             self.stats.c2h_success += 1;
             return;
         }
@@ -1122,8 +1329,7 @@ mod tests {
             let b = h.poll_transmit().to_vec();
             h.advance_tx(b.len());
             t.handle_bytes(&b);
-            let b = t.poll_transmit().to_vec();
-            t.advance_tx(b.len());
+            let b = t.drain_tx();
             h.handle_bytes(&b);
         }
     }
@@ -1171,7 +1377,7 @@ mod tests {
                 assert_eq!(req.cid(), cid);
                 assert_eq!(req.error, None);
                 assert_eq!(req.data, data);
-                t.complete(&cqe(cid, 0), &[]);
+                t.complete(&cqe(cid, 0), Vec::new());
                 pump(&mut h, &mut t);
                 let Some(HostEvent::Completion { cqe, .. }) = h.poll_event() else {
                     panic!()
@@ -1190,7 +1396,7 @@ mod tests {
                     panic!()
                 };
                 assert_eq!(req.c2h_len, 200_000);
-                t.complete(&cqe(9, 0), &data);
+                t.complete(&cqe(9, 0), data.clone());
                 pump(&mut h, &mut t);
                 let Some(HostEvent::Completion { data: got, cqe, .. }) = h.poll_event() else {
                     panic!()
@@ -1199,6 +1405,64 @@ mod tests {
                 assert_eq!(cqe[14..16], [0, 0]);
             }
             assert_eq!(t.stats().c2h_success, 1);
+        }
+    }
+
+    #[test]
+    fn zero_copy_tx_partial_writes_and_pool_return() {
+        let hp = HostParams {
+            hdgst: true,
+            ddgst: true,
+            hpda: 3,
+            ..Default::default()
+        };
+        let (mut h, mut t) = pair(hp, TargetParams::default());
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 249) as u8).collect();
+        for cid in [1u16, 2] {
+            h.submit(sqe(0x02, cid), &[], data.len() as u32, 8192)
+                .unwrap();
+        }
+        pump(&mut h, &mut t);
+        for cid in [1u16, 2] {
+            let Some(TargetEvent::Command(_)) = t.poll_event() else {
+                panic!()
+            };
+            t.complete(&cqe(cid, 0), data.clone());
+        }
+        // drain with vectored "writes" of odd sizes, across segment boundaries
+        let mut wire = Vec::new();
+        let mut step = 1usize;
+        while t.tx_backlog() > 0 {
+            let mut iov = [std::io::IoSlice::new(&[]); 5];
+            let n = t.poll_transmit_vectored(&mut iov);
+            let mut take = step.min(t.tx_backlog());
+            let mut sent = 0;
+            for s in &iov[..n] {
+                let k = s.len().min(take);
+                wire.extend_from_slice(&s[..k]);
+                take -= k;
+                sent += k;
+                if take == 0 {
+                    break;
+                }
+            }
+            t.advance_tx(sent);
+            step = step * 7 % 70_001 + 13;
+        }
+        assert_eq!(t.pool.len(), 2, "both data buffers back in the pool");
+        h.handle_bytes(&wire);
+        for cid in [1u16, 2] {
+            let Some(HostEvent::Completion {
+                cqe,
+                data: got,
+                ddgst_error,
+            }) = h.poll_event()
+            else {
+                panic!()
+            };
+            assert_eq!(u16::from_le_bytes([cqe[12], cqe[13]]), cid);
+            assert!(!ddgst_error);
+            assert_eq!(got, data);
         }
     }
 
@@ -1221,7 +1485,7 @@ mod tests {
                 by_peer: false
             })
         ));
-        let out = t.poll_transmit().to_vec();
+        let out = t.drain_tx();
         assert_eq!(out[0], 0x03); // C2HTermReq
         h.handle_bytes(&out);
         assert!(matches!(
@@ -1270,7 +1534,7 @@ mod tests {
             Some(TargetEvent::Terminated { .. })
         ));
         // a term request is at most 152 bytes
-        assert!(t.poll_transmit().len() <= 152);
+        assert!(t.tx_backlog() <= 152);
     }
 
     #[test]
