@@ -122,6 +122,15 @@ pub fn device_name(ip: Ipv4Addr) -> String {
     format!("dps_{}_{}_{}_{}", o[0], o[1], o[2], o[3])
 }
 
+/// `ibv_get_device_list`: one soft device per IPv4 address of an interface that is
+/// up (name, address). Opening one binds UDP 4791 on that address.
+pub fn device_list() -> Vec<(String, Ipv4Addr)> {
+    netio::ifaddr::ipv4_addrs()
+        .into_iter()
+        .map(|(_, ip)| (device_name(ip), ip))
+        .collect()
+}
+
 /// Parses a device spec: an IPv4 address or a `dps_a_b_c_d` name.
 pub fn parse_device(spec: &str) -> Result<Ipv4Addr> {
     if let Ok(ip) = spec.parse::<Ipv4Addr>() {

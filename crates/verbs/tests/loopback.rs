@@ -168,6 +168,9 @@ fn manual_progress_mode_and_ud() {
     b.mr.read(40, &mut buf);
     assert_eq!(buf, pattern(1, 4096));
     assert_eq!(a.ctx.name(), "dps_127_0_1_1");
+    assert!(device_list()
+        .iter()
+        .any(|(n, ip)| n == "dps_127_0_0_1" && ip.is_loopback()));
     assert_eq!(
         parse_device("dps_127_0_1_1").unwrap(),
         Ipv4Addr::new(127, 0, 1, 1)
