@@ -285,6 +285,9 @@ impl Classifier {
     pub fn set_prefix_tracking(&mut self, on: bool) {
         self.use_tries = on;
     }
+    pub fn prefix_tracking(&self) -> bool {
+        self.use_tries
+    }
     pub fn len(&self) -> usize {
         self.n_rules
     }

@@ -281,9 +281,9 @@ impl FlowTable {
         victims.len()
     }
     pub fn clear(&mut self) {
-        let use_tries = self.cls.clone();
-        let _ = use_tries;
+        let tries = self.cls.prefix_tracking();
         self.cls = Classifier::new();
+        self.cls.set_prefix_tracking(tries);
         self.rules.clear();
     }
     pub fn len(&self) -> usize {
