@@ -7,7 +7,8 @@
 //!    [`TargetConn::handle_received`] (or hand any slice to `handle_bytes`);
 //! 2. drain [`TargetConn::poll_event`] (commands ready to execute, termination);
 //! 3. complete commands with [`TargetConn::complete`] (any time later);
-//! 4. write [`TargetConn::poll_transmit`] to the socket and [`TargetConn::advance_tx`].
+//! 4. write [`TargetConn::poll_transmit_vectored`] (or the contiguous
+//!    [`TargetConn::poll_transmit`]) to the socket and [`TargetConn::advance_tx`].
 //!
 //! After `Terminated` the driver flushes the transmit buffer (which then holds the
 //! term request, if we sent one) and closes the socket.
