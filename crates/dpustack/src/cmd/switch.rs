@@ -602,6 +602,18 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         )
         .with_detail(serde_json::json!({"emc_hit_pct": med(d)})),
     );
+    let mut v = Vec::new();
+    for _ in 0..runs {
+        v.push(fb::emc_hits_with_parse(t, 1000));
+    }
+    rep.push(Figure::new(
+        "EMC hits incl. parse of 64 B TCP/UDP frame",
+        med(v) / 1e6,
+        "Mpps",
+        bname,
+        base / 1e6,
+        Better::Higher,
+    ));
     let quick = args.quick;
     for &masks in &[10usize, 100, 1000] {
         for &flows in &[1_000usize, 100_000] {
