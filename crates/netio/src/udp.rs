@@ -121,6 +121,8 @@ struct TxPkt {
     off: usize,
     len: usize,
     dst: SocketAddrV4,
+    /// Caller's tag (e.g. the source port / socket the datagram must leave from).
+    tag: u16,
 }
 
 /// A batch of outgoing datagrams laid out back to back in one buffer (so equal
@@ -153,11 +155,18 @@ impl TxBatch {
 
     /// Commits the first `len` bytes of the last `slot()` as a datagram to `dst`.
     pub fn commit(&mut self, dst: SocketAddrV4, len: usize) {
+        self.commit_tagged(dst, len, 0);
+    }
+
+    /// As [`TxBatch::commit`], with a tag that [`TxBatch::flush_tagged`] maps to
+    /// the socket to send from (datagrams of different tags never share a GSO send).
+    pub fn commit_tagged(&mut self, dst: SocketAddrV4, len: usize, tag: u16) {
         let len = len.min(self.max_pkt);
         self.pkts.push(TxPkt {
             off: self.used,
             len,
             dst,
+            tag,
         });
         self.used += len;
     }
@@ -179,7 +188,7 @@ impl TxBatch {
         let mut bytes = p.len;
         while i + n < self.pkts.len() && n < MAX_GSO_SEGS {
             let q = self.pkts[i + n];
-            if q.dst != p.dst || q.len > p.len || bytes + q.len > MAX_GSO_BYTES {
+            if q.dst != p.dst || q.tag != p.tag || q.len > p.len || bytes + q.len > MAX_GSO_BYTES {
                 break;
             }
             n += 1;
@@ -198,21 +207,64 @@ impl TxBatch {
         sock: &UdpBatchSocket,
         mut f: impl FnMut(&mut [u8], SocketAddrV4, u16),
     ) {
+        self.for_each_tagged(|_| sock.gso, |b, d, id, _| f(b, d, id));
+    }
+
+    /// As [`TxBatch::for_each_packet`] for tagged datagrams: `gso(tag)` says
+    /// whether the socket of that tag uses GSO; `f` also gets the tag.
+    pub fn for_each_tagged(
+        &mut self,
+        gso: impl Fn(u16) -> bool,
+        mut f: impl FnMut(&mut [u8], SocketAddrV4, u16, u16),
+    ) {
         let mut i = 0;
         while i < self.pkts.len() {
-            let n = self.group_len(i, sock.gso);
+            let tag = self.pkts[i].tag;
+            let n = self.group_len(i, gso(tag));
             for k in 0..n {
                 let p = self.pkts[i + k];
-                f(&mut self.buf[p.off..p.off + p.len], p.dst, k as u16);
+                f(&mut self.buf[p.off..p.off + p.len], p.dst, k as u16, tag);
             }
             i += n;
         }
+    }
+
+    /// Sends every datagram from the socket `sock_for(tag)` (consecutive runs of
+    /// one tag per `sendmmsg`) and empties the batch.
+    pub fn flush_tagged<'s>(
+        &mut self,
+        sock_for: impl Fn(u16) -> &'s UdpBatchSocket,
+    ) -> io::Result<usize> {
+        let mut sent = 0;
+        let mut i = 0;
+        let mut res = Ok(());
+        while i < self.pkts.len() {
+            let tag = self.pkts[i].tag;
+            let mut j = i;
+            while j < self.pkts.len() && self.pkts[j].tag == tag {
+                j += 1;
+            }
+            match self.send_range(i, j, sock_for(tag)) {
+                Ok(n) => sent += n,
+                Err(e) => res = Err(e),
+            }
+            i = j;
+        }
+        self.clear();
+        res.map(|_| sent)
     }
 
     /// Sends everything (GSO groups where possible) and empties the batch.
     /// Datagrams the kernel refuses (ENOBUFS, EAGAIN, ECONNREFUSED) are dropped,
     /// as a network would drop them. Returns datagrams handed to the kernel.
     pub fn flush(&mut self, sock: &UdpBatchSocket) -> io::Result<usize> {
+        let r = self.send_range(0, self.pkts.len(), sock);
+        self.clear();
+        r
+    }
+
+    /// Sends datagrams `start..end` (GSO groups never cross `end`).
+    fn send_range(&mut self, start: usize, end: usize, sock: &UdpBatchSocket) -> io::Result<usize> {
         let mut iov: [MaybeUninit<libc::iovec>; MAX_BATCH] =
             [const { MaybeUninit::uninit() }; MAX_BATCH];
         let mut names: [MaybeUninit<libc::sockaddr_in>; MAX_BATCH] =
@@ -224,9 +276,9 @@ impl TxBatch {
             [const { MaybeUninit::uninit() }; MAX_BATCH];
         let mut nmsg = 0;
         let mut segs_of = [0usize; MAX_BATCH];
-        let mut i = 0;
-        while i < self.pkts.len() {
-            let n = self.group_len(i, sock.gso);
+        let mut i = start;
+        while i < end {
+            let n = self.group_len(i, sock.gso).min(end - i);
             let p = self.pkts[i];
             let total: usize = self.pkts[i..i + n].iter().map(|q| q.len).sum();
             iov[nmsg].write(libc::iovec {
@@ -298,10 +350,7 @@ impl TxBatch {
                         done += 1;
                         continue;
                     }
-                    _ => {
-                        self.clear();
-                        return Err(e);
-                    }
+                    _ => return Err(e),
                 }
             }
             for s in &segs_of[done..done + rc as usize] {
@@ -309,7 +358,6 @@ impl TxBatch {
             }
             done += rc as usize;
         }
-        self.clear();
         Ok(sent)
     }
 

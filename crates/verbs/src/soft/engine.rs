@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use wire::roce::icrc::{check_icrc_ipv4, fill_icrc_ipv4};
-use wire::roce::{Ipv4Pseudo, OpFlags, RocePacketRepr, ROCE_PORT};
+use wire::roce::{Ipv4Pseudo, OpFlags, RocePacketRepr};
 
 use super::qp::QpCore;
 use super::sgl::SgList;
@@ -41,6 +41,9 @@ pub struct Transmit {
     pub dst: [u8; 4],
     pub dport: u16,
     pub len: usize,
+    /// The UDP source port this QP's packets should leave from (rxe's
+    /// `0xc000 + hash_32(qpn, 14)`); the ICRC covers it.
+    pub sport: u16,
 }
 
 /// Completion channel: an eventfd plus the CQs that fired.
@@ -480,7 +483,7 @@ impl Engine {
         let t = self.poll_transmit_inner(now, buf)?;
         self.counters.tx_packets += 1;
         if self.caps.tx_icrc {
-            let ip = Ipv4Pseudo::df(self.ip, t.dst, ROCE_PORT, t.dport);
+            let ip = Ipv4Pseudo::df(self.ip, t.dst, t.sport, t.dport);
             let _ = fill_icrc_ipv4(&ip, &mut buf[..t.len]);
         }
         Some(t)
@@ -490,7 +493,12 @@ impl Engine {
         if let Some((i, u)) = self.urgent.pop_front() {
             if let Some(Some(qp)) = self.qps.get(i) {
                 if let Some((len, dst, dport)) = u.emit(qp, buf) {
-                    return Some(Transmit { dst, dport, len });
+                    return Some(Transmit {
+                        dst,
+                        dport,
+                        len,
+                        sport: qp.sport,
+                    });
                 }
             }
         }
@@ -506,8 +514,14 @@ impl Engine {
                 .poll_response(buf)
                 .or_else(|| qp.poll_request(&mut ctx, now, buf));
             if let Some((len, dst, dport)) = out {
+                let sport = qp.sport;
                 self.tx_rr = i; // stay on this QP while it has data (batches per QP)
-                return Some(Transmit { dst, dport, len });
+                return Some(Transmit {
+                    dst,
+                    dport,
+                    len,
+                    sport,
+                });
             }
         }
         None

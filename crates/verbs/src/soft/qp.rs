@@ -32,6 +32,11 @@ pub const RNR_TIMER_US: [u32; 32] = [
     327_680, 491_520,
 ];
 
+/// rxe's UDP source port for a QP: `RXE_ROCE_V2_SPORT + (hash_32(qpn, 14) & 0x3fff)`.
+pub fn udp_sport(qpn: u32) -> u16 {
+    0xc000 + ((qpn.wrapping_mul(0x61c8_8647) >> (32 - 14)) & 0x3fff) as u16
+}
+
 /// Local ACK timeout: 4.096 µs * 2^t (t = 0: none).
 pub fn ack_timeout(t: u8) -> Option<Duration> {
     (t != 0).then(|| Duration::from_nanos(4096u64 << t.min(31)))
@@ -125,6 +130,8 @@ pub struct QpCore {
     pub(crate) sq_sig_all: bool,
     pub(crate) attr: QpAttr,
     pub(crate) max_inflight: u32,
+    /// UDP source port of this QP's packets (ECMP entropy, as rxe).
+    pub(crate) sport: u16,
     pub counters: QpCounters,
     // requester
     sq: VecDeque<SendWqe>,
@@ -189,6 +196,7 @@ impl QpCore {
                 ..Default::default()
             },
             max_inflight: DEFAULT_MAX_INFLIGHT,
+            sport: udp_sport(qpn),
             counters: QpCounters::default(),
             sq: VecDeque::with_capacity(cap.max_send_wr as usize),
             sq_next: 0,
@@ -1804,5 +1812,19 @@ impl RespOutPkt {
             qp.attr.ah_attr.dgid.to_ipv4()?.octets(),
             qp.attr.ah_attr.dport,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sport_as_rxe() {
+        // hash_32(qpn, 14) = (qpn * 0x61c88647) >> 18
+        assert_eq!(
+            super::udp_sport(0x11),
+            0xc000 + ((0x11u32.wrapping_mul(0x61c88647) >> 18) & 0x3fff) as u16
+        );
+        assert!((0xc000..=0xffff).contains(&super::udp_sport(0x12345)));
+        assert_ne!(super::udp_sport(0x11), super::udp_sport(0x12));
     }
 }

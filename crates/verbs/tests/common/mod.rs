@@ -23,8 +23,8 @@ pub struct Net {
     pub clock: Clock,
     pub a: Side,
     pub b: Side,
-    pub ab: Link<()>,
-    pub ba: Link<()>,
+    pub ab: Link<u16>,
+    pub ba: Link<u16>,
     buf: Vec<u8>,
     pub pcap: Option<sim::PcapWriter<std::fs::File>>,
 }
@@ -191,7 +191,7 @@ impl Net {
                 if let Some(p) = self.pcap.as_mut() {
                     p.write_ipv4_udp(
                         self.clock.elapsed(),
-                        (src, ROCE_PORT),
+                        (src, t.sport),
                         (dst, ROCE_PORT),
                         0,
                         &self.buf[..t.len],
@@ -203,7 +203,7 @@ impl Net {
                         eprintln!("{:>10?} {}->{} {}", self.clock.elapsed(), src[3], dst[3], r);
                     }
                 }
-                link.send(now, (), &self.buf[..t.len]);
+                link.send(now, t.sport, &self.buf[..t.len]);
                 active = true;
             }
         }
@@ -211,8 +211,8 @@ impl Net {
             (&self.b.ctx, &mut self.ab, IP_A, IP_B),
             (&self.a.ctx, &mut self.ba, IP_B, IP_A),
         ] {
-            while let Some((_, d)) = link.recv(now) {
-                let ip = Ipv4Pseudo::df(src, dst, ROCE_PORT, ROCE_PORT);
+            while let Some((sport, d)) = link.recv(now) {
+                let ip = Ipv4Pseudo::df(src, dst, sport, ROCE_PORT);
                 ctx.handle_datagram(now, src, Some(&ip), &d);
                 active = true;
             }
