@@ -53,6 +53,8 @@ pub struct Megaflow {
     pub mask: FlowKey,
     pub actions: Vec<OdpAction>,
     pub stats: FlowStats,
+    /// Install time (the caller's clock, as for `stats.used`).
+    pub created: u64,
     subtable: u32,
     alive: bool,
 }
@@ -217,6 +219,8 @@ pub struct Datapath {
     flows: Vec<Megaflow>,
     pub stats: DpStats,
     lookups_since_sort: u64,
+    /// Latest time seen by `process` (install time of new megaflows).
+    clock: u64,
 }
 
 impl Default for Datapath {
@@ -242,6 +246,7 @@ impl Datapath {
             flows: Vec::new(),
             stats: DpStats::default(),
             lookups_since_sort: 0,
+            clock: 0,
         }
     }
     /// Turns the EMC on/off (off: every lookup goes to the megaflow classifier).
@@ -293,11 +298,38 @@ impl Datapath {
             mask: *mask,
             actions,
             stats: FlowStats::default(),
+            created: self.clock,
             subtable: st,
             alive: true,
         });
         self.subtables[st as usize].insert(&mk, id);
         id
+    }
+
+    /// Removes megaflows not used (or, if never used, not installed) within `max_idle`
+    /// of `now` — OVS's max-idle (default 10 s). Rebuilds the tables (the caller runs it
+    /// periodically, e.g. once a second). Returns how many were removed.
+    pub fn expire_idle(&mut self, now: u64, max_idle: u64) -> usize {
+        let old = std::mem::take(&mut self.flows);
+        let before = old.iter().filter(|f| f.alive).count();
+        let keep: Vec<Megaflow> = old
+            .into_iter()
+            .filter(|f| f.alive && f.stats.used.max(f.created).saturating_add(max_idle) > now)
+            .collect();
+        let removed = before - keep.len();
+        if removed == 0 {
+            self.flows = keep;
+            return 0;
+        }
+        let clock = self.clock;
+        self.flush();
+        for fl in keep {
+            self.clock = fl.created;
+            let id = self.install(&fl.key, &fl.mask, fl.actions);
+            self.flows[id as usize].stats = fl.stats;
+        }
+        self.clock = clock;
+        removed
     }
 
     /// Re-sorts the subtables by hits (most first) and halves the counters (aging).
@@ -378,6 +410,7 @@ impl Datapath {
         now: u64,
     ) -> (&[OdpAction], Hit) {
         let hash = hash_key(k);
+        self.clock = now;
         let (id, hit) = match self.lookup(k, hash) {
             Some(x) => x,
             None => (self.upcall(table, k, hash), Hit::Upcall),
@@ -497,6 +530,29 @@ mod tests {
         assert_eq!(dp.n_flows(), 2);
         let d = dp.dump(8, 1.0);
         assert!(d[0].contains("packets:2, bytes:160"), "{d:?}");
+    }
+
+    #[test]
+    fn idle_megaflows_expire() {
+        let table = FlowTable::from_rules(
+            parse_flows("priority=10,udp,actions=output:2\npriority=5,tcp,actions=output:3\n")
+                .unwrap(),
+        );
+        let mut dp = Datapath::new();
+        let u = crate::ofctl::parse_exact_flow("in_port=1,udp,udp_dst=1").unwrap();
+        let t = crate::ofctl::parse_exact_flow("in_port=1,tcp,tcp_dst=1").unwrap();
+        dp.process(&table, &u, 60, 1000);
+        dp.process(&table, &t, 60, 1000);
+        dp.process(&table, &u, 60, 9000);
+        assert_eq!(dp.expire_idle(10_500, 10_000), 0);
+        assert_eq!(dp.expire_idle(11_001, 10_000), 1); // tcp: installed at 1000, never used
+        assert_eq!(dp.n_flows(), 1);
+        let fl = dp.flows().next().unwrap();
+        assert_eq!((fl.stats.packets, fl.stats.used), (1, 9000));
+        let (_, h) = dp.process(&table, &u, 60, 11_002);
+        assert_eq!(h, Hit::Megaflow);
+        assert_eq!(dp.expire_idle(30_000, 10_000), 1);
+        assert_eq!(dp.n_flows(), 0);
     }
 
     #[test]

@@ -82,6 +82,9 @@ pub struct RunArgs {
     /// Stop after this many seconds (default: until Ctrl-C or `switch stop`).
     #[arg(long)]
     pub duration: Option<f64>,
+    /// Megaflows idle this long are removed (OVS other_config:max-idle).
+    #[arg(long, default_value_t = 10_000)]
+    pub max_idle_ms: u64,
 }
 
 #[derive(Args, Debug)]
@@ -429,6 +432,7 @@ mod live {
         let start = Instant::now();
         let deadline = a.duration.map(|d| start + Duration::from_secs_f64(d));
         let mut c = Counters::default();
+        let mut last_expire = 0u64;
         let mut buf = vec![0u8; 65536];
         let mut pending: Vec<(u32, Vec<u8>)> = Vec::new();
         // pcap-rx ports are replayed once, in port order.
@@ -478,6 +482,11 @@ mod live {
                         _ => c.dropped_no_port += 1,
                     }
                 }
+            }
+            // Megaflow idle expiry (OVS max-idle, 10 s), checked once a second.
+            if now_ms >= last_expire + 1000 {
+                last_expire = now_ms;
+                dp.expire_idle(now_ms, a.max_idle_ms);
             }
             // Control requests.
             match listener.accept() {
@@ -531,6 +540,7 @@ pub fn up(cfg: &Config) -> Result<Part> {
         ports: c.ports.clone(),
         ctl: c.ctl.clone(),
         duration: None,
+        max_idle_ms: 10_000,
     };
     let detail = format!(
         "{} ports, control socket {}",
