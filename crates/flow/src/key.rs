@@ -235,28 +235,27 @@ fn parse_into(k: &mut FlowKey, pkt: &[u8]) {
             etype = tag.ethertype();
             rest = rest.get(4..).unwrap_or(&[]);
         } else {
-            // OVS: a truncated VLAN header leaves the packet unparsed beyond L2 addresses.
+            // OVS: a truncated tag is not parsed; its TPID is the EtherType.
+            k.set(f::DL_TYPE, etype as u64);
             return;
         }
     }
-    // 802.3 length field: LLC/SNAP.
+    // 802.3 length field: LLC/SNAP (OVS parse_ethertype).
     if etype < 0x600 {
-        etype = ethertype::NONE;
-        if rest.len() >= 8 && rest[0] == 0xaa && rest[1] == 0xaa && rest[2] == 0x03 {
-            if rest[3..6] == [0, 0, 0] {
-                etype = u16::from_be_bytes([rest[6], rest[7]]);
-                if etype < 0x600 {
-                    etype = ethertype::NONE;
-                }
-                rest = &rest[8..];
-            }
-        } else if rest.len() < 3 {
-            return;
+        let snap = rest.len() >= 8 && rest[..6] == [0xaa, 0xaa, 0x03, 0, 0, 0];
+        etype = if snap {
+            u16::from_be_bytes([rest[6], rest[7]])
+        } else {
+            ethertype::NONE
+        };
+        if etype < 0x600 {
+            etype = ethertype::NONE;
         }
         k.set(f::DL_TYPE, etype as u64);
         if etype == ethertype::NONE {
             return;
         }
+        rest = &rest[8..];
     }
     k.set(f::DL_TYPE, etype as u64);
     match etype {
@@ -315,13 +314,14 @@ fn parse_ipv6(k: &mut FlowKey, b: &[u8]) {
         f::IPV6_DST_LO,
         u128::from_be_bytes(ip.dst()),
     );
-    k.set(f::IPV6_LABEL, ip.flow_label() as u64);
-    k.set(f::NW_TOS, ip.traffic_class() as u64);
-    k.set(f::NW_TTL, ip.hop_limit() as u64);
     let payload = ip.payload();
+    // OVS: a truncated extension header leaves everything after the addresses unset.
     let Ok(ext) = ipv6_walk_ext(ip.next_header(), payload) else {
         return;
     };
+    k.set(f::IPV6_LABEL, ip.flow_label() as u64);
+    k.set(f::NW_TOS, ip.traffic_class() as u64);
+    k.set(f::NW_TTL, ip.hop_limit() as u64);
     k.set(f::NW_PROTO, ext.proto as u64);
     let mut frag = 0u8;
     if ext.fragment {
@@ -355,13 +355,14 @@ fn parse_l4(k: &mut FlowKey, proto: u8, b: &[u8], v6: bool) {
             k.set(f::TP_SRC, u16::from_be_bytes([b[0], b[1]]) as u64);
             k.set(f::TP_DST, u16::from_be_bytes([b[2], b[3]]) as u64);
         }
-        ipproto::ICMP if !v6 => {
+        // OVS needs the full 8-byte ICMP / ICMPv6 header.
+        ipproto::ICMP if !v6 && b.len() >= 8 => {
             if let Ok(i) = IcmpPacket::new_checked(b) {
                 k.set(f::TP_SRC, i.msg_type() as u64);
                 k.set(f::TP_DST, i.code() as u64);
             }
         }
-        ipproto::ICMPV6 if v6 => {
+        ipproto::ICMPV6 if v6 && b.len() >= 8 => {
             if let Ok(i) = IcmpPacket::new_checked(b) {
                 k.set(f::TP_SRC, i.msg_type() as u64);
                 k.set(f::TP_DST, i.code() as u64);

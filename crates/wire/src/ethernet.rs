@@ -236,9 +236,6 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         if b.len() < IPV4_MIN_HEADER_LEN {
             return Err(Error::Truncated);
         }
-        if b[0] >> 4 != 4 {
-            return Err(Error::BadVersion);
-        }
         let hl = self.header_len();
         if hl < IPV4_MIN_HEADER_LEN {
             return Err(Error::BadLength);
@@ -254,6 +251,10 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
             return Err(Error::Truncated);
         }
         Ok(())
+    }
+    /// The version field (`check_len` does not require 4, like OVS's flow extraction).
+    pub fn version(&self) -> u8 {
+        self.b()[0] >> 4
     }
     pub fn header_len(&self) -> usize {
         ((self.b()[0] & 0x0f) as usize) * 4
@@ -357,13 +358,14 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
         if b.len() < IPV6_HEADER_LEN {
             return Err(Error::Truncated);
         }
-        if b[0] >> 4 != 6 {
-            return Err(Error::BadVersion);
-        }
         if IPV6_HEADER_LEN + self.payload_len() as usize > b.len() {
             return Err(Error::Truncated);
         }
         Ok(())
+    }
+    /// The version field (not checked by `check_len`).
+    pub fn version(&self) -> u8 {
+        self.b()[0] >> 4
     }
     pub fn traffic_class(&self) -> u8 {
         ((be16(self.b(), 0) >> 4) & 0xff) as u8
@@ -415,7 +417,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
 /// Result of walking IPv6 extension headers to the upper-layer header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ipv6Ext {
-    /// The upper-layer protocol (or the header where the walk stopped).
+    /// The upper-layer protocol (or the header where the walk stopped; 44 for a
+    /// non-first fragment).
     pub proto: u8,
     /// Offset of the upper-layer header within the IPv6 payload.
     pub offset: usize,
@@ -454,18 +457,24 @@ pub fn ipv6_walk_ext(first: u8, payload: &[u8]) -> Result<Ipv6Ext> {
                     return Err(Error::Truncated);
                 }
                 let nh = payload[off];
-                let fo = be16(payload, off + 2);
-                fragment = true;
-                proto = nh;
+                let offlg = be16(payload, off + 2);
                 off += 8;
-                if fo & 0xfff8 != 0 {
-                    return Ok(Ipv6Ext {
-                        proto,
-                        offset: off,
-                        fragment,
-                        later_fragment: true,
-                    });
+                // Like OVS: a fragment header with offset, M flag and reserved bits all
+                // zero (an "atomic fragment") is not a fragment.
+                if offlg != 0 {
+                    fragment = true;
+                    if offlg & 0xfff8 != 0 {
+                        // Not the first fragment: no upper-layer header; the protocol
+                        // stays "fragment" (44).
+                        return Ok(Ipv6Ext {
+                            proto: ipproto::FRAGMENT,
+                            offset: off,
+                            fragment,
+                            later_fragment: true,
+                        });
+                    }
                 }
+                proto = nh;
             }
             _ => {
                 return Ok(Ipv6Ext {
@@ -613,7 +622,9 @@ pub struct NdRepr {
 
 impl NdRepr {
     /// Parses the body of an NS/NA message (after type/code/checksum): reserved (4),
-    /// target (16), options. Malformed options end the walk (what was found is kept).
+    /// target (16), options — OVS's rules: a truncated or zero-length option ends the walk
+    /// (what was found is kept); a second source (or target) link-layer address option
+    /// makes the message invalid (`Err(Malformed)`).
     pub fn parse(body: &[u8]) -> Result<NdRepr> {
         if body.len() < 20 {
             return Err(Error::Truncated);
@@ -625,14 +636,14 @@ impl NdRepr {
             let ty = opts[0];
             let len = opts[1] as usize * 8;
             if len == 0 || len > opts.len() {
-                return Err(Error::Malformed);
+                break;
             }
-            if len == 8 {
-                if ty == 1 && nd.sll == [0; 6] {
-                    nd.sll = mac(opts, 2);
-                } else if ty == 2 && nd.tll == [0; 6] {
-                    nd.tll = mac(opts, 2);
+            if len == 8 && (ty == 1 || ty == 2) {
+                let slot = if ty == 1 { &mut nd.sll } else { &mut nd.tll };
+                if *slot != [0; 6] {
+                    return Err(Error::Malformed);
                 }
+                *slot = mac(opts, 2);
             }
             opts = &opts[len..];
         }
@@ -672,8 +683,12 @@ mod tests {
         p[10] = 0;
         p[11] = 8; // offset 1 (8 bytes)
         let e = ipv6_walk_ext(ipproto::HOPOPTS, &p).unwrap();
-        assert_eq!(e.proto, ipproto::UDP);
+        assert_eq!(e.proto, ipproto::FRAGMENT);
         assert!(e.later_fragment);
+        // atomic fragment (offset 0, M=0): not a fragment, walk continues to UDP
+        p[11] = 0;
+        let e = ipv6_walk_ext(ipproto::HOPOPTS, &p).unwrap();
+        assert_eq!((e.proto, e.fragment), (ipproto::UDP, false));
         assert_eq!(
             ipv6_walk_ext(ipproto::HOPOPTS, &p[..4]),
             Err(Error::Truncated)
