@@ -1019,6 +1019,37 @@ mod tests {
     }
 
     #[test]
+    fn of13_normalisation_and_last_wins() {
+        let r = parse_rule("vlan_tci=0x6000/0xe000,actions=drop").unwrap();
+        assert_eq!(r.m.mask.get(f::VLAN0_TCI), 0);
+        let r = parse_rule("dl_vlan=0xffff,actions=drop").unwrap();
+        assert_eq!(
+            (r.m.key.get(f::VLAN0_TCI), r.m.mask.get(f::VLAN0_TCI)),
+            (0, 0x1fff)
+        );
+        let r = parse_rule("dl_vlan=10,dl_vlan_pcp=3,actions=drop").unwrap();
+        assert_eq!(
+            (r.m.key.get(f::VLAN0_TCI), r.m.mask.get(f::VLAN0_TCI)),
+            (0x700a, 0xffff)
+        );
+        let r = parse_rule("ip,nw_src=1.1.1.1,nw_src=2.0.0.0/8,actions=drop").unwrap();
+        assert_eq!(
+            (r.m.key.get(f::NW_SRC), r.m.mask.get(f::NW_SRC)),
+            (0x0200_0000, 0xff00_0000)
+        );
+        let r = parse_rule("ip,ip_dscp=46,nw_ecn=1,actions=drop").unwrap();
+        assert_eq!(
+            (r.m.key.get(f::NW_TOS), r.m.mask.get(f::NW_TOS)),
+            (0xb9, 0xff)
+        );
+        // mod_vlan_vid pushes only when the match does not guarantee a tag.
+        let r = parse_rule("dl_vlan=5,actions=mod_vlan_vid:7,output:1").unwrap();
+        assert_eq!(r.actions[0], Action::SetField(SetField::VlanVid, 7));
+        assert!(parse_rule("ip,actions=strip_vlan").is_err());
+        assert!(parse_rule("dl_vlan=5,actions=push_vlan:0x8100,push_vlan:0x8100").is_err());
+    }
+
+    #[test]
     fn frag_values() {
         let r = parse_rule("ip,nw_frag=later,actions=drop").unwrap();
         assert_eq!(r.m.key.nw_frag(), FRAG_ANY | FRAG_LATER);

@@ -960,3 +960,79 @@ pub fn format_megaflow(flow: &FlowKey, wc: &FlowKey) -> String {
     }
     o.join(",")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ofctl::{parse_exact_flow, parse_flows};
+
+    fn tr(flows: &str, pkt: &str) -> (String, String) {
+        let t = FlowTable::from_rules(parse_flows(flows).unwrap());
+        let k = parse_exact_flow(pkt).unwrap();
+        let x = t.xlate_with(&k, true);
+        (format_megaflow(&k, &x.wc), format_actions(&x.actions))
+    }
+
+    // Cases first found by the OVS oracle (tests/ovs_oracle.rs), pinned here.
+    #[test]
+    fn final_stage_fields_folded_with_ports_trie() {
+        let (m, a) = tr(
+            "priority=10,tcp,tp_src=0x3e0/0xfff0,tcp_flags=+syn,actions=output:2",
+            "in_port=1,tcp,tcp_src=443",
+        );
+        assert_eq!(
+            m,
+            "recirc_id=0,eth,tcp,in_port=1,nw_frag=no,tp_src=0x0/0xfe00,tcp_flags=-syn"
+        );
+        assert_eq!(a, "drop");
+    }
+
+    #[test]
+    fn l3_rewrites_unwildcard_nw_proto() {
+        let (m, a) = tr(
+            "priority=10,ip,in_port=1,actions=output:2,set_field:172.16.0.230->ip_src,output:2",
+            "in_port=1,ip,nw_src=1.2.3.4,nw_dst=5.6.7.8",
+        );
+        assert_eq!(
+            m,
+            "recirc_id=0,eth,ip,in_port=1,nw_src=1.2.3.4,nw_proto=0,nw_frag=no"
+        );
+        assert_eq!(a, "2,2"); // nw_proto 0: OVS does not commit L3 sets
+        let (m, _) = tr(
+            "priority=10,ip,in_port=1,actions=set_field:46->ip_dscp,output:2",
+            "in_port=1,ip,nw_src=1.2.3.4",
+        );
+        assert_eq!(m, "recirc_id=0,eth,ip,in_port=1,nw_tos=0,nw_frag=no");
+    }
+
+    #[test]
+    fn dec_ttl_exception_and_in_port_skip() {
+        let (m, a) = tr(
+            "priority=5,cookie=0x7,ip,actions=output:1,dec_ttl,output:3",
+            "in_port=1,udp,nw_ttl=1",
+        );
+        assert_eq!(m, "recirc_id=0,eth,udp,in_port=1,nw_ttl=1,nw_frag=no");
+        assert_eq!(
+            a,
+            "userspace(pid=0,controller(reason=2,dont_send=1,continuation=0,recirc_id=1,rule_cookie=0x7,controller_id=0,max_len=65535))"
+        );
+    }
+
+    #[test]
+    fn vlan_push_on_tagged_packet_and_pop() {
+        let (m, a) = tr(
+            "priority=5,dl_vlan=10,actions=mod_vlan_vid:20,output:2\npriority=4,ip,actions=push_vlan:0x88a8,set_field:4099->vlan_vid,output:2",
+            "in_port=1,dl_vlan=10,dl_vlan_pcp=1,ip",
+        );
+        assert_eq!(
+            m,
+            "recirc_id=0,eth,ip,in_port=1,dl_vlan=10,dl_vlan_pcp=1,nw_frag=no"
+        );
+        assert_eq!(a, "pop_vlan,push_vlan(vid=20,pcp=1),2");
+        let (_, a) = tr(
+            "priority=4,ip,actions=push_vlan:0x88a8,set_field:4099->vlan_vid,output:2",
+            "in_port=1,ip",
+        );
+        assert_eq!(a, "push_vlan(tpid=0x88a8,vid=3,pcp=0),2");
+    }
+}
