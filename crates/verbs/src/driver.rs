@@ -127,6 +127,9 @@ fn round(shared: &Shared, rx: &mut netio::udp::RxBatch) -> crate::Result<usize> 
         return Ok(0);
     };
     let n = rx.recv(sock)?;
+    if n == 0 {
+        return Ok(0); // timers are the caller's business when nothing arrived
+    }
     let now = Instant::now();
     let mut g = shared.lock();
     for i in 0..n {
@@ -196,6 +199,9 @@ pub(crate) fn mono_ns() -> u64 {
 /// thread stays out of its way for this long after the last busy poll.
 const BUSY_POLL_GRACE_NS: u64 = 200_000;
 
+/// How long the poller keeps polling an idle socket before blocking in poll().
+const POLLER_SPIN: Duration = Duration::from_micros(10);
+
 /// Starts the device's poller thread. It holds only a weak reference and exits
 /// when the last handle of the device is dropped.
 pub(crate) fn spawn_poller(shared: &Arc<Shared>) -> std::io::Result<()> {
@@ -230,6 +236,14 @@ pub(crate) fn spawn_poller(shared: &Arc<Shared>) -> std::io::Result<()> {
             let since =
                 mono_ns().saturating_sub(s.busy_poll_at.load(std::sync::atomic::Ordering::Relaxed));
             if since < BUSY_POLL_GRACE_NS {
+                // the busy poller receives; timers remain ours
+                let now = Instant::now();
+                let mut eg = s.lock();
+                if eg.engine.poll_timeout().is_some_and(|t| t <= now) {
+                    eg.engine.handle_timeout(now);
+                    s.after(&mut eg);
+                }
+                drop(eg);
                 drop(s);
                 std::thread::sleep(Duration::from_nanos(BUSY_POLL_GRACE_NS - since));
                 continue;
@@ -237,15 +251,29 @@ pub(crate) fn spawn_poller(shared: &Arc<Shared>) -> std::io::Result<()> {
             // the receive batch is shared with busy pollers (`try_progress`)
             let mut g = s.rx.lock().unwrap_or_else(|p| p.into_inner());
             let Some(rx) = g.as_mut() else { return };
+            // drain, then keep polling the socket for a short while: during a
+            // stream this saves a wake-up (and a context switch) per datagram
+            let mut last = Instant::now();
             loop {
                 match round(&s, rx) {
-                    Ok(n) if n == netio::udp::MAX_BATCH => continue,
-                    Ok(_) => break,
+                    Ok(0) => {
+                        if last.elapsed() > POLLER_SPIN {
+                            break;
+                        }
+                        std::hint::spin_loop();
+                    }
+                    Ok(_) => last = Instant::now(),
                     Err(e) => {
                         tracing::warn!("roce rx: {e}");
                         break;
                     }
                 }
+            }
+            let now = Instant::now();
+            let mut eg = s.lock();
+            if eg.engine.poll_timeout().is_some_and(|t| t <= now) {
+                eg.engine.handle_timeout(now);
+                s.after(&mut eg);
             }
         })?;
     *shared.poller.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);

@@ -1178,13 +1178,18 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         name,
         test,
         size,
-        mut vals,
-        mut bases,
+        vals,
+        bases,
     } in cases
     {
-        let v = benchkit::median(&mut vals).unwrap_or(f64::NAN);
-        let b = benchkit::median(&mut bases).unwrap_or(f64::NAN);
-        let f = if is_lat(test) {
+        // the machine is shared and noisy: the ratio is the median of the per-run
+        // ratios (each against the baseline of its own run), not median/median
+        let mut ratios: Vec<f64> = vals.iter().zip(&bases).map(|(v, b)| v / b).collect();
+        let per_run = ratios.clone();
+        let r = benchkit::median(&mut ratios).unwrap_or(f64::NAN);
+        let v = benchkit::median(&mut vals.clone()).unwrap_or(f64::NAN);
+        let b = benchkit::median(&mut bases.clone()).unwrap_or(f64::NAN);
+        let mut f = if is_lat(test) {
             Figure::new(
                 name,
                 v,
@@ -1203,12 +1208,14 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
                 Better::Higher,
             )
         };
-        rep.push(f.with_detail(
-            serde_json::json!({ "size": size, "runs": vals, "baseline_runs": bases }),
-        ));
+        f.ratio = r;
+        rep.push(f.with_detail(serde_json::json!({
+            "size": size, "runs": vals, "baseline_runs": bases, "ratio_per_run": per_run
+        })));
     }
     rep.note("two dpustack soft RoCE devices on 127.0.0.1 / 127.0.0.2 in one process, poller thread each, path MTU 4096, 128 WRs in flight");
     rep.note("baseline measured in the same run: netio::baseline::udp_loopback_bw(gso=true) at the RoCE datagram size");
+    rep.note("value and baseline are medians over runs; ratio is the median of per-run ratios");
     Ok(rep)
 }
 
