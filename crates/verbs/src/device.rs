@@ -571,8 +571,9 @@ impl Cq {
         }
         s.lock().engine.poll_cq(self.id, wc)
     }
-    /// `ibv_req_notify_cq`: arm for the next completion (or the next solicited /
-    /// error one). If a matching completion is already queued, fires at once.
+    /// `ibv_req_notify_cq`: arm for the next completion added to the CQ (or the
+    /// next solicited / error one); one-shot, re-arm after each event. As in
+    /// rdma-core, completions already queued do not fire: poll after arming.
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
         let mut g = self.ctx.shared.lock();
         let c = g

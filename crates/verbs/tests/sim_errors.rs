@@ -324,6 +324,27 @@ fn unsignaled_and_sq_sig_all() {
     poll_all(&n.a.cq, &mut more);
     assert_eq!(ca.len() + more.len(), 1);
     assert_eq!(ca[0].wr_id, 2);
+    // with sq_sig_all every WR completes, SIGNALED or not
+    let mut a = side(IP_A, QpType::Rc, 4096);
+    let b = side(IP_B, QpType::Rc, 4096);
+    let mut init = QpInitAttr::new(QpType::Rc, &a.cq, &a.cq);
+    init.sq_sig_all = true;
+    a.qp = a.pd.create_qp(&init).unwrap();
+    connect_rc(&a.qp, p.psn_a, IP_B, b.qp.qp_num(), p.psn_b, &p);
+    connect_rc(&b.qp, p.psn_b, IP_A, a.qp.qp_num(), p.psn_a, &p);
+    let s = [a.mr.sge(0, 8)];
+    let mut w = SendWr::new(7, WrOpcode::RdmaWrite, &s);
+    w.wr = WrDetail::Rdma {
+        remote_addr: b.mr.addr(),
+        rkey: b.mr.rkey(),
+    };
+    w.send_flags = SendFlags::empty();
+    let mut w2 = w;
+    w2.wr_id = 8;
+    a.qp.post_send(&[w, w2]).unwrap();
+    let mut n = Net::new(a, b, LinkConfig::default(), 5);
+    let (ca, _) = drive_wcs(&mut n, 2, 0);
+    assert_eq!(ca.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [7, 8]);
 }
 
 #[test]
