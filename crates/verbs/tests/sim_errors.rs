@@ -622,3 +622,76 @@ fn garbage_datagrams_never_panic() {
         "{c:?}"
     );
 }
+
+/// max_rd_atomic bounds READs in flight; FENCE holds a WR until earlier
+/// READ/atomics complete; then everything completes in order.
+#[test]
+fn max_rd_atomic_and_fence() {
+    let p = RcParams {
+        rd_atomic: 1,
+        ..Default::default()
+    };
+    let mut n = Net::rc(LinkConfig::default(), 1, 1 << 16, &p);
+    let drain = |ctx: &Context, now| {
+        let mut buf = vec![0u8; 9000];
+        let mut ops = vec![];
+        while let Some(t) = ctx.poll_transmit(now, &mut buf) {
+            ops.push(
+                wire::roce::RocePacketRepr::parse(&buf[..t.len])
+                    .unwrap()
+                    .0
+                    .opcode(),
+            );
+        }
+        ops
+    };
+    let s = [n.a.mr.sge(0, 100)];
+    let mut rd = SendWr::new(1, WrOpcode::RdmaRead, &s);
+    rd.wr = WrDetail::Rdma {
+        remote_addr: n.b.mr.addr(),
+        rkey: n.b.mr.rkey(),
+    };
+    let mut rd2 = rd;
+    rd2.wr_id = 2;
+    n.a.qp.post_send(&[rd, rd2]).unwrap();
+    let ops = drain(&n.a.ctx, n.now());
+    assert_eq!(
+        ops,
+        [wire::roce::Opcode::RC_RDMA_READ_REQUEST],
+        "one READ in flight with max_rd_atomic = 1"
+    );
+    // the packet was consumed by `drain`: the retransmit timer brings it back
+    let (ca, _) = drive_wcs(&mut n, 2, 0);
+    assert_eq!(
+        ca.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+
+    let p = RcParams::default();
+    let mut n = Net::rc(LinkConfig::default(), 1, 1 << 16, &p);
+    let r = [n.b.mr.sge(0, 100)];
+    n.b.qp
+        .post_recv(&[RecvWr {
+            wr_id: 9,
+            sg_list: &r,
+        }])
+        .unwrap();
+    let s = [n.a.mr.sge(0, 100)];
+    let mut rd = SendWr::new(1, WrOpcode::RdmaRead, &s);
+    rd.wr = WrDetail::Rdma {
+        remote_addr: n.b.mr.addr(),
+        rkey: n.b.mr.rkey(),
+    };
+    let mut fenced = SendWr::new(2, WrOpcode::Send, &s);
+    fenced.send_flags |= SendFlags::FENCE;
+    n.a.qp.post_send(&[rd, fenced]).unwrap();
+    let ops = drain(&n.a.ctx, n.now());
+    assert_eq!(
+        ops,
+        [wire::roce::Opcode::RC_RDMA_READ_REQUEST],
+        "the fenced SEND waits for the READ"
+    );
+    let (ca, cb) = drive_wcs(&mut n, 2, 1);
+    assert_eq!(ca.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(cb[0].wr_id, 9);
+}
