@@ -425,6 +425,7 @@ impl Engine {
                 return;
             }
         };
+        tracing::trace!(target: "roce", "rx {r} from {}.{}.{}.{}", src[0], src[1], src[2], src[3]);
         if r.bth.pkey & 0x7fff != 0x7fff {
             self.counters.drop_pkey += 1;
             return;

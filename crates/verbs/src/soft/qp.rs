@@ -413,6 +413,7 @@ impl QpCore {
             QpState::Err if self.state != QpState::Err => self.enter_error(ctx, None),
             _ => {}
         }
+        tracing::debug!(target: "roce", qpn = self.qpn, from = ?cur, to = ?next, ?mask, "modify_qp");
         self.state = next;
         self.attr.qp_state = next;
         if self.qp_type == QpType::Ud {
@@ -644,6 +645,9 @@ impl QpCore {
     /// Moves to ERR: completes `first` (the failing WQE's status) for the head of
     /// the SQ, flushes everything else, raises QP_FATAL.
     pub(crate) fn enter_error(&mut self, ctx: &mut Ctx, first: Option<WcStatus>) {
+        if self.state != QpState::Err {
+            tracing::debug!(target: "roce", qpn = self.qpn, ?first, "QP to ERR, flushing");
+        }
         let mut first = first;
         while let Some(w) = self.sq.pop_front() {
             let st = first.take().unwrap_or(WcStatus::WrFlushErr);
