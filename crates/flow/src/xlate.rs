@@ -227,6 +227,9 @@ pub struct FlowTable {
     next_id: u32,
     /// Recirculation id counter for packet-in (controller) actions, like OVS's allocator.
     next_recirc: std::cell::Cell<u32>,
+    /// The switch's ports, when known: outputs to other ports are dropped, as OVS does
+    /// ("Nonexistent output port"). `None`: every port exists.
+    pub ports: Option<std::collections::BTreeSet<u32>>,
 }
 
 /// The result of translating one flow.
@@ -367,7 +370,8 @@ impl FlowTable {
         for a in &r.actions {
             match *a {
                 Action::Output(p) => {
-                    if p != in_port {
+                    let exists = self.ports.as_ref().is_none_or(|ps| ps.contains(&p));
+                    if p != in_port && exists {
                         x.commit();
                         x.out.push(OdpAction::Output(p));
                     }
@@ -1003,6 +1007,21 @@ mod tests {
             "in_port=1,ip,nw_src=1.2.3.4",
         );
         assert_eq!(m, "recirc_id=0,eth,ip,in_port=1,nw_tos=0,nw_frag=no");
+    }
+
+    #[test]
+    fn nonexistent_ports_are_skipped() {
+        let mut t = FlowTable::from_rules(
+            parse_flows(
+                "priority=5,ip,actions=output:7,set_field:1.2.3.4->ip_dst,output:2,output:9",
+            )
+            .unwrap(),
+        );
+        t.ports = Some([1, 2, 3, 4].into_iter().collect());
+        let k = parse_exact_flow("in_port=1,udp,nw_dst=5.5.5.5").unwrap();
+        let x = t.xlate(&k);
+        // Verified with ovs.sh (ports p1..p4).
+        assert_eq!(format_actions(&x.actions), "set(ipv4(dst=1.2.3.4)),2");
     }
 
     #[test]

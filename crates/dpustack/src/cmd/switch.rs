@@ -126,6 +126,10 @@ pub struct TraceArgs {
     /// Disable the nw_src/nw_dst prefix tries (like OVS `prefixes=none`).
     #[arg(long)]
     pub no_prefixes: bool,
+    /// The switch's port numbers (comma-separated); outputs to other ports are dropped
+    /// like OVS's "Nonexistent output port". Default: every port exists.
+    #[arg(long, value_delimiter = ',')]
+    pub ports: Vec<u32>,
     /// Packets given on the command line (same syntax as --packets lines).
     pub flow: Vec<String>,
 }
@@ -166,6 +170,9 @@ fn trace_cmd(a: &TraceArgs) -> Result<()> {
     let rules = flow::parse_flows(&text).map_err(|e| anyhow!("{}: {e}", a.flows.display()))?;
     let mut table = flow::FlowTable::from_rules(rules);
     table.cls.set_prefix_tracking(!a.no_prefixes);
+    if !a.ports.is_empty() {
+        table.ports = Some(a.ports.iter().copied().collect());
+    }
     let mut pkts: Vec<String> = a.flow.clone();
     if let Some(p) = &a.packets {
         let t = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
@@ -414,6 +421,8 @@ mod live {
         if ports.is_empty() {
             bail!("no ports: give --port N=afpacket:IF / pcap-rx:FILE / pcap-tx:FILE");
         }
+        let mut table = table;
+        table.ports = Some(ports.keys().copied().collect());
         let _ = std::fs::remove_file(&a.ctl);
         let listener = std::os::unix::net::UnixListener::bind(&a.ctl)
             .with_context(|| format!("binding {}", a.ctl.display()))?;
