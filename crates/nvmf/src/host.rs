@@ -13,10 +13,11 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use nvme::cmd::ConnectData;
+use nvme::identify::{ActiveNsList, Cns, IdentifyController, IdentifyNamespace};
+use nvme::log::{DiscoveryEntry, DiscoveryLog, LogPageId, DISC_ENTRY_LEN, DISC_HDR_LEN};
 use nvme::{AdminOpcode, Cqe, IoOpcode, Sqe, Status};
 use tracing::debug;
 
-use crate::identify::{parse_discovery_log, DiscEntry};
 use crate::subsystem::DISCOVERY_NQN;
 use crate::tcp::{HostConn, HostEvent, HostParams};
 
@@ -351,10 +352,8 @@ pub struct NsIdentity {
     pub nguid: [u8; 16],
 }
 
-fn ascii(b: &[u8]) -> String {
-    String::from_utf8_lossy(b)
-        .trim_end_matches(['\0', ' '])
-        .to_string()
+fn text(s: Option<&str>) -> String {
+    s.unwrap_or("(not UTF-8)").to_string()
 }
 
 /// A connected controller: an admin queue and I/O queues.
@@ -450,66 +449,55 @@ impl Controller {
 
     /// Identify Controller.
     pub fn identify_ctrlr(&mut self) -> Result<CtrlrIdentity> {
-        let mut sqe = Sqe::admin(AdminOpcode::Identify, 0, 0);
-        sqe.set_cdw10(1);
-        let c = self.admin.exec(sqe, &[], 4096)?;
+        let c = self
+            .admin
+            .exec(Sqe::identify(0, Cns::Controller, 0), &[], 4096)?;
         check("Identify Controller", &c)?;
-        let b = &c.data;
-        if b.len() < 4096 {
-            return Err(HostError::Protocol("short Identify data"));
-        }
+        let id = IdentifyController::from_bytes(&c.data)
+            .map_err(|_| HostError::Protocol("short Identify data"))?;
         Ok(CtrlrIdentity {
-            cntlid: u16::from_le_bytes([b[78], b[79]]),
-            serial: ascii(&b[4..24]),
-            model: ascii(&b[24..64]),
-            firmware: ascii(&b[64..72]),
-            subnqn: ascii(&b[768..1024]),
-            nn: u32::from_le_bytes([b[516], b[517], b[518], b[519]]),
-            mdts: b[77],
-            ioccsz: u32::from_le_bytes([b[1792], b[1793], b[1794], b[1795]]),
-            cntrltype: b[111],
-            version: u32::from_le_bytes([b[80], b[81], b[82], b[83]]),
-            raw: c.data.clone(),
+            cntlid: id.cntlid(),
+            serial: text(id.sn()),
+            model: text(id.mn()),
+            firmware: text(id.fr()),
+            subnqn: text(id.subnqn()),
+            nn: id.nn(),
+            mdts: id.mdts(),
+            ioccsz: id.ioccsz(),
+            cntrltype: id.cntrltype(),
+            version: id.ver(),
+            raw: c.data,
         })
     }
 
     /// Active namespace IDs.
     pub fn active_namespaces(&mut self) -> Result<Vec<u32>> {
-        let mut sqe = Sqe::admin(AdminOpcode::Identify, 0, 0);
-        sqe.set_cdw10(2);
-        let c = self.admin.exec(sqe, &[], 4096)?;
+        let c = self
+            .admin
+            .exec(Sqe::identify(0, Cns::ActiveNsList, 0), &[], 4096)?;
         check("Identify Active NS List", &c)?;
-        Ok(c.data
-            .chunks_exact(4)
-            .map(|x| u32::from_le_bytes([x[0], x[1], x[2], x[3]]))
-            .take_while(|&n| n != 0)
-            .collect())
+        let l = ActiveNsList::from_bytes(&c.data)
+            .map_err(|_| HostError::Protocol("short Identify data"))?;
+        Ok(l.nsids())
     }
 
     /// Identify Namespace.
     pub fn identify_ns(&mut self, nsid: u32) -> Result<NsIdentity> {
-        let mut sqe = Sqe::admin(AdminOpcode::Identify, 0, nsid);
-        sqe.set_cdw10(0);
-        let c = self.admin.exec(sqe, &[], 4096)?;
+        let c = self
+            .admin
+            .exec(Sqe::identify(0, Cns::Namespace, nsid), &[], 4096)?;
         check("Identify Namespace", &c)?;
-        let b = &c.data;
-        if b.len() < 4096 {
-            return Err(HostError::Protocol("short Identify data"));
-        }
-        let mut n = [0u8; 8];
-        n.copy_from_slice(&b[0..8]);
-        let flbas = (b[26] & 0xf) as usize;
-        let lbads = b[128 + 4 * flbas + 2];
-        if !(9..=16).contains(&lbads) {
-            return Err(HostError::Protocol("unsupported LBA data size"));
-        }
-        let mut nguid = [0u8; 16];
-        nguid.copy_from_slice(&b[104..120]);
+        let ns = IdentifyNamespace::from_bytes(&c.data)
+            .map_err(|_| HostError::Protocol("short Identify data"))?;
+        let block_size = match ns.block_size() {
+            Some(bs) if bs <= 1 << 16 => bs,
+            _ => return Err(HostError::Protocol("unsupported LBA data size")),
+        };
         Ok(NsIdentity {
             nsid,
-            blocks: u64::from_le_bytes(n),
-            block_size: 1 << lbads,
-            nguid,
+            blocks: ns.nsze(),
+            block_size,
+            nguid: ns.nguid(),
         })
     }
 
@@ -525,14 +513,14 @@ impl Controller {
         Ok(((dw0 & 0xffff).min(dw0 >> 16) + 1) as u16)
     }
 
-    /// Get Log Page: `len` bytes of log `lid` from byte `offset`.
-    pub fn get_log_page(&mut self, lid: u8, offset: u64, len: u32) -> Result<Vec<u8>> {
-        let mut sqe = Sqe::admin(AdminOpcode::GetLogPage, 0, 0);
-        let numd = len / 4 - 1;
-        sqe.set_cdw10(lid as u32 | ((numd & 0xffff) << 16));
-        sqe.set_cdw11(numd >> 16);
-        sqe.set_cdw12(offset as u32);
-        sqe.set_cdw13((offset >> 32) as u32);
+    /// Get Log Page: `len` bytes (a multiple of 4) of log `lid` from byte `offset`.
+    pub fn get_log_page(
+        &mut self,
+        lid: impl Into<LogPageId>,
+        offset: u64,
+        len: u32,
+    ) -> Result<Vec<u8>> {
+        let sqe = Sqe::get_log_page(0, 0, lid.into(), len, offset);
         let c = self.admin.exec(sqe, &[], len)?;
         check("Get Log Page", &c)?;
         Ok(c.data)
@@ -624,17 +612,22 @@ pub fn write_sqe(nsid: u32, slba: u64, nlb: u32) -> Sqe {
 
 /// Discovery: connects to the discovery subsystem at `addr`, reads the whole
 /// discovery log page (header first, then all records), disconnects.
-pub fn discover(addr: SocketAddr, opts: &HostOpts) -> Result<(u64, Vec<DiscEntry>)> {
+pub fn discover(addr: SocketAddr, opts: &HostOpts) -> Result<(u64, Vec<DiscoveryEntry>)> {
     let mut c = Controller::connect(addr, DISCOVERY_NQN, opts, 0, 0)?;
-    let hdr = c.get_log_page(0x70, 0, 1024)?;
-    let numrec = u64::from_le_bytes(hdr[8..16].try_into().unwrap_or([0; 8]));
-    let numrec = numrec.min(1000) as u32;
-    let all = c.get_log_page(0x70, 0, 1024 * (numrec + 1))?;
+    let hdr = c.get_log_page(LogPageId::Discovery, 0, DISC_HDR_LEN as u32)?;
+    let (genctr, numrec, _) =
+        DiscoveryLog::parse_header(&hdr).map_err(|_| HostError::Protocol("bad discovery log"))?;
+    let numrec = numrec.min(1000) as usize;
+    let len = DISC_HDR_LEN + numrec * DISC_ENTRY_LEN;
+    let all = c.get_log_page(LogPageId::Discovery, 0, len as u32)?;
     // the generation counter must not have moved between the two reads
-    if all[0..8] != hdr[0..8] {
+    if all.get(0..8) != hdr.get(0..8) {
         return Err(HostError::Protocol("discovery log changed while reading"));
     }
-    let parsed = parse_discovery_log(&all).ok_or(HostError::Protocol("bad discovery log"))?;
+    let entries = (0..numrec)
+        .map(|i| DiscoveryEntry::parse(all.get(DISC_HDR_LEN + i * DISC_ENTRY_LEN..).unwrap_or(&[])))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|_| HostError::Protocol("bad discovery log"))?;
     let _ = c.shutdown();
-    Ok(parsed)
+    Ok((genctr, entries))
 }

@@ -3,7 +3,8 @@
 //! Owns: target ([`tgt::Tgt`]), subsystems and namespaces on bdevs
 //! ([`subsystem`]), controllers with dynamic cntlid ([`ctrlr`]), queue pairs
 //! ([`qpair`]), poll groups and the TCP driver ([`poll_group`]), the discovery
-//! subsystem and log page ([`identify`]), the sans-IO NVMe/TCP transport cores
+//! subsystem and log page ([`tgt`]; the Identify structures and log pages are the
+//! `nvme` crate's, filled by [`ctrlr`] and [`subsystem`]), the sans-IO NVMe/TCP transport cores
 //! ([`tcp::TargetConn`], [`tcp::HostConn`]) and the host library ([`host`]).
 //!
 //! Does not: RDMA (later, over `verbs`), authentication (DH-HMAC-CHAP), TLS,
@@ -16,7 +17,6 @@
 pub mod ctrlr;
 #[cfg(feature = "driver")]
 pub mod host;
-pub mod identify;
 #[cfg(feature = "driver")]
 pub mod perf;
 #[cfg(feature = "driver")]

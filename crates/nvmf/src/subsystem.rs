@@ -5,10 +5,12 @@
 
 use std::sync::Arc;
 
-use crate::identify::NsInfo;
+use nvme::identify::{
+    dlfeat, ns_descriptor_list, IdentifyNamespace, Nidt, NsIdDescriptor, IDENTIFY_LEN,
+};
 
 /// The well-known discovery subsystem NQN.
-pub const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
+pub use nvme::log::DISCOVERY_NQN;
 
 /// What kind of subsystem.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,14 +45,28 @@ impl Namespace {
     pub fn num_blocks(&self) -> u64 {
         self.bdev.num_blocks()
     }
-    pub fn info(&self) -> NsInfo {
-        NsInfo {
-            blocks: self.num_blocks(),
-            block_size: self.block_size(),
-            nguid: self.nguid,
-            eui64: self.eui64,
-            uuid: self.uuid,
-        }
+    /// Identify Namespace (CNS 00h): one LBA format, no metadata.
+    pub fn identify(&self) -> IdentifyNamespace {
+        let mut n = IdentifyNamespace::simple(self.num_blocks(), self.block_size());
+        // NSFEAT bit 2: deallocated or unwritten logical block error support
+        n.set_nsfeat(0x4);
+        n.set_nmic(1); // may be attached to several controllers
+        n.set_dlfeat(dlfeat::READ_ZEROES | dlfeat::WRITE_ZEROES_DEALLOCATE);
+        n.set_nguid(self.nguid);
+        n.set_eui64(self.eui64);
+        n
+    }
+    /// Namespace Identification Descriptor list (CNS 03h): EUI64, NGUID, UUID.
+    pub fn id_descriptors(&self) -> Box<[u8; IDENTIFY_LEN]> {
+        let d = |nidt, id: &[u8]| NsIdDescriptor {
+            nidt,
+            nid: id.to_vec(),
+        };
+        ns_descriptor_list(&[
+            d(Nidt::Eui64, &self.eui64),
+            d(Nidt::Nguid, &self.nguid),
+            d(Nidt::Uuid, &self.uuid),
+        ])
     }
 }
 

@@ -12,9 +12,9 @@ use nvme::{Sqe, Status};
 use tracing::{info, warn};
 
 use crate::ctrlr::{Ctrlr, MAX_QUEUE_DEPTH};
-use crate::identify::{self, DiscEntry};
 use crate::subsystem::{Subsystem, SubsystemError, SubsystemType, DISCOVERY_NQN};
 use crate::tcp::TargetParams;
+use nvme::log::{treq, DiscoveryEntry, DiscoveryLog, SubType};
 
 /// Target-wide parameters.
 #[derive(Debug, Clone, Copy)]
@@ -167,17 +167,25 @@ impl Tgt {
                 continue;
             }
             for l in listeners.iter().filter(|l| !l.discovery_only) {
-                entries.push(DiscEntry {
-                    subtype: 2,
-                    portid: l.portid,
-                    trsvcid: l.addr.port().to_string(),
-                    traddr: l.addr.ip().to_string(),
-                    subnqn: s.nqn.clone(),
-                    adrfam: if l.addr.is_ipv4() { 1 } else { 2 },
-                });
+                let mut e = DiscoveryEntry::tcp(
+                    SubType::Nvme,
+                    &s.nqn,
+                    &l.addr.ip().to_string(),
+                    &l.addr.port().to_string(),
+                    l.portid,
+                    l.addr.is_ipv6(),
+                );
+                // secure channel not specified; SQ flow control disable supported
+                e.treq = treq::SECURE_NOT_SPECIFIED | treq::DISABLE_SQFLOW;
+                entries.push(e); // CNTLID 0xffff (dynamic), ASQSZ 32, TSAS none
             }
         }
-        identify::discovery_log(self.genctr(), &entries)
+        DiscoveryLog {
+            genctr: self.genctr(),
+            recfmt: 0,
+            entries,
+        }
+        .to_bytes()
     }
 
     /// Handles Fabrics Connect arriving on listener `portid`.

@@ -32,7 +32,8 @@ pub struct NvmfConfig {
     pub listen: String,
     /// Discovery-only port (0 = none); discovery also answers on `listen`.
     pub discovery_port: u16,
-    /// Backing device of the single namespace of `dpustack up` (`malloc:64M`, `null:1G`).
+    /// Backing device of the single namespace of `dpustack up` (`malloc:64M`, `null:1G`,
+    /// `file:PATH[,size=64M][,direct][,qd=N]`).
     pub bdev: String,
     pub nqn: String,
     /// A full target configuration file (TOML or JSON) used instead of the quick form.
@@ -80,12 +81,66 @@ pub struct TargetFile {
 #[serde(deny_unknown_fields)]
 pub struct BdevConf {
     pub name: String,
-    /// malloc | null
+    /// malloc | null | file
     pub kind: String,
-    /// e.g. "64M", "1G"
-    pub size: String,
+    /// e.g. "64M", "1G"; for a file: creates/resizes a regular file (absent = its size)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<String>,
     #[serde(default = "default_bs")]
     pub block_size: u32,
+    /// file: the file or block device
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// file: open with O_DIRECT
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub direct: bool,
+    /// file: io_uring queue depth per channel (default 128)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_depth: Option<u32>,
+}
+
+impl BdevConf {
+    /// The `bdev::spec` text for this entry (`malloc:64M`, `file:/p,size=1G,direct`).
+    pub fn spec(&self) -> Result<String> {
+        let size = || {
+            self.size
+                .as_deref()
+                .ok_or_else(|| anyhow!("bdev {:?}: {} wants size", self.name, self.kind))
+        };
+        let file_only = self.path.is_some() || self.direct || self.queue_depth.is_some();
+        match self.kind.as_str() {
+            "malloc" | "null" if file_only => bail!(
+                "bdev {:?}: path/direct/queue_depth are for kind = \"file\"",
+                self.name
+            ),
+            "malloc" | "null" => Ok(format!("{}:{}", self.kind, size()?)),
+            "file" => {
+                let path = self
+                    .path
+                    .as_deref()
+                    .filter(|p| !p.is_empty())
+                    .ok_or_else(|| anyhow!("bdev {:?}: kind = \"file\" wants path", self.name))?;
+                if path.contains(',') {
+                    bail!("bdev {:?}: a path with ',' is not supported", self.name);
+                }
+                let mut spec = format!("file:{path}");
+                if let Some(sz) = &self.size {
+                    spec += &format!(",size={sz}");
+                }
+                if self.direct {
+                    spec += ",direct";
+                }
+                if let Some(q) = self.queue_depth {
+                    spec += &format!(",qd={q}");
+                }
+                Ok(spec)
+            }
+            other => bail!(
+                "bdev {:?}: unknown kind {other:?} (malloc, null, file)",
+                self.name
+            ),
+        }
+    }
 }
 
 fn default_bs() -> u32 {
@@ -198,26 +253,10 @@ fn parse_uuid(s: &str) -> Result<[u8; 16]> {
     Ok(u)
 }
 
-/// Creates a bdev from `kind:size` (`malloc:64M`, `null:1G`), block size `bs`.
-pub fn make_bdev(
-    name: &str,
-    kind: &str,
-    size: &str,
-    bs: u32,
-) -> Result<Arc<dyn bdev::BlockDevice>> {
-    let bytes = parse_size(size)?;
-    Ok(match kind {
-        "malloc" => Arc::new(bdev::malloc::MallocBdev::with_size(name, bytes, bs)?),
-        "null" => Arc::new(bdev::null::NullBdev::with_size(name, bytes, bs)?),
-        other => bail!("unknown bdev kind {other:?} (malloc, null)"),
-    })
-}
-
-fn quick_bdev(spec: &str) -> Result<Arc<dyn bdev::BlockDevice>> {
-    let (kind, size) = spec
-        .split_once(':')
-        .ok_or_else(|| anyhow!("--bdev wants KIND:SIZE, e.g. malloc:64M"))?;
-    make_bdev("bdev0", kind, size, 512)
+/// Creates a bdev named `name` from a `bdev::spec` text (`malloc:64M`, `null:1G`,
+/// `file:PATH[,size=64M][,direct][,qd=N]`) with block size `bs`.
+pub fn make_bdev(name: &str, spec: &str, bs: u32) -> Result<Arc<dyn bdev::BlockDevice>> {
+    bdev::spec::create(name, spec, bs).with_context(|| format!("bdev {name:?} ({spec})"))
 }
 
 impl TargetFile {
@@ -246,7 +285,7 @@ impl TargetFile {
             }
             bdevs.insert(
                 b.name.clone(),
-                make_bdev(&b.name, &b.kind, &b.size, b.block_size)?,
+                make_bdev(&b.name, &b.spec()?, b.block_size)?,
             );
         }
         for s in &self.subsystem {
@@ -290,7 +329,7 @@ fn quick_target(
 ) -> Result<(Tgt, Vec<ListenSpec>)> {
     let mut tgt = Tgt::new(TgtParams::default());
     let mut s = Subsystem::new(nqn, "DPUSTACK0001", "dpustack NVMe-oF")?;
-    s.add_ns(1, quick_bdev(bdev_spec)?, None)?;
+    s.add_ns(1, make_bdev("bdev0", bdev_spec, 512)?, None)?;
     tgt.add_subsystem(s)?;
     let mut specs: Vec<ListenSpec> = listen
         .iter()
@@ -340,7 +379,7 @@ pub struct ServeArgs {
     /// Listen address(es), tcp://IP:PORT (default tcp://127.0.0.1:4420).
     #[arg(long)]
     pub listen: Vec<String>,
-    /// Backing device of the one namespace, KIND:SIZE (malloc:64M, null:1G).
+    /// Backing device of the one namespace: malloc:64M, null:1G, file:PATH[,size=64M][,direct][,qd=N].
     #[arg(long, default_value = "malloc:64M")]
     pub bdev: String,
     /// Subsystem NQN of the quick form.
@@ -591,12 +630,13 @@ fn nvme(cmd: NvmeCmd) -> Result<()> {
             for (i, e) in entries.iter().enumerate() {
                 println!("=====Discovery Log Entry {i}======");
                 println!("trtype:  tcp");
-                println!("adrfam:  {}", if e.adrfam == 1 { "ipv4" } else { "ipv6" });
+                let ipv4 = e.adrfam == nvme::log::AdrFam::Ipv4;
+                println!("adrfam:  {}", if ipv4 { "ipv4" } else { "ipv6" });
                 println!(
                     "subtype: {}",
                     match e.subtype {
-                        1 => "discovery subsystem referral",
-                        3 => "current discovery subsystem",
+                        nvme::log::SubType::DiscoveryReferral => "discovery subsystem referral",
+                        nvme::log::SubType::CurrentDiscovery => "current discovery subsystem",
                         _ => "nvme subsystem",
                     }
                 );
@@ -879,8 +919,8 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     let runs = args.runs();
     let mut tgt = Tgt::new(TgtParams::default());
     let mut s = Subsystem::new(DEFAULT_NQN, "BENCH", "dpustack bench")?;
-    s.add_ns(1, make_bdev("null0", "null", "4G", 512)?, None)?;
-    s.add_ns(2, make_bdev("malloc0", "malloc", "256M", 512)?, None)?;
+    s.add_ns(1, make_bdev("null0", "null:4G", 512)?, None)?;
+    s.add_ns(2, make_bdev("malloc0", "malloc:256M", 512)?, None)?;
     tgt.add_subsystem(s)?;
     let srv = NvmfServer::start(
         tgt,
@@ -1024,5 +1064,109 @@ mod tests {
         let bad = toml_text.replace("bdev = \"m0\"", "bdev = \"nope\"");
         let f: TargetFile = toml::from_str(&bad).unwrap();
         assert!(f.build().is_err());
+    }
+
+    /// A bdev of kind "file" from a target config file: data written by our host
+    /// over NVMe/TCP lands in the file at NSID 1's LBA offsets, and bytes put in
+    /// the file are read back over NVMe/TCP.
+    #[test]
+    fn file_bdev_from_config_over_loopback() {
+        let dir = std::env::temp_dir().join(format!("dpustack-nvmf-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ns1.img");
+        let text = format!(
+            r#"
+            [[bdev]]
+            name = "f0"
+            kind = "file"
+            path = "{}"
+            size = "1M"
+            block_size = 4096
+            queue_depth = 16
+            [[subsystem]]
+            nqn = "nqn.2024-01.io.dpustack:file"
+            [[subsystem.namespace]]
+            bdev = "f0"
+            [[listener]]
+            address = "tcp://127.0.0.1:0"
+            "#,
+            path.display()
+        );
+        let f: TargetFile = toml::from_str(&text).unwrap();
+        assert_eq!(
+            f.bdev[0].spec().unwrap(),
+            format!("file:{},size=1M,qd=16", path.display())
+        );
+        let (tgt, listen) = f.build().unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 1 << 20);
+        let srv = NvmfServer::start(tgt, &listen, 1).unwrap();
+        let o = HostOpts {
+            timeout: std::time::Duration::from_secs(5),
+            ..Default::default()
+        };
+        let mut c =
+            host::Controller::connect(srv.addrs()[0], "nqn.2024-01.io.dpustack:file", &o, 1, 8)
+                .unwrap();
+        let ns = c.identify_ns(1).unwrap();
+        assert_eq!((ns.blocks, ns.block_size), (256, 4096));
+        // 3 blocks at LBA 5 (R2T path) and 1 block at LBA 255 (in-capsule, last block)
+        let data: Vec<u8> = (0..3 * 4096).map(|i| (i * 7 + i / 4096) as u8).collect();
+        c.write(0, 1, 5, &data, 4096).unwrap();
+        c.write(0, 1, 255, &[0xa5; 4096], 4096).unwrap();
+        let file = std::fs::read(&path).unwrap();
+        assert!(
+            file[5 * 4096..8 * 4096] == data[..],
+            "file content after host write"
+        );
+        assert!(file[255 * 4096..].iter().all(|&b| b == 0xa5));
+        assert!(file[..5 * 4096].iter().all(|&b| b == 0));
+        // the other way: bytes written to the file are what the host reads
+        let mut img = file;
+        img[100 * 4096..101 * 4096].fill(0x3c);
+        std::fs::write(&path, &img).unwrap();
+        assert!(c.read(0, 1, 100, 1, 4096).unwrap() == vec![0x3c; 4096]);
+        assert!(c.read(0, 1, 5, 3, 4096).unwrap() == data);
+        c.shutdown().unwrap();
+        srv.stop();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn bdev_specs() {
+        let conf = |kind: &str, size: Option<&str>, path: Option<&str>| BdevConf {
+            name: "b".into(),
+            kind: kind.into(),
+            size: size.map(Into::into),
+            block_size: 512,
+            path: path.map(Into::into),
+            direct: false,
+            queue_depth: None,
+        };
+        assert_eq!(
+            conf("malloc", Some("1M"), None).spec().unwrap(),
+            "malloc:1M"
+        );
+        assert!(conf("malloc", None, None).spec().is_err());
+        assert!(conf("null", Some("1M"), Some("/x")).spec().is_err());
+        assert!(conf("file", Some("1M"), None).spec().is_err());
+        assert!(conf("file", None, Some("/a,b")).spec().is_err());
+        assert!(conf("disk", Some("1M"), None).spec().is_err());
+        let mut d = conf("file", None, Some("/dev/nvme0n1"));
+        d.direct = true;
+        assert_eq!(d.spec().unwrap(), "file:/dev/nvme0n1,direct");
+        // the quick form (--bdev) takes the same specs
+        assert_eq!(make_bdev("q", "null:1M", 512).unwrap().num_blocks(), 2048);
+        assert!(make_bdev("q", "malloc", 512).is_err());
+        let p = std::env::temp_dir().join(format!("dpustack-nvmf-quick-{}", std::process::id()));
+        let (t, _) = quick_target(
+            DEFAULT_NQN,
+            &format!("file:{},size=64K", p.display()),
+            &["127.0.0.1:0".parse().unwrap()],
+            0,
+        )
+        .unwrap();
+        let ns = t.subsystem(DEFAULT_NQN).unwrap().ns(1).unwrap().clone();
+        assert_eq!(ns.num_blocks(), 128);
+        let _ = std::fs::remove_file(&p);
     }
 }
