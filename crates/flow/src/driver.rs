@@ -2,7 +2,7 @@
 //! (replay in, capture out). The protocol core (`key`, `xlate`, `dp`, `exec`) never
 //! touches these.
 
-use std::io::{self, Read, Write};
+use std::io;
 
 /// A raw AF_PACKET socket bound to one interface (all EtherTypes), non-blocking.
 #[derive(Debug)]
@@ -164,94 +164,4 @@ pub fn poll_readable(fds: &[libc::c_int], ms: i32) {
     }
 }
 
-/// Reads all frames of a classic pcap file (Ethernet link type; µs or ns timestamps).
-pub fn read_pcap(mut r: impl Read) -> io::Result<Vec<Vec<u8>>> {
-    let mut all = Vec::new();
-    r.read_to_end(&mut all)?;
-    if all.len() < 24 {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "pcap: short header",
-        ));
-    }
-    let magic = u32::from_le_bytes([all[0], all[1], all[2], all[3]]);
-    let le = match magic {
-        0xa1b2c3d4 | 0xa1b23c4d => true,
-        0xd4c3b2a1 | 0x4d3cb2a1 => false,
-        _ => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "pcap: bad magic",
-            ))
-        }
-    };
-    let u32at = |b: &[u8], i: usize| {
-        let a = [b[i], b[i + 1], b[i + 2], b[i + 3]];
-        if le {
-            u32::from_le_bytes(a)
-        } else {
-            u32::from_be_bytes(a)
-        }
-    };
-    let mut off = 24;
-    let mut out = Vec::new();
-    while off + 16 <= all.len() {
-        let caplen = u32at(&all, off + 8) as usize;
-        off += 16;
-        if off + caplen > all.len() {
-            break;
-        }
-        out.push(all[off..off + caplen].to_vec());
-        off += caplen;
-    }
-    Ok(out)
-}
-
-/// Writes frames to a classic pcap file (little-endian, µs, Ethernet).
-#[derive(Debug)]
-pub struct PcapWriter<W: Write> {
-    w: W,
-}
-
-impl<W: Write> PcapWriter<W> {
-    pub fn new(mut w: W) -> io::Result<PcapWriter<W>> {
-        let mut h = Vec::with_capacity(24);
-        h.extend_from_slice(&0xa1b2c3d4u32.to_le_bytes());
-        h.extend_from_slice(&2u16.to_le_bytes());
-        h.extend_from_slice(&4u16.to_le_bytes());
-        h.extend_from_slice(&0i32.to_le_bytes());
-        h.extend_from_slice(&0u32.to_le_bytes());
-        h.extend_from_slice(&65535u32.to_le_bytes());
-        h.extend_from_slice(&1u32.to_le_bytes());
-        w.write_all(&h)?;
-        Ok(PcapWriter { w })
-    }
-    /// Appends one frame with timestamp `us` (microseconds).
-    pub fn write(&mut self, us: u64, frame: &[u8]) -> io::Result<()> {
-        let mut h = Vec::with_capacity(16);
-        h.extend_from_slice(&((us / 1_000_000) as u32).to_le_bytes());
-        h.extend_from_slice(&((us % 1_000_000) as u32).to_le_bytes());
-        h.extend_from_slice(&(frame.len() as u32).to_le_bytes());
-        h.extend_from_slice(&(frame.len() as u32).to_le_bytes());
-        self.w.write_all(&h)?;
-        self.w.write_all(frame)?;
-        self.w.flush()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pcap_roundtrip() {
-        let mut buf = Vec::new();
-        {
-            let mut w = PcapWriter::new(&mut buf).unwrap();
-            w.write(1, &[1, 2, 3]).unwrap();
-            w.write(2, &[4; 60]).unwrap();
-        }
-        let frames = read_pcap(&buf[..]).unwrap();
-        assert_eq!(frames, vec![vec![1, 2, 3], vec![4; 60]]);
-    }
-}
+pub use wire::pcap::{read_pcap, LinkType, PcapWriter};

@@ -3,14 +3,22 @@
 use flow::dp::{hash_key, Datapath, Hit};
 use flow::{parse_exact_flow, parse_flows, FlowTable};
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
 
+// Counts this thread's allocations only: the datapath runs on the test's thread, and
+// libtest's own threads may allocate at any time (a global count made this flaky).
 struct Counting;
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    static MINE: Cell<usize> = const { Cell::new(0) };
+}
+
+fn allocs() -> usize {
+    MINE.with(|c| c.get())
+}
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        let _ = MINE.try_with(|c| c.set(c.get() + 1));
         unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
@@ -33,7 +41,7 @@ fn hit_path_does_not_allocate() {
     for k in &pkts {
         dp.process(&table, k, 64, 1);
     }
-    let before = ALLOCS.load(Ordering::Relaxed);
+    let before = allocs();
     let mut emc = 0;
     for round in 0..1000u64 {
         for k in &pkts {
@@ -41,18 +49,14 @@ fn hit_path_does_not_allocate() {
             emc += (h == Hit::Emc) as usize;
         }
     }
-    assert_eq!(ALLOCS.load(Ordering::Relaxed), before, "EMC path allocated");
+    assert_eq!(allocs(), before, "EMC path allocated");
     assert!(emc > 0);
     dp.set_emc(false);
-    let before = ALLOCS.load(Ordering::Relaxed);
+    let before = allocs();
     for _ in 0..1000 {
         for k in &pkts {
             assert!(dp.lookup(k, hash_key(k)).is_some());
         }
     }
-    assert_eq!(
-        ALLOCS.load(Ordering::Relaxed),
-        before,
-        "megaflow path allocated"
-    );
+    assert_eq!(allocs(), before, "megaflow path allocated");
 }

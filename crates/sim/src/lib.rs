@@ -236,32 +236,19 @@ impl<M: Clone> Link<M> {
 /// Writes a classic pcap file with LINKTYPE_RAW (IPv4/IPv6 packets, no L2), which
 /// tshark decodes (UDP 4791 as RoCE, TCP 4420 as NVMe/TCP).
 pub struct PcapWriter<W: Write> {
-    out: W,
+    out: wire::pcap::PcapWriter<W>,
 }
 
 impl<W: Write> PcapWriter<W> {
-    pub fn new(mut out: W) -> io::Result<Self> {
-        let mut h = Vec::with_capacity(24);
-        h.extend_from_slice(&0xa1b2c3d4u32.to_le_bytes());
-        h.extend_from_slice(&2u16.to_le_bytes());
-        h.extend_from_slice(&4u16.to_le_bytes());
-        h.extend_from_slice(&0i32.to_le_bytes());
-        h.extend_from_slice(&0u32.to_le_bytes());
-        h.extend_from_slice(&65535u32.to_le_bytes());
-        h.extend_from_slice(&101u32.to_le_bytes()); // LINKTYPE_RAW
-        out.write_all(&h)?;
-        Ok(PcapWriter { out })
+    pub fn new(out: W) -> io::Result<Self> {
+        Ok(PcapWriter {
+            out: wire::pcap::PcapWriter::new(out, wire::pcap::LinkType::Raw)?,
+        })
     }
 
     /// One raw IP packet at virtual time `t` (since the clock's start).
     pub fn write_packet(&mut self, t: Duration, ip_packet: &[u8]) -> io::Result<()> {
-        let mut h = [0u8; 16];
-        h[0..4].copy_from_slice(&(t.as_secs() as u32).to_le_bytes());
-        h[4..8].copy_from_slice(&t.subsec_micros().to_le_bytes());
-        h[8..12].copy_from_slice(&(ip_packet.len() as u32).to_le_bytes());
-        h[12..16].copy_from_slice(&(ip_packet.len() as u32).to_le_bytes());
-        self.out.write_all(&h)?;
-        self.out.write_all(ip_packet)
+        self.out.write(t, ip_packet)
     }
 
     /// Wraps `payload` in an IPv4 (DF, given ID, TTL 64, valid checksum) + UDP
@@ -279,7 +266,7 @@ impl<W: Write> PcapWriter<W> {
     }
 
     pub fn into_inner(self) -> W {
-        self.out
+        self.out.into_inner()
     }
 }
 

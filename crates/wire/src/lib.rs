@@ -44,4 +44,5 @@ pub type Result<T> = core::result::Result<T, Error>;
 pub mod ethernet;
 pub mod mad;
 pub mod nvme_tcp;
+pub mod pcap;
 pub mod roce;

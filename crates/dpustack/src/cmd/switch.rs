@@ -255,7 +255,7 @@ mod live {
     //! The live switch loop: AF_PACKET/pcap ports, datapath cache, control socket.
     use anyhow::{anyhow, bail, Context, Result};
     use flow::dp::Datapath;
-    use flow::driver::{poll_readable, read_pcap, AfPacket, PcapWriter};
+    use flow::driver::{poll_readable, read_pcap, AfPacket, LinkType, PcapWriter};
     use flow::FlowTable;
     use std::collections::BTreeMap;
     use std::io::{Read, Write};
@@ -298,6 +298,7 @@ mod live {
             )?),
             "pcap-tx" => Port::PcapTx(PcapWriter::new(
                 std::fs::File::create(arg).with_context(|| format!("creating {arg}"))?,
+                LinkType::Ethernet,
             )?),
             _ => bail!("port `{spec}`: unknown kind `{kind}`"),
         };
@@ -485,7 +486,7 @@ mod live {
                             c.tx += 1;
                         }
                         Some(Port::PcapTx(w)) => {
-                            w.write(start.elapsed().as_micros() as u64, &fr)?;
+                            w.write(start.elapsed(), &fr)?;
                             c.tx += 1;
                         }
                         _ => c.dropped_no_port += 1,
