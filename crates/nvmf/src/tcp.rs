@@ -179,6 +179,21 @@ struct H2cPending {
     ddgst_bad: bool,
 }
 
+/// The H2CData PDU being received without a copy: its header was checked, its
+/// data goes to `h2c[ttag].buf[pos..end]`, then `ddgst` digest bytes follow in the
+/// stream.
+#[derive(Debug, Clone, Copy)]
+struct DirectRx {
+    ttag: u16,
+    /// Where this PDU's data starts in the command's buffer (DATAO).
+    start: usize,
+    /// Next byte to receive.
+    pos: usize,
+    end: usize,
+    ddgst: bool,
+    last: bool,
+}
+
 /// Counters of one connection.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ConnStats {
@@ -191,6 +206,11 @@ pub struct ConnStats {
     pub hdgst_errors: u64,
     pub ddgst_errors: u64,
     pub term_reqs: u64,
+    /// H2C data bytes read from the socket straight into their command's buffer.
+    pub h2c_in_place: u64,
+    /// H2C data bytes copied from the receive buffer (data that arrived in one read
+    /// with earlier PDUs).
+    pub h2c_copied: u64,
 }
 
 /// Shared receive framing: an accumulation buffer with a read cursor.
@@ -420,6 +440,9 @@ pub struct TargetConn {
     /// Commands waiting for H2C data, indexed by TTAG.
     h2c: Vec<Option<H2cPending>>,
     free_ttags: Vec<u16>,
+    /// An H2CData PDU whose data is being read from the socket straight into its
+    /// command's buffer (see [`TargetConn::recv_buf`]).
+    direct: Option<DirectRx>,
     /// Whether C2HData may carry the SUCCESS flag (SQ flow control disabled).
     c2h_success: bool,
     /// Largest in-capsule data accepted now (admin queues take 8 KiB too).
@@ -439,6 +462,7 @@ impl TargetConn {
             events: VecDeque::new(),
             h2c: Vec::new(),
             free_ttags: Vec::new(),
+            direct: None,
             c2h_success: false,
             pool: Vec::new(),
             stats: ConnStats::default(),
@@ -483,20 +507,66 @@ impl TargetConn {
     }
 
     /// Space to read socket bytes into; then call [`TargetConn::handle_received`].
+    ///
+    /// H2C data avoids the receive buffer: while an H2CData PDU's data is on its
+    /// way this is the rest of that data's place in the command's buffer, and
+    /// while writes wait for H2C data (R2T sent) and nothing is buffered, only a
+    /// PDU header's worth is asked for, so that the data after it can be read in
+    /// place. Never empty.
     pub fn recv_buf(&mut self) -> &mut [u8] {
-        self.rx.spare(64 * 1024)
+        if let Some(d) = self.direct {
+            if d.pos < d.end && matches!(self.h2c.get(d.ttag as usize), Some(Some(_))) {
+                return match &mut self.h2c[d.ttag as usize] {
+                    Some(p) => &mut p.buf[d.pos..d.end],
+                    None => &mut [],
+                };
+            }
+            if d.pos < d.end {
+                // the command went away under us (cannot happen): forget the PDU
+                self.direct = None;
+            } else if d.ddgst && self.state == State::Ready {
+                // just the data digest, so the next header can start a clean read
+                let need = pdu::DIGEST_LEN.saturating_sub(self.rx.avail().len()).max(1);
+                return &mut self.rx.spare(64 * 1024)[..need];
+            }
+        }
+        let want_header = self.state == State::Ready
+            && self.direct.is_none()
+            && self.rx.avail().is_empty()
+            && self.h2c.len() > self.free_ttags.len();
+        let spare = self.rx.spare(64 * 1024);
+        if want_header {
+            let n = pdu::data_offset(pdu::DATA_HLEN, self.dg.header, 0);
+            &mut spare[..n]
+        } else {
+            spare
+        }
     }
     /// `n` bytes were written into [`TargetConn::recv_buf`].
     pub fn handle_received(&mut self, n: usize) {
-        self.rx.commit(n);
         self.stats.bytes_rx += n as u64;
+        match &mut self.direct {
+            Some(d) if d.pos < d.end => {
+                d.pos = (d.pos + n).min(d.end);
+                self.stats.h2c_in_place += n as u64;
+                if d.pos == d.end && !d.ddgst {
+                    self.finish_direct(None);
+                }
+            }
+            _ => self.rx.commit(n),
+        }
         self.process();
     }
-    /// Feeds bytes received from the host.
-    pub fn handle_bytes(&mut self, data: &[u8]) {
-        self.rx.push(data);
-        self.stats.bytes_rx += data.len() as u64;
-        self.process();
+    /// Feeds bytes received from the host (copied as a socket read would write
+    /// them, so this takes the same paths as [`TargetConn::recv_buf`]).
+    pub fn handle_bytes(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            let b = self.recv_buf();
+            let n = b.len().min(data.len());
+            b[..n].copy_from_slice(&data[..n]);
+            data = &data[n..];
+            self.handle_received(n);
+        }
     }
 
     #[must_use]
@@ -551,6 +621,7 @@ impl TargetConn {
             return;
         }
         warn!(?fes, fei, "nvme/tcp: protocol error, sending C2HTermReq");
+        self.direct = None;
         let d = term_data(offending).to_vec();
         self.send(&PduRepr::C2hTermReq { fes, fei }, &d, 0);
         self.stats.term_reqs += 1;
@@ -563,6 +634,17 @@ impl TargetConn {
 
     fn process(&mut self) {
         while self.state != State::Terminated {
+            if let Some(d) = self.direct {
+                // data received in place; its digest comes through the rx buffer
+                if d.pos < d.end || self.rx.avail().len() < pdu::DIGEST_LEN {
+                    return;
+                }
+                let a = self.rx.avail();
+                let dg = u32::from_le_bytes([a[0], a[1], a[2], a[3]]);
+                self.rx.start += pdu::DIGEST_LEN;
+                self.finish_direct(Some(dg));
+                continue;
+            }
             let avail = self.rx.avail();
             let Ok((ty, _fl, hlen, _pdo, plen)) = pdu::peek_common_header(avail) else {
                 return;
@@ -585,6 +667,9 @@ impl TargetConn {
                 return;
             }
             if avail.len() < plen {
+                if ty == PduType::H2cData {
+                    self.try_direct();
+                }
                 return;
             }
             let start = self.rx.start;
@@ -701,6 +786,116 @@ impl TargetConn {
             // PDUs only a controller sends
             _ => self.terminate(Fes::InvalidHeaderField, 0, raw),
         }
+    }
+
+    /// An H2CData PDU whose header is in the rx buffer but whose data is not all
+    /// there yet: when the header is one `handle_pdu` would accept as it stands
+    /// (same checks), the data received so far is moved to the command's buffer
+    /// and the rest is read in place ([`TargetConn::recv_buf`]). Anything unusual
+    /// waits for the whole PDU and takes the ordinary path (and its errors).
+    fn try_direct(&mut self) {
+        let a = self.rx.avail();
+        let Ok((_, f, hlen, pdo, plen)) = pdu::peek_common_header(a) else {
+            return;
+        };
+        let (hlen, plen) = (hlen as usize, plen as usize);
+        let hd = if f & pdu::flags::HDGSTF != 0 {
+            pdu::DIGEST_LEN
+        } else {
+            0
+        };
+        let dd = if f & pdu::flags::DDGSTF != 0 {
+            pdu::DIGEST_LEN
+        } else {
+            0
+        };
+        let start = if pdo == 0 { hlen + hd } else { pdo as usize };
+        let allowed = pdu::flags::HDGSTF | pdu::flags::DDGSTF | pdu::flags::LAST_PDU;
+        if hlen != pdu::DATA_HLEN
+            || f & !allowed != 0
+            || (hd != 0) != self.dg.header
+            || (dd != 0) != self.dg.data
+            || start < hlen + hd
+            || a.len() < start
+            || plen < start + dd + 1
+        {
+            return;
+        }
+        let h = &a[..hlen];
+        if hd != 0
+            && pdu::crc32c(h)
+                != u32::from_le_bytes([a[hlen], a[hlen + 1], a[hlen + 2], a[hlen + 3]])
+        {
+            return;
+        }
+        let le16 = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]) as usize;
+        let le32 = |o: usize| u32::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]) as usize;
+        let (cccid, ttag, datao, datal) = (le16(8), le16(10), le32(12), le32(16));
+        let last = f & pdu::flags::LAST_PDU != 0;
+        if datal != plen - start - dd || datal > self.params.maxh2cdata as usize {
+            return;
+        }
+        let Some(Some(pend)) = self.h2c.get_mut(ttag) else {
+            return;
+        };
+        let end = datao + datal;
+        if sqe_cid(&pend.sqe) as usize != cccid
+            || datao != pend.received
+            || end > pend.buf.len()
+            || last != (end == pend.buf.len())
+        {
+            return;
+        }
+        // the data that came with the header: copied; the rest: read in place
+        let got = (a.len() - start).min(datal);
+        pend.buf[datao..datao + got].copy_from_slice(&a[start..start + got]);
+        self.rx.start += start + got;
+        self.stats.h2c_copied += got as u64;
+        self.direct = Some(DirectRx {
+            ttag: ttag as u16,
+            start: datao,
+            pos: datao + got,
+            end,
+            ddgst: dd != 0,
+            last,
+        });
+        if got == datal && dd == 0 {
+            self.finish_direct(None);
+        }
+    }
+
+    /// The in-place H2CData PDU is complete (with its data digest, if any).
+    fn finish_direct(&mut self, ddgst: Option<u32>) {
+        let Some(d) = self.direct.take() else {
+            return;
+        };
+        self.stats.pdus_rx += 1;
+        let Some(Some(pend)) = self.h2c.get_mut(d.ttag as usize) else {
+            return;
+        };
+        let dd_ok = ddgst.is_none_or(|g| g == pdu::crc32c(&pend.buf[d.start..d.end]));
+        if !dd_ok {
+            self.stats.ddgst_errors += 1;
+        }
+        pend.received = d.end;
+        pend.ddgst_bad |= !dd_ok;
+        if d.last {
+            self.h2c_done(d.ttag);
+        }
+    }
+
+    /// All of a write's data is in: the command goes to the caller.
+    fn h2c_done(&mut self, ttag: u16) {
+        let Some(p) = self.h2c.get_mut(ttag as usize).and_then(Option::take) else {
+            return;
+        };
+        self.free_ttags.push(ttag);
+        self.events.push_back(TargetEvent::Command(Request {
+            sqe: p.sqe,
+            data: p.buf,
+            c2h_len: 0,
+            error: p.ddgst_bad.then_some(DataError::DataDigest),
+        }));
     }
 
     fn on_capsule(&mut self, sqe: [u8; 64], icd: &[u8], dd_ok: bool) {
@@ -820,19 +1015,11 @@ impl TargetConn {
             return;
         }
         pend.buf[pend.received..end].copy_from_slice(data);
+        self.stats.h2c_copied += data.len() as u64;
         pend.received = end;
         pend.ddgst_bad |= !dd_ok;
         if last {
-            let Some(p) = self.h2c.get_mut(ttag as usize).and_then(Option::take) else {
-                return;
-            };
-            self.free_ttags.push(ttag);
-            self.events.push_back(TargetEvent::Command(Request {
-                sqe: p.sqe,
-                data: p.buf,
-                c2h_len: 0,
-                error: p.ddgst_bad.then_some(DataError::DataDigest),
-            }));
+            self.h2c_done(ttag);
         }
     }
 
@@ -1513,6 +1700,98 @@ mod tests {
         };
         assert_eq!(req.error, Some(DataError::DataDigest));
         assert!(!t.is_terminated());
+    }
+
+    /// Sends the host's capsule to the target and the target's R2T back; returns
+    /// the host's H2CData stream (not delivered).
+    fn r2t_then_h2c(h: &mut HostConn, t: &mut TargetConn) -> Vec<u8> {
+        let b = h.poll_transmit().to_vec();
+        h.advance_tx(b.len());
+        t.handle_bytes(&b);
+        let b = t.drain_tx();
+        h.handle_bytes(&b);
+        let b = h.poll_transmit().to_vec();
+        h.advance_tx(b.len());
+        b
+    }
+
+    /// H2C data goes from the "socket" (`recv_buf`) straight into the command's
+    /// buffer: after an R2T only a header is asked for, then exactly the data;
+    /// digests are checked over the data in place; data that arrives with its
+    /// header in one read is copied, and the rest still lands in place.
+    #[test]
+    fn h2c_data_received_in_place() {
+        for dig in [false, true] {
+            let hp = HostParams {
+                hdgst: dig,
+                ddgst: dig,
+                ..Default::default()
+            };
+            let (mut h, mut t) = pair(hp, TargetParams::default());
+            let data: Vec<u8> = (0..300_000u32).map(|i| (i * 13 % 253) as u8).collect();
+            h.submit(sqe(0x01, 3), &data, 0, 8192).unwrap();
+            pump(&mut h, &mut t);
+            let Some(TargetEvent::Command(req)) = t.poll_event() else {
+                panic!()
+            };
+            assert_eq!((req.error, req.data == data), (None, true));
+            let st = t.stats();
+            assert_eq!(
+                (st.h2c_in_place, st.h2c_copied),
+                (300_000, 0),
+                "digests {dig}"
+            );
+            t.complete(&cqe(3, 0), Vec::new());
+            t.recycle(req.data);
+            pump(&mut h, &mut t);
+            assert!(matches!(h.poll_event(), Some(HostEvent::Completion { .. })));
+
+            // by hand: the read sizes the target asks for
+            h.submit(sqe(0x01, 4), &data[..20_000], 0, 8192).unwrap();
+            let stream = r2t_then_h2c(&mut h, &mut t);
+            let hdr = pdu::data_offset(pdu::DATA_HLEN, dig, 0);
+            assert_eq!(stream.len(), hdr + 20_000 + if dig { 4 } else { 0 });
+            assert_eq!(t.recv_buf().len(), hdr);
+            t.handle_bytes(&stream[..hdr]);
+            assert_eq!(t.recv_buf().len(), 20_000);
+            let mut bad = stream[hdr..].to_vec();
+            bad[777] ^= 0x40; // caught by the data digest (when on)
+            t.handle_bytes(&bad);
+            let Some(TargetEvent::Command(req)) = t.poll_event() else {
+                panic!()
+            };
+            assert_eq!(req.data.len(), 20_000);
+            if dig {
+                assert_eq!(req.error, Some(DataError::DataDigest));
+                assert_eq!(t.stats().ddgst_errors, 1);
+            } else {
+                assert_eq!(req.error, None);
+                assert_eq!(req.data[777], data[777] ^ 0x40);
+            }
+            assert!(!t.is_terminated());
+            t.complete(&cqe(4, 0), Vec::new());
+            pump(&mut h, &mut t);
+            assert!(matches!(h.poll_event(), Some(HostEvent::Completion { .. })));
+
+            // header and part of the data in one read: that part is copied
+            let before = t.stats();
+            h.submit(sqe(0x01, 5), &data[..20_000], 0, 8192).unwrap();
+            let stream = r2t_then_h2c(&mut h, &mut t);
+            t.rx.push(&stream[..hdr + 1000]);
+            t.handle_received(0);
+            assert_eq!(t.recv_buf().len(), 19_000);
+            t.handle_bytes(&stream[hdr + 1000..]);
+            let Some(TargetEvent::Command(req)) = t.poll_event() else {
+                panic!()
+            };
+            assert_eq!(
+                (req.error, &req.data[..], t.is_terminated()),
+                (None, &data[..20_000], false)
+            );
+            let st = t.stats();
+            assert_eq!(st.h2c_copied - before.h2c_copied, 1000);
+            assert_eq!(st.h2c_in_place - before.h2c_in_place, 19_000);
+        }
     }
 
     #[test]
