@@ -368,58 +368,69 @@ impl TxBatch {
 }
 
 /// A batch of receive buffers for `recvmmsg`.
+///
+/// The `recvmmsg` arguments (iovecs, address slots, message headers) are built
+/// once: a poll of an empty socket costs the syscall and nothing more (busy
+/// pollers call this in a loop; on an emulated CPU rebuilding 64 headers per
+/// call was the largest user-space cost).
 pub struct RxBatch {
     buf: Vec<u8>,
     slot: usize,
     lens: [usize; MAX_BATCH],
     srcs: [SocketAddrV4; MAX_BATCH],
     n: usize,
+    // Heap arrays that never move nor resize: `msgs` points into `iov` and
+    // `names`, `iov` points into `buf`.
+    _iov: Box<[libc::iovec; MAX_BATCH]>,
+    names: Box<[libc::sockaddr_in; MAX_BATCH]>,
+    msgs: Box<[libc::mmsghdr; MAX_BATCH]>,
 }
+
+// SAFETY: the raw pointers only point into the batch's own heap allocations,
+// which move with it; nothing is shared with another owner.
+unsafe impl Send for RxBatch {}
 
 impl RxBatch {
     /// `MAX_BATCH` buffers of `slot` bytes each.
     pub fn new(slot: usize) -> RxBatch {
+        let mut buf = vec![0u8; MAX_BATCH * slot];
+        // SAFETY: all-zero iovec/sockaddr_in/mmsghdr are valid values.
+        let mut iov: Box<[libc::iovec; MAX_BATCH]> = Box::new(unsafe { std::mem::zeroed() });
+        let mut names: Box<[libc::sockaddr_in; MAX_BATCH]> =
+            Box::new(unsafe { std::mem::zeroed() });
+        let mut msgs: Box<[libc::mmsghdr; MAX_BATCH]> = Box::new(unsafe { std::mem::zeroed() });
+        let base = buf.as_mut_ptr();
+        for i in 0..MAX_BATCH {
+            // SAFETY: i*slot + slot <= buf.len().
+            iov[i].iov_base = unsafe { base.add(i * slot) } as *mut libc::c_void;
+            iov[i].iov_len = slot;
+            let h = &mut msgs[i].msg_hdr;
+            h.msg_name = &mut names[i] as *mut libc::sockaddr_in as *mut libc::c_void;
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            h.msg_iov = &mut iov[i];
+            h.msg_iovlen = 1;
+        }
         RxBatch {
-            buf: vec![0; MAX_BATCH * slot],
+            buf,
             slot,
             lens: [0; MAX_BATCH],
             srcs: [SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0); MAX_BATCH],
             n: 0,
+            _iov: iov,
+            names,
+            msgs,
         }
     }
 
     /// Receives what is queued now (never blocks). Returns how many datagrams.
     pub fn recv(&mut self, sock: &UdpBatchSocket) -> io::Result<usize> {
-        let mut iov: [MaybeUninit<libc::iovec>; MAX_BATCH] =
-            [const { MaybeUninit::uninit() }; MAX_BATCH];
-        let mut names: [MaybeUninit<libc::sockaddr_in>; MAX_BATCH] =
-            [const { MaybeUninit::uninit() }; MAX_BATCH];
-        let mut msgs: [MaybeUninit<libc::mmsghdr>; MAX_BATCH] =
-            [const { MaybeUninit::uninit() }; MAX_BATCH];
-        let base = self.buf.as_mut_ptr();
-        for i in 0..MAX_BATCH {
-            // SAFETY: i*slot + slot <= buf.len().
-            iov[i].write(libc::iovec {
-                iov_base: unsafe { base.add(i * self.slot) } as *mut libc::c_void,
-                iov_len: self.slot,
-            });
-            // SAFETY: zeroed msghdr is valid.
-            let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-            h.msg_name = names[i].as_mut_ptr() as *mut libc::c_void;
-            h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-            h.msg_iov = iov[i].as_mut_ptr();
-            h.msg_iovlen = 1;
-            msgs[i].write(libc::mmsghdr {
-                msg_hdr: h,
-                msg_len: 0,
-            });
-        }
         loop {
-            // SAFETY: MAX_BATCH initialised mmsghdrs pointing at live buffers.
+            // SAFETY: MAX_BATCH initialised mmsghdrs pointing at live buffers
+            // owned by self (see the struct).
             let rc = unsafe {
                 libc::recvmmsg(
                     sock.fd(),
-                    msgs[0].as_mut_ptr(),
+                    self.msgs.as_mut_ptr(),
                     MAX_BATCH as libc::c_uint,
                     libc::MSG_DONTWAIT,
                     std::ptr::null_mut(),
@@ -439,11 +450,11 @@ impl RxBatch {
             }
             let n = rc as usize;
             for i in 0..n {
-                // SAFETY: the kernel filled the first n messages.
-                let m = unsafe { msgs[i].assume_init_ref() };
+                let m = &mut self.msgs[i];
                 self.lens[i] = m.msg_len as usize;
-                // SAFETY: the kernel wrote a sockaddr_in (AF_INET socket).
-                let sa = unsafe { names[i].assume_init_ref() };
+                // the kernel shrank it to what it wrote: reset for the next call
+                m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+                let sa = &self.names[i];
                 self.srcs[i] = SocketAddrV4::new(
                     Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr)),
                     u16::from_be(sa.sin_port),

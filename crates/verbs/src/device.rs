@@ -70,6 +70,10 @@ pub(crate) struct Shared {
     pub(crate) poller: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// When an application thread last received by busy polling (driver::mono_ns).
     pub(crate) busy_poll_at: std::sync::atomic::AtomicU64,
+    /// Manual mode: a `Cq::poll` received packets but left what they made ready to
+    /// send (ACKs, responses) queued, to go out with the application's next post
+    /// or poll (see `driver::progress_deferred`).
+    pub(crate) tx_deferred: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for Shared {
@@ -95,9 +99,19 @@ impl Shared {
     }
     /// After a verb changed engine state: send what became ready, raise async events.
     pub(crate) fn after(&self, g: &mut Inner) {
+        self.tx_deferred
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         if let (Some(sock), Some(io)) = (&self.sock, g.io.as_mut()) {
             io.pump(&mut g.engine, sock, Instant::now());
         }
+        if !g.engine.events.is_empty() {
+            self.async_efd.notify();
+        }
+    }
+    /// As [`Shared::after`] without transmitting (the caller sends later).
+    pub(crate) fn after_no_tx(&self, g: &mut Inner) {
+        self.tx_deferred
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         if !g.engine.events.is_empty() {
             self.async_efd.notify();
         }
@@ -185,6 +199,7 @@ impl Context {
             rx: Mutex::new(rx),
             poller: Mutex::new(None),
             busy_poll_at: Default::default(),
+            tx_deferred: Default::default(),
         });
         if o.mode == IoMode::Threaded {
             crate::driver::spawn_poller(&shared)?;
@@ -533,6 +548,10 @@ const YIELD_EVERY: u32 = 32;
 /// calls (see `driver::try_progress`).
 const PROGRESS_EVERY: u32 = 4;
 
+/// In manual mode, an empty `Cq::poll` checks the device's timers every this many
+/// calls (a clock read each time is costly: an HPET access in the TCG guest).
+const TIMER_EVERY: u32 = 16;
+
 /// Completion queue (`ibv_cq`).
 #[derive(Clone)]
 pub struct Cq {
@@ -550,7 +569,17 @@ impl Cq {
     pub fn poll(&self, wc: &mut [Wc]) -> Result<usize> {
         let s = &self.ctx.shared;
         if s.mode == IoMode::Manual {
-            crate::driver::progress(s)?;
+            // receive; what that makes ready to send (ACKs, responses) stays queued
+            // if completions are returned now: it leaves with the application's
+            // next post (one sendmmsg for an ACK and a reply) or poll
+            let k = self.empty_polls.load(std::sync::atomic::Ordering::Relaxed);
+            crate::driver::progress_deferred(s, k.is_multiple_of(TIMER_EVERY))?;
+            if self.count.load(std::sync::atomic::Ordering::Acquire) == 0
+                && s.tx_deferred
+                    .swap(false, std::sync::atomic::Ordering::Relaxed)
+            {
+                s.after(&mut s.lock());
+            }
         }
         if self.count.load(std::sync::atomic::Ordering::Acquire) == 0 || wc.is_empty() {
             // busy pollers share few cores with the device's poller thread: let it

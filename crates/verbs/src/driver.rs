@@ -122,7 +122,7 @@ impl TxState {
 }
 
 /// One receive + timers + transmit round. Returns datagrams received.
-fn round(shared: &Shared, rx: &mut netio::udp::RxBatch) -> crate::Result<usize> {
+fn round(shared: &Shared, rx: &mut netio::udp::RxBatch, tx: bool) -> crate::Result<usize> {
     let Some(sock) = shared.sock.as_ref() else {
         return Ok(0);
     };
@@ -140,7 +140,11 @@ fn round(shared: &Shared, rx: &mut netio::udp::RxBatch) -> crate::Result<usize> 
     if g.engine.poll_timeout().is_some_and(|t| t <= now) {
         g.engine.handle_timeout(now);
     }
-    shared.after(&mut g);
+    if tx {
+        shared.after(&mut g);
+    } else {
+        shared.after_no_tx(&mut g);
+    }
     Ok(n)
 }
 
@@ -152,7 +156,7 @@ pub(crate) fn progress(shared: &Shared) -> crate::Result<usize> {
     };
     let mut total = 0;
     loop {
-        let n = round(shared, rx)?;
+        let n = round(shared, rx, true)?;
         total += n;
         if n < netio::udp::MAX_BATCH {
             break;
@@ -160,6 +164,35 @@ pub(crate) fn progress(shared: &Shared) -> crate::Result<usize> {
     }
     if total == 0 {
         // timers still need firing without traffic
+        let now = Instant::now();
+        let mut g = shared.lock();
+        if g.engine.poll_timeout().is_some_and(|t| t <= now) {
+            g.engine.handle_timeout(now);
+            shared.after(&mut g);
+        }
+    }
+    Ok(total)
+}
+
+/// Manual progress from `Cq::poll`: as [`progress`], but what the received
+/// packets make ready to send is left queued (`Shared::tx_deferred`) for the
+/// caller to send with its next post, or at its next empty poll.
+/// Timers are only looked at when `timers` (a caller polling in a loop passes
+/// it every few calls: reading the clock costs an HPET access in the guest).
+pub(crate) fn progress_deferred(shared: &Shared, timers: bool) -> crate::Result<usize> {
+    let mut guard = shared.rx.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(rx) = guard.as_mut() else {
+        return Ok(0);
+    };
+    let mut total = 0;
+    loop {
+        let n = round(shared, rx, false)?;
+        total += n;
+        if n < netio::udp::MAX_BATCH {
+            break;
+        }
+    }
+    if total == 0 && timers {
         let now = Instant::now();
         let mut g = shared.lock();
         if g.engine.poll_timeout().is_some_and(|t| t <= now) {
@@ -181,7 +214,7 @@ pub(crate) fn try_progress(shared: &Shared) {
         return;
     };
     if let Some(rx) = g.as_mut() {
-        while let Ok(n) = round(shared, rx) {
+        while let Ok(n) = round(shared, rx, true) {
             if n < netio::udp::MAX_BATCH {
                 break;
             }
@@ -255,7 +288,7 @@ pub(crate) fn spawn_poller(shared: &Arc<Shared>) -> std::io::Result<()> {
             // stream this saves a wake-up (and a context switch) per datagram
             let mut last = Instant::now();
             loop {
-                match round(&s, rx) {
+                match round(&s, rx, true) {
                     Ok(0) => {
                         if last.elapsed() > POLLER_SPIN {
                             break;

@@ -1,0 +1,77 @@
+#!/bin/bash
+# In-guest performance: dpustack soft RoCE vs the kernel's rdma_rxe, both ends of
+# each pair inside the guest (same emulated vCPUs), measured in the same run,
+# interleaved over $ROUNDS rounds:
+#   ours: `dpustack perf write-bw|write-lat --loopback` between two dpustack devices
+#         (127.0.0.1 / 127.0.0.2 in a private netns `rp`, since rxe holds *:4791 in
+#         the initial one); default manual progress: one thread per side, no device
+#         threads, busy polling (see docs/roce.md "Driver and polling")
+#   rxe:  perftest `ib_write_bw` / `ib_write_lat` between rxe_a and rxe_b
+#         (guest/rxe-pair.sh: a real veth between them)
+# 64 KiB WRITEs for bandwidth, 2-byte WRITEs for latency (perftest's defaults).
+# Prints every figure, the medians and the ratios; "PASS roce-perf-measured" when
+# all figures were measured. The issue's goal (bw >= 2x rxe, latency <= rxe) is
+# reported on its own "GOAL met" / "GOAL not met" line: it is not a PASS/FAIL.
+#
+# Host side (run.sh): bash 03-roce-perf.sh      (uses $V, $BIN, $ROOT)
+#   knobs: ROCE_PERF_ROUNDS (3) ROCE_PERF_SECS (3) ROCE_PERF_ITERS (1000)
+#          ROCE_PERF_OURS (extra `perf` flags, e.g. "--mode threaded" or "-m 1024")
+# Guest side (internal): bash 03-roce-perf.sh guest BIN ROOT ROUNDS SECS ITERS OURS...
+set -u
+
+if [ "${1:-}" = guest ]; then
+  BIN=$2 ROOT=$3 ROUNDS=$4 D=$5 N=$6; shift 6; OURS="$*"
+  L=/tmp/roceperf; mkdir -p $L; : > $L/figs
+  ok()  { echo "PASS $1${2:+  ($2)}"; }
+  bad() { echo "FAIL $1${2:+  ($2)}"; }
+  [ -x "$BIN" ] || { bad roce-perf-binary "$BIN not visible in the guest"; exit 1; }
+  sh $ROOT/tests/peers/guest/rxe-pair.sh > $L/rxe-pair 2>&1 || { bad rxe-pair "$(tail -1 $L/rxe-pair)"; exit 1; }
+  ip netns list | grep -qw rp || { ip netns add rp; ip -n rp link set lo up; }
+  # perftest pair: server in the background, client prints the result table
+  ptest() {  # TOOL ARGS... -> client output on stdout
+    timeout 60 "$@" -d rxe_b -x 1 -F > $L/ptest.srv 2>&1 & local s=$!
+    sleep 1
+    timeout 60 "$@" -d rxe_a -x 1 -F 10.99.1.2; local c=$?
+    wait $s; return $c
+  }
+  # the row after perftest's "#bytes" header line
+  prow() { awk '/#bytes/ {getline; print; exit}'; }
+  for r in $(seq $ROUNDS); do
+    o=$(timeout 120 ip netns exec rp $BIN perf write-bw --loopback -D $D $OURS --json 2> $L/ours.err)
+    bw=$(echo "$o" | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw"]/1e6)' 2>/dev/null)
+    o=$(timeout 120 ip netns exec rp $BIN perf write-lat --loopback -n $N $OURS --json 2>> $L/ours.err)
+    lat=$(echo "$o" | python3 -c 'import json,sys; l=json.load(sys.stdin)["lat"]; print(l["p50_ns"]/1e3, l["mean_ns"]/1e3, l["p99_ns"]/1e3)' 2>/dev/null)
+    # perftest reports MB as 2^20 bytes: convert to 10^6 like ours
+    row=$(ptest ib_write_bw -D $D 2>&1 | prow)
+    rbw=$(echo "$row" | awk 'NF >= 5 && $4+0 > 0 {printf "%.2f", $4 * 1.048576}')
+    row=$(ptest ib_write_lat -n $N 2>&1 | prow)
+    rlat=$(echo "$row" | awk 'NF >= 6 && $5+0 > 0 && $5 != "inf" {print $5, $6}')
+    echo "round $r: ours write-bw ${bw:-?} MB/s, write-lat p50/avg/p99 ${lat:-?} us | rxe ib_write_bw ${rbw:-?} MB/s, ib_write_lat typical/avg ${rlat:-?} us"
+    echo "$r ${bw:-nan} ${rbw:-nan} ${lat:-nan nan nan} ${rlat:-nan nan}" | awk 'NF == 8' >> $L/figs
+  done
+  [ -s $L/ours.err ] && { echo "ours stderr:"; tail -3 $L/ours.err; }
+  python3 - "$L/figs" "$ROUNDS" "$OURS" <<'EOF'
+import math, statistics, sys
+rows = [list(map(float, l.split())) for l in open(sys.argv[1]) if l.strip()]
+rounds, ours = int(sys.argv[2]), sys.argv[3] or "(defaults)"
+good = [r for r in rows if not any(math.isnan(x) for x in r[1:])]
+if len(good) < rounds:
+    print(f"FAIL roce-perf-measured  ({len(good)} of {rounds} rounds gave every figure)")
+    sys.exit(0)
+med = lambda i: statistics.median(r[i] for r in good)
+bw, rbw, p50, avg, rlat, ravg = med(1), med(2), med(3), med(4), med(6), med(7)
+bw_ratio = statistics.median(r[1] / r[2] for r in good)
+lat_ratio = statistics.median(r[3] / r[6] for r in good)
+print(f"median write-bw: ours {bw:.1f} MB/s, rxe {rbw:.1f} MB/s: {bw_ratio:.2f}x (median of per-round ratios)")
+print(f"median write-lat: ours p50 {p50:.1f} us (avg {avg:.1f}), rxe typical {rlat:.1f} us (avg {ravg:.1f}): ours/rxe {lat_ratio:.2f}")
+print(f"PASS roce-perf-measured  ({len(good)} rounds, perf flags {ours}: bw {bw_ratio:.2f}x rxe, lat {lat_ratio:.2f}x rxe)")
+met = bw_ratio >= 2.0 and lat_ratio <= 1.0
+print(f"GOAL {'met' if met else 'not met'}: bandwidth {bw_ratio:.2f}x (goal >= 2x), latency {lat_ratio:.2f}x rxe's (goal <= 1x)")
+EOF
+  exit 0
+fi
+
+# host side
+: "${V:?run from tests/interop/run.sh (needs V, BIN, ROOT)}"
+[ -x "$BIN" ] || { echo "FAIL roce-perf-binary (build it: cargo build --release -p dpustack)"; exit 1; }
+bash $V exec -t 800 "bash $ROOT/tests/interop/03-roce-perf.sh guest $BIN $ROOT ${ROCE_PERF_ROUNDS:-3} ${ROCE_PERF_SECS:-3} ${ROCE_PERF_ITERS:-1000} ${ROCE_PERF_OURS:-}"
