@@ -283,9 +283,10 @@ fn poll_conn(tgt: &Tgt, c: &mut Conn, timers: bool, now: u64) -> bool {
         // read a bounded amount per pass so one connection cannot starve the others
         c.readable = false;
         for _ in 0..4 {
-            let buf = c.qp.conn.recv_buf();
-            let cap = buf.len();
-            match c.sock.read(buf) {
+            let mut iov = [(); 3].map(|_| io::IoSliceMut::new(&mut []));
+            let k = c.qp.conn.recv_iovecs(&mut iov);
+            let cap: usize = iov[..k].iter().map(|v| v.len()).sum();
+            match c.sock.read_vectored(&mut iov[..k]) {
                 Ok(0) => {
                     debug!(peer = %c.qp.peer, "peer closed");
                     c.qp.close();

@@ -3,7 +3,7 @@
 //! clocks, no threads inside (STYLE.md §2).
 //!
 //! Poll order for a driver, per connection:
-//! 1. read from the socket into [`TargetConn::recv_buf`] and call
+//! 1. read from the socket into [`TargetConn::recv_iovecs`] (`readv`) and call
 //!    [`TargetConn::handle_received`] (or hand any slice to `handle_bytes`);
 //! 2. drain [`TargetConn::poll_event`] (commands ready to execute, termination);
 //! 3. complete commands with [`TargetConn::complete`] (any time later);
@@ -192,6 +192,26 @@ struct DirectRx {
     end: usize,
     ddgst: bool,
     last: bool,
+}
+
+/// A read laid out as: `pre` bytes to the rx buffer (a digest still due, then a
+/// PDU header), `len` bytes to `h2c[ttag].buf[start..]`, the rest to the rx buffer.
+#[derive(Debug, Clone, Copy)]
+struct RxPlan {
+    pre: usize,
+    ttag: u16,
+    start: usize,
+    len: usize,
+}
+
+/// `got` bytes read to `h2c[ttag].buf[start..]`; in the stream they belong at rx
+/// index `at` (after the digest due and the PDU header).
+#[derive(Debug, Clone, Copy)]
+struct Prefill {
+    ttag: u16,
+    start: usize,
+    got: usize,
+    at: usize,
 }
 
 /// Counters of one connection.
@@ -441,8 +461,14 @@ pub struct TargetConn {
     h2c: Vec<Option<H2cPending>>,
     free_ttags: Vec<u16>,
     /// An H2CData PDU whose data is being read from the socket straight into its
-    /// command's buffer (see [`TargetConn::recv_buf`]).
+    /// command's buffer (see [`TargetConn::recv_iovecs`]).
     direct: Option<DirectRx>,
+    /// TTAGs in the order their R2Ts went out (predicts the next H2CData).
+    r2t_order: VecDeque<u16>,
+    /// How the last [`TargetConn::recv_iovecs`] split the stream.
+    plan: Option<RxPlan>,
+    /// Data a read put in place ahead of its H2CData header being checked.
+    prefilled: Option<Prefill>,
     /// Whether C2HData may carry the SUCCESS flag (SQ flow control disabled).
     c2h_success: bool,
     /// Largest in-capsule data accepted now (admin queues take 8 KiB too).
@@ -463,6 +489,9 @@ impl TargetConn {
             h2c: Vec::new(),
             free_ttags: Vec::new(),
             direct: None,
+            r2t_order: VecDeque::new(),
+            plan: None,
+            prefilled: None,
             c2h_success: false,
             pool: Vec::new(),
             stats: ConnStats::default(),
@@ -506,64 +535,146 @@ impl TargetConn {
         ic + 2 * pdu::DIGEST_LEN + 128
     }
 
-    /// Space to read socket bytes into; then call [`TargetConn::handle_received`].
+    /// Where to read socket bytes (`readv` into `out[..k]`, `k` returned; `out`
+    /// needs 3 slots); then call [`TargetConn::handle_received`]. Never all empty.
     ///
     /// H2C data avoids the receive buffer: while an H2CData PDU's data is on its
-    /// way this is the rest of that data's place in the command's buffer, and
-    /// while writes wait for H2C data (R2T sent) and nothing is buffered, only a
-    /// PDU header's worth is asked for, so that the data after it can be read in
-    /// place. Never empty.
-    pub fn recv_buf(&mut self) -> &mut [u8] {
-        if let Some(d) = self.direct {
-            if d.pos < d.end && matches!(self.h2c.get(d.ttag as usize), Some(Some(_))) {
-                return match &mut self.h2c[d.ttag as usize] {
-                    Some(p) => &mut p.buf[d.pos..d.end],
-                    None => &mut [],
-                };
-            }
+    /// way, the first slice is the rest of that data's place in the command's
+    /// buffer; while writes wait for data (R2T sent) and nothing is buffered, the
+    /// slices are a PDU header's worth of the receive buffer, the place of the data
+    /// the next H2CData PDU most likely carries (the oldest R2T's next bytes), then
+    /// the receive buffer again. A different PDU arriving there costs one copy.
+    pub fn recv_iovecs<'a>(&'a mut self, out: &mut [std::io::IoSliceMut<'a>]) -> usize {
+        self.plan = None;
+        let d = self.direct;
+        if let Some(d) = d {
             if d.pos < d.end {
+                if matches!(self.h2c.get(d.ttag as usize), Some(Some(_))) {
+                    if let Some(p) = &mut self.h2c[d.ttag as usize] {
+                        out[0] = std::io::IoSliceMut::new(&mut p.buf[d.pos..d.end]);
+                    }
+                    return 1;
+                }
                 // the command went away under us (cannot happen): forget the PDU
                 self.direct = None;
-            } else if d.ddgst && self.state == State::Ready {
-                // just the data digest, so the next header can start a clean read
-                let need = pdu::DIGEST_LEN.saturating_sub(self.rx.avail().len()).max(1);
-                return &mut self.rx.spare(64 * 1024)[..need];
             }
         }
-        let want_header = self.state == State::Ready
-            && self.direct.is_none()
-            && self.rx.avail().is_empty()
-            && self.h2c.len() > self.free_ttags.len();
-        let spare = self.rx.spare(64 * 1024);
-        if want_header {
-            let n = pdu::data_offset(pdu::DATA_HLEN, self.dg.header, 0);
-            &mut spare[..n]
-        } else {
-            spare
+        // bytes still missing before the next PDU header: none, or a data digest
+        let need = match self.direct {
+            None if self.rx.avail().is_empty() => Some(0),
+            Some(d) if d.ddgst => Some(pdu::DIGEST_LEN.saturating_sub(self.rx.avail().len())),
+            _ => None,
+        };
+        let guess = match need {
+            Some(need) if self.state == State::Ready && out.len() >= 3 => {
+                self.predict_h2c().map(|g| (need, g))
+            }
+            _ => None,
+        };
+        let Some((need, (ttag, start, len))) = guess else {
+            out[0] = std::io::IoSliceMut::new(self.rx.spare(64 * 1024));
+            return 1;
+        };
+        if !matches!(self.h2c.get(ttag as usize), Some(Some(_))) {
+            out[0] = std::io::IoSliceMut::new(self.rx.spare(64 * 1024));
+            return 1;
         }
+        let pre = need + pdu::data_offset(pdu::DATA_HLEN, self.dg.header, 0);
+        // more H2C data to come: stop after this PDU's digest, so that the next
+        // read starts at the next header; else take whatever follows
+        let dd = if self.dg.data { pdu::DIGEST_LEN } else { 0 };
+        let buf_len = self.h2c[ttag as usize].as_ref().map_or(0, |p| p.buf.len());
+        let more = start + len < buf_len || self.r2t_order.len() > 1;
+        let tail = if more { dd } else { 64 * 1024 };
+        self.plan = Some(RxPlan {
+            pre,
+            ttag,
+            start,
+            len,
+        });
+        let TargetConn { rx, h2c, .. } = self;
+        let (head, rest) = rx.spare(pre + tail.max(1)).split_at_mut(pre);
+        let Some(p) = h2c[ttag as usize].as_mut() else {
+            return 0; // checked above
+        };
+        out[0] = std::io::IoSliceMut::new(head);
+        out[1] = std::io::IoSliceMut::new(&mut p.buf[start..start + len]);
+        if tail == 0 {
+            return 2;
+        }
+        out[2] = std::io::IoSliceMut::new(&mut rest[..tail]);
+        3
     }
-    /// `n` bytes were written into [`TargetConn::recv_buf`].
+
+    /// The data the next H2CData PDU most likely carries: (ttag, offset, length).
+    /// The PDU after an H2CData PDU that is not the last of its R2T continues it;
+    /// otherwise the oldest R2T still waiting for data goes first.
+    fn predict_h2c(&self) -> Option<(u16, usize, usize)> {
+        let max = self.params.maxh2cdata as usize;
+        let at = |ttag: u16, start: usize| match self.h2c.get(ttag as usize) {
+            Some(Some(p)) if start < p.buf.len() => {
+                Some((ttag, start, (p.buf.len() - start).min(max)))
+            }
+            _ => None,
+        };
+        if let Some(d) = self.direct {
+            if !d.last {
+                return at(d.ttag, d.end);
+            }
+        }
+        self.r2t_order.iter().find_map(|&t| {
+            // the PDU whose digest is due has its data in already (not yet counted)
+            let start = match self.direct {
+                Some(d) if d.ttag == t => d.end,
+                _ => self.h2c.get(t as usize)?.as_ref()?.received,
+            };
+            at(t, start)
+        })
+    }
+
+    /// `n` bytes were written into the slices of [`TargetConn::recv_iovecs`].
     pub fn handle_received(&mut self, n: usize) {
         self.stats.bytes_rx += n as u64;
-        match &mut self.direct {
-            Some(d) if d.pos < d.end => {
-                d.pos = (d.pos + n).min(d.end);
-                self.stats.h2c_in_place += n as u64;
-                if d.pos == d.end && !d.ddgst {
-                    self.finish_direct(None);
-                }
+        if let Some(p) = self.plan.take() {
+            let head = n.min(p.pre);
+            self.rx.commit(head);
+            let got = (n - head).min(p.len);
+            if got > 0 {
+                // the header (and digest) are in; the data is in place, unchecked
+                self.prefilled = Some(Prefill {
+                    ttag: p.ttag,
+                    start: p.start,
+                    got,
+                    at: self.rx.end,
+                });
+                self.rx.commit(n - head - got);
             }
-            _ => self.rx.commit(n),
+        } else {
+            match &mut self.direct {
+                Some(d) if d.pos < d.end => {
+                    d.pos = (d.pos + n).min(d.end);
+                    self.stats.h2c_in_place += n as u64;
+                    if d.pos == d.end && !d.ddgst {
+                        self.finish_direct(None);
+                    }
+                }
+                _ => self.rx.commit(n),
+            }
         }
         self.process();
     }
     /// Feeds bytes received from the host (copied as a socket read would write
-    /// them, so this takes the same paths as [`TargetConn::recv_buf`]).
+    /// them, so this takes the same paths as [`TargetConn::recv_iovecs`]).
     pub fn handle_bytes(&mut self, mut data: &[u8]) {
         while !data.is_empty() {
-            let b = self.recv_buf();
-            let n = b.len().min(data.len());
-            b[..n].copy_from_slice(&data[..n]);
+            let mut iov = [(); 3].map(|_| std::io::IoSliceMut::new(&mut []));
+            let k = self.recv_iovecs(&mut iov);
+            let mut n = 0;
+            for v in iov[..k].iter_mut() {
+                let m = v.len().min(data.len() - n);
+                v[..m].copy_from_slice(&data[n..n + m]);
+                n += m;
+            }
             data = &data[n..];
             self.handle_received(n);
         }
@@ -622,6 +733,8 @@ impl TargetConn {
         }
         warn!(?fes, fei, "nvme/tcp: protocol error, sending C2HTermReq");
         self.direct = None;
+        self.plan = None;
+        self.prefilled = None;
         let d = term_data(offending).to_vec();
         self.send(&PduRepr::C2hTermReq { fes, fei }, &d, 0);
         self.stats.term_reqs += 1;
@@ -643,6 +756,10 @@ impl TargetConn {
                 let dg = u32::from_le_bytes([a[0], a[1], a[2], a[3]]);
                 self.rx.start += pdu::DIGEST_LEN;
                 self.finish_direct(Some(dg));
+                continue;
+            }
+            if let Some(pf) = self.prefilled.take() {
+                self.place_prefilled(pf);
                 continue;
             }
             let avail = self.rx.avail();
@@ -788,16 +905,13 @@ impl TargetConn {
         }
     }
 
-    /// An H2CData PDU whose header is in the rx buffer but whose data is not all
-    /// there yet: when the header is one `handle_pdu` would accept as it stands
-    /// (same checks), the data received so far is moved to the command's buffer
-    /// and the rest is read in place ([`TargetConn::recv_buf`]). Anything unusual
-    /// waits for the whole PDU and takes the ordinary path (and its errors).
-    fn try_direct(&mut self) {
+    /// Checks the H2CData header at the front of the rx buffer the way
+    /// `handle_pdu` would (with the whole PDU there); returns (header bytes incl.
+    /// digest and padding, ttag, datao, datal, data digest follows, last), or None
+    /// for anything unusual, which then takes the ordinary path (and its errors).
+    fn check_h2c_header(&self) -> Option<(usize, u16, usize, usize, bool, bool)> {
         let a = self.rx.avail();
-        let Ok((_, f, hlen, pdo, plen)) = pdu::peek_common_header(a) else {
-            return;
-        };
+        let (ty, f, hlen, pdo, plen) = pdu::peek_common_header(a).ok()?;
         let (hlen, plen) = (hlen as usize, plen as usize);
         let hd = if f & pdu::flags::HDGSTF != 0 {
             pdu::DIGEST_LEN
@@ -811,56 +925,108 @@ impl TargetConn {
         };
         let start = if pdo == 0 { hlen + hd } else { pdo as usize };
         let allowed = pdu::flags::HDGSTF | pdu::flags::DDGSTF | pdu::flags::LAST_PDU;
-        if hlen != pdu::DATA_HLEN
+        if ty != PduType::H2cData
+            || self.state != State::Ready
+            || hlen != pdu::DATA_HLEN
             || f & !allowed != 0
             || (hd != 0) != self.dg.header
             || (dd != 0) != self.dg.data
             || start < hlen + hd
             || a.len() < start
             || plen < start + dd + 1
+            || plen > self.max_pdu()
         {
-            return;
+            return None;
         }
         let h = &a[..hlen];
         if hd != 0
             && pdu::crc32c(h)
                 != u32::from_le_bytes([a[hlen], a[hlen + 1], a[hlen + 2], a[hlen + 3]])
         {
-            return;
+            return None;
         }
-        let le16 = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]) as usize;
+        let le16 = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]);
         let le32 = |o: usize| u32::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]) as usize;
         let (cccid, ttag, datao, datal) = (le16(8), le16(10), le32(12), le32(16));
         let last = f & pdu::flags::LAST_PDU != 0;
         if datal != plen - start - dd || datal > self.params.maxh2cdata as usize {
-            return;
+            return None;
         }
-        let Some(Some(pend)) = self.h2c.get_mut(ttag) else {
-            return;
-        };
+        let pend = self.h2c.get(ttag as usize)?.as_ref()?;
         let end = datao + datal;
-        if sqe_cid(&pend.sqe) as usize != cccid
+        if sqe_cid(&pend.sqe) != cccid
             || datao != pend.received
             || end > pend.buf.len()
             || last != (end == pend.buf.len())
         {
-            return;
+            return None;
         }
+        Some((start, ttag, datao, datal, dd != 0, last))
+    }
+
+    /// An H2CData PDU whose header is in the rx buffer but whose data is not all
+    /// there yet: when the header is one `handle_pdu` would accept, the data
+    /// received so far is moved to the command's buffer and the rest is read in
+    /// place ([`TargetConn::recv_iovecs`]).
+    fn try_direct(&mut self) {
+        let Some((hdr, ttag, datao, datal, ddgst, last)) = self.check_h2c_header() else {
+            return;
+        };
+        let a = self.rx.avail();
+        let got = (a.len() - hdr).min(datal);
+        let Some(Some(pend)) = self.h2c.get_mut(ttag as usize) else {
+            return;
+        };
         // the data that came with the header: copied; the rest: read in place
-        let got = (a.len() - start).min(datal);
-        pend.buf[datao..datao + got].copy_from_slice(&a[start..start + got]);
-        self.rx.start += start + got;
+        pend.buf[datao..datao + got].copy_from_slice(&a[hdr..hdr + got]);
+        self.rx.start += hdr + got;
         self.stats.h2c_copied += got as u64;
         self.direct = Some(DirectRx {
-            ttag: ttag as u16,
+            ttag,
             start: datao,
             pos: datao + got,
-            end,
-            ddgst: dd != 0,
+            end: datao + datal,
+            ddgst,
             last,
         });
-        if got == datal && dd == 0 {
+        if got == datal && !ddgst {
             self.finish_direct(None);
+        }
+    }
+
+    /// A read put data in place ahead of its header (see [`TargetConn::recv_iovecs`]):
+    /// if the header that came is the one expected, the data stays; otherwise it
+    /// goes back into the rx buffer where it was in the stream.
+    fn place_prefilled(&mut self, pf: Prefill) {
+        if let Some((hdr, ttag, datao, datal, ddgst, last)) = self.check_h2c_header() {
+            if ttag == pf.ttag
+                && datao == pf.start
+                && pf.got <= datal
+                && self.rx.start + hdr == pf.at
+            {
+                self.rx.start += hdr;
+                self.stats.h2c_in_place += pf.got as u64;
+                self.direct = Some(DirectRx {
+                    ttag,
+                    start: datao,
+                    pos: datao + pf.got,
+                    end: datao + datal,
+                    ddgst,
+                    last,
+                });
+                if pf.got == datal && !ddgst {
+                    self.finish_direct(None);
+                }
+                return;
+            }
+        }
+        let TargetConn { rx, h2c, .. } = self;
+        if let Some(Some(p)) = h2c.get(pf.ttag as usize) {
+            if (rx.start..=rx.end).contains(&pf.at) {
+                let data = &p.buf[pf.start..pf.start + pf.got];
+                rx.buf.splice(pf.at..pf.at, data.iter().copied());
+                rx.end += pf.got;
+            }
         }
     }
 
@@ -890,6 +1056,9 @@ impl TargetConn {
             return;
         };
         self.free_ttags.push(ttag);
+        if let Some(i) = self.r2t_order.iter().position(|&t| t == ttag) {
+            self.r2t_order.remove(i);
+        }
         self.events.push_back(TargetEvent::Command(Request {
             sqe: p.sqe,
             data: p.buf,
@@ -954,6 +1123,7 @@ impl TargetConn {
                         };
                         self.send(&r2t, &[], 0);
                         self.stats.r2t += 1;
+                        self.r2t_order.push_back(ttag);
                         return;
                     }
                 }
@@ -1715,7 +1885,13 @@ mod tests {
         b
     }
 
-    /// H2C data goes from the "socket" (`recv_buf`) straight into the command's
+    fn iov_lens(t: &mut TargetConn) -> Vec<usize> {
+        let mut iov = [(); 3].map(|_| std::io::IoSliceMut::new(&mut []));
+        let k = t.recv_iovecs(&mut iov);
+        iov[..k].iter().map(|v| v.len()).collect()
+    }
+
+    /// H2C data goes from the "socket" (`recv_iovecs`) straight into the command's
     /// buffer: after an R2T only a header is asked for, then exactly the data;
     /// digests are checked over the data in place; data that arrives with its
     /// header in one read is copied, and the rest still lands in place.
@@ -1751,9 +1927,9 @@ mod tests {
             let stream = r2t_then_h2c(&mut h, &mut t);
             let hdr = pdu::data_offset(pdu::DATA_HLEN, dig, 0);
             assert_eq!(stream.len(), hdr + 20_000 + if dig { 4 } else { 0 });
-            assert_eq!(t.recv_buf().len(), hdr);
+            assert_eq!(iov_lens(&mut t), vec![hdr, 20_000, 64 * 1024]);
             t.handle_bytes(&stream[..hdr]);
-            assert_eq!(t.recv_buf().len(), 20_000);
+            assert_eq!(iov_lens(&mut t), vec![20_000]);
             let mut bad = stream[hdr..].to_vec();
             bad[777] ^= 0x40; // caught by the data digest (when on)
             t.handle_bytes(&bad);
@@ -1779,7 +1955,7 @@ mod tests {
             let stream = r2t_then_h2c(&mut h, &mut t);
             t.rx.push(&stream[..hdr + 1000]);
             t.handle_received(0);
-            assert_eq!(t.recv_buf().len(), 19_000);
+            assert_eq!(iov_lens(&mut t), vec![19_000]);
             t.handle_bytes(&stream[hdr + 1000..]);
             let Some(TargetEvent::Command(req)) = t.poll_event() else {
                 panic!()
