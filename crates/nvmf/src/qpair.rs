@@ -157,6 +157,7 @@ impl Qpair {
 
     /// Called once when the qpair is removed.
     pub fn teardown(&mut self, tgt: &Tgt) {
+        debug!(peer = %self.peer, qid = self.qid, stats = ?self.conn.stats(), "qpair closed");
         if let Some(c) = self.ctrlr.take() {
             for _ in self.aers.drain(..) {
                 c.aer_done();
