@@ -1,6 +1,6 @@
 #!/bin/bash
 # Conformance of the flow table / megaflow generator with Open vSwitch 3.1 itself
-# (../shared/oracles/ovs.sh): the sample table plus random tables, traced through both;
+# (tests/oracles/ovs.sh, the project's copy of ../shared/oracles/ovs.sh): the sample table plus random tables, traced through both;
 # megaflows and datapath actions must agree on every packet. Runs on the host.
 set -u
 cd "${ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}"

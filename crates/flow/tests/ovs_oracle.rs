@@ -29,7 +29,7 @@ impl Oracle {
         let sh = std::env::var_os("OVS_SH")
             .map(PathBuf::from)
             .unwrap_or_else(|| {
-                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/oracles/ovs.sh")
+                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/oracles/ovs.sh")
             });
         static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -44,7 +44,8 @@ impl Oracle {
         o
     }
     fn sh_cmd(&self, args: &[&str]) -> std::process::Output {
-        Command::new(&self.sh)
+        Command::new("bash")
+            .arg(&self.sh)
             .args(args)
             .env("OVS_ORACLE_DIR", &self.dir)
             .output()
@@ -102,7 +103,12 @@ impl Oracle {
 
 impl Drop for Oracle {
     fn drop(&mut self) {
-        let _ = self.sh_cmd(&["stop"]);
+        // no expect() here: a panic in drop while unwinding aborts the test binary
+        let _ = Command::new("bash")
+            .arg(&self.sh)
+            .arg("stop")
+            .env("OVS_ORACLE_DIR", &self.dir)
+            .output();
     }
 }
 
