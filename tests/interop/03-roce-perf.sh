@@ -4,8 +4,9 @@
 # interleaved over $ROUNDS rounds:
 #   ours: `dpustack perf write-bw|write-lat --loopback` between two dpustack devices
 #         (127.0.0.1 / 127.0.0.2 in a private netns `rp`, since rxe holds *:4791 in
-#         the initial one); default manual progress: one thread per side, no device
-#         threads, busy polling (see docs/roce.md "Driver and polling")
+#         the initial one), for each `--mode` in ROCE_PERF_MODES: `single` (one
+#         thread drives both devices) and `manual` (one busy-polling thread per
+#         side, no device threads); see docs/roce.md "Driver and polling"
 #   rxe:  perftest `ib_write_bw` / `ib_write_lat` between rxe_a and rxe_b
 #         (guest/rxe-pair.sh: a real veth between them)
 # 64 KiB WRITEs for bandwidth, 2-byte WRITEs for latency (perftest's defaults).
@@ -15,12 +16,14 @@
 #
 # Host side (run.sh): bash 03-roce-perf.sh      (uses $V, $BIN, $ROOT)
 #   knobs: ROCE_PERF_ROUNDS (3) ROCE_PERF_SECS (3) ROCE_PERF_ITERS (1000)
-#          ROCE_PERF_OURS (extra `perf` flags, e.g. "--mode threaded" or "-m 1024")
-# Guest side (internal): bash 03-roce-perf.sh guest BIN ROOT ROUNDS SECS ITERS OURS...
+#          ROCE_PERF_OURS (extra `perf` flags, e.g. "-m 1024"; `threaded` is a mode)
+#          ROCE_PERF_MODES (single,manual: `perf --mode` values, each measured and
+#          compared on its own)
+# Guest side (internal): bash 03-roce-perf.sh guest BIN ROOT ROUNDS SECS ITERS MODES OURS...
 set -u
 
 if [ "${1:-}" = guest ]; then
-  BIN=$2 ROOT=$3 ROUNDS=$4 D=$5 N=$6; shift 6; OURS="$*"
+  BIN=$2 ROOT=$3 ROUNDS=$4 D=$5 N=$6 MODES=$(echo $7 | tr , ' '); shift 7; OURS="$*"
   L=/tmp/roceperf; mkdir -p $L; : > $L/figs
   ok()  { echo "PASS $1${2:+  ($2)}"; }
   bad() { echo "FAIL $1${2:+  ($2)}"; }
@@ -36,37 +39,49 @@ if [ "${1:-}" = guest ]; then
   }
   # the row after perftest's "#bytes" header line
   prow() { awk '/#bytes/ {getline; print; exit}'; }
+  : > $L/rxe
+  for m in $MODES; do : > $L/ours.$m; done
   for r in $(seq $ROUNDS); do
-    o=$(timeout 120 ip netns exec rp $BIN perf write-bw --loopback -D $D $OURS --json 2> $L/ours.err)
-    bw=$(echo "$o" | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw"]/1e6)' 2>/dev/null)
-    o=$(timeout 120 ip netns exec rp $BIN perf write-lat --loopback -n $N $OURS --json 2>> $L/ours.err)
-    lat=$(echo "$o" | python3 -c 'import json,sys; l=json.load(sys.stdin)["lat"]; print(l["p50_ns"]/1e3, l["mean_ns"]/1e3, l["p99_ns"]/1e3)' 2>/dev/null)
+    line="round $r:"
+    for m in $MODES; do
+      o=$(timeout 120 ip netns exec rp $BIN perf write-bw --loopback --mode $m -D $D $OURS --json 2>> $L/ours.err)
+      bw=$(echo "$o" | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw"]/1e6)' 2>/dev/null)
+      o=$(timeout 120 ip netns exec rp $BIN perf write-lat --loopback --mode $m -n $N $OURS --json 2>> $L/ours.err)
+      lat=$(echo "$o" | python3 -c 'import json,sys; l=json.load(sys.stdin)["lat"]; print(l["p50_ns"]/1e3, l["mean_ns"]/1e3)' 2>/dev/null)
+      echo "$r ${bw:-nan} ${lat:-nan nan}" | awk 'NF == 4' >> $L/ours.$m
+      line="$line ours[$m] bw ${bw:-?} MB/s lat p50/avg ${lat:-?} us |"
+    done
     # perftest reports MB as 2^20 bytes: convert to 10^6 like ours
     row=$(ptest ib_write_bw -D $D 2>&1 | prow)
     rbw=$(echo "$row" | awk 'NF >= 5 && $4+0 > 0 {printf "%.2f", $4 * 1.048576}')
     row=$(ptest ib_write_lat -n $N 2>&1 | prow)
     rlat=$(echo "$row" | awk 'NF >= 6 && $5+0 > 0 && $5 != "inf" {print $5, $6}')
-    echo "round $r: ours write-bw ${bw:-?} MB/s, write-lat p50/avg/p99 ${lat:-?} us | rxe ib_write_bw ${rbw:-?} MB/s, ib_write_lat typical/avg ${rlat:-?} us"
-    echo "$r ${bw:-nan} ${rbw:-nan} ${lat:-nan nan nan} ${rlat:-nan nan}" | awk 'NF == 8' >> $L/figs
+    echo "$r ${rbw:-nan} ${rlat:-nan nan}" | awk 'NF == 4' >> $L/rxe
+    echo "$line rxe bw ${rbw:-?} MB/s lat typical/avg ${rlat:-?} us"
   done
   [ -s $L/ours.err ] && { echo "ours stderr:"; tail -3 $L/ours.err; }
-  python3 - "$L/figs" "$ROUNDS" "$OURS" <<'EOF'
+  python3 - "$L" "$ROUNDS" "$OURS" $MODES <<'EOF'
 import math, statistics, sys
-rows = [list(map(float, l.split())) for l in open(sys.argv[1]) if l.strip()]
-rounds, ours = int(sys.argv[2]), sys.argv[3] or "(defaults)"
-good = [r for r in rows if not any(math.isnan(x) for x in r[1:])]
-if len(good) < rounds:
-    print(f"FAIL roce-perf-measured  ({len(good)} of {rounds} rounds gave every figure)")
-    sys.exit(0)
-med = lambda i: statistics.median(r[i] for r in good)
-bw, rbw, p50, avg, rlat, ravg = med(1), med(2), med(3), med(4), med(6), med(7)
-bw_ratio = statistics.median(r[1] / r[2] for r in good)
-lat_ratio = statistics.median(r[3] / r[6] for r in good)
-print(f"median write-bw: ours {bw:.1f} MB/s, rxe {rbw:.1f} MB/s: {bw_ratio:.2f}x (median of per-round ratios)")
-print(f"median write-lat: ours p50 {p50:.1f} us (avg {avg:.1f}), rxe typical {rlat:.1f} us (avg {ravg:.1f}): ours/rxe {lat_ratio:.2f}")
-print(f"PASS roce-perf-measured  ({len(good)} rounds, perf flags {ours}: bw {bw_ratio:.2f}x rxe, lat {lat_ratio:.2f}x rxe)")
-met = bw_ratio >= 2.0 and lat_ratio <= 1.0
-print(f"GOAL {'met' if met else 'not met'}: bandwidth {bw_ratio:.2f}x (goal >= 2x), latency {lat_ratio:.2f}x rxe's (goal <= 1x)")
+L, rounds, ours, modes = sys.argv[1], int(sys.argv[2]), sys.argv[3] or "(none)", sys.argv[4:]
+def load(f):
+    return {int(r[0]): r[1:] for r in (list(map(float, l.split())) for l in open(f) if l.strip())}
+rxe = load(f"{L}/rxe")
+for m in modes:
+    o = load(f"{L}/ours.{m}")
+    good = [k for k in o if k in rxe and not any(math.isnan(x) for x in o[k] + rxe[k])]
+    if len(good) < rounds:
+        print(f"FAIL roce-perf-measured.{m}  ({len(good)} of {rounds} rounds gave every figure)")
+        continue
+    med = statistics.median
+    bw, p50, avg = (med(o[k][i] for k in good) for i in range(3))
+    rbw, rlat, ravg = (med(rxe[k][i] for k in good) for i in range(3))
+    bw_ratio = med(o[k][0] / rxe[k][0] for k in good)
+    lat_ratio = med(o[k][1] / rxe[k][1] for k in good)
+    print(f"[{m}] median write-bw: ours {bw:.1f} MB/s, rxe {rbw:.1f} MB/s: {bw_ratio:.2f}x (median of per-round ratios)")
+    print(f"[{m}] median write-lat: ours p50 {p50:.1f} us (avg {avg:.1f}), rxe typical {rlat:.1f} us (avg {ravg:.1f}): ours/rxe {lat_ratio:.2f}")
+    print(f"PASS roce-perf-measured.{m}  ({len(good)} rounds, --mode {m}, extra flags {ours}: bw {bw_ratio:.2f}x rxe, lat p50 {lat_ratio:.2f}x rxe)")
+    met = bw_ratio >= 2.0 and lat_ratio <= 1.0
+    print(f"GOAL [{m}] {'met' if met else 'not met'}: bandwidth {bw_ratio:.2f}x rxe (goal >= 2x), latency {lat_ratio:.2f}x rxe (goal <= 1x)")
 EOF
   exit 0
 fi
@@ -74,4 +89,4 @@ fi
 # host side
 : "${V:?run from tests/interop/run.sh (needs V, BIN, ROOT)}"
 [ -x "$BIN" ] || { echo "FAIL roce-perf-binary (build it: cargo build --release -p dpustack)"; exit 1; }
-bash $V exec -t 800 "bash $ROOT/tests/interop/03-roce-perf.sh guest $BIN $ROOT ${ROCE_PERF_ROUNDS:-3} ${ROCE_PERF_SECS:-3} ${ROCE_PERF_ITERS:-1000} ${ROCE_PERF_OURS:-}"
+bash $V exec -t 800 "bash $ROOT/tests/interop/03-roce-perf.sh guest $BIN $ROOT ${ROCE_PERF_ROUNDS:-3} ${ROCE_PERF_SECS:-3} ${ROCE_PERF_ITERS:-1000} ${ROCE_PERF_MODES:-single,manual} ${ROCE_PERF_OURS:-}"

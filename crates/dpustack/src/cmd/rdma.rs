@@ -118,8 +118,9 @@ pub struct PerfArgs {
     #[arg(long)]
     pub json: bool,
     /// Device progress: `manual` (default: no device thread, the test's own
-    /// thread receives while it busy-polls its CQ, one thread per side) or
-    /// `threaded` (a poller thread per device, as `dpustack up`).
+    /// thread receives while it busy-polls its CQ, one thread per side),
+    /// `threaded` (a poller thread per device, as `dpustack up`) or, with
+    /// `--loopback`, `single` (one thread drives both devices).
     #[arg(long, value_enum, default_value_t = PerfMode::Manual)]
     pub mode: PerfMode,
     /// Do not use UDP GSO on loopback devices (one skb per packet).
@@ -133,12 +134,14 @@ pub struct PerfArgs {
 pub enum PerfMode {
     Manual,
     Threaded,
+    /// `--loopback` only: one thread drives both devices (manual progress).
+    Single,
 }
 
 impl PerfMode {
     fn io(self) -> IoMode {
         match self {
-            PerfMode::Manual => IoMode::Manual,
+            PerfMode::Manual | PerfMode::Single => IoMode::Manual,
             PerfMode::Threaded => IoMode::Threaded,
         }
     }
@@ -705,10 +708,19 @@ fn is_lat(t: PerfTest) -> bool {
     matches!(t, PerfTest::WriteLat | PerfTest::SendLat)
 }
 
-fn poll_one(cq: &Cq, wc: &mut [Wc], deadline: Instant) -> Result<usize> {
+/// Polls until completions arrive; `idle` runs before every poll (the other
+/// end's step in `--mode single`: what we just sent is usually in its socket
+/// already, so it goes first and our poll then finds its answer).
+fn poll_one(
+    cq: &Cq,
+    wc: &mut [Wc],
+    deadline: Instant,
+    idle: &mut dyn FnMut() -> Result<()>,
+) -> Result<usize> {
     let mut k = 0u32;
     loop {
         k = k.wrapping_add(1);
+        idle()?;
         let n = cq.poll(wc)?;
         if n > 0 {
             for w in &wc[..n] {
@@ -734,7 +746,12 @@ fn poll_one(cq: &Cq, wc: &mut [Wc], deadline: Instant) -> Result<usize> {
 const POST_LIST: usize = 16;
 
 /// The measuring side.
-fn perf_client(e: &End, rem: &PerfDest, p: PerfParams) -> Result<PerfResult> {
+fn perf_client(
+    e: &End,
+    rem: &PerfDest,
+    p: PerfParams,
+    idle: &mut dyn FnMut() -> Result<()>,
+) -> Result<PerfResult> {
     let size = p.size;
     let sge = [e.mr.sge(0, size as u32)];
     let rsge = [e.mr.sge(size.max(8), size as u32)];
@@ -772,7 +789,7 @@ fn perf_client(e: &End, rem: &PerfDest, p: PerfParams) -> Result<PerfResult> {
             let mut got_recv = false;
             let mut got_send = false;
             while !(got_recv && got_send) {
-                let n = poll_one(&e.cq, &mut wc, hard)?;
+                let n = poll_one(&e.cq, &mut wc, hard, idle)?;
                 for w in &wc[..n] {
                     if w.wr_id == 0 {
                         got_recv = true;
@@ -843,7 +860,7 @@ fn perf_client(e: &End, rem: &PerfDest, p: PerfParams) -> Result<PerfResult> {
             posted += k as u64;
         }
         if done < posted {
-            done += poll_one(&e.cq, &mut wc, hard)? as u64;
+            done += poll_one(&e.cq, &mut wc, hard, idle)? as u64;
         }
     }
     let secs = t0.elapsed().as_secs_f64();
@@ -871,101 +888,110 @@ impl PerfResult {
     }
 }
 
-/// The passive side: receives for SEND tests, echoes for latency tests; returns
-/// when `stop()` says so.
-fn perf_server(e: &End, p: PerfParams, stop: &dyn Fn() -> bool) -> Result<()> {
-    let size = p.size;
-    let rsge = [e.mr.sge(0, size as u32)];
-    let sge = [e.mr.sge(size.max(8), size as u32)];
-    let mut wc = [Wc::default(); 64];
-    match p.test {
-        PerfTest::WriteBw | PerfTest::ReadBw => {
-            if p.mode == PerfMode::Manual {
-                // nobody else receives for this device: busy poll its CQ (which
-                // progresses the device and yields the CPU now and then)
-                while !stop() {
-                    if e.cq.poll(&mut wc)? == 0 {
-                        std::hint::spin_loop();
-                    }
-                }
-            } else {
-                while !stop() {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            }
+/// The passive side: receives for SEND tests, echoes for latency tests; one
+/// `step` polls its CQ once (in manual mode that also progresses its device).
+struct Server<'a> {
+    e: &'a End,
+    test: PerfTest,
+    rsge: [Sge; 1],
+    sge: [Sge; 1],
+    rem: Option<PerfDest>,
+    size: usize,
+    wc: [Wc; 64],
+}
+
+impl<'a> Server<'a> {
+    fn new(e: &'a End, p: PerfParams) -> Result<Self> {
+        let size = p.size;
+        let s = Server {
+            e,
+            test: p.test,
+            rsge: [e.mr.sge(0, size as u32)],
+            sge: [e.mr.sge(size.max(8), size as u32)],
+            rem: e.remote.get().copied(),
+            size,
+            wc: [Wc::default(); 64],
+        };
+        let (n, base) = match p.test {
+            PerfTest::SendBw => (p.depth + 8, 0),
+            PerfTest::WriteLat | PerfTest::SendLat => (4, 100),
+            _ => (0, 0),
+        };
+        for i in 0..n {
+            e.qp.post_recv(&[RecvWr {
+                wr_id: (base + i) as u64,
+                sg_list: &s.rsge,
+            }])
+            .map_err(|b| anyhow!("{b}"))?;
         }
-        PerfTest::SendBw => {
-            let depth = p.depth + 8;
-            for i in 0..depth {
-                e.qp.post_recv(&[RecvWr {
-                    wr_id: i as u64,
-                    sg_list: &rsge,
-                }])
-                .map_err(|b| anyhow!("{b}"))?;
-            }
-            while !stop() {
-                let n = e.cq.poll(&mut wc)?;
-                let mut list = [RecvWr {
-                    wr_id: 0,
-                    sg_list: &rsge,
-                }; 64];
-                for (i, w) in wc[..n].iter().enumerate() {
-                    if w.status != WcStatus::Success {
-                        bail!("server: {}", w.status.as_str());
-                    }
-                    list[i].wr_id = w.wr_id;
-                }
-                if n > 0 {
-                    e.qp.post_recv(&list[..n]).map_err(|b| anyhow!("{b}"))?;
-                }
-                if n == 0 {
-                    std::hint::spin_loop();
-                }
-            }
+        if is_lat(p.test) && s.rem.is_none() {
+            bail!("no remote");
         }
-        PerfTest::WriteLat | PerfTest::SendLat => {
-            let op = if p.test == PerfTest::WriteLat {
-                WrOpcode::RdmaWriteWithImm
-            } else {
-                WrOpcode::Send
-            };
-            for i in 0..4 {
-                e.qp.post_recv(&[RecvWr {
-                    wr_id: 100 + i,
-                    sg_list: &rsge,
-                }])
-                .map_err(|b| anyhow!("{b}"))?;
+        Ok(s)
+    }
+
+    /// Polls once and reacts; returns the completions handled.
+    fn step(&mut self) -> Result<usize> {
+        let e = self.e;
+        let n = e.cq.poll(&mut self.wc)?;
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut list = [RecvWr {
+            wr_id: 0,
+            sg_list: &self.rsge,
+        }; 64];
+        for (i, w) in self.wc[..n].iter().enumerate() {
+            if w.status != WcStatus::Success {
+                bail!("server: {}", w.status.as_str());
             }
-            let rem = e
-                .remote
-                .get()
-                .copied()
-                .ok_or_else(|| anyhow!("no remote"))?;
-            while !stop() {
-                let n = e.cq.poll(&mut wc)?;
-                for w in &wc[..n] {
-                    if w.status != WcStatus::Success {
-                        bail!("server: {}", w.status.as_str());
-                    }
+            list[i].wr_id = w.wr_id;
+        }
+        match self.test {
+            PerfTest::SendBw => {
+                e.qp.post_recv(&list[..n]).map_err(|b| anyhow!("{b}"))?;
+            }
+            PerfTest::WriteLat | PerfTest::SendLat => {
+                let op = if self.test == PerfTest::WriteLat {
+                    WrOpcode::RdmaWriteWithImm
+                } else {
+                    WrOpcode::Send
+                };
+                let rem = self.rem.ok_or_else(|| anyhow!("no remote"))?;
+                for w in &list[..n] {
                     if w.wr_id >= 100 {
-                        e.qp.post_recv(&[RecvWr {
-                            wr_id: w.wr_id,
-                            sg_list: &rsge,
-                        }])
-                        .map_err(|b| anyhow!("{b}"))?;
-                        let mut s = SendWr::new(1, op, &sge);
+                        e.qp.post_recv(&[*w]).map_err(|b| anyhow!("{b}"))?;
+                        let mut s = SendWr::new(1, op, &self.sge);
                         s.send_flags = SendFlags::empty();
                         s.wr = WrDetail::Rdma {
-                            remote_addr: rem.addr + size.max(8) as u64,
+                            remote_addr: rem.addr + self.size.max(8) as u64,
                             rkey: rem.rkey,
                         };
                         e.qp.post_send(&[s]).map_err(|b| anyhow!("{b}"))?;
                     }
                 }
-                if n == 0 {
-                    std::hint::spin_loop();
-                }
             }
+            _ => {}
+        }
+        Ok(n)
+    }
+}
+
+/// The passive side on its own thread; returns when `stop()` says so.
+fn perf_server(e: &End, p: PerfParams, stop: &dyn Fn() -> bool) -> Result<()> {
+    let mut s = Server::new(e, p)?;
+    if p.mode == PerfMode::Threaded && matches!(p.test, PerfTest::WriteBw | PerfTest::ReadBw) {
+        // the device's poller thread does all the work
+        while !stop() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        return Ok(());
+    }
+    // busy poll the CQ (in manual mode this progresses the device; an empty
+    // poll yields the CPU now and then)
+    while !stop() {
+        if s.step()? == 0 {
+            std::hint::spin_loop();
         }
     }
     Ok(())
@@ -1026,6 +1052,9 @@ fn perf_params(a: &PerfArgs) -> Result<PerfParams> {
 
 fn perf_cmd(a: PerfArgs) -> Result<()> {
     let p = perf_params(&a)?;
+    if p.mode == PerfMode::Single && !a.loopback {
+        bail!("--mode single needs --loopback");
+    }
     if a.loopback {
         let r = perf_loopback(p, None)?;
         print_perf(&r, a.json);
@@ -1047,7 +1076,7 @@ fn perf_cmd(a: PerfArgs) -> Result<()> {
             let rem = parse_perf_line(&l)?;
             e.connect(my_psn, &rem, p.mtu)?;
             w.write_all(b"go\n")?;
-            let res = perf_client(&e, &rem, p)?;
+            let res = perf_client(&e, &rem, p, &mut || Ok(()))?;
             w.write_all(b"done\n")?;
             print_perf(&res, a.json);
         }
@@ -1105,12 +1134,18 @@ fn perf_loopback(p: PerfParams, ips: Option<(Ipv4Addr, Ipv4Addr)>) -> Result<Per
                 a.connect(pa, &db, p.mtu)?;
                 b.connect(pb, &da, p.mtu)?;
                 let _ = b.remote.set(da);
+                if p.mode == PerfMode::Single {
+                    // one thread drives both devices: the server steps whenever
+                    // the client's poll comes back empty
+                    let mut srv = Server::new(&b, p)?;
+                    return perf_client(&a, &db, p, &mut || srv.step().map(|_| ()));
+                }
                 let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
                 let s2 = stop.clone();
                 let server = std::thread::spawn(move || {
                     perf_server(&b, p, &|| s2.load(std::sync::atomic::Ordering::SeqCst))
                 });
-                let r = perf_client(&a, &db, p);
+                let r = perf_client(&a, &db, p, &mut || Ok(()));
                 stop.store(true, std::sync::atomic::Ordering::SeqCst);
                 server
                     .join()
@@ -1326,6 +1361,10 @@ mod tests {
             (PerfTest::WriteBw, PerfMode::Manual),
             (PerfTest::WriteLat, PerfMode::Manual),
             (PerfTest::SendBw, PerfMode::Manual),
+            (PerfTest::WriteBw, PerfMode::Single),
+            (PerfTest::ReadBw, PerfMode::Single),
+            (PerfTest::WriteLat, PerfMode::Single),
+            (PerfTest::SendLat, PerfMode::Single),
         ]
         .into_iter()
         .chain(
