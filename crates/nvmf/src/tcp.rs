@@ -579,7 +579,7 @@ impl TargetConn {
             out[0] = std::io::IoSliceMut::new(self.rx.spare(64 * 1024));
             return 1;
         }
-        let pre = need + pdu::data_offset(pdu::DATA_HLEN, self.dg.header, 0);
+        let pre = need + pdu::data_offset(pdu::DATA_HLEN, self.dg.header, self.params.cpda);
         // more H2C data to come: stop after this PDU's digest, so that the next
         // read starts at the next header; else take whatever follows
         let dd = if self.dg.data { pdu::DIGEST_LEN } else { 0 };
@@ -1023,9 +1023,15 @@ impl TargetConn {
         let TargetConn { rx, h2c, .. } = self;
         if let Some(Some(p)) = h2c.get(pf.ttag as usize) {
             if (rx.start..=rx.end).contains(&pf.at) {
-                let data = &p.buf[pf.start..pf.start + pf.got];
-                rx.buf.splice(pf.at..pf.at, data.iter().copied());
-                rx.end += pf.got;
+                // open a gap at `at` (the buffer grows only if it must) and fill it
+                let (at, got, end) = (pf.at, pf.got, rx.end);
+                if rx.buf.len() < end + got {
+                    rx.buf.resize(end + got, 0);
+                }
+                rx.buf.copy_within(at..end, at + got);
+                rx.buf[at..at + got].copy_from_slice(&p.buf[pf.start..pf.start + got]);
+                rx.end += got;
+                self.stats.h2c_copied += got as u64;
             }
         }
     }
@@ -1967,6 +1973,53 @@ mod tests {
             let st = t.stats();
             assert_eq!(st.h2c_copied - before.h2c_copied, 1000);
             assert_eq!(st.h2c_in_place - before.h2c_in_place, 19_000);
+        }
+    }
+
+    /// Capsules arriving where H2C data was expected (the host has not seen our
+    /// R2T yet): each read that put capsule bytes in the write's buffer is undone,
+    /// commands come out intact, and the receive buffer does not grow.
+    #[test]
+    fn mispredicted_h2c_placement_is_undone() {
+        for dig in [false, true] {
+            let hp = HostParams {
+                hdgst: dig,
+                ddgst: dig,
+                ..Default::default()
+            };
+            let (mut h, mut t) = pair(hp, TargetParams::default());
+            let data: Vec<u8> = (0..50_000u32).map(|i| (i % 241) as u8).collect();
+            h.submit(sqe(0x01, 1), &data, 0, 8192).unwrap();
+            let b = h.poll_transmit().to_vec();
+            h.advance_tx(b.len());
+            t.handle_bytes(&b); // R2T queued, not delivered yet
+            let r2t = t.drain_tx();
+            let mut sizes = Vec::new();
+            for cid in 2..200u16 {
+                // in-capsule writes of varying size, delivered in one piece
+                let icd: Vec<u8> = (0..(cid as usize * 37) % 8000 + 1)
+                    .map(|i| (i + cid as usize) as u8)
+                    .collect();
+                h.submit(sqe(0x01, cid), &icd, 0, 8192).unwrap();
+                let b = h.poll_transmit().to_vec();
+                h.advance_tx(b.len());
+                assert_eq!(iov_lens(&mut t).len(), 3, "a placement is predicted");
+                t.handle_bytes(&b);
+                let Some(TargetEvent::Command(req)) = t.poll_event() else {
+                    panic!("cid {cid}")
+                };
+                assert_eq!((req.cid(), req.error, req.data == icd), (cid, None, true));
+                sizes.push(t.rx.buf.len());
+            }
+            assert!(*sizes.iter().max().unwrap() <= 256 * 1024, "{sizes:?}");
+            assert!(t.stats().h2c_copied > 0);
+            // then the write's data, in place
+            h.handle_bytes(&r2t);
+            pump(&mut h, &mut t);
+            let Some(TargetEvent::Command(req)) = t.poll_event() else {
+                panic!()
+            };
+            assert_eq!((req.cid(), req.error, req.data == data), (1, None, true));
         }
     }
 
