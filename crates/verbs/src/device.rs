@@ -57,6 +57,9 @@ impl DeviceOptions {
 pub(crate) struct Inner {
     pub(crate) engine: Engine,
     pub(crate) io: Option<crate::driver::TxState>,
+    /// Manual mode: the time of the last receive round and the coarse clock
+    /// then, reused by the next transmit if still within a tick (see `after`).
+    pub(crate) rx_now: Option<(Instant, u64)>,
 }
 
 pub(crate) struct Shared {
@@ -101,8 +104,16 @@ impl Shared {
     pub(crate) fn after(&self, g: &mut Inner) {
         self.tx_deferred
             .store(false, std::sync::atomic::Ordering::Relaxed);
+        // in manual mode a post usually follows the receive round that completed
+        // what it answers: reuse that round's time if the coarse clock (vDSO,
+        // no hardware access) says it is at most a tick old. Deadlines set from
+        // it are at most ~2 ticks early, against retransmit timeouts of ms.
+        let now = match g.rx_now.take() {
+            Some((t, c)) if crate::driver::coarse_ns().saturating_sub(c) <= 4_000_000 => t,
+            _ => Instant::now(),
+        };
         if let (Some(sock), Some(io)) = (&self.sock, g.io.as_mut()) {
-            io.pump(&mut g.engine, sock, Instant::now());
+            io.pump(&mut g.engine, sock, now);
         }
         if !g.engine.events.is_empty() {
             self.async_efd.notify();
@@ -190,7 +201,11 @@ impl Context {
             )
         };
         let shared = Arc::new(Shared {
-            inner: Mutex::new(Inner { engine, io }),
+            inner: Mutex::new(Inner {
+                engine,
+                io,
+                rx_now: None,
+            }),
             name: o.name.unwrap_or_else(|| device_name(o.ip)),
             ip: o.ip,
             mode: o.mode,
