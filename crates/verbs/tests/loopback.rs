@@ -213,3 +213,109 @@ fn many_writes_pipelined() {
         a.qp.counters().unwrap()
     );
 }
+
+/// Manual progress over RC, as `perf --mode single` drives it: one thread, no
+/// poller threads, nothing but `Cq::poll` and posts. Received packets' ACKs and
+/// responses are deferred until the next post or empty poll: a ping-pong, a READ
+/// (its response is deferred at the responder) and a stream of 64 KiB WRITEs must
+/// all complete without retransmit timeouts.
+#[test]
+fn manual_progress_rc_deferred_tx() {
+    let (a, b) = pair([127, 0, 5, 1], [127, 0, 5, 2], IoMode::Manual);
+    let mut wc = [Wc::default(); 32];
+    // polls both CQs until `want` completions arrived on `a` (b's are returned)
+    let drive = |want: usize, bout: &mut Vec<Wc>| -> Vec<Wc> {
+        let mut got = vec![];
+        let mut wc = [Wc::default(); 32];
+        let t0 = Instant::now();
+        while got.len() < want && t0.elapsed() < Duration::from_secs(10) {
+            let n = b.cq.poll(&mut wc).unwrap();
+            bout.extend_from_slice(&wc[..n]);
+            let n = a.cq.poll(&mut wc).unwrap();
+            got.extend_from_slice(&wc[..n]);
+        }
+        got
+    };
+    // ping-pong: WRITE_WITH_IMM each way, 50 rounds
+    let ra = [a.mr.sge(0, 8)];
+    let rb = [b.mr.sge(0, 8)];
+    let sa = [a.mr.sge(64, 8)];
+    let sb = [b.mr.sge(64, 8)];
+    for i in 0..50u64 {
+        b.qp.post_recv(&[RecvWr {
+            wr_id: 100 + i,
+            sg_list: &rb,
+        }])
+        .unwrap();
+        a.qp.post_recv(&[RecvWr {
+            wr_id: 200 + i,
+            sg_list: &ra,
+        }])
+        .unwrap();
+        let mut w = SendWr::new(i, WrOpcode::RdmaWriteWithImm, &sa);
+        w.wr = WrDetail::Rdma {
+            remote_addr: b.mr.addr() + 128,
+            rkey: b.mr.rkey(),
+        };
+        a.qp.post_send(&[w]).unwrap();
+        // b answers as soon as its receive completes
+        let t0 = Instant::now();
+        loop {
+            let n = b.cq.poll(&mut wc).unwrap();
+            if n > 0 {
+                assert_eq!(wc[0].status, WcStatus::Success, "{:?}", &wc[..n]);
+                break;
+            }
+            let _ = a.cq.poll(&mut []).unwrap(); // progresses a (nothing returned)
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "round {i}: b got nothing"
+            );
+        }
+        let mut e = SendWr::new(1000 + i, WrOpcode::RdmaWriteWithImm, &sb);
+        e.send_flags = SendFlags::empty();
+        e.wr = WrDetail::Rdma {
+            remote_addr: a.mr.addr() + 128,
+            rkey: a.mr.rkey(),
+        };
+        b.qp.post_send(&[e]).unwrap();
+        let mut bout = vec![];
+        let got = drive(2, &mut bout);
+        assert_eq!(got.len(), 2, "round {i}: {got:?}");
+        assert!(got.iter().all(|w| w.status == WcStatus::Success), "{got:?}");
+    }
+    // a READ, then 200 pipelined 64 KiB WRITEs
+    let data = pattern(9, 65536);
+    b.mr.write(300_000, &data);
+    let s = [a.mr.sge(300_000, 65536)];
+    let mut r = SendWr::new(7, WrOpcode::RdmaRead, &s);
+    r.wr = WrDetail::Rdma {
+        remote_addr: b.mr.addr() + 300_000,
+        rkey: b.mr.rkey(),
+    };
+    a.qp.post_send(&[r]).unwrap();
+    let got = drive(1, &mut vec![]);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].status, WcStatus::Success);
+    assert_eq!(&a.mr.to_vec()[300_000..365_536], &data[..]);
+    let s = [a.mr.sge(300_000, 65536)];
+    let mut done = 0;
+    for i in 0..200u64 {
+        let mut w = SendWr::new(i, WrOpcode::RdmaWrite, &s);
+        w.wr = WrDetail::Rdma {
+            remote_addr: b.mr.addr() + 500_000,
+            rkey: b.mr.rkey(),
+        };
+        while a.qp.post_send(&[w]).is_err() {
+            done += drive(1, &mut vec![]).len();
+        }
+    }
+    while done < 200 {
+        let n = drive(200 - done, &mut vec![]).len();
+        assert!(n > 0, "stream stalled at {done}");
+        done += n;
+    }
+    assert_eq!(&b.mr.to_vec()[500_000..565_536], &data[..]);
+    let c = a.qp.counters().unwrap();
+    assert_eq!((c.timeouts, c.retransmits), (0, 0), "{c:?}");
+}
