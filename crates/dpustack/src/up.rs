@@ -31,8 +31,11 @@ pub enum Part {
         issue: Option<u32>,
         what: &'static str,
     },
-    /// Turned off in the config.
-    Disabled { name: &'static str },
+    /// Turned off (or given nothing to do) by the config; `why` says which setting.
+    Disabled {
+        name: &'static str,
+        why: &'static str,
+    },
 }
 
 impl Part {
@@ -80,7 +83,7 @@ pub fn run(cfg: &Config, args: &UpArgs) -> Result<()> {
                 let issue = issue.map_or("a later issue".to_string(), |n| format!("issue #{n}"));
                 eprintln!("  NOT YET  {name:<8} {what} — not implemented yet ({issue})");
             }
-            Part::Disabled { name } => println!("  disabled {name:<8} (config)"),
+            Part::Disabled { name, why } => println!("  disabled {name:<8} ({why})"),
         }
     }
     if missing > 0 {

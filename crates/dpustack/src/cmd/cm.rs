@@ -198,12 +198,15 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
 /// This area's part of `dpustack up`.
 pub fn up(cfg: &Config) -> Result<Part> {
     if !cfg.cm.enabled {
-        return Ok(Part::Disabled { name: "cm" });
+        return Ok(Part::Disabled {
+            name: "cm",
+            why: "[cm] enabled = false",
+        });
     }
     Ok(Part::not_yet(
         "cm",
-        Some(4),
-        "RDMA connection manager service (the CM runs inside the tools; no node service yet)",
+        None,
+        "RDMA CM as a node service (the CM itself works: rping, ucmatose, udaddy, cm-server run it on their own device)",
     ))
 }
 

@@ -873,7 +873,10 @@ fn perf(p: &PerfArgs) -> Result<PerfReport> {
 pub fn up(cfg: &Config) -> Result<Part> {
     let n = &cfg.nvmf;
     if !n.enabled {
-        return Ok(Part::Disabled { name: "nvmf" });
+        return Ok(Part::Disabled {
+            name: "nvmf",
+            why: "[nvmf] enabled = false",
+        });
     }
     let (tgt, listen, groups) = if let Some(p) = &n.target_config {
         let f = TargetFile::load(p)?;

@@ -1186,7 +1186,10 @@ fn perf_loopback(p: PerfParams, ips: Option<(Ipv4Addr, Ipv4Addr)>) -> Result<Per
 /// This area's part of `dpustack up`: a soft RoCE device with its poller thread.
 pub fn up(cfg: &Config) -> Result<Part> {
     if !cfg.rdma.enabled {
-        return Ok(Part::Disabled { name: "rdma" });
+        return Ok(Part::Disabled {
+            name: "rdma",
+            why: "[rdma] enabled = false",
+        });
     }
     // the section's device, else the node's listen address (as the other services)
     let dev = if cfg.rdma.device.is_empty() {

@@ -542,8 +542,17 @@ mod live {
 /// This area's part of `dpustack up`: the live switch when `[switch] ports` are set.
 pub fn up(cfg: &Config) -> Result<Part> {
     let c = &cfg.switch;
-    if !c.enabled || c.ports.is_empty() {
-        return Ok(Part::Disabled { name: "switch" });
+    if !c.enabled {
+        return Ok(Part::Disabled {
+            name: "switch",
+            why: "[switch] enabled = false",
+        });
+    }
+    if c.ports.is_empty() {
+        return Ok(Part::Disabled {
+            name: "switch",
+            why: "no [switch] ports configured; `dpustack switch run` runs one by hand",
+        });
     }
     let args = RunArgs {
         flows: c.flows.clone(),

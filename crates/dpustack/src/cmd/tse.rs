@@ -291,7 +291,10 @@ fn self_check() -> Result<Vec<u32>> {
 /// This area's part of `dpustack up`.
 pub fn up(cfg: &Config) -> Result<Part> {
     if !cfg.tse.enabled {
-        return Ok(Part::Disabled { name: "tse" });
+        return Ok(Part::Disabled {
+            name: "tse",
+            why: "[tse] enabled = false",
+        });
     }
     self_check()?;
     Ok(Part::Running {
