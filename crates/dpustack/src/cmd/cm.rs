@@ -250,14 +250,8 @@ pub fn bench(args: &BenchArgs, cfg: &Config) -> Result<benchkit::Report> {
                     EventType::ConnectRequest => {
                         let mut id = CmId::from_request(&sdev, &ev);
                         id.create_qp(&cq, &cq, cap)?;
-                        let qpn = id.qp().map(|q| q.qp_num()).unwrap_or(0);
-                        id.accept(
-                            &ConnParam {
-                                qp_num: qpn,
-                                ..ConnParam::default()
-                            },
-                            T,
-                        )?;
+                        // the id's own QP number goes into the REP/SIDR_REP, as in librdmacm
+                        id.accept(&ConnParam::default(), T)?;
                         ids.push(id);
                     }
                     EventType::Disconnected => {
@@ -1006,14 +1000,8 @@ fn tose_server(
                     continue;
                 }
                 let mut node = node_for(dev, id, a, ud)?;
-                let qpn = node.id.qp().map(|q| q.qp_num()).unwrap_or(0);
-                node.id.accept(
-                    &ConnParam {
-                        qp_num: qpn,
-                        ..ConnParam::default()
-                    },
-                    T,
-                )?;
+                // the id's own QP number goes into the REP/SIDR_REP, as in librdmacm
+                node.id.accept(&ConnParam::default(), T)?;
                 if ud {
                     node.connected = true;
                     connects_left -= 1;
@@ -1368,14 +1356,8 @@ fn cmtime_server(dev: &CmDevice, ip: Ipv4Addr, port: u16, n: usize) -> Result<()
                 }
                 let mut id = CmId::from_request(dev, &ev);
                 id.create_qp(&cq, &cq, cap)?;
-                let qpn = id.qp().map(|q| q.qp_num()).unwrap_or(0);
-                id.accept(
-                    &ConnParam {
-                        qp_num: qpn,
-                        ..ConnParam::default()
-                    },
-                    T,
-                )?;
+                // the id's own QP number goes into the REP/SIDR_REP, as in librdmacm
+                id.accept(&ConnParam::default(), T)?;
                 ids.push(id);
             }
             EventType::Disconnected => {
