@@ -187,6 +187,13 @@ impl Qpair {
         self.conn.complete(cqe.as_bytes(), data);
     }
 
+    /// Completes `cid` with an error status and no data, and gives the command's
+    /// (unused) data buffer back to the pool.
+    fn fail(&mut self, cid: u16, status: Status, data: Vec<u8>) {
+        self.respond(cid, status, 0, Vec::new());
+        self.conn.recycle(data);
+    }
+
     fn dispatch(&mut self, tgt: &Tgt, req: Request) {
         let sqe = Sqe::from_array(req.sqe);
         let cid = sqe.cid();
@@ -197,13 +204,11 @@ impl Qpair {
         if let Some(e) = req.error {
             let (sct, sc) = e.status();
             debug!(cid, ?e, "command data error");
-            self.respond(
+            self.fail(
                 cid,
                 Status::new(Sct::from(sct), sc).with_dnr(true),
-                0,
-                Vec::new(),
+                req.data,
             );
-            self.conn.recycle(req.data);
             return;
         }
         if sqe.is_fabrics() && sqe.fctype() == FabricsType::Connect {
@@ -212,13 +217,11 @@ impl Qpair {
         }
         let Some(ctrlr) = self.ctrlr.clone() else {
             debug!(cid, opc = sqe.opcode(), "command before Connect");
-            self.respond(
+            self.fail(
                 cid,
                 st(GenericStatus::CommandSequenceError).with_dnr(true),
-                0,
-                Vec::new(),
+                req.data,
             );
-            self.conn.recycle(req.data);
             return;
         };
         if self.qid == 0 {
@@ -325,13 +328,11 @@ impl Qpair {
             return;
         }
         if sqe.is_fabrics() {
-            self.respond(
+            self.fail(
                 cid,
                 st(GenericStatus::InvalidOpcode).with_dnr(true),
-                0,
-                Vec::new(),
+                req.data,
             );
-            self.conn.recycle(req.data);
             return;
         }
         let op = sqe.io_opcode();
@@ -343,13 +344,11 @@ impl Qpair {
             return;
         }
         let Some(ns) = ctrlr.subsys.ns(nsid).cloned() else {
-            self.respond(
+            self.fail(
                 cid,
                 st(GenericStatus::InvalidNamespaceOrFormat).with_dnr(true),
-                0,
-                Vec::new(),
+                req.data,
             );
-            self.conn.recycle(req.data);
             return;
         };
         let bs = ns.block_size() as u64;
@@ -370,23 +369,19 @@ impl Qpair {
                     req.data.len() as u64
                 };
                 if !in_range(nlb) {
-                    self.respond(
+                    self.fail(
                         cid,
                         st(GenericStatus::LbaOutOfRange).with_dnr(true),
-                        0,
-                        Vec::new(),
+                        req.data,
                     );
-                    self.conn.recycle(req.data);
                     return;
                 }
                 if have != bytes {
-                    self.respond(
+                    self.fail(
                         cid,
                         st(GenericStatus::DataSglLengthInvalid).with_dnr(true),
-                        0,
-                        Vec::new(),
+                        req.data,
                     );
-                    self.conn.recycle(req.data);
                     return;
                 }
                 let buf = self.conn.alloc_buf(bytes as usize);
@@ -402,23 +397,19 @@ impl Qpair {
             }
             IoOpcode::Write => {
                 if !in_range(nlb) {
-                    self.respond(
+                    self.fail(
                         cid,
                         st(GenericStatus::LbaOutOfRange).with_dnr(true),
-                        0,
-                        Vec::new(),
+                        req.data,
                     );
-                    self.conn.recycle(req.data);
                     return;
                 }
                 if req.data.len() as u64 != nlb * bs {
-                    self.respond(
+                    self.fail(
                         cid,
                         st(GenericStatus::DataSglLengthInvalid).with_dnr(true),
-                        0,
-                        Vec::new(),
+                        req.data,
                     );
-                    self.conn.recycle(req.data);
                     return;
                 }
                 let ctx = self.alloc_io(cid, IoKind::Write);
@@ -522,13 +513,11 @@ impl Qpair {
             }
             _ => {
                 debug!(opc = sqe.opcode(), "unsupported I/O opcode");
-                self.respond(
+                self.fail(
                     cid,
                     st(GenericStatus::InvalidOpcode).with_dnr(true),
-                    0,
-                    Vec::new(),
+                    req.data,
                 );
-                self.conn.recycle(req.data);
             }
         }
     }
