@@ -11,7 +11,8 @@
 #         (guest/rxe-pair.sh: a real veth between them)
 # 64 KiB WRITEs for bandwidth, 2-byte WRITEs for latency (perftest's defaults).
 # Prints every figure, the medians and the ratios; "PASS roce-perf-measured" when
-# all figures were measured. The issue's goal (bw >= 2x rxe, latency <= rxe) is
+# all figures were measured (a measurement that gives no figure is retried up to
+# 3 times and each retry is reported with its output). The issue's goal (bw >= 2x rxe, latency <= rxe) is
 # reported on its own "GOAL met" / "GOAL not met" line: it is not a PASS/FAIL.
 #
 # Host side (run.sh): bash 03-roce-perf.sh      (uses $V, $BIN, $ROOT)
@@ -24,7 +25,7 @@ set -u
 
 if [ "${1:-}" = guest ]; then
   BIN=$2 ROOT=$3 ROUNDS=$4 D=$5 N=$6 MODES=$(echo $7 | tr , ' '); shift 7; OURS="$*"
-  L=/tmp/roceperf; mkdir -p $L; : > $L/figs
+  L=/tmp/roceperf; mkdir -p $L; : > $L/figs; rm -f $L/failed.* $L/ours.err
   ok()  { echo "PASS $1${2:+  ($2)}"; }
   bad() { echo "FAIL $1${2:+  ($2)}"; }
   [ -x "$BIN" ] || { bad roce-perf-binary "$BIN not visible in the guest"; exit 1; }
@@ -33,9 +34,39 @@ if [ "${1:-}" = guest ]; then
   # perftest pair: server in the background, client prints the result table
   ptest() {  # TOOL ARGS... -> client output on stdout
     timeout 60 "$@" -d rxe_b -x 1 -F > $L/ptest.srv 2>&1 & local s=$!
-    sleep 1
+    sleep 2   # the emulated guest is slow: give the server time to listen
     timeout 60 "$@" -d rxe_a -x 1 -F 10.99.1.2; local c=$?
     wait $s; return $c
+  }
+  # A measurement that gives no figure (perftest's server not yet listening, a
+  # port still held by the previous run, ...) is retried up to TRIES times; every
+  # failed attempt is counted and its output kept in $L/failed.* for the report.
+  TRIES=3 nfail=0
+  attempt() {  # VAR CMD... : runs CMD (prints the figure or nothing) until it gives one
+    local var=$1 i v; shift
+    for i in $(seq $TRIES); do
+      v=$("$@")
+      [ -n "$v" ] && { printf -v $var '%s' "$v"; return 0; }
+      nfail=$((nfail+1)); cp $L/last.out $L/failed.$nfail 2>/dev/null; sleep 1
+    done
+    printf -v $var ''; return 1
+  }
+  ours_bw() {
+    timeout 120 ip netns exec rp $BIN perf write-bw --loopback --mode $1 -D $D $OURS --json 2>> $L/ours.err > $L/last.out
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["bw"]/1e6)' < $L/last.out 2>/dev/null
+  }
+  ours_lat() {
+    timeout 120 ip netns exec rp $BIN perf write-lat --loopback --mode $1 -n $N $OURS --json 2>> $L/ours.err > $L/last.out
+    python3 -c 'import json,sys; l=json.load(sys.stdin)["lat"]; print(l["p50_ns"]/1e3, l["mean_ns"]/1e3)' < $L/last.out 2>/dev/null
+  }
+  # perftest reports MB as 2^20 bytes: convert to 10^6 like ours
+  rxe_bw() {
+    ptest ib_write_bw -D $D > $L/last.out 2>&1
+    prow < $L/last.out | awk 'NF >= 5 && $4+0 > 0 {printf "%.2f", $4 * 1.048576}'
+  }
+  rxe_lat() {
+    ptest ib_write_lat -n $N > $L/last.out 2>&1
+    prow < $L/last.out | awk 'NF >= 6 && $5+0 > 0 && $5 != "inf" {print $5, $6}'
   }
   # the row after perftest's "#bytes" header line
   prow() { awk '/#bytes/ {getline; print; exit}'; }
@@ -44,22 +75,16 @@ if [ "${1:-}" = guest ]; then
   for r in $(seq $ROUNDS); do
     line="round $r:"
     for m in $MODES; do
-      o=$(timeout 120 ip netns exec rp $BIN perf write-bw --loopback --mode $m -D $D $OURS --json 2>> $L/ours.err)
-      bw=$(echo "$o" | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw"]/1e6)' 2>/dev/null)
-      o=$(timeout 120 ip netns exec rp $BIN perf write-lat --loopback --mode $m -n $N $OURS --json 2>> $L/ours.err)
-      lat=$(echo "$o" | python3 -c 'import json,sys; l=json.load(sys.stdin)["lat"]; print(l["p50_ns"]/1e3, l["mean_ns"]/1e3)' 2>/dev/null)
+      attempt bw ours_bw $m; attempt lat ours_lat $m
       echo "$r ${bw:-nan} ${lat:-nan nan}" | awk 'NF == 4' >> $L/ours.$m
       line="$line ours[$m] bw ${bw:-?} MB/s lat p50/avg ${lat:-?} us |"
     done
-    # perftest reports MB as 2^20 bytes: convert to 10^6 like ours
-    row=$(ptest ib_write_bw -D $D 2>&1 | prow)
-    rbw=$(echo "$row" | awk 'NF >= 5 && $4+0 > 0 {printf "%.2f", $4 * 1.048576}')
-    row=$(ptest ib_write_lat -n $N 2>&1 | prow)
-    rlat=$(echo "$row" | awk 'NF >= 6 && $5+0 > 0 && $5 != "inf" {print $5, $6}')
+    attempt rbw rxe_bw; attempt rlat rxe_lat
     echo "$r ${rbw:-nan} ${rlat:-nan nan}" | awk 'NF == 4' >> $L/rxe
     echo "$line rxe bw ${rbw:-?} MB/s lat typical/avg ${rlat:-?} us"
   done
   [ -s $L/ours.err ] && { echo "ours stderr:"; tail -3 $L/ours.err; }
+  for f in $(ls $L/failed.* 2>/dev/null); do echo "retried a measurement that gave no figure; its output ($f):"; tail -4 $f | sed 's/^/     /'; done
   python3 - "$L" "$ROUNDS" "$OURS" $MODES <<'EOF'
 import math, statistics, sys
 L, rounds, ours, modes = sys.argv[1], int(sys.argv[2]), sys.argv[3] or "(none)", sys.argv[4:]
