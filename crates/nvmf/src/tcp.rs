@@ -814,14 +814,12 @@ impl TargetConn {
             }
         };
         let ty = p.pdu_type();
-        if self.state == State::Ready && ty.may_have_hdgst() && self.dg.header {
-            if p.hdgst().is_none() {
-                self.terminate(Fes::InvalidHeaderField, 1, raw);
-                return;
-            }
-            if p.verify_hdgst().is_err() {
-                self.stats.hdgst_errors += 1;
-                self.terminate(Fes::HeaderDigestError, 0, raw);
+        if self.state == State::Ready {
+            if let Some((fes, fei)) = header_digest_fault(&p, self.dg.header) {
+                if fes == Fes::HeaderDigestError {
+                    self.stats.hdgst_errors += 1;
+                }
+                self.terminate(fes, fei, raw);
                 return;
             }
         }
@@ -1523,14 +1521,12 @@ impl HostConn {
             }
         };
         let ty = p.pdu_type();
-        if self.state == State::Ready && ty.may_have_hdgst() && self.dg.header {
-            if p.hdgst().is_none() {
-                self.terminate(Fes::InvalidHeaderField, 1, raw);
-                return;
-            }
-            if p.verify_hdgst().is_err() {
-                self.stats.hdgst_errors += 1;
-                self.terminate(Fes::HeaderDigestError, 0, raw);
+        if self.state == State::Ready {
+            if let Some((fes, fei)) = header_digest_fault(&p, self.dg.header) {
+                if fes == Fes::HeaderDigestError {
+                    self.stats.hdgst_errors += 1;
+                }
+                self.terminate(fes, fei, raw);
                 return;
             }
         }
@@ -1682,6 +1678,23 @@ impl HostConn {
             ddgst_error: cmd.ddgst_bad,
         });
     }
+}
+
+/// The header-digest checks both ends make on a PDU once the connection is up:
+/// a type that carries HDGST must have it when it was negotiated (else an
+/// invalid header field at byte 1, the flags), and it must match. Returns the
+/// fatal error status and field index for the C2HTermReq / H2CTermReq.
+fn header_digest_fault(p: &Pdu<&[u8]>, negotiated: bool) -> Option<(Fes, u32)> {
+    if !negotiated || !p.pdu_type().may_have_hdgst() {
+        return None;
+    }
+    if p.hdgst().is_none() {
+        return Some((Fes::InvalidHeaderField, 1));
+    }
+    if p.verify_hdgst().is_err() {
+        return Some((Fes::HeaderDigestError, 0));
+    }
+    None
 }
 
 #[cfg(test)]
