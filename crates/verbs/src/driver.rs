@@ -151,28 +151,7 @@ fn round(shared: &Shared, rx: &mut netio::udp::RxBatch, tx: bool) -> crate::Resu
 
 /// Manual progress: drain the socket, fire timers, send.
 pub(crate) fn progress(shared: &Shared) -> crate::Result<usize> {
-    let mut guard = shared.rx.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(rx) = guard.as_mut() else {
-        return Ok(0);
-    };
-    let mut total = 0;
-    loop {
-        let n = round(shared, rx, true)?;
-        total += n;
-        if n < netio::udp::MAX_BATCH {
-            break;
-        }
-    }
-    if total == 0 {
-        // timers still need firing without traffic
-        let now = Instant::now();
-        let mut g = shared.lock();
-        if g.engine.poll_timeout().is_some_and(|t| t <= now) {
-            g.engine.handle_timeout(now);
-            shared.after(&mut g);
-        }
-    }
-    Ok(total)
+    drain(shared, true, true)
 }
 
 /// Manual progress from `Cq::poll`: as [`progress`], but what the received
@@ -181,19 +160,26 @@ pub(crate) fn progress(shared: &Shared) -> crate::Result<usize> {
 /// Timers are only looked at when `timers` (a caller polling in a loop passes
 /// it every few calls: reading the clock costs an HPET access in the guest).
 pub(crate) fn progress_deferred(shared: &Shared, timers: bool) -> crate::Result<usize> {
+    drain(shared, false, timers)
+}
+
+/// Receive rounds until the socket is drained (`tx`: send what they make ready
+/// at once); without traffic, fire due timers when `timers`.
+fn drain(shared: &Shared, tx: bool, timers: bool) -> crate::Result<usize> {
     let mut guard = shared.rx.lock().unwrap_or_else(|p| p.into_inner());
     let Some(rx) = guard.as_mut() else {
         return Ok(0);
     };
     let mut total = 0;
     loop {
-        let n = round(shared, rx, false)?;
+        let n = round(shared, rx, tx)?;
         total += n;
         if n < netio::udp::MAX_BATCH {
             break;
         }
     }
     if total == 0 && timers {
+        // timers still need firing without traffic
         let now = Instant::now();
         let mut g = shared.lock();
         if g.engine.poll_timeout().is_some_and(|t| t <= now) {
