@@ -70,7 +70,7 @@ if [ "${1:-}" = guest ]; then
   }
   # the row after perftest's "#bytes" header line
   prow() { awk '/#bytes/ {getline; print; exit}'; }
-  : > $L/rxe
+  : > $L/rxe; : > $L/udp
   for m in $MODES; do : > $L/ours.$m; done
   for r in $(seq $ROUNDS); do
     line="round $r:"
@@ -80,8 +80,14 @@ if [ "${1:-}" = guest ]; then
       line="$line ours[$m] bw ${bw:-?} MB/s lat p50/avg ${lat:-?} us |"
     done
     attempt rbw rxe_bw; attempt rlat rxe_lat
+    # the floor under any UDP-socket transport here: 2-byte UDP ping-pong on lo
+    # in the same netns, both sides busy polling (`bench baseline`)
+    udp=$(timeout 60 ip netns exec rp $BIN bench baseline --quick --runs 1 --json 2>/dev/null | python3 -c '
+import json,sys
+print(next(f["value"] for f in json.load(sys.stdin)["figures"] if f["name"].startswith("UDP loopback half round trip")))' 2>/dev/null)
+    [ -n "$udp" ] && echo "$r $udp" >> $L/udp
     echo "$r ${rbw:-nan} ${rlat:-nan nan}" | awk 'NF == 4' >> $L/rxe
-    echo "$line rxe bw ${rbw:-?} MB/s lat typical/avg ${rlat:-?} us"
+    echo "$line rxe bw ${rbw:-?} MB/s lat typical/avg ${rlat:-?} us | UDP busy-poll half RTT ${udp:-?} us"
   done
   [ -s $L/ours.err ] && { echo "ours stderr:"; tail -3 $L/ours.err; }
   for f in $(ls $L/failed.* 2>/dev/null); do echo "retried a measurement that gave no figure; its output ($f):"; tail -4 $f | sed 's/^/     /'; done
@@ -91,6 +97,10 @@ L, rounds, ours, modes = sys.argv[1], int(sys.argv[2]), sys.argv[3] or "(none)",
 def load(f):
     return {int(r[0]): r[1:] for r in (list(map(float, l.split())) for l in open(f) if l.strip())}
 rxe = load(f"{L}/rxe")
+udp = load(f"{L}/udp")
+if udp:
+    floor = statistics.median(v[0] for v in udp.values())
+    print(f"UDP busy-poll half round trip in the guest (the floor under a UDP-socket provider): median {floor:.1f} us over {len(udp)} rounds")
 for m in modes:
     o = load(f"{L}/ours.{m}")
     good = [k for k in o if k in rxe and not any(math.isnan(x) for x in o[k] + rxe[k])]
@@ -104,6 +114,9 @@ for m in modes:
     lat_ratio = med(o[k][1] / rxe[k][1] for k in good)
     print(f"[{m}] median write-bw: ours {bw:.1f} MB/s, rxe {rbw:.1f} MB/s: {bw_ratio:.2f}x (median of per-round ratios)")
     print(f"[{m}] median write-lat: ours p50 {p50:.1f} us (avg {avg:.1f}), rxe typical {rlat:.1f} us (avg {ravg:.1f}): ours/rxe {lat_ratio:.2f}")
+    fl = [o[k][1] / udp[k][0] for k in good if k in udp]
+    if fl:
+        print(f"[{m}] write-lat p50 / UDP busy-poll half RTT of the same round: {statistics.median(fl):.2f} (rxe: {statistics.median(rxe[k][1] / udp[k][0] for k in good if k in udp):.2f})")
     print(f"PASS roce-perf-measured.{m}  ({len(good)} rounds, --mode {m}, extra flags {ours}: bw {bw_ratio:.2f}x rxe, lat p50 {lat_ratio:.2f}x rxe)")
     met = bw_ratio >= 2.0 and lat_ratio <= 1.0
     print(f"GOAL [{m}] {'met' if met else 'not met'}: bandwidth {bw_ratio:.2f}x rxe (goal >= 2x), latency {lat_ratio:.2f}x rxe (goal <= 1x)")

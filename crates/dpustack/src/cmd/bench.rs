@@ -97,6 +97,8 @@ fn baseline(args: &BenchArgs) -> Result<benchkit::Report> {
     let udp = med(&mut || b::udp_loopback_bw(1024, t, false))?;
     let gso = med(&mut || b::udp_loopback_bw(1024, t, true))?;
     let tcp = med(&mut || b::tcp_loopback_bw(t))?;
+    let rtt_block = med(&mut || b::udp_half_rtt(t, false))?;
+    let rtt_busy = med(&mut || b::udp_half_rtt(t, true))?;
     r.push(Figure::new(
         "memcpy 64 KiB",
         mem64k / 1e6,
@@ -128,6 +130,14 @@ fn baseline(args: &BenchArgs) -> Result<benchkit::Report> {
         "memcpy 64 KiB",
         mem64k / 1e6,
         Better::Higher,
+    ));
+    r.push(Figure::new(
+        "UDP loopback half round trip, busy poll (p50)",
+        rtt_busy / 1e3,
+        "us",
+        "UDP half round trip, blocking recv",
+        rtt_block / 1e3,
+        Better::Lower,
     ));
     r.note(format!(
         "{runs} run(s) of {:.2} s each, medians",

@@ -1214,38 +1214,6 @@ pub fn up(cfg: &Config) -> Result<Part> {
     })
 }
 
-/// Half a UDP round trip on loopback (the latency floor under any UDP transport).
-fn udp_half_rtt(t: Duration) -> Result<f64> {
-    use std::net::UdpSocket;
-    let a = UdpSocket::bind("127.0.0.1:0")?;
-    let b = UdpSocket::bind("127.0.0.1:0")?;
-    let (aa, ba) = (a.local_addr()?, b.local_addr()?);
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let s2 = stop.clone();
-    b.set_read_timeout(Some(Duration::from_millis(50)))?;
-    let echo = std::thread::spawn(move || {
-        let mut buf = [0u8; 64];
-        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
-            if let Ok(n) = b.recv(&mut buf) {
-                let _ = b.send_to(&buf[..n], aa);
-            }
-        }
-    });
-    a.set_read_timeout(Some(Duration::from_millis(200)))?;
-    let mut samples = benchkit::Samples::with_capacity(100_000);
-    let t0 = Instant::now();
-    let mut buf = [0u8; 64];
-    while t0.elapsed() < t {
-        let s = Instant::now();
-        a.send_to(&[1u8; 2], ba)?;
-        a.recv(&mut buf)?;
-        samples.push(s.elapsed() / 2);
-    }
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let _ = echo.join();
-    Ok(samples.percentile(50.0).unwrap_or(0) as f64 / 1e3)
-}
-
 /// One figure of `bench roce`: per-run values and same-run baselines.
 struct BenchCase {
     name: &'static str,
@@ -1284,7 +1252,8 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     ];
     for _ in 0..runs {
         let gso = netio::baseline::udp_loopback_bw(dgram, t, true)?;
-        let half_rtt = udp_half_rtt(t.min(Duration::from_millis(500)))?;
+        let half_rtt =
+            netio::baseline::udp_half_rtt(t.min(Duration::from_millis(500)), false)? / 1e3;
         for BenchCase {
             test,
             size,
