@@ -6,6 +6,15 @@
 //! slot gives the sender's IPv4 address), runs the endpoint's timers and sends its
 //! MADs as UD SEND_ONLY to QP1 of the peer with Q_Key 0x80010000. Application calls
 //! take the same mutex, run the endpoint, apply QP transitions and send.
+//!
+//! The same thread watches the host's addresses and links (rtnetlink,
+//! `RTMGRP_IPV4_IFADDR | RTMGRP_LINK`): the device's address going away (or being
+//! replaced) gives ADDR_CHANGE to the ids bound to it; the interface carrying it
+//! being deleted removes the device (as rxe goes with its netdev): DEVICE_REMOVAL,
+//! as does [`CmDevice::close`]. After that every call fails with `ENODEV`.
+//! `rdma_resolve_addr` asks the kernel's routing table for the source address (a
+//! connected UDP socket, no packet sent): no route fails the call with
+//! `ENETUNREACH`, a source that is not this device's gives ADDR_ERROR `-ENODEV`.
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -21,10 +30,14 @@ use verbs::{
 };
 use wire::mad::{PortSpace, MAD_LEN, QP1_QKEY, RDMA_UDP_QKEY};
 
+use crate::addrwatch::{AddrWatch, NlEvent};
 use crate::{
     ChannelId, CmConfig, CmEndpoint, CmEvent, CmIdHandle, ConnParam, EventType, QpAction,
-    QpConnAttrs, Transmit,
+    QpConnAttrs, RouteHint, Transmit,
 };
+
+/// How often the poller reads the rtnetlink socket.
+const WATCH_EVERY: Duration = Duration::from_millis(20);
 
 const NRECV: usize = 512;
 const NSEND: usize = 256;
@@ -56,6 +69,20 @@ pub enum DriverError {
     NoQp,
 }
 
+impl DriverError {
+    /// The positive errno librdmacm would set (`ENODEV` after DEVICE_REMOVAL,
+    /// `ENETUNREACH` for a destination without a route, …).
+    pub fn errno(&self) -> i32 {
+        match self {
+            DriverError::Cm(e) => e.errno(),
+            DriverError::Verbs(e) => e.errno(),
+            DriverError::Event { status, .. } => status.abs(),
+            DriverError::Timeout => libc::ETIMEDOUT,
+            DriverError::NoQp => libc::EINVAL,
+        }
+    }
+}
+
 type Result<T> = std::result::Result<T, DriverError>;
 
 struct State {
@@ -80,6 +107,19 @@ struct Dev {
     thread: Mutex<Option<JoinHandle<()>>>,
     /// eventfd of each event channel: readable while the channel has events.
     efds: Mutex<Vec<(ChannelId, Efd)>>,
+    /// Host address/link changes (None: no rtnetlink socket could be opened).
+    watch: Mutex<Option<Watch>>,
+}
+
+/// The poller's view of the host's addresses.
+struct Watch {
+    nl: AddrWatch,
+    /// The device's address is local now.
+    local: bool,
+    /// The interface that carries exactly the device's address (deleting it
+    /// removes the device).
+    ifindex: Option<u32>,
+    last: Instant,
 }
 
 /// An eventfd (nonblocking, close-on-exec) owned by one event channel.
@@ -290,6 +330,77 @@ impl Dev {
         }
     }
 
+    /// Read rtnetlink (at most every [`WATCH_EVERY`]) and report what it means for
+    /// this device. Returns false once the device is removed.
+    fn watch_round(&self) -> bool {
+        let mut w = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(w) = w.as_mut() else { return true };
+        if w.last.elapsed() < WATCH_EVERY {
+            return true;
+        }
+        w.last = Instant::now();
+        let mut evs = Vec::new();
+        w.nl.poll(&mut evs);
+        if evs.is_empty() {
+            return true;
+        }
+        let mut changed = false;
+        let mut removed = false;
+        for e in &evs {
+            match *e {
+                // our own address removed (even if re-added since)
+                NlEvent::AddrRemoved(ip, _) if ip == self.ip => changed = true,
+                NlEvent::LinkRemoved(i) if Some(i) == w.ifindex => removed = true,
+                NlEvent::AddrAdded(ip, i) if ip == self.ip => w.ifindex = Some(i),
+                _ => {}
+            }
+        }
+        // any address event may change whether ours is still local (e.g. the
+        // 127.0.0.1/8 of `lo` covers a 127.0.4.x device)
+        let local = crate::addrwatch::is_local(self.ip);
+        if w.local && !local {
+            changed = true;
+        }
+        w.local = local;
+        if changed && !removed {
+            tracing::info!("cm {}: address changed/removed: ADDR_CHANGE", self.ip);
+            self.addr_changed();
+        }
+        if removed {
+            tracing::info!("cm {}: its interface was deleted: DEVICE_REMOVAL", self.ip);
+            self.remove();
+            return false;
+        }
+        true
+    }
+
+    fn addr_changed(&self) {
+        let mut st = self.lock();
+        st.ep.addr_change(IpAddr::V4(self.ip));
+        st.pump();
+        self.signal(&st);
+    }
+
+    /// DEVICE_REMOVAL to every id; later calls fail with ENODEV; the poller stops.
+    fn remove(&self) {
+        let mut st = self.lock();
+        st.ep.device_removal();
+        self.stop.store(true, Ordering::Relaxed);
+        // blocked `get_event`s return ENODEV if nothing is queued for them
+        self.cv.notify_all();
+        self.signal(&st);
+        // the device's QPs are of no use any more
+        for (_, qp) in &st.qps {
+            let _ = qp.modify(
+                &QpAttr {
+                    qp_state: QpState::Err,
+                    ..QpAttr::default()
+                },
+                QpAttrMask::STATE,
+            );
+        }
+    }
+
     fn next_wait(&self) -> i32 {
         let st = self.lock();
         let now = Instant::now();
@@ -345,13 +456,25 @@ impl CmDevice {
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
             efds: Mutex::new(Vec::new()),
+            watch: Mutex::new(match AddrWatch::open() {
+                Ok(nl) => Some(Watch {
+                    nl,
+                    local: crate::addrwatch::is_local(ip),
+                    ifindex: crate::addrwatch::ifindex_of(ip),
+                    last: Instant::now(),
+                }),
+                Err(e) => {
+                    tracing::warn!("cm {ip}: no rtnetlink socket, ADDR_CHANGE off: {e}");
+                    None
+                }
+            }),
         });
         let weak = Arc::downgrade(&dev);
         let th = std::thread::Builder::new()
             .name(format!("cm-{ip}"))
             .spawn(move || loop {
                 let Some(dev) = weak.upgrade() else { return };
-                if dev.stop.load(Ordering::Relaxed) {
+                if dev.stop.load(Ordering::Relaxed) || !dev.watch_round() {
                     return;
                 }
                 let _ = dev.cq.req_notify(false);
@@ -369,9 +492,12 @@ impl CmDevice {
         Ok(CmDevice { dev })
     }
 
-    /// Stop the poller (ids stop working).
+    /// Remove the device from the CM (`ib_unregister_device` as the kernel CMA sees
+    /// it): every id with an address on it gets DEVICE_REMOVAL, blocked calls
+    /// return, later calls fail with `ENODEV` (only dropping ids still works), and
+    /// the poller stops. Queued events stay readable. Idempotent.
     pub fn close(&self) {
-        self.dev.stop.store(true, Ordering::Relaxed);
+        self.dev.remove();
         if let Some(t) = self
             .dev
             .thread
@@ -401,6 +527,18 @@ impl CmDevice {
     /// Counters of the endpoint.
     pub fn stats(&self) -> crate::CmStats {
         self.dev.lock().ep.stats
+    }
+
+    /// Whether the device was removed ([`CmDevice::close`], or its interface deleted).
+    pub fn is_removed(&self) -> bool {
+        self.dev.lock().ep.is_removed()
+    }
+
+    /// The device's address went away or changed: ADDR_CHANGE to the ids bound to
+    /// it. The poller calls this from rtnetlink; public for a caller with its own
+    /// address monitor (and for tests without the privilege to change addresses).
+    pub fn addr_removed(&self) {
+        self.dev.addr_changed();
     }
 
     /// `rdma_create_ep`, active side: a synchronous id with its address and route
@@ -489,6 +627,9 @@ impl CmDevice {
                     }
                 }
                 return Ok(ev);
+            }
+            if st.ep.is_removed() {
+                return Err(DriverError::Cm(crate::Error::NoDevice));
             }
             let wait = match deadline {
                 Some(d) => {
@@ -642,12 +783,35 @@ impl CmId {
         timeout: Duration,
     ) -> Result<Option<CmEvent>> {
         let h = self.h;
+        let route = self.route_hint(src, dst);
         self.dev
-            .call(|ep, _| ep.resolve_addr(h, src, dst, timeout))?;
+            .call(|ep, _| ep.resolve_addr_routed(h, src, dst, timeout, route))?;
         self.sync_wait(
             timeout.max(Duration::from_secs(1)),
             &[EventType::AddrResolved],
         )
+    }
+
+    /// Ask the kernel how it would reach `dst` (from the bound/given address).
+    fn route_hint(&self, src: Option<SocketAddr>, dst: SocketAddr) -> RouteHint {
+        let IpAddr::V4(d) = dst.ip() else {
+            return RouteHint::Any;
+        };
+        if d.is_unspecified() || d.is_multicast() || d.is_broadcast() {
+            return RouteHint::Any; // the core reports these
+        }
+        let bound = self.local_addr().map(|a| a.ip());
+        let from = src
+            .map(|s| s.ip())
+            .or(bound)
+            .filter(|ip| !ip.is_unspecified())
+            .map(v4);
+        match crate::addrwatch::route_source(from, d) {
+            Ok(s) => RouteHint::Source(IpAddr::V4(s)),
+            // a source address that is not local at all: the core's bind check reports it
+            Err(e) if e == libc::EADDRNOTAVAIL => RouteHint::Any,
+            Err(e) => RouteHint::Unreachable(e),
+        }
     }
 
     /// `rdma_resolve_route`.
@@ -667,9 +831,19 @@ impl CmId {
     }
 
     /// `rdma_get_request` (sync listener): the next CONNECT_REQUEST and its new id.
+    /// Any other event of the listener itself (DEVICE_REMOVAL, ADDR_CHANGE) ends
+    /// the wait as `Err(Event)`, as librdmacm's `rdma_get_request` (`EINVAL` there).
     pub fn get_request(&self, timeout: Option<Duration>) -> Result<(CmId, CmEvent)> {
         let h = self.h;
-        let ev = self.dev.wait_event(timeout, |e| e.listen_id == Some(h))?;
+        let ev = self
+            .dev
+            .wait_event(timeout, |e| e.listen_id == Some(h) || e.id == h)?;
+        if ev.event != EventType::ConnectRequest || ev.id == h {
+            return Err(DriverError::Event {
+                event: ev.event,
+                status: ev.status,
+            });
+        }
         Ok((CmId::from_request(&self.dev, &ev), ev))
     }
 

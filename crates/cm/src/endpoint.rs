@@ -294,8 +294,24 @@ pub struct CmEndpoint {
     tid_lo: u32,
     next_port: u16,
     next_channel: u32,
+    /// The device is gone ([`CmEndpoint::device_removal`]): calls fail with `NoDevice`.
+    removed: bool,
     /// Counters.
     pub stats: CmStats,
+}
+
+/// What the host's routing table says about a destination, for
+/// [`CmEndpoint::resolve_addr_routed`]. The driver asks the kernel (a connected UDP
+/// socket); the core never does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteHint {
+    /// Not looked up: any local address of the destination's family will do.
+    Any,
+    /// The kernel would send to the destination from this address.
+    Source(IpAddr),
+    /// The kernel has no route (the positive errno, e.g. `ENETUNREACH`):
+    /// `rdma_resolve_addr` fails at once with it, as the kernel's `rdma_resolve_ip`.
+    Unreachable(i32),
 }
 
 fn rand24(x: u64) -> u32 {
@@ -339,6 +355,7 @@ impl CmEndpoint {
             tid_lo: 0,
             next_port: 0,
             next_channel: 0,
+            removed: false,
             stats: CmStats::default(),
         };
         e.tid_hi = e.next_rand() as u32;
@@ -394,6 +411,20 @@ impl CmEndpoint {
             Some(s) if s.gen == h.gen && s.id.as_ref().is_some_and(|id| !id.destroyed) => Ok(i),
             _ => Err(Error::InvalidId),
         }
+    }
+
+    /// `index` for calls that need the device: `NoDevice` once it is removed.
+    fn live(&self, h: CmIdHandle) -> Result<usize, Error> {
+        let idx = self.index(h)?;
+        if self.removed {
+            return Err(Error::NoDevice);
+        }
+        Ok(idx)
+    }
+
+    /// Whether [`CmEndpoint::device_removal`] happened.
+    pub fn is_removed(&self) -> bool {
+        self.removed
     }
 
     fn id(&self, idx: usize) -> &Id {
@@ -752,7 +783,7 @@ impl CmEndpoint {
 
     /// `rdma_set_option`.
     pub fn set_option(&mut self, h: CmIdHandle, opt: CmOption) -> Result<(), Error> {
-        let idx = self.index(h)?;
+        let idx = self.live(h)?;
         let id = self.id_mut(idx);
         match opt {
             CmOption::Tos(t) => id.tos = t,
@@ -764,7 +795,7 @@ impl CmEndpoint {
 
     /// `rdma_set_local_ece`.
     pub fn set_local_ece(&mut self, h: CmIdHandle, ece: Ece) -> Result<(), Error> {
-        let idx = self.index(h)?;
+        let idx = self.live(h)?;
         self.id_mut(idx).local_ece = Ece {
             vendor_id: ece.vendor_id & 0x00ff_ffff,
             options: ece.options,
@@ -781,7 +812,7 @@ impl CmEndpoint {
     /// (`rdma_create_qp`): the REP is then answered with RTU at once and reported as
     /// ESTABLISHED (the driver moves the QP to RTR/RTS on that event).
     pub fn attach_qp(&mut self, h: CmIdHandle, qp_num: u32) -> Result<(), Error> {
-        let idx = self.index(h)?;
+        let idx = self.live(h)?;
         let id = self.id_mut(idx);
         id.managed_qp = true;
         id.local_qpn = qp_num & 0x00ff_ffff;
@@ -858,7 +889,7 @@ impl CmEndpoint {
 
     /// `rdma_bind_addr` (port 0: an ephemeral port).
     pub fn bind_addr(&mut self, h: CmIdHandle, addr: SocketAddr) -> Result<(), Error> {
-        let idx = self.index(h)?;
+        let idx = self.live(h)?;
         let id = self.id(idx);
         if id.state != CmState::Idle {
             return Err(Error::InvalidState(id.state));
@@ -883,17 +914,35 @@ impl CmEndpoint {
         Ok(())
     }
 
-    /// `rdma_resolve_addr`: picks the source address (`src`, the bound address, the
-    /// destination itself if local, else the first local address of its family) and
-    /// reports ADDR_RESOLVED or ADDR_ERROR at once (no ARP: the lower layer routes by IP).
+    /// `rdma_resolve_addr` without a route lookup ([`RouteHint::Any`]).
     pub fn resolve_addr(
         &mut self,
         h: CmIdHandle,
         src: Option<SocketAddr>,
         dst: SocketAddr,
-        _timeout: Duration,
+        timeout: Duration,
     ) -> Result<(), Error> {
-        let idx = self.index(h)?;
+        self.resolve_addr_routed(h, src, dst, timeout, RouteHint::Any)
+    }
+
+    /// `rdma_resolve_addr`: picks the source address (`src`, the bound address, the
+    /// destination itself if local, else the address `route` says the kernel sends
+    /// from; [`RouteHint::Any`]: the first local address of the family) and reports
+    /// ADDR_RESOLVED or ADDR_ERROR at once (no ARP: the lower layer routes by IP).
+    ///
+    /// As the kernel's `cma.c`/`addr.c`: no route fails the call itself
+    /// ([`Error::NoRoute`], `rdma_resolve_addr` returns −1 with `ENETUNREACH`); a
+    /// source address with no device of ours is ADDR_ERROR `-ENODEV` (`addr_handler`
+    /// failing `cma_acquire_dev_by_src_ip`).
+    pub fn resolve_addr_routed(
+        &mut self,
+        h: CmIdHandle,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        _timeout: Duration,
+        route: RouteHint,
+    ) -> Result<(), Error> {
+        let idx = self.live(h)?;
         let st = self.id(idx).state;
         if !matches!(st, CmState::Idle | CmState::AddrBound) {
             return Err(Error::InvalidState(st));
@@ -903,16 +952,31 @@ impl CmEndpoint {
                 self.bind_addr(h, s)?;
             }
         }
+        if let RouteHint::Unreachable(errno) = route {
+            return Err(Error::NoRoute(errno));
+        }
         let bound = self.id(idx).local;
+        let same_family = |a: &IpAddr| a.is_ipv4() == dst.ip().is_ipv4();
         let local_ip = match bound.map(|b| b.ip()).filter(|ip| !ip.is_unspecified()) {
             Some(ip) => Some(ip),
             None if self.cfg.local_addrs.contains(&dst.ip()) => Some(dst.ip()),
-            None => self
-                .cfg
-                .local_addrs
-                .iter()
-                .copied()
-                .find(|a| a.is_ipv4() == dst.ip().is_ipv4()),
+            None => match route {
+                RouteHint::Source(s) if self.cfg.local_addrs.contains(&s) => Some(s),
+                // every 127/8 address is on `lo`: a loopback route may leave from
+                // any of them, so from our loopback device if we have one
+                RouteHint::Source(s) if s.is_loopback() => self
+                    .cfg
+                    .local_addrs
+                    .iter()
+                    .copied()
+                    .find(|a| a.is_loopback() && same_family(a)),
+                RouteHint::Source(s) => {
+                    debug!(%s, dst = %dst.ip(), "ADDR_ERROR: no device for the route's source");
+                    self.simple_event(idx, EventType::AddrError, ENODEV);
+                    return Ok(());
+                }
+                _ => self.cfg.local_addrs.iter().copied().find(same_family),
+            },
         };
         let ok = !dst.ip().is_unspecified()
             && !dst.ip().is_multicast()
@@ -937,7 +1001,7 @@ impl CmEndpoint {
 
     /// `rdma_resolve_route`: RoCE paths come from the addresses; reports ROUTE_RESOLVED.
     pub fn resolve_route(&mut self, h: CmIdHandle, _timeout: Duration) -> Result<(), Error> {
-        let idx = self.index(h)?;
+        let idx = self.live(h)?;
         let st = self.id(idx).state;
         if st != CmState::AddrResolved {
             return Err(Error::InvalidState(st));
@@ -949,7 +1013,7 @@ impl CmEndpoint {
 
     /// `rdma_listen` (binds to `0.0.0.0:ephemeral` first if unbound).
     pub fn listen(&mut self, h: CmIdHandle, backlog: usize) -> Result<(), Error> {
-        let idx = self.index(h)?;
+        let idx = self.live(h)?;
         if self.id(idx).state == CmState::Idle {
             self.bind_addr(h, SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0))?;
         }
@@ -966,7 +1030,7 @@ impl CmEndpoint {
     /// `rdma_connect`: REQ (TCP/IB port spaces) or SIDR_REQ (UDP), with the CMA
     /// header in front of `param.private_data` (at most 56 / 180 bytes).
     pub fn connect(&mut self, now: Instant, h: CmIdHandle, param: &ConnParam) -> Result<(), Error> {
-        let idx = self.index(h)?;
+        let idx = self.live(h)?;
         let st = self.id(idx).state;
         if st != CmState::RouteResolved {
             return Err(Error::InvalidState(st));
@@ -1089,7 +1153,7 @@ impl CmEndpoint {
     /// (136). For RC the driver must have moved the QP to RTR/RTS (see `qp_attrs`)
     /// before the REP leaves.
     pub fn accept(&mut self, now: Instant, h: CmIdHandle, param: &ConnParam) -> Result<(), Error> {
-        let idx = self.index(h)?;
+        let idx = self.live(h)?;
         let st = self.id(idx).state;
         match st {
             CmState::SidrReqRcvd => {
@@ -1175,7 +1239,7 @@ impl CmEndpoint {
         private_data: &[u8],
         reason: Option<RejReason>,
     ) -> Result<(), Error> {
-        let idx = self.index(h)?;
+        let idx = self.live(h)?;
         let st = self.id(idx).state;
         match st {
             CmState::SidrReqRcvd => {
@@ -1233,7 +1297,7 @@ impl CmEndpoint {
 
     /// `rdma_establish` (active side without a CM-managed QP, after CONNECT_RESPONSE): sends RTU.
     pub fn establish(&mut self, h: CmIdHandle) -> Result<(), Error> {
-        let idx = self.index(h)?;
+        let idx = self.live(h)?;
         let st = self.id(idx).state;
         if st != CmState::RepRcvd {
             return Err(Error::InvalidState(st));
@@ -1246,7 +1310,7 @@ impl CmEndpoint {
 
     /// `rdma_notify(IBV_EVENT_COMM_EST)`: data arrived before the RTU (lost RTU).
     pub fn notify(&mut self, h: CmIdHandle) -> Result<(), Error> {
-        let idx = self.index(h)?;
+        let idx = self.live(h)?;
         let st = self.id(idx).state;
         if st == CmState::RepSent {
             self.disarm(idx);
@@ -1258,7 +1322,7 @@ impl CmEndpoint {
 
     /// `rdma_disconnect`: DREQ (or the DREP owed after a received DREQ).
     pub fn disconnect(&mut self, now: Instant, h: CmIdHandle) -> Result<(), Error> {
-        let idx = self.index(h)?;
+        let idx = self.live(h)?;
         let st = self.id(idx).state;
         match st {
             CmState::Established | CmState::RepSent | CmState::RepRcvd => {
@@ -1289,6 +1353,10 @@ impl CmEndpoint {
     /// DREQ, DREP) is sent, and the comm ID is held through TIMEWAIT.
     pub fn destroy_id(&mut self, now: Instant, h: CmIdHandle) -> Result<(), Error> {
         let idx = self.index(h)?;
+        if self.removed {
+            // the device is gone: nothing is owed to anyone, no TIMEWAIT to hold
+            self.id_mut(idx).state = CmState::Idle;
+        }
         let st = self.id(idx).state;
         match st {
             CmState::ReqSent => {
@@ -1341,18 +1409,45 @@ impl CmEndpoint {
         Ok(())
     }
 
-    /// The device is gone: every id gets DEVICE_REMOVAL, every timer stops.
+    /// The device is gone (kernel `cma_process_remove`): every id with an address
+    /// on it (bound, resolved, listening — wildcard listeners too, they listen on
+    /// this device only — or connected) gets DEVICE_REMOVAL (status 0, as
+    /// `cma_send_device_removal_put`); ids never bound get none. Timers stop, nothing
+    /// more is sent, MADs are ignored, and every later call on any id fails with
+    /// [`Error::NoDevice`] (`ENODEV`) except `destroy_id`. Idempotent.
     pub fn device_removal(&mut self) {
+        if self.removed {
+            return;
+        }
+        self.removed = true;
+        self.tx.clear();
         for idx in 0..self.slots.len() {
-            if self.slots[idx].id.as_ref().is_some_and(|id| !id.destroyed) {
-                self.disarm(idx);
-                self.simple_event(idx, EventType::DeviceRemoval, ENODEV);
+            let Some((destroyed, bound, state)) = self.slots[idx]
+                .id
+                .as_ref()
+                .map(|id| (id.destroyed, id.local.is_some(), id.state))
+            else {
+                continue;
+            };
+            if destroyed {
+                // held only for TIMEWAIT: nothing will be reported for it
+                self.id_mut(idx).state = CmState::Idle;
+                self.release(idx);
+                continue;
+            }
+            self.disarm(idx);
+            if bound || state != CmState::Idle {
+                self.simple_event(idx, EventType::DeviceRemoval, 0);
             }
         }
     }
 
-    /// A local address changed: ids bound to it get ADDR_CHANGE.
+    /// A local address went away or changed: ids bound to it get ADDR_CHANGE
+    /// (status 0). They stay usable; librdmacm applications destroy and re-resolve.
     pub fn addr_change(&mut self, ip: IpAddr) {
+        if self.removed {
+            return;
+        }
         for idx in 0..self.slots.len() {
             let hit = self.slots[idx]
                 .id
@@ -1368,6 +1463,9 @@ impl CmEndpoint {
 
     /// Run every timer due at `now` (idempotent).
     pub fn handle_timeout(&mut self, now: Instant) {
+        if self.removed {
+            return;
+        }
         for idx in 0..self.slots.len() {
             let due = self.slots[idx]
                 .id
@@ -1435,6 +1533,9 @@ impl CmEndpoint {
     /// A MAD arrived on QP1 from `src` (the sender's IP / GID) for local address `dst`.
     pub fn handle_mad(&mut self, now: Instant, src: IpAddr, dst: IpAddr, bytes: &[u8]) {
         self.stats.mads_in += 1;
+        if self.removed {
+            return;
+        }
         let mad = match Mad::new_checked(bytes).and_then(|m| CmMadRepr::parse(&m)) {
             Ok(m) => m,
             Err(e) => {

@@ -17,13 +17,15 @@
 //! rdma_cm-like blocking/async API ([`driver::CmId`], [`driver::EventChannel`]).
 
 #[cfg(feature = "driver")]
+mod addrwatch;
+#[cfg(feature = "driver")]
 pub mod driver;
 pub mod endpoint;
 pub mod event;
 pub mod id;
 
 pub use endpoint::{
-    cm_timeout, CmConfig, CmEndpoint, CmStats, QpAction, QpConnAttrs, Transmit,
+    cm_timeout, CmConfig, CmEndpoint, CmStats, QpAction, QpConnAttrs, RouteHint, Transmit,
     ACCEPT_PRIVATE_DATA_MAX, CONNECT_PRIVATE_DATA_MAX, REJECT_PRIVATE_DATA_MAX,
     SIDR_ACCEPT_PRIVATE_DATA_MAX, SIDR_CONNECT_PRIVATE_DATA_MAX,
 };
@@ -49,4 +51,24 @@ pub enum Error {
     /// The address is not one of this endpoint's.
     #[error("address {0} not available")]
     AddrNotAvailable(std::net::IpAddr),
+    /// The device was removed (after DEVICE_REMOVAL): `ENODEV`.
+    #[error("no such device (the CM's device was removed)")]
+    NoDevice,
+    /// `rdma_resolve_addr`: the kernel has no route to the destination; the
+    /// positive errno (`ENETUNREACH`, …) is what `rdma_resolve_addr` fails with.
+    #[error("no route to the destination (errno {0})")]
+    NoRoute(i32),
+}
+
+impl Error {
+    /// The positive errno librdmacm sets for this failure.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::InvalidId | Error::InvalidState(_) | Error::PrivateDataTooLong { .. } => 22,
+            Error::AddrInUse => 98,
+            Error::AddrNotAvailable(_) => 99,
+            Error::NoDevice => 19,
+            Error::NoRoute(e) => *e,
+        }
+    }
 }

@@ -677,10 +677,118 @@ fn channels_and_migrate() {
     assert!(ep.poll_event(Some(ch1)).is_none());
     let ev = ep.poll_event(Some(ch2)).unwrap();
     assert_eq!(ev.event.name(), "RDMA_CM_EVENT_ADDR_RESOLVED");
-    ep.device_removal();
-    assert_eq!(ep.poll_event(Some(ch2)).unwrap().event, DeviceRemoval);
+    ep.addr_change(ip(B)); // not our address: nothing
+    assert!(ep.poll_event(Some(ch2)).is_none());
     ep.addr_change(ip(A));
-    assert_eq!(ep.poll_event(Some(ch2)).unwrap().event, AddrChange);
+    let ev = ep.poll_event(Some(ch2)).unwrap();
+    assert_eq!((ev.event, ev.status, ev.id), (AddrChange, 0, id));
+    ep.device_removal();
+    let ev = ep.poll_event(Some(ch2)).unwrap();
+    assert_eq!((ev.event, ev.status, ev.id), (DeviceRemoval, 0, id));
+    ep.addr_change(ip(A)); // a removed device reports nothing more
+    assert!(ep.poll_any_event().is_none());
+}
+
+/// DEVICE_REMOVAL while connected, listening, bound and idle: the ids with an
+/// address get the event (idle ones none), nothing more goes on the wire, timers
+/// stop, MADs are ignored, every call but destroy fails with ENODEV.
+#[test]
+fn device_removal_ends_everything_with_enodev() {
+    let mut n = Net::new(LinkConfig::default(), 31);
+    let l = n.listen(PortSpace::Tcp);
+    let c = n.connect(PortSpace::Tcp, b"x");
+    assert!(n.drive(Duration::from_secs(5)));
+    assert_eq!(n.kinds(1), vec![ConnectRequest, Established]);
+    let child = n.s[1].events[0].id;
+    let ep = &mut n.s[1].ep;
+    let idle = ep.create_id(None, PortSpace::Tcp, 0);
+    let bound = ep.create_id(None, PortSpace::Udp, 0);
+    ep.bind_addr(bound, SocketAddr::new(ip(B), 0)).unwrap();
+    let wild = ep.create_id(None, PortSpace::Tcp, 0);
+    ep.bind_addr(wild, "0.0.0.0:7000".parse().unwrap()).unwrap();
+    ep.listen(wild, 1).unwrap();
+    ep.device_removal();
+    ep.device_removal(); // idempotent
+    let mut got = Vec::new();
+    while let Some(ev) = ep.poll_any_event() {
+        assert_eq!((ev.event, ev.status), (DeviceRemoval, 0));
+        got.push(ev.id);
+    }
+    got.sort();
+    let mut want = vec![l, child, bound, wild];
+    want.sort();
+    assert_eq!(got, want, "idle id gets nothing, the others one each");
+    assert!(ep.poll_timeout().is_none());
+    let now = n.clock.now();
+    assert_eq!(ep.disconnect(now, child), Err(Error::NoDevice));
+    assert_eq!(ep.listen(idle, 1), Err(Error::NoDevice));
+    assert_eq!(
+        ep.resolve_addr(idle, None, SocketAddr::new(ip(A), 1), Duration::ZERO),
+        Err(Error::NoDevice)
+    );
+    assert_eq!(Error::NoDevice.errno(), 19);
+    // destroying still works and sends nothing (no DREQ for the connection)
+    for h in [child, l, idle, bound, wild] {
+        ep.destroy_id(now, h).unwrap();
+    }
+    assert!(ep.poll_transmit().is_none());
+    // the peer's disconnect gets no answer: it times out into DISCONNECTED
+    let now = n.clock.now();
+    n.s[0].ep.disconnect(now, c).unwrap();
+    assert!(n.drive(Duration::from_secs(30)));
+    assert!(n.sent(1).iter().all(|m| m.msg.name() != "DisconnectReply"));
+    assert_eq!(n.kinds(0), vec![Established, Disconnected, TimewaitExit]);
+    assert!(n.s[1].events.iter().all(|e| e.event != Disconnected));
+}
+
+/// `resolve_addr_routed`: what the kernel's route lookup said decides the source
+/// address, an unreachable destination fails the call (ENETUNREACH, as
+/// `rdma_resolve_ip`), a source without our device is ADDR_ERROR -ENODEV.
+#[test]
+fn resolve_addr_follows_the_route_lookup() {
+    use cm::RouteHint;
+    let dst = SocketAddr::new(ip("192.0.2.7"), PORT);
+    let mut ep = CmEndpoint::new(cfg(A, 1));
+    let id = ep.create_id(None, PortSpace::Tcp, 0);
+    assert_eq!(
+        ep.resolve_addr_routed(id, None, dst, Duration::ZERO, RouteHint::Unreachable(101)),
+        Err(Error::NoRoute(101))
+    );
+    assert_eq!(Error::NoRoute(101).errno(), 101);
+    assert!(ep.poll_any_event().is_none());
+    assert_eq!(ep.state(id).unwrap(), CmState::Idle);
+    // the kernel would leave from an address that is not ours
+    ep.resolve_addr_routed(id, None, dst, Duration::ZERO, RouteHint::Source(ip(B)))
+        .unwrap();
+    let ev = ep.poll_any_event().unwrap();
+    assert_eq!((ev.event, ev.status), (AddrError, -19));
+    assert_eq!(ep.state(id).unwrap(), CmState::Idle);
+    // ... from ours
+    ep.resolve_addr_routed(id, None, dst, Duration::ZERO, RouteHint::Source(ip(A)))
+        .unwrap();
+    assert_eq!(ep.poll_any_event().unwrap().event, AddrResolved);
+    assert_eq!(ep.local_addr(id).unwrap().unwrap().ip(), ip(A));
+    // a loopback route may leave from our loopback device's address
+    let mut ep = CmEndpoint::new(cfg("127.0.4.9", 2));
+    let id = ep.create_id(None, PortSpace::Tcp, 0);
+    let lo_dst = SocketAddr::new(ip("127.0.4.10"), PORT);
+    ep.resolve_addr_routed(
+        id,
+        None,
+        lo_dst,
+        Duration::ZERO,
+        RouteHint::Source(ip("127.0.0.1")),
+    )
+    .unwrap();
+    assert_eq!(ep.poll_any_event().unwrap().event, AddrResolved);
+    assert_eq!(ep.local_addr(id).unwrap().unwrap().ip(), ip("127.0.4.9"));
+    // a bound id keeps its address whatever the hint says
+    let mut ep = CmEndpoint::new(cfg(A, 3));
+    let id = ep.create_id(None, PortSpace::Tcp, 0);
+    let src = SocketAddr::new(ip(A), 0);
+    ep.resolve_addr_routed(id, Some(src), dst, Duration::ZERO, RouteHint::Source(ip(B)))
+        .unwrap();
+    assert_eq!(ep.poll_any_event().unwrap().event, AddrResolved);
 }
 
 /// The core property: under loss, duplication and reordering, every connection
