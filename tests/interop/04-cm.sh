@@ -134,3 +134,40 @@ if echo "$out" | grep -q "^connect"; then
   pass "cm-cmtime-librdmacm-baseline ($N connections, rxe_a -> rxe_b in the guest)"
   echo "$out" | sed -n '/^step/,$p' | sed 's/^/INFO linux->linux /'
 else fail "cm-cmtime-librdmacm-baseline"; echo "$out" | tail -5; fi
+
+# --- 6. the CM as a node service: `dpustack up` (rdma + cm parts) on the host-netns address ----
+# As the cm-rping-linux-client-ours-server check places our server: $H in the harness netns.
+mkdir -p $W/node
+cat > $W/up.toml <<EOT
+[node]
+listen_ip = "$H"
+data_dir = "$W/node"
+[nvmf]
+enabled = false
+[switch]
+enabled = false
+[cm]
+rping_port = 7174
+EOT
+(timeout 120 bash $V hostns sh -c "echo \$\$ > $W/up.pid; exec $BIN --config $W/up.toml up"; echo "rc=$?") > $W/up.log 2>&1 < /dev/null &
+UP=$!
+sleep 3
+out=$(g "rping -c -a $H -C 3 -v -V; echo rc=\$?; rping -c -a $H -p 9998 -C 1" 2>&1)
+[ -s $W/up.pid ] && kill -INT $(cat $W/up.pid) 2>/dev/null
+wait $UP
+if grep -q "running  cm .*rping echo server on $H:7174" $W/up.log && echo "$out" | grep -q "^rc=0" \
+   && [ $(echo "$out" | grep -c "^ping data: rdma-ping-") = 3 ] && ! echo "$out" | grep -qi mismatch; then
+  pass "cm-up-node-service-rping (Linux rping -C 3 -V against dpustack up, validated)"
+else fail "cm-up-node-service-rping"; echo "$out" | tail -5; tail -n 8 $W/up.log; fi
+echo "$out" | grep -q "RDMA_CM_EVENT_REJECTED, error 8" && pass "cm-up-node-service-rej8 (REQ to a port nobody listens on)" \
+  || { fail "cm-up-node-service-rej8"; echo "$out" | tail -3; }
+grep -q "^stopping" $W/up.log && grep -q "^rc=0" $W/up.log && pass "cm-up-node-service-stops (Ctrl-C: clean shutdown)" \
+  || { fail "cm-up-node-service-stops"; tail -n 5 $W/up.log; }
+
+# --- 7. rdma_resolve_addr without a route: the call itself fails with ENETUNREACH on both -----
+# (no event: the kernel's rdma_resolve_ip returns the route lookup's error; 10.200.0.0/16 is
+# routed neither in the guest nor in the harness netns, so nothing is sent)
+out=$(g "rping -c -a 10.200.0.1 -C 1" 2>&1); o=$(ours rping -c -a 10.200.0.1 -I $H -C 1 2>&1)
+echo "$out" | grep -q "rdma_resolve_addr: Network is unreachable" && echo "$o" | grep -q "rdma_resolve_addr: Network is unreachable" \
+  && pass "cm-resolve-no-route-like-linux (rdma_resolve_addr fails: Network is unreachable)" \
+  || { fail "cm-resolve-no-route-like-linux"; echo "$out" | tail -2; echo "$o" | head -2; }

@@ -420,6 +420,16 @@ impl CmDevice {
         if cfg.ca_guid == CmConfig::default().ca_guid {
             cfg.ca_guid = ctx.query_device().node_guid;
         }
+        if cfg.seed == CmConfig::default().seed {
+            // comm IDs must differ from the last run's (the kernel starts them at a
+            // random value): with the same CA GUID (the address) a restarted tool
+            // would otherwise repeat its REQ comm IDs and meet its previous
+            // connections in the peer's TIMEWAIT (REJ 10, stale connection)
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            cfg.seed = t ^ (u64::from(std::process::id()) << 32) ^ u64::from(u32::from(ip));
+        }
         let pd = ctx.alloc_pd()?;
         let chan = ctx.create_comp_channel()?;
         let cq = ctx.create_cq(NRECV + NSEND + 16, Some(&chan))?;

@@ -56,7 +56,7 @@ pub enum Error {
     NoDevice,
     /// `rdma_resolve_addr`: the kernel has no route to the destination; the
     /// positive errno (`ENETUNREACH`, …) is what `rdma_resolve_addr` fails with.
-    #[error("no route to the destination (errno {0})")]
+    #[error("rdma_resolve_addr: {}", std::io::Error::from_raw_os_error(*.0))]
     NoRoute(i32),
 }
 

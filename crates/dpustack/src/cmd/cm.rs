@@ -33,6 +33,9 @@ pub struct CmConfig {
     pub max_cm_retries: u8,
     /// How long a closed connection stays in TIMEWAIT, in ms.
     pub timewait_ms: u64,
+    /// `dpustack up`: port of the rping-compatible echo server on the node's
+    /// address (0 = off; 7174 is rping's default).
+    pub rping_port: u16,
 }
 
 impl Default for CmConfig {
@@ -42,6 +45,7 @@ impl Default for CmConfig {
             cm_response_timeout: 20,
             max_cm_retries: 15,
             timewait_ms: 1000,
+            rping_port: 7174,
         }
     }
 }
@@ -96,6 +100,9 @@ pub struct RpingArgs {
     /// Persistent server (serve clients one after another).
     #[arg(short = 'P')]
     persistent: bool,
+    /// Run as `dpustack up`'s node service: log instead of printing rping's lines.
+    #[arg(skip)]
+    service: bool,
 }
 
 /// Whether the command line carries `-v` (alone or in a group such as `-Vv`).
@@ -195,7 +202,11 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
     }
 }
 
-/// This area's part of `dpustack up`.
+/// This area's part of `dpustack up`: a CM agent on QP1 of the node's soft RoCE
+/// device (the rdma part's device when it runs: a second device cannot bind the
+/// same UDP 4791), so the node answers CM MADs as a Linux node does (REQ for a
+/// port nobody listens on → REJ 8, SIDR → status 1), and an rping-compatible echo
+/// server on `[cm] rping_port`.
 pub fn up(cfg: &Config) -> Result<Part> {
     if !cfg.cm.enabled {
         return Ok(Part::Disabled {
@@ -203,11 +214,107 @@ pub fn up(cfg: &Config) -> Result<Part> {
             why: "[cm] enabled = false",
         });
     }
-    Ok(Part::not_yet(
-        "cm",
-        None,
-        "RDMA CM as a node service (the CM itself works: rping, ucmatose, udaddy, cm-server run it on their own device)",
-    ))
+    let _ = CM_SETTINGS.set(cfg.cm.clone());
+    let (ctx, shared) = match crate::cmd::rdma::node_device() {
+        Some(ctx) => (ctx, true),
+        None => {
+            let dev = if cfg.rdma.device.is_empty() {
+                cfg.node.listen_ip.as_str()
+            } else {
+                cfg.rdma.device.as_str()
+            };
+            let ctx = crate::cmd::rdma::open_device((!dev.is_empty()).then_some(dev))?;
+            (ctx, false)
+        }
+    };
+    let dev = CmDevice::open(&ctx, core_config())?;
+    let ip = dev.ip();
+    let mut detail =
+        format!(
+        "CM agent on QP1 of {} ({ip}{}): REQ/SIDR answered, no listener -> REJ 8 / SIDR status 1",
+        ctx.name(),
+        if shared { ", the rdma part's device" } else { "" }
+    );
+    let server = if cfg.cm.rping_port != 0 {
+        let listener = dev.create_id(None, PortSpace::Tcp);
+        listener
+            .bind_addr(SocketAddr::new(IpAddr::V4(ip), cfg.cm.rping_port))
+            .with_context(|| format!("rping server: binding {ip}:{}", cfg.cm.rping_port))?;
+        listener.listen(16)?;
+        detail += &format!("; rping echo server on {ip}:{}", cfg.cm.rping_port);
+        let d = dev.clone();
+        Some(
+            std::thread::Builder::new()
+                .name("cm-rping".into())
+                .spawn(move || rping_service(&d, listener))?,
+        )
+    } else {
+        detail += "; rping server off ([cm] rping_port = 0)";
+        None
+    };
+    Ok(Part::Running {
+        name: "cm",
+        detail,
+        stop: Some(Box::new(move || {
+            // DEVICE_REMOVAL for every id: the acceptor and each connection end
+            dev.close();
+            if let Some(t) = server {
+                let _ = t.join();
+            }
+            drop(ctx);
+        })),
+    })
+}
+
+/// `dpustack up`'s rping server: every client on its own thread (as `rping -s -P`),
+/// until the device is closed.
+fn rping_service(dev: &CmDevice, listener: CmId) {
+    let a = RpingArgs {
+        server: true,
+        client: false,
+        addr: Some(dev.ip()),
+        src: None,
+        port: 0,
+        count: None,
+        size: 64,
+        verbose: false,
+        validate: false,
+        debug: false,
+        persistent: true,
+        service: true,
+    };
+    let mut conns = Vec::new();
+    loop {
+        match listener.get_request(None) {
+            Ok((id, ev)) => {
+                let peer = ev.param.private_data.len();
+                tracing::debug!("cm up: rping CONNECT_REQUEST ({peer} bytes private data)");
+                let (d, a) = (dev.clone(), a.clone());
+                let t = std::thread::Builder::new()
+                    .name("cm-rping-conn".into())
+                    .spawn(move || {
+                        let peer = id.peer_addr();
+                        match rping_serve_one(&d, id, &a) {
+                            Ok(n) => tracing::info!("cm up: rping from {peer:?}: {n} pings"),
+                            Err(e) => tracing::warn!("cm up: rping from {peer:?}: {e:#}"),
+                        }
+                    });
+                match t {
+                    Ok(t) => conns.push(t),
+                    Err(e) => tracing::warn!("cm up: rping: no thread: {e}"),
+                }
+                conns.retain(|t| !t.is_finished());
+            }
+            Err(e) => {
+                // DEVICE_REMOVAL (stop) or ENODEV
+                tracing::debug!("cm up: rping server ends: {e}");
+                break;
+            }
+        }
+    }
+    for t in conns {
+        let _ = t.join();
+    }
 }
 
 /// `dpustack bench cm`: CM connection setup on loopback (two soft devices in this
@@ -415,6 +522,7 @@ fn wait_wc(cq: &Cq, id: &CmId, timeout: Duration) -> Result<Option<Wc>> {
         if spins & 63 == 0 {
             match id.get_event(Some(Duration::ZERO)) {
                 Ok(ev) if ev.event == EventType::Disconnected => return Ok(None),
+                Ok(ev) if ev.event == EventType::DeviceRemoval => return Ok(None),
                 Ok(ev) => tracing::debug!("cm event {}", ev.event),
                 Err(_) => {}
             }
@@ -530,12 +638,13 @@ fn rping_server(a: &RpingArgs) -> Result<()> {
             eprintln!("rping server: {e:#}");
         }
         if !a.persistent {
-            return r;
+            return r.map(|_| ());
         }
     }
 }
 
-fn rping_serve_one(dev: &CmDevice, mut id: CmId, a: &RpingArgs) -> Result<()> {
+/// One rping connection, server side; returns the number of pings served.
+fn rping_serve_one(dev: &CmDevice, mut id: CmId, a: &RpingArgs) -> Result<u64> {
     let ctx = dev.context();
     let cq = ctx.create_cq(32, None)?;
     id.create_qp(&cq, &cq, qp_cap())?;
@@ -557,6 +666,7 @@ fn rping_serve_one(dev: &CmDevice, mut id: CmId, a: &RpingArgs) -> Result<()> {
         eprintln!("accepted connection from {:?}", id.peer_addr());
     }
     // Every exit of this loop is the client's DISCONNECTED.
+    let mut pings = 0u64;
     loop {
         // Client's start buffer advertisement.
         let Some(wc) = wait_recv(&cq, &id)? else {
@@ -619,10 +729,16 @@ fn rping_serve_one(dev: &CmDevice, mut id: CmId, a: &RpingArgs) -> Result<()> {
         if wait_send(&cq, &id)?.is_none() {
             break;
         }
+        pings += 1;
     }
-    println!("server DISCONNECT EVENT...");
-    id.disconnect()?;
-    Ok(())
+    if a.service {
+        // the device may be gone (DEVICE_REMOVAL at shutdown): nothing to tell
+        let _ = id.disconnect();
+    } else {
+        println!("server DISCONNECT EVENT...");
+        id.disconnect()?;
+    }
+    Ok(pings)
 }
 
 /// Pending completions of the other kind are kept in order: rping's exchange is
@@ -1472,4 +1588,72 @@ fn cmtime_client(
         t.end(c, 7);
     }
     Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(ip: &str) -> Config {
+        let mut c = Config::default();
+        c.node.listen_ip = ip.into();
+        c
+    }
+
+    #[test]
+    fn up_disabled_by_config() {
+        let mut c = node("127.0.4.75");
+        c.cm.enabled = false;
+        match up(&c).unwrap() {
+            Part::Disabled { name: "cm", why } => assert!(why.contains("enabled = false")),
+            _ => panic!("not disabled"),
+        }
+    }
+
+    /// `up`'s cm part alone (no rdma part: it opens the device itself): an rping
+    /// client gets 3 validated pings, a REQ for another port gets REJ 8, and stop
+    /// releases the device (its UDP 4791 can be bound again).
+    #[test]
+    fn up_serves_rping_and_rejects_unknown_ports() {
+        let c = node("127.0.4.76");
+        let Part::Running { name, detail, stop } = up(&c).unwrap() else {
+            panic!("cm part not running");
+        };
+        assert_eq!(name, "cm");
+        assert!(
+            detail.contains("rping echo server on 127.0.4.76:7174"),
+            "{detail}"
+        );
+        let client = RpingArgs {
+            server: false,
+            client: true,
+            addr: Some(Ipv4Addr::new(127, 0, 4, 76)),
+            src: Some(Ipv4Addr::new(127, 0, 4, 77)),
+            port: 7174,
+            count: Some(3),
+            size: 64,
+            verbose: false,
+            validate: true,
+            debug: false,
+            persistent: false,
+            service: false,
+        };
+        rping_client(&client).unwrap();
+        let dev = open_device(Ipv4Addr::new(127, 0, 4, 78)).unwrap();
+        let id = dev.create_id(None, PortSpace::Tcp);
+        id.resolve_addr(None, "127.0.4.76:9".parse().unwrap(), T)
+            .unwrap();
+        id.resolve_route(T).unwrap();
+        match id.connect(&ConnParam::default(), T) {
+            Err(cm::driver::DriverError::Event {
+                event: EventType::Rejected,
+                status: 8,
+            }) => {}
+            other => panic!("expected REJ 8, got {other:?}"),
+        }
+        let t0 = Instant::now();
+        (stop.unwrap())();
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        verbs::Context::open("127.0.4.76").expect("device released after stop");
+    }
 }

@@ -1199,6 +1199,7 @@ pub fn up(cfg: &Config) -> Result<Part> {
     };
     let dev = (!dev.is_empty()).then_some(dev);
     let ctx = open_device(dev)?;
+    *NODE_DEVICE.lock().unwrap_or_else(|p| p.into_inner()) = Some(ctx.clone());
     let attr = ctx.query_port(1)?;
     let detail = format!(
         "soft RoCEv2 device {} on {}:4791, MTU {}, GID {:?}",
@@ -1210,8 +1211,23 @@ pub fn up(cfg: &Config) -> Result<Part> {
     Ok(Part::Running {
         name: "rdma",
         detail,
-        stop: Some(Box::new(move || drop(ctx))),
+        stop: Some(Box::new(move || {
+            NODE_DEVICE.lock().unwrap_or_else(|p| p.into_inner()).take();
+            drop(ctx)
+        })),
     })
+}
+
+/// The device `up` opened, while it runs: the cm part puts its CM agent on it (a
+/// second device on the same address could not bind UDP 4791).
+static NODE_DEVICE: std::sync::Mutex<Option<Context>> = std::sync::Mutex::new(None);
+
+/// The node's soft RoCE device if the rdma part of `up` opened one.
+pub fn node_device() -> Option<Context> {
+    NODE_DEVICE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
 }
 
 /// One figure of `bench roce`: per-run values and same-run baselines.
