@@ -1,7 +1,8 @@
 #!/bin/bash
 # The whole test suite, as the README and .ci/run run it:
 #   1. install what the tests need (Debian packages via apt-get as root; idempotent)
-#   2. cargo fmt --check, cargo clippy -D warnings, cargo test --workspace
+#   2. cargo fmt --check, cargo clippy -D warnings, the protocol cores without their
+#      I/O drivers (--no-default-features), cargo test --workspace
 #   3. the interop stage: real Linux peers (rdma_rxe, rdma-core, nvmet, nvme-cli) in a
 #      QEMU guest, and Open vSwitch as the flow oracle (tests/interop/run.sh)
 # Ends with "total: N passed, M failed". DPUSTACK_SKIP_INTEROP=1 skips stage 3.
@@ -26,6 +27,9 @@ fi
 step "2. fmt, clippy, unit + integration tests"
 cargo fmt --all -- --check || { echo "cargo fmt --check failed"; echo "total: 0 passed, 1 failed"; exit 1; }
 cargo clippy --workspace --all-targets -- -D warnings || { echo "clippy failed"; echo "total: 0 passed, 1 failed"; exit 1; }
+# the sans-IO cores build without their I/O drivers (data flows down: no driver is
+# needed to use a protocol core)
+cargo check -p bdev -p cm -p flow -p nvmf --no-default-features || { echo "build without drivers failed"; echo "total: 0 passed, 1 failed"; exit 1; }
 cargo test --workspace 2>&1 | tee $log/cargo-test.txt
 cargo_rc=${PIPESTATUS[0]}
 read cp cf < <(awk '/^test result:/ {for(i=1;i<=NF;i++){if($(i)~/^passed/)p+=$(i-1); if($(i)~/^failed/)f+=$(i-1)}} END{print p+0, f+0}' $log/cargo-test.txt)
