@@ -1872,6 +1872,36 @@ mod tests {
     }
 
     #[test]
+    fn header_digest_error_on_c2h_terminates_the_host() {
+        let hp = HostParams {
+            hdgst: true,
+            ddgst: true,
+            ..Default::default()
+        };
+        let (mut h, mut t) = pair(hp, TargetParams::default());
+        h.submit(sqe(0x02, 5), &[], 512, 8192).unwrap();
+        pump(&mut h, &mut t);
+        let Some(TargetEvent::Command(_)) = t.poll_event() else {
+            panic!()
+        };
+        t.complete(&cqe(5, 0), vec![0x5a; 512]);
+        let mut b = t.drain_tx();
+        assert_eq!(b[0], 0x07, "C2HData first");
+        b[10] ^= 0xff; // a reserved byte of the header: only the HDGST notices
+        h.handle_bytes(&b);
+        assert!(matches!(
+            h.poll_event(),
+            Some(HostEvent::Terminated {
+                fes: Some(Fes::HeaderDigestError),
+                by_peer: false
+            })
+        ));
+        assert_eq!(h.stats.hdgst_errors, 1);
+        let out = h.poll_transmit().to_vec();
+        assert_eq!(out[0], 0x02, "H2CTermReq");
+    }
+
+    #[test]
     fn data_digest_error_fails_the_command_only() {
         let hp = HostParams {
             hdgst: false,
