@@ -63,6 +63,8 @@ enum Op {
     Establish(usize),
     Notify(usize),
     Time(u16),
+    AddrChange,
+    DeviceRemoval,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -77,6 +79,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0usize..8).prop_map(Op::Establish),
         1 => (0usize..8).prop_map(Op::Notify),
         2 => (0u16..2000).prop_map(Op::Time),
+        1 => Just(Op::AddrChange),
+        1 => Just(Op::DeviceRemoval),
     ]
 }
 
@@ -113,6 +117,16 @@ proptest! {
                     now += Duration::from_millis(u64::from(ms));
                     ep.handle_timeout(now);
                 }
+                Op::AddrChange => ep.addr_change(ip("10.99.1.2")),
+                Op::DeviceRemoval => {
+                    ep.device_removal();
+                    // nothing may leave a removed device, and no timer runs
+                    prop_assert!(ep.poll_transmit().is_none());
+                    prop_assert!(ep.poll_timeout().is_none());
+                }
+            }
+            if ep.is_removed() {
+                prop_assert!(ep.poll_timeout().is_none(), "a timer armed after removal");
             }
             while let Some(ev) = ep.poll_any_event() {
                 if !ids.contains(&ev.id) {

@@ -305,6 +305,13 @@ fn rping_service(dev: &CmDevice, listener: CmId) {
                 }
                 conns.retain(|t| !t.is_finished());
             }
+            Err(cm::driver::DriverError::Event {
+                event: EventType::AddrChange,
+                ..
+            }) => {
+                // the node's address went away; keep listening for when it is back
+                tracing::warn!("cm up: rping server: {} changed (ADDR_CHANGE)", dev.ip());
+            }
             Err(e) => {
                 // DEVICE_REMOVAL (stop) or ENODEV
                 tracing::debug!("cm up: rping server ends: {e}");
