@@ -7,7 +7,11 @@
 //!   subtables are probed in order of hits ([`Datapath::sort_subtables`]);
 //! * on a miss, an **upcall** to the OpenFlow table ([`crate::FlowTable::xlate`]) yields
 //!   the megaflow (mask + actions), which is installed;
-//! * per-megaflow stats: packets, bytes, last use, OR of TCP flags.
+//! * per-megaflow stats: packets, bytes, last use, OR of TCP flags;
+//! * each megaflow remembers the OpenFlow rule its translation went through (a stored
+//!   rule id, no lookup on the hit path); [`Datapath::push_stats`] credits the traffic
+//!   since the last push to that rule, and [`Datapath::sweep`] (push, megaflow idle
+//!   expiry, OpenFlow rule expiry) is the periodic job OVS's revalidator + ofproto run.
 //!
 //! Sans-IO: the caller passes packets (or parsed keys) and the current time; nothing here
 //! reads a clock. The hit path (EMC or megaflow) does not allocate.
@@ -55,6 +59,16 @@ pub struct Megaflow {
     pub stats: FlowStats,
     /// Install time (the caller's clock, as for `stats.used`).
     pub created: u64,
+    /// The OpenFlow rule the translation went through (None: table miss). Only table 0
+    /// and no resubmit here, so a translation meets at most one rule; the rules that
+    /// were looked at and did not match are not credited (as in OVS, which credits the
+    /// rules of its xlate cache: the matched rule of each table visited).
+    pub rule: Option<u32>,
+    /// `stats` packets/bytes already credited to `rule`.
+    pushed: (u64, u64),
+    /// The upcall's packet(s)/bytes, credited to `rule` at the next push (not part of
+    /// `stats`, as in OVS).
+    upcall_credit: (u64, u64),
     subtable: u32,
     alive: bool,
 }
@@ -207,6 +221,15 @@ pub struct DpStats {
     pub subtable_probes: u64,
 }
 
+/// What one [`Datapath::sweep`] did.
+#[derive(Debug, Clone, Default)]
+pub struct Sweep {
+    /// Megaflows removed for being idle.
+    pub megaflows_expired: usize,
+    /// OpenFlow rules removed by their idle/hard timeout (the megaflows were flushed).
+    pub rules_expired: Vec<crate::ofproto::Expired>,
+}
+
 /// The datapath cache.
 #[derive(Debug, Clone)]
 pub struct Datapath {
@@ -279,8 +302,20 @@ impl Datapath {
         self.flows.clear();
     }
 
-    /// Installs a megaflow (masked key + mask + actions); returns its index.
+    /// Installs a megaflow (masked key + mask + actions) that credits no rule; returns
+    /// its index.
     pub fn install(&mut self, key: &FlowKey, mask: &FlowKey, actions: Vec<OdpAction>) -> u32 {
+        self.install_for(key, mask, actions, None)
+    }
+
+    /// Installs a megaflow whose traffic is credited to OpenFlow rule `rule`.
+    pub fn install_for(
+        &mut self,
+        key: &FlowKey,
+        mask: &FlowKey,
+        actions: Vec<OdpAction>,
+        rule: Option<u32>,
+    ) -> u32 {
         let st = match self.by_mask.get(mask) {
             Some(&i) => i,
             None => {
@@ -299,6 +334,9 @@ impl Datapath {
             actions,
             stats: FlowStats::default(),
             created: self.clock,
+            rule,
+            pushed: (0, 0),
+            upcall_credit: (0, 0),
             subtable: st,
             alive: true,
         });
@@ -306,9 +344,51 @@ impl Datapath {
         id
     }
 
+    /// Credits each megaflow's traffic since the last push (plus its upcall packet) to
+    /// the OpenFlow rule its translation went through (OVS: the revalidator pushes the
+    /// datapath flow stats delta to the rules of the ukey's xlate cache). Call before
+    /// [`Self::flush`] / table changes so nothing is lost. Does not allocate.
+    pub fn push_stats(&mut self, table: &mut FlowTable) {
+        for fl in self.flows.iter_mut().filter(|f| f.alive) {
+            let (p0, b0) = fl.pushed;
+            let (up, ub) = fl.upcall_credit;
+            let dp = fl.stats.packets - p0 + up;
+            let db = fl.stats.bytes - b0 + ub;
+            if let (Some(r), true) = (fl.rule, dp > 0) {
+                // The upcall's packet was used at install time.
+                let used = if up > 0 {
+                    fl.stats.used.max(fl.created)
+                } else {
+                    fl.stats.used
+                };
+                table.credit(r, dp, db, used);
+            }
+            fl.pushed = (fl.stats.packets, fl.stats.bytes);
+            fl.upcall_credit = (0, 0);
+        }
+    }
+
+    /// The periodic job (`now` in ms): push megaflow stats to the rules, remove
+    /// megaflows idle for `max_idle` ms, then expire OpenFlow rules whose timeouts passed
+    /// (OVS runs `rule_expire` after each revalidator dump, when stats are fresh). An
+    /// expired rule is a table change: all megaflows are flushed (no revalidator yet).
+    pub fn sweep(&mut self, table: &mut FlowTable, now: u64, max_idle: u64) -> Sweep {
+        self.push_stats(table);
+        let megaflows_expired = self.expire_idle(now, max_idle);
+        let rules_expired = table.expire(now);
+        if !rules_expired.is_empty() {
+            self.flush();
+        }
+        Sweep {
+            megaflows_expired,
+            rules_expired,
+        }
+    }
+
     /// Removes megaflows not used (or, if never used, not installed) within `max_idle`
     /// of `now` — OVS's max-idle (default 10 s). Rebuilds the tables (the caller runs it
-    /// periodically, e.g. once a second). Returns how many were removed.
+    /// periodically, e.g. once a second). Returns how many were removed. Their stats not
+    /// yet pushed are lost: use [`Self::sweep`], which pushes first.
     pub fn expire_idle(&mut self, now: u64, max_idle: u64) -> usize {
         let old = std::mem::take(&mut self.flows);
         let before = old.iter().filter(|f| f.alive).count();
@@ -325,8 +405,11 @@ impl Datapath {
         self.flush();
         for fl in keep {
             self.clock = fl.created;
-            let id = self.install(&fl.key, &fl.mask, fl.actions);
-            self.flows[id as usize].stats = fl.stats;
+            let id = self.install_for(&fl.key, &fl.mask, fl.actions, fl.rule);
+            let n = &mut self.flows[id as usize];
+            n.stats = fl.stats;
+            n.pushed = fl.pushed;
+            n.upcall_credit = fl.upcall_credit;
         }
         self.clock = clock;
         removed
@@ -417,12 +500,15 @@ impl Datapath {
         };
         let fl = &mut self.flows[id as usize];
         // OVS: the packet that caused the upcall is executed by the upcall handler and
-        // does not count in the new datapath flow's stats.
+        // does not count in the new datapath flow's stats; it is credited to the rule.
         if hit != Hit::Upcall {
             fl.stats.packets += 1;
             fl.stats.bytes += len as u64;
             fl.stats.used = now;
             fl.stats.tcp_flags |= k.get(f::TCP_FLAGS) as u16;
+        } else {
+            fl.upcall_credit.0 += 1;
+            fl.upcall_credit.1 += len as u64;
         }
         (&fl.actions, hit)
     }
@@ -432,7 +518,7 @@ impl Datapath {
     pub fn upcall(&mut self, table: &FlowTable, k: &FlowKey, hash: u64) -> u32 {
         self.stats.upcalls += 1;
         let x = table.xlate(k);
-        let id = self.install(k, &x.wc, x.actions);
+        let id = self.install_for(k, &x.wc, x.actions, x.rule);
         if self.emc_enabled {
             self.emc_insert(k, hash, id);
         }

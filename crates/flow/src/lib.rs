@@ -12,6 +12,7 @@
 //! * [`classifier`]: OpenFlow table classifier with OVS's wildcard tracking.
 //! * [`xlate`]: table 0 + action translation: megaflow + datapath actions, OVS formats.
 //! * [`dp`]: the datapath cache: EMC + megaflow classifier (tuple space search), upcalls.
+//! * [`ofproto`]: OpenFlow rule statistics and idle/hard timeouts, `ovs-ofctl dump-flows` text.
 
 pub mod bench;
 pub mod classifier;
@@ -21,6 +22,7 @@ pub mod driver;
 pub mod exec;
 pub mod key;
 pub mod ofctl;
+pub mod ofproto;
 pub mod xlate;
 
 pub use key::FlowKey;

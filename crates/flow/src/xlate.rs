@@ -230,6 +230,8 @@ pub struct FlowTable {
     /// The switch's ports, when known: outputs to other ports are dropped, as OVS does
     /// ("Nonexistent output port"). `None`: every port exists.
     pub ports: Option<std::collections::BTreeSet<u32>>,
+    /// Per-rule lifetime and statistics (see [`crate::ofproto`]), same keys as `rules`.
+    pub(crate) life: HashMap<u32, crate::ofproto::RuleStats>,
 }
 
 /// The result of translating one flow.
@@ -256,14 +258,23 @@ impl FlowTable {
         }
         t
     }
-    /// Adds a rule (replacing one with the same match and priority).
+    /// Adds a rule (replacing one with the same match and priority) at time 0; see
+    /// [`Self::add_at`].
     pub fn add(&mut self, r: Rule) -> u32 {
+        self.add_at(r, 0)
+    }
+    /// Adds a rule installed at `now` (ms; the clock of [`Self::expire`]), replacing one
+    /// with the same match and priority. The new rule starts with zero counters, like an
+    /// OpenFlow 1.0 `add` (ovs-ofctl's default protocol: add resets counts).
+    pub fn add_at(&mut self, r: Rule, now: u64) -> u32 {
         let id = self.next_id;
         self.next_id += 1;
         if let Some(old) = self.cls.insert(&r.m, r.priority, id) {
             self.rules.remove(&old);
+            self.life.remove(&old);
         }
         self.rules.insert(id, r);
+        self.life.insert(id, crate::ofproto::RuleStats::new(now));
         id
     }
     /// Deletes rules whose match is covered by `m` (non-strict `del-flows`).
@@ -280,6 +291,7 @@ impl FlowTable {
         for (id, mm, p) in &victims {
             self.cls.remove(mm, *p);
             self.rules.remove(id);
+            self.life.remove(id);
         }
         victims.len()
     }
@@ -288,6 +300,7 @@ impl FlowTable {
         self.cls = Classifier::new();
         self.cls.set_prefix_tracking(tries);
         self.rules.clear();
+        self.life.clear();
     }
     pub fn len(&self) -> usize {
         self.rules.len()
@@ -723,12 +736,33 @@ fn mac_masked(out: &mut Vec<String>, name: &str, v: u64, m: u64) {
 
 /// Formats a megaflow (flow + mask) like OVS's `match_format` does for `Megaflow:`.
 pub fn format_megaflow(flow: &FlowKey, wc: &FlowKey) -> String {
+    match_items(flow, wc, true).join(",")
+}
+
+/// Formats an OpenFlow rule's match like OVS's `match_format` with the rule's priority
+/// (as `ovs-ofctl dump-flows` prints it): `priority=N,` first unless N is the default
+/// 32768, no packet type (`eth`), fields in OVS's order; "" for a catch-all at the
+/// default priority.
+pub fn format_rule_match(m: &Match, priority: u16) -> String {
+    let mut o = Vec::new();
+    if priority != crate::ofctl::DEFAULT_PRIORITY {
+        o.push(format!("priority={priority}"));
+    }
+    o.extend(match_items(&m.key, &m.mask, false));
+    o.join(",")
+}
+
+/// The comma-separated items of OVS's `match_format`; `megaflow`: a datapath flow
+/// (OVS prints the packet type `eth` for those).
+fn match_items(flow: &FlowKey, wc: &FlowKey, megaflow: bool) -> Vec<String> {
     let fv = flow.and(wc);
     let mut o: Vec<String> = Vec::new();
     if wc.get(f::RECIRC_ID) != 0 {
         o.push(format!("recirc_id={}", fv.get(f::RECIRC_ID)));
     }
-    o.push("eth".into());
+    if megaflow {
+        o.push("eth".into());
+    }
     let dl_type = fv.dl_type();
     let mut skip_type = false;
     let mut skip_proto = false;
@@ -962,7 +996,7 @@ pub fn format_megaflow(flow: &FlowKey, wc: &FlowKey) -> String {
         }
         o.push(s);
     }
-    o.join(",")
+    o
 }
 
 #[cfg(test)]
