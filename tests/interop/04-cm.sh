@@ -152,7 +152,7 @@ EOT
 (timeout 120 bash $V hostns sh -c "echo \$\$ > $W/up.pid; exec $BIN --config $W/up.toml up"; echo "rc=$?") > $W/up.log 2>&1 < /dev/null &
 UP=$!
 sleep 3
-out=$(g "rping -c -a $H -C 3 -v -V; echo rc=\$?; rping -c -a $H -p 9998 -C 1" 2>&1)
+out=$(g "rping -c -a $H -C 3 -v -V; echo rc=\$?; rping -c -a $H -p 9998 -C 1; udaddy -b $G -s $H" 2>&1)
 [ -s $W/up.pid ] && kill -INT $(cat $W/up.pid) 2>/dev/null
 wait $UP
 if grep -q "running  cm .*rping echo server on $H:7174" $W/up.log && echo "$out" | grep -q "^rc=0" \
@@ -161,6 +161,8 @@ if grep -q "running  cm .*rping echo server on $H:7174" $W/up.log && echo "$out"
 else fail "cm-up-node-service-rping"; echo "$out" | tail -5; tail -n 8 $W/up.log; fi
 echo "$out" | grep -q "RDMA_CM_EVENT_REJECTED, error 8" && pass "cm-up-node-service-rej8 (REQ to a port nobody listens on)" \
   || { fail "cm-up-node-service-rej8"; echo "$out" | tail -3; }
+echo "$out" | grep -q "RDMA_CM_EVENT_UNREACHABLE, error: 1" && pass "cm-up-node-service-sidr-status1 (udaddy: SIDR_REQ for a UDP port nobody serves)" \
+  || { fail "cm-up-node-service-sidr-status1"; echo "$out" | tail -3; }
 grep -q "^stopping" $W/up.log && grep -q "^rc=0" $W/up.log && pass "cm-up-node-service-stops (Ctrl-C: clean shutdown)" \
   || { fail "cm-up-node-service-stops"; tail -n 5 $W/up.log; }
 
