@@ -209,11 +209,14 @@ pub enum QpState {
     Err,
 }
 
-/// `ibv_qp_type` (RC and UD; UC not provided).
+/// `ibv_qp_type` (RC, UC, UD), with rdma-core's values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QpType {
-    Rc,
-    Ud,
+    Rc = 2,
+    /// Unreliable Connected: SEND and RDMA WRITE (with or without immediate)
+    /// only; no ACKs, no retransmission (see docs/roce.md).
+    Uc = 3,
+    Ud = 4,
 }
 
 /// `ibv_mtu`.

@@ -319,3 +319,68 @@ fn manual_progress_rc_deferred_tx() {
     let c = a.qp.counters().unwrap();
     assert_eq!((c.timeouts, c.retransmits), (0, 0), "{c:?}");
 }
+
+/// UC over real UDP sockets: multi-packet SENDs and WRITE_WITH_IMMs in lock
+/// step (no retransmission on UC, so nothing may be outstanding that a full
+/// socket buffer could drop), intact, with no packet back from the responder.
+#[test]
+fn uc_over_udp_loopback() {
+    let (a, b) = (
+        dev([127, 0, 77, 1], IoMode::Threaded, QpType::Uc),
+        dev([127, 0, 77, 2], IoMode::Threaded, QpType::Uc),
+    );
+    connect_uc(
+        &a.qp,
+        0xff_fffe,
+        [127, 0, 77, 2],
+        b.qp.qp_num(),
+        7,
+        Mtu::Mtu1024,
+    );
+    connect_uc(
+        &b.qp,
+        7,
+        [127, 0, 77, 1],
+        a.qp.qp_num(),
+        0xff_fffe,
+        Mtu::Mtu1024,
+    );
+    for i in 0..20u32 {
+        let len = 1 + (i as usize * 7919) % 60_000;
+        let data = pattern(i as u64 + 1, len);
+        a.mr.write(0, &data);
+        let r = [b.mr.sge(0, 65536)];
+        b.qp.post_recv(&[RecvWr {
+            wr_id: i as u64,
+            sg_list: &r,
+        }])
+        .unwrap();
+        let s = [a.mr.sge(0, len as u32)];
+        let mut w = if i % 2 == 0 {
+            SendWr::new(i as u64, WrOpcode::SendWithImm, &s)
+        } else {
+            let mut w = SendWr::new(i as u64, WrOpcode::RdmaWriteWithImm, &s);
+            w.wr = WrDetail::Rdma {
+                remote_addr: b.mr.addr() + 100_000,
+                rkey: b.mr.rkey(),
+            };
+            w
+        };
+        w.imm_data = i;
+        a.qp.post_send(&[w]).unwrap();
+        let ca = wait(&a.cq, 1);
+        let cb = wait(&b.cq, 1);
+        assert_eq!(ca.len(), 1, "message {i}: no send completion");
+        assert_eq!((ca[0].wr_id, ca[0].status), (i as u64, WcStatus::Success));
+        assert_eq!(cb.len(), 1, "message {i} ({len} B) not received");
+        assert_eq!(
+            (cb[0].wr_id, cb[0].status, cb[0].byte_len, cb[0].imm_data),
+            (i as u64, WcStatus::Success, len as u32, i)
+        );
+        let mut got = vec![0u8; len];
+        b.mr.read(if i % 2 == 0 { 0 } else { 100_000 }, &mut got);
+        assert!(got == data, "message {i} corrupted");
+    }
+    assert_eq!(b.ctx.counters().tx_packets, 0, "the UC responder answered");
+    assert_eq!(b.qp.counters().unwrap().uc_drops, 0);
+}

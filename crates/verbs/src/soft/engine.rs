@@ -441,6 +441,7 @@ impl Engine {
         };
         let type_ok = match qp.qp_type {
             QpType::Rc => info.has(OpFlags::RC),
+            QpType::Uc => info.has(OpFlags::UC),
             QpType::Ud => info.has(OpFlags::UD),
         };
         if !type_ok {
@@ -451,7 +452,7 @@ impl Engine {
             self.counters.drop_qp_state += 1;
             return;
         }
-        if qp.qp_type == QpType::Rc
+        if qp.qp_type != QpType::Ud
             && qp.attr.ah_attr.dgid.to_ipv4().map(|a| a.octets()) != Some(src)
         {
             self.counters.drop_src += 1;

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wire::roce::{
-    AethRepr, AethSyndrome, DethRepr, NakCode, OpFlags, Opcode, Psn, RethRepr, RocePacketRepr,
+    AethRepr, AethSyndrome, DethRepr, NakCode, OpFlags, OpInfo, Opcode, Psn, RethRepr,
+    RocePacketRepr,
 };
 
 use super::engine::Ctx;
@@ -117,6 +118,12 @@ pub struct QpCounters {
     pub seq_naks_sent: u64,
     pub dup_requests: u64,
     pub ud_drops: u64,
+    /// UC responder: packets dropped (PSN gap, rest of a message being
+    /// dropped, no receive WQE, remote access or length error).
+    pub uc_drops: u64,
+    /// UC responder: messages abandoned after their FIRST was accepted (a
+    /// later packet was missing or bad); never completed.
+    pub uc_torn: u64,
 }
 
 pub struct QpCore {
@@ -160,6 +167,8 @@ pub struct QpCore {
     atomic_hist: VecDeque<(Psn, u64)>,
     /// Recent READ requests (first, last PSN): duplicates are replayed only from here.
     read_hist: VecDeque<(Psn, Psn)>,
+    /// UC: drop packets until the next FIRST/ONLY (rxe's `resp.drop_msg`).
+    drop_msg: bool,
 }
 
 fn mtu_bytes(a: &QpAttr) -> usize {
@@ -168,6 +177,102 @@ fn mtu_bytes(a: &QpAttr) -> usize {
 
 fn npkts(len: u32, mtu: usize) -> u32 {
     (len as usize).div_ceil(mtu).max(1) as u32
+}
+
+type Masks = crate::Result<(QpAttrMask, QpAttrMask)>;
+
+/// Required and optional attributes of an RC transition (the kernel's
+/// `qp_state_table`, RC column).
+fn rc_masks(cur: QpState, next: QpState) -> Masks {
+    use QpAttrMask as M;
+    use QpState::{Init, Reset, Rtr, Rts, Sqd, Sqe};
+    Ok(match (cur, next) {
+        (_, Reset) | (_, QpState::Err) => (M::empty(), M::empty()),
+        (Reset, Init) => (M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS, M::empty()),
+        (Init, Init) => (M::empty(), M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS),
+        (Init, Rtr) => (
+            M::AV
+                | M::PATH_MTU
+                | M::DEST_QPN
+                | M::RQ_PSN
+                | M::MAX_DEST_RD_ATOMIC
+                | M::MIN_RNR_TIMER,
+            M::ALT_PATH | M::ACCESS_FLAGS | M::PKEY_INDEX,
+        ),
+        (Rtr, Rts) => (
+            M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
+            M::CUR_STATE | M::ALT_PATH | M::ACCESS_FLAGS | M::MIN_RNR_TIMER | M::PATH_MIG_STATE,
+        ),
+        (Rts, Rts) | (Sqd, Rts) | (Sqe, Rts) => (
+            M::empty(),
+            M::CUR_STATE | M::ACCESS_FLAGS | M::ALT_PATH | M::PATH_MIG_STATE | M::MIN_RNR_TIMER,
+        ),
+        (Rts, Sqd) => (M::empty(), M::EN_SQD_ASYNC_NOTIFY),
+        (Sqd, Sqd) => (
+            M::empty(),
+            M::AV
+                | M::ALT_PATH
+                | M::ACCESS_FLAGS
+                | M::PKEY_INDEX
+                | M::MIN_RNR_TIMER
+                | M::PATH_MIG_STATE
+                | M::TIMEOUT
+                | M::RETRY_CNT
+                | M::RNR_RETRY
+                | M::MAX_QP_RD_ATOMIC
+                | M::MAX_DEST_RD_ATOMIC,
+        ),
+        _ => return Err(Error::Inval),
+    })
+}
+
+/// The UC column of the kernel's `qp_state_table`: like RC without anything
+/// about acknowledgements (no TIMEOUT, RETRY_CNT, RNR_RETRY, MIN_RNR_TIMER,
+/// MAX_QP_RD_ATOMIC, MAX_DEST_RD_ATOMIC), so RTR->RTS needs only SQ_PSN.
+fn uc_masks(cur: QpState, next: QpState) -> Masks {
+    use QpAttrMask as M;
+    use QpState::{Init, Reset, Rtr, Rts, Sqd, Sqe};
+    Ok(match (cur, next) {
+        (_, Reset) | (_, QpState::Err) => (M::empty(), M::empty()),
+        (Reset, Init) => (M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS, M::empty()),
+        (Init, Init) => (M::empty(), M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS),
+        (Init, Rtr) => (
+            M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN,
+            M::ALT_PATH | M::ACCESS_FLAGS | M::PKEY_INDEX,
+        ),
+        (Rtr, Rts) => (
+            M::SQ_PSN,
+            M::CUR_STATE | M::ALT_PATH | M::ACCESS_FLAGS | M::PATH_MIG_STATE,
+        ),
+        (Rts, Rts) | (Sqd, Rts) => (
+            M::empty(),
+            M::CUR_STATE | M::ACCESS_FLAGS | M::ALT_PATH | M::PATH_MIG_STATE,
+        ),
+        (Sqe, Rts) => (M::empty(), M::CUR_STATE | M::ACCESS_FLAGS),
+        (Rts, Sqd) => (M::empty(), M::EN_SQD_ASYNC_NOTIFY),
+        (Sqd, Sqd) => (
+            M::empty(),
+            M::AV | M::ALT_PATH | M::ACCESS_FLAGS | M::PKEY_INDEX | M::PATH_MIG_STATE,
+        ),
+        _ => return Err(Error::Inval),
+    })
+}
+
+/// The UD column of the kernel's `qp_state_table`.
+fn ud_masks(cur: QpState, next: QpState) -> Masks {
+    use QpAttrMask as M;
+    use QpState::{Init, Reset, Rtr, Rts, Sqd, Sqe};
+    Ok(match (cur, next) {
+        (_, Reset) | (_, QpState::Err) => (M::empty(), M::empty()),
+        (Reset, Init) => (M::PKEY_INDEX | M::PORT | M::QKEY, M::empty()),
+        (Init, Init) => (M::empty(), M::PKEY_INDEX | M::PORT | M::QKEY),
+        (Init, Rtr) => (M::empty(), M::PKEY_INDEX | M::QKEY),
+        (Rtr, Rts) => (M::SQ_PSN, M::CUR_STATE | M::QKEY),
+        (Rts, Rts) | (Sqd, Rts) | (Sqe, Rts) => (M::empty(), M::CUR_STATE | M::QKEY),
+        (Rts, Sqd) => (M::empty(), M::EN_SQD_ASYNC_NOTIFY),
+        (Sqd, Sqd) => (M::empty(), M::PKEY_INDEX | M::QKEY),
+        _ => return Err(Error::Inval),
+    })
 }
 
 impl QpCore {
@@ -220,6 +325,7 @@ impl QpCore {
             resp_q: VecDeque::with_capacity(64),
             atomic_hist: VecDeque::with_capacity(ATOMIC_HISTORY),
             read_hist: VecDeque::with_capacity(ATOMIC_HISTORY),
+            drop_msg: false,
         }
     }
 
@@ -233,7 +339,7 @@ impl QpCore {
         mask: QpAttrMask,
     ) -> crate::Result<()> {
         use QpAttrMask as M;
-        use QpState::{Init, Reset, Rtr, Rts, Sqd, Sqe};
+        use QpState::Reset;
         let cur = if mask.contains(M::CUR_STATE) {
             a.cur_qp_state
         } else {
@@ -247,84 +353,10 @@ impl QpCore {
         } else {
             cur
         };
-        let rc = self.qp_type == QpType::Rc;
-        let (req, opt): (M, M) = match (cur, next) {
-            (_, Reset) | (_, QpState::Err) => (M::empty(), M::empty()),
-            (Reset, Init) => {
-                if rc {
-                    (M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS, M::empty())
-                } else {
-                    (M::PKEY_INDEX | M::PORT | M::QKEY, M::empty())
-                }
-            }
-            (Init, Init) => {
-                if rc {
-                    (M::empty(), M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS)
-                } else {
-                    (M::empty(), M::PKEY_INDEX | M::PORT | M::QKEY)
-                }
-            }
-            (Init, Rtr) => {
-                if rc {
-                    (
-                        M::AV
-                            | M::PATH_MTU
-                            | M::DEST_QPN
-                            | M::RQ_PSN
-                            | M::MAX_DEST_RD_ATOMIC
-                            | M::MIN_RNR_TIMER,
-                        M::ALT_PATH | M::ACCESS_FLAGS | M::PKEY_INDEX,
-                    )
-                } else {
-                    (M::empty(), M::PKEY_INDEX | M::QKEY)
-                }
-            }
-            (Rtr, Rts) => {
-                if rc {
-                    (
-                        M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
-                        M::CUR_STATE
-                            | M::ALT_PATH
-                            | M::ACCESS_FLAGS
-                            | M::MIN_RNR_TIMER
-                            | M::PATH_MIG_STATE,
-                    )
-                } else {
-                    (M::SQ_PSN, M::CUR_STATE | M::QKEY)
-                }
-            }
-            (Rts, Rts) | (Sqd, Rts) | (Sqe, Rts) => (
-                M::empty(),
-                if rc {
-                    M::CUR_STATE
-                        | M::ACCESS_FLAGS
-                        | M::ALT_PATH
-                        | M::PATH_MIG_STATE
-                        | M::MIN_RNR_TIMER
-                } else {
-                    M::CUR_STATE | M::QKEY
-                },
-            ),
-            (Rts, Sqd) => (M::empty(), M::EN_SQD_ASYNC_NOTIFY),
-            (Sqd, Sqd) => (
-                M::empty(),
-                if rc {
-                    M::AV
-                        | M::ALT_PATH
-                        | M::ACCESS_FLAGS
-                        | M::PKEY_INDEX
-                        | M::MIN_RNR_TIMER
-                        | M::PATH_MIG_STATE
-                        | M::TIMEOUT
-                        | M::RETRY_CNT
-                        | M::RNR_RETRY
-                        | M::MAX_QP_RD_ATOMIC
-                        | M::MAX_DEST_RD_ATOMIC
-                } else {
-                    M::PKEY_INDEX | M::QKEY
-                },
-            ),
-            _ => return Err(Error::Inval),
+        let (req, opt): (M, M) = match self.qp_type {
+            QpType::Rc => rc_masks(cur, next)?,
+            QpType::Uc => uc_masks(cur, next)?,
+            QpType::Ud => ud_masks(cur, next)?,
         };
         let given = mask - M::STATE;
         if !given.contains(req) || !(given - M::CUR_STATE).difference(req | opt).is_empty() {
@@ -438,6 +470,7 @@ impl QpCore {
         self.msn = 0;
         self.nak_sent = false;
         self.rewound_at = None;
+        self.drop_msg = false;
     }
 
     pub(crate) fn query(&self) -> QpAttr {
@@ -501,15 +534,22 @@ impl QpCore {
                 }
             }
             (QpType::Ud, _, _) => return Err(Error::Inval),
-            (QpType::Rc, WrOpcode::Send | WrOpcode::SendWithImm, _) => {}
+            (QpType::Rc | QpType::Uc, WrOpcode::Send | WrOpcode::SendWithImm, _) => {}
             (
                 QpType::Rc,
                 WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm | WrOpcode::RdmaRead,
+                WrDetail::Rdma { remote_addr, rkey },
+            )
+            | (
+                QpType::Uc,
+                WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm,
                 WrDetail::Rdma { remote_addr, rkey },
             ) => {
                 w.remote_addr = remote_addr;
                 w.rkey = rkey;
             }
+            // UC has no READ or atomics: EINVAL as the kernel's rxe_post_send
+            // (validate_send_wr: no opcode mask for the QP type)
             (
                 QpType::Rc,
                 WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd,
@@ -889,7 +929,9 @@ impl QpCore {
                 self.complete_send(ctx, &w, WcStatus::Success);
                 return Some((len, ah.ip.octets(), ah.dport));
             }
-            // RC
+            // RC and UC (same segmentation; UC has no READ/atomics, no AckReq,
+            // and a WQE completes once its last packet is out)
+            let uc = self.qp_type == QpType::Uc;
             let off = self.sq_next_off as usize;
             let total = w.length as usize;
             let first = off == 0;
@@ -919,6 +961,8 @@ impl QpCore {
                     (op, plen, last)
                 }
             };
+            // IBA 9.2: the opcode's top 3 bits name the transport (RC 000, UC 001)
+            let op = if uc { Opcode(0x20 | (op.0 & 0x1f)) } else { op };
             let mut r = RocePacketRepr::new(op, self.attr.dest_qp_num, self.psn, plen).ok()?;
             let info = op.info()?;
             if let Some(reth) = r.reth.as_mut() {
@@ -950,10 +994,13 @@ impl QpCore {
                 r.imm = Some(w.imm);
             }
             r.bth.se = info.has(OpFlags::LAST) && w.flags.contains(SendFlags::SOLICITED);
-            self.noack_pkts += 1;
-            r.bth.ack_req = done || self.noack_pkts >= MAX_PKT_PER_ACK;
-            if r.bth.ack_req {
-                self.noack_pkts = 0;
+            if !uc {
+                // UC: never (as rxe since "Don't set BTH_ACK_MASK for UC or UD QPs")
+                self.noack_pkts += 1;
+                r.bth.ack_req = done || self.noack_pkts >= MAX_PKT_PER_ACK;
+                if r.bth.ack_req {
+                    self.noack_pkts = 0;
+                }
             }
             let len = self.emit_req(ctx, &r, &w, off, buf)?;
             if w.opcode.is_read_or_atomic() {
@@ -971,7 +1018,14 @@ impl QpCore {
             if self.psn.after(self.max_psn) {
                 self.max_psn = self.psn;
             }
-            if self.retry_deadline.is_none() {
+            if uc {
+                // nothing to wait for: complete when the last packet leaves
+                // (rxe_xmit_packet: wqe_state_done for non-RC at END)
+                self.comp_psn = self.psn;
+                if done {
+                    self.pop_head(ctx, WcStatus::Success);
+                }
+            } else if self.retry_deadline.is_none() {
                 self.retry_deadline = ack_timeout(self.attr.timeout).map(|d| now + d);
             }
             let ip = self.attr.ah_attr.dgid.to_ipv4()?.octets();
@@ -1283,6 +1337,10 @@ impl QpCore {
         let info = r.info()?;
         if self.qp_type == QpType::Ud {
             self.ud_receive(ctx, r, payload, src);
+            return None;
+        }
+        if self.qp_type == QpType::Uc {
+            self.uc_receive(ctx, r, info, payload);
             return None;
         }
         let psn = r.bth.psn;
@@ -1630,6 +1688,224 @@ impl QpCore {
         } else {
             // SEND/WRITE already executed: (re)acknowledge what we have
             self.push_ack(self.epsn.sub(1));
+        }
+    }
+
+    /// The UC responder (rxe's `check_psn`/`check_op_seq` for UC and the IBA
+    /// class D/E error handling): never answers. A PSN gap, a missing receive
+    /// WQE, a bad rkey or length drops the rest of the message; the next
+    /// FIRST/ONLY packet starts a new one, whatever its PSN. A message whose
+    /// LAST was lost is abandoned when the next FIRST/ONLY arrives: its
+    /// receive WQE (non-SRQ) is reused from the start for the next message.
+    fn uc_receive(&mut self, ctx: &mut Ctx, r: &RocePacketRepr, info: &OpInfo, payload: &[u8]) {
+        let psn = r.bth.psn;
+        let first = info.has(OpFlags::FIRST);
+        let last = info.has(OpFlags::LAST);
+        if self.drop_msg || psn != self.epsn {
+            if !first {
+                self.uc_drop(ctx);
+                return;
+            }
+            self.drop_msg = false;
+        }
+        let send = info.has(OpFlags::SEND);
+        let in_msg = self.cur_recv.is_some() || self.cur_write.is_some();
+        if first {
+            if in_msg {
+                // the LAST of the message in progress went missing
+                self.uc_abandon(ctx);
+            }
+        } else if !(send && self.cur_recv.is_some() || !send && self.cur_write.is_some()) {
+            // MIDDLE/LAST without its FIRST (or of another kind)
+            self.uc_drop(ctx);
+            return;
+        }
+        let mtu = mtu_bytes(&self.attr);
+        if send {
+            if first {
+                match self.take_recv_wqe(ctx) {
+                    Some((wqe, from_srq)) => {
+                        self.cur_recv = Some(RecvInProgress {
+                            wqe,
+                            off: 0,
+                            from_srq,
+                        })
+                    }
+                    None => {
+                        // no RNR NAK on UC: the message is lost (class D)
+                        self.uc_drop(ctx);
+                        return;
+                    }
+                }
+            }
+            let Some(cur) = self.cur_recv.as_mut() else {
+                return;
+            };
+            if cur.off + payload.len() > cur.wqe.sgl.total_len() as usize
+                || !last && payload.len() != mtu
+            {
+                self.uc_drop(ctx);
+                return;
+            }
+            if !cur.wqe.sgl.copy_in(ctx.mrs, cur.off, payload) {
+                // the receive WQE names memory we cannot write: as RC
+                let wr_id = cur.wqe.wr_id;
+                self.cur_recv = None;
+                self.push_recv_wc(
+                    ctx,
+                    wr_id,
+                    WcStatus::LocProtErr,
+                    WcOpcode::Recv,
+                    0,
+                    0,
+                    WcFlags::empty(),
+                    0,
+                );
+                self.enter_error(ctx, None);
+                return;
+            }
+            cur.off += payload.len();
+            self.epsn = psn.add(1);
+            if last {
+                let Some(c) = self.cur_recv.take() else {
+                    return;
+                };
+                let mut fl = WcFlags::empty();
+                if r.imm.is_some() {
+                    fl |= WcFlags::WITH_IMM;
+                }
+                if r.bth.se {
+                    fl |= WcFlags::SOLICITED;
+                }
+                self.push_recv_wc(
+                    ctx,
+                    c.wqe.wr_id,
+                    WcStatus::Success,
+                    WcOpcode::Recv,
+                    c.off as u32,
+                    r.imm.unwrap_or(0),
+                    fl,
+                    self.attr.dest_qp_num,
+                );
+            }
+            return;
+        }
+        // RDMA WRITE
+        if first {
+            let Some(reth) = r.reth else { return };
+            let w = if reth.dma_len == 0 {
+                Some((ctx.dummy_mr.clone(), 0))
+            } else {
+                self.check_rkey(
+                    ctx,
+                    reth.rkey,
+                    reth.va,
+                    reth.dma_len,
+                    AccessFlags::REMOTE_WRITE,
+                )
+            };
+            let Some((mr, off)) = w else {
+                // rkey violation on UC: the message is silently dropped
+                self.uc_drop(ctx);
+                return;
+            };
+            self.cur_write = Some(WriteInProgress {
+                mr,
+                off,
+                remaining: reth.dma_len,
+                total: reth.dma_len,
+            });
+        }
+        let bad_len = match self.cur_write.as_ref() {
+            Some(w) => {
+                payload.len() as u32 > w.remaining
+                    || (!last && payload.len() != mtu)
+                    || (last && payload.len() as u32 != w.remaining)
+            }
+            None => return,
+        };
+        if bad_len {
+            self.uc_drop(ctx);
+            return;
+        }
+        if info.has(OpFlags::RWR) {
+            // checked before the data lands, as rxe's check_resource
+            match self.take_recv_wqe(ctx) {
+                Some((wqe, from_srq)) => {
+                    self.cur_recv = Some(RecvInProgress {
+                        wqe,
+                        off: 0,
+                        from_srq,
+                    })
+                }
+                None => {
+                    self.uc_drop(ctx);
+                    return;
+                }
+            }
+        }
+        let Some(w) = self.cur_write.as_mut() else {
+            return;
+        };
+        if !payload.is_empty() {
+            w.mr.copy_in(w.off, payload);
+        }
+        w.off += payload.len();
+        w.remaining -= payload.len() as u32;
+        self.epsn = psn.add(1);
+        if last {
+            let total = w.total;
+            self.cur_write = None;
+            if let Some(c) = self.cur_recv.take() {
+                let mut fl = WcFlags::WITH_IMM;
+                if r.bth.se {
+                    fl |= WcFlags::SOLICITED;
+                }
+                self.push_recv_wc(
+                    ctx,
+                    c.wqe.wr_id,
+                    WcStatus::Success,
+                    WcOpcode::RecvRdmaWithImm,
+                    total,
+                    r.imm.unwrap_or(0),
+                    fl,
+                    self.attr.dest_qp_num,
+                );
+            }
+        }
+    }
+
+    /// UC: drop this packet and the rest of its message (abandoning a
+    /// message in progress).
+    fn uc_drop(&mut self, ctx: &mut Ctx) {
+        self.counters.uc_drops += 1;
+        self.drop_msg = true;
+        if self.cur_recv.is_some() || self.cur_write.is_some() {
+            self.uc_abandon(ctx);
+        }
+    }
+
+    /// UC: forget the message in progress. Its receive WQE goes back to the
+    /// head of the RQ (rxe resets it for the next message); one from an SRQ
+    /// cannot, and completes with REM_INV_REQ_ERR (class E, as rxe).
+    fn uc_abandon(&mut self, ctx: &mut Ctx) {
+        self.counters.uc_torn += 1;
+        self.cur_write = None;
+        if let Some(c) = self.cur_recv.take() {
+            if c.from_srq {
+                self.push_recv_wc(
+                    ctx,
+                    c.wqe.wr_id,
+                    WcStatus::RemInvReqErr,
+                    WcOpcode::Recv,
+                    0,
+                    0,
+                    WcFlags::empty(),
+                    self.attr.dest_qp_num,
+                );
+            } else {
+                self.rq.push_front(c.wqe);
+            }
         }
     }
 

@@ -27,6 +27,8 @@ pub struct Net {
     pub ba: Link<u16>,
     buf: Vec<u8>,
     pub pcap: Option<sim::PcapWriter<std::fs::File>>,
+    /// When Some, every packet put on a link: (source IP, header fields).
+    pub log: Option<Vec<([u8; 4], wire::roce::RocePacketRepr)>>,
 }
 
 pub fn full_access() -> AccessFlags {
@@ -152,7 +154,55 @@ pub fn connect_rc(
     .unwrap();
 }
 
+/// RESET -> INIT -> RTR -> RTS for a UC QP with exactly the attributes the
+/// kernel requires for UC (what ibv_uc_pingpong passes).
+pub fn connect_uc(qp: &Qp, my_psn: u32, peer_ip: [u8; 4], peer_qpn: u32, peer_psn: u32, mtu: Mtu) {
+    let mut a = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        qp_access_flags: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        ..Default::default()
+    };
+    qp.modify(
+        &a,
+        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
+    )
+    .unwrap();
+    a.qp_state = QpState::Rtr;
+    a.path_mtu = mtu;
+    a.dest_qp_num = peer_qpn;
+    a.rq_psn = peer_psn;
+    a.ah_attr = AhAttr {
+        dgid: Gid::from_ipv4(Ipv4Addr::from(peer_ip)),
+        port_num: 1,
+        ..Default::default()
+    };
+    qp.modify(
+        &a,
+        QpAttrMask::STATE
+            | QpAttrMask::AV
+            | QpAttrMask::PATH_MTU
+            | QpAttrMask::DEST_QPN
+            | QpAttrMask::RQ_PSN,
+    )
+    .unwrap();
+    a.qp_state = QpState::Rts;
+    a.sq_psn = my_psn;
+    qp.modify(&a, QpAttrMask::STATE | QpAttrMask::SQ_PSN)
+        .unwrap();
+}
+
 impl Net {
+    /// Two UC QPs (A's PSNs wrap 2^24 early in every test).
+    pub fn uc(cfg: LinkConfig, seed: u64, mr_len: usize, mtu: Mtu) -> Net {
+        let a = side(IP_A, QpType::Uc, mr_len);
+        let b = side(IP_B, QpType::Uc, mr_len);
+        let (psn_a, psn_b) = (0xff_fff0, 0x12_3456);
+        connect_uc(&a.qp, psn_a, IP_B, b.qp.qp_num(), psn_b, mtu);
+        connect_uc(&b.qp, psn_b, IP_A, a.qp.qp_num(), psn_a, mtu);
+        Net::new(a, b, cfg, seed)
+    }
+
     pub fn rc(cfg: LinkConfig, seed: u64, mr_len: usize, p: &RcParams) -> Net {
         let a = side(IP_A, QpType::Rc, mr_len);
         let b = side(IP_B, QpType::Rc, mr_len);
@@ -170,6 +220,7 @@ impl Net {
             ba: Link::new(cfg, seed ^ 0x9e37_79b9),
             buf: vec![0; 9000],
             pcap: None,
+            log: None,
         }
     }
 
@@ -197,6 +248,10 @@ impl Net {
                         &self.buf[..t.len],
                     )
                     .unwrap();
+                }
+                if let Some(log) = self.log.as_mut() {
+                    let (r, _) = wire::roce::RocePacketRepr::parse(&self.buf[..t.len]).unwrap();
+                    log.push((src, r));
                 }
                 if std::env::var_os("SIMTRACE").is_some() {
                     if let Ok((r, _)) = wire::roce::RocePacketRepr::parse(&self.buf[..t.len]) {
