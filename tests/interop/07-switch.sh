@@ -2,15 +2,19 @@
 # Live switch test (issue 7): `dpustack switch run` with AF_PACKET ports on veths whose
 # peers live in two network namespaces this test creates. Raw frames are sent into
 # namespace A; we check what comes out in namespace B (forwarding, header rewrites,
-# drops), the datapath flow stats via `switch dump-flows`, and a run-time `add-flows`.
+# drops), the datapath flow stats via `switch dump-flows`, the OpenFlow rule stats via
+# `switch dump-rules` (ovs-ofctl dump-flows format), a rule's hard_timeout, and run-time
+# `add-flows` / `del-flows`.
 # Runs on the host (needs root and iproute2); does not use the guest.
 set -u
 BIN=${BIN:-$(cd "$(dirname "$0")/../.." && pwd)/target/release/dpustack}
 T=$(mktemp -d /tmp/sw07.XXXXXX)
-NA=sw07a$$ NB=sw07b$$
+# SW07_NETNS_PREFIX: prefix for the namespace names (e.g. to keep parallel runs apart).
+NA=${SW07_NETNS_PREFIX:-}sw07a$$ NB=${SW07_NETNS_PREFIX:-}sw07b$$
 A0=s7a0$$ A1=s7a1$$ B0=s7b0$$ B1=s7b1$$
-SW=
+SW= SENDER=
 cleanup() {
+  [ -n "$SENDER" ] && kill $SENDER 2>/dev/null
   [ -n "$SW" ] && kill $SW 2>/dev/null; wait $SW 2>/dev/null
   ip link del $A1 2>/dev/null; ip link del $B1 2>/dev/null
   ip netns del $NA 2>/dev/null; ip netns del $NB 2>/dev/null
@@ -41,10 +45,12 @@ SW=$!
 for i in $(seq 50); do [ -S $T/ctl.sock ] && break; sleep 0.1; done
 [ -S $T/ctl.sock ] || { fail switch-live "switch did not start: $(cat $T/switch.log)"; exit 0; }
 
-# send.py IFACE DPORT COUNT: raw Ethernet/IPv4/UDP frames (TTL 64) out of IFACE.
+# send.py IFACE DPORT COUNT [GAP]: raw Ethernet/IPv4/UDP frames (TTL 64, 75 bytes) out
+# of IFACE, GAP seconds apart (default 0).
 cat > $T/send.py <<'P'
-import socket, struct, sys
+import socket, struct, sys, time
 ifc, dport, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+gap = float(sys.argv[4]) if len(sys.argv) > 4 else 0
 def csum(b):
     if len(b) % 2: b += b'\0'
     s = sum(struct.unpack('!%dH' % (len(b)//2), b))
@@ -59,7 +65,9 @@ ip = struct.pack('!BBHHHBBH4s4s', 0x45, 0, 20 + len(udp), 1, 0, 64, 17, 0, src, 
 ip = ip[:10] + struct.pack('!H', csum(ip)) + ip[12:]
 eth = bytes.fromhex('020000000b02') + bytes.fromhex('020000000a01') + b'\x08\x00'
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind((ifc, 0))
-for _ in range(n): s.send(eth + ip + udp)
+for i in range(n):
+    s.send(eth + ip + udp)
+    if gap and i + 1 < n: time.sleep(gap)
 P
 # cap.py IFACE SECS: print hex of every UDP frame from 10.7.0.1 seen on IFACE.
 cat > $T/cap.py <<'P'
@@ -118,6 +126,38 @@ dump=$($BIN switch dump-flows --ctl $T/ctl.sock)
 if echo "$dump" | grep -q "tp_dst=4000.*packets:1, .*actions:set(eth(dst=aa:bb:cc:dd:ee:ff)),set(ipv4(ttl=63)),set(udp(dst=4001)),2"; then
   pass switch-live-dump-flows "megaflow with packets:1 (first packet was the upcall)"
 else fail switch-live-dump-flows "$dump"; fi
+
+# OpenFlow rule stats: both frames to udp 4000 (the upcall's and the megaflow hit)
+# count in the rule, 2 x 75 bytes, in ovs-ofctl dump-flows format.
+rules=$($BIN switch dump-rules --ctl $T/ctl.sock)
+if echo "$rules" | grep -Eq "^ cookie=0x0, duration=[0-9.]+s, table=0, n_packets=2, n_bytes=150, idle_age=[0-9]+, priority=200,udp,in_port=1,tp_dst=4000 actions=set_field:aa:bb:cc:dd:ee:ff->eth_dst,dec_ttl,set_field:4001->udp_dst,output:2\$"; then
+  pass switch-live-rule-stats "$(echo "$rules" | grep priority=200)"
+else fail switch-live-rule-stats "$rules"; fi
+
+# hard_timeout=2: the rule goes about 2 s after it was added, even while traffic hits it
+# (a frame every 0.25 s); the switch sweeps every 0.5 s.
+echo "priority=250,in_port=1,udp,tp_dst=4200,hard_timeout=2,actions=output:2" > $T/hard.txt
+ip netns exec $NA python3 $T/send.py $A0 4200 16 0.25 &
+SENDER=$!
+t0=$(date +%s%3N)
+$BIN switch add-flows --ctl $T/ctl.sock $T/hard.txt >/dev/null
+seen=0 gone=
+while :; do
+  el=$(( $(date +%s%3N) - t0 ))
+  r=$($BIN switch dump-rules --ctl $T/ctl.sock | grep "tp_dst=4200")
+  if [ -n "$r" ]; then
+    n=$(echo "$r" | sed -n 's/.*n_packets=\([0-9]*\).*/\1/p'); [ "${n:-0}" -gt "$seen" ] && seen=$n
+  else gone=$el; break; fi
+  [ $el -gt 5000 ] && break
+  sleep 0.1
+done
+wait $SENDER; SENDER=
+if [ -n "$gone" ] && [ $gone -ge 1900 ] && [ $gone -le 3200 ] && [ "$seen" -ge 4 ]; then
+  pass switch-live-hard-timeout "rule with hard_timeout=2 gone after ${gone} ms while busy (n_packets reached $seen)"
+else fail switch-live-hard-timeout "gone=${gone:-never} ms n_packets=$seen log: $(grep expired $T/switch.log)"; fi
+grep -q "rule expired (Hard timeout): .*tp_dst=4200" $T/switch.log \
+  && pass switch-live-expiry-log "$(grep -m1 'rule expired' $T/switch.log)" \
+  || fail switch-live-expiry-log "$(cat $T/switch.log)"
 
 echo "priority=300,in_port=1,udp,tp_dst=5000,actions=output:2" > $T/add.txt
 $BIN switch add-flows --ctl $T/ctl.sock $T/add.txt >/dev/null

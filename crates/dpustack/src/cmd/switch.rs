@@ -59,7 +59,8 @@ pub enum SwitchCmd {
     DelFlows(CtlMatchArgs),
     /// Replace all flows of a running switch with a file.
     ReplaceFlows(CtlFileArgs),
-    /// Dump the OpenFlow rules of a running switch.
+    /// Dump the OpenFlow rules of a running switch with their statistics, like
+    /// `ovs-ofctl dump-flows` (cookie, duration, n_packets, n_bytes, timeouts, idle_age).
     DumpRules(CtlArgs),
     /// Stop a running switch.
     Stop(CtlArgs),
@@ -265,6 +266,9 @@ mod live {
 
     static STOP: AtomicBool = AtomicBool::new(false);
 
+    /// Period of the stats push + expiry sweep (ms).
+    const SWEEP_MS: u64 = 500;
+
     enum Port {
         Af(AfPacket),
         PcapRx(Vec<Vec<u8>>),
@@ -277,6 +281,7 @@ mod live {
         tx: u64,
         dropped_no_port: u64,
         packet_ins: u64,
+        rules_expired: u64,
     }
 
     fn open_port(spec: &str) -> Result<(u32, Port)> {
@@ -319,24 +324,32 @@ mod live {
                     s
                 }
                 "dump-rules" => {
-                    let mut rules: Vec<_> = table.rules.values().collect();
-                    rules.sort_by_key(|r| std::cmp::Reverse(r.priority));
-                    rules.iter().map(|r| format!("{r:?}\n")).collect()
+                    // Fresh counters: credit the megaflows' traffic first.
+                    dp.push_stats(table);
+                    let mut s = String::new();
+                    for l in table.dump_rules(now) {
+                        s += &l;
+                        s.push('\n');
+                    }
+                    s
                 }
                 "add-flows" | "replace-flows" => {
                     let rules = flow::parse_flows(payload).map_err(|e| anyhow!("{e}"))?;
+                    // Credit the rules before the megaflows go.
+                    dp.push_stats(table);
                     if cmd.trim() == "replace-flows" {
                         table.clear();
                     }
                     let n = rules.len();
                     for r in rules {
-                        table.add(r);
+                        table.add_at(r, now);
                     }
                     // No revalidator yet (issue 8): megaflows are flushed on any change.
                     dp.flush();
                     format!("{n} flows added, {} in table\n", table.len())
                 }
                 "del-flows" => {
+                    dp.push_stats(table);
                     let n = if payload.trim().is_empty() {
                         let n = table.len();
                         table.clear();
@@ -493,10 +506,20 @@ mod live {
                     }
                 }
             }
-            // Megaflow idle expiry (OVS max-idle, 10 s), checked once a second.
-            if now_ms >= last_expire + 1000 {
+            // Every 0.5 s (OVS: after each revalidator dump, ~0.5 s): credit megaflow
+            // stats to the OpenFlow rules, expire idle megaflows (max-idle, 10 s) and
+            // rules whose idle_timeout/hard_timeout passed (then megaflows are flushed).
+            if now_ms >= last_expire + SWEEP_MS {
                 last_expire = now_ms;
-                dp.expire_idle(now_ms, a.max_idle_ms);
+                let sw = dp.sweep(table, now_ms, a.max_idle_ms);
+                for e in &sw.rules_expired {
+                    c.rules_expired += 1;
+                    eprintln!(
+                        "rule expired ({:?} timeout): {}",
+                        e.reason,
+                        flow::ofproto::format_rule_stats(&e.rule, &e.stats, now_ms).trim_start()
+                    );
+                }
             }
             // Control requests.
             match listener.accept() {
@@ -527,13 +550,14 @@ mod live {
         }
         let _ = std::fs::remove_file(&a.ctl);
         eprintln!(
-            "switch stopped: rx {} tx {} dropped(no port) {} packet-ins {} upcalls {} megaflows {}",
+            "switch stopped: rx {} tx {} dropped(no port) {} packet-ins {} upcalls {} megaflows {} rules expired {}",
             c.rx,
             c.tx,
             c.dropped_no_port,
             c.packet_ins,
             dp.stats.upcalls,
-            dp.n_flows()
+            dp.n_flows(),
+            c.rules_expired
         );
         Ok(())
     }
