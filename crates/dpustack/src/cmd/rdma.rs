@@ -1,6 +1,6 @@
 //! RDMA verbs tools over the software RoCEv2 provider (issue #3): rc-pingpong,
-//! ud-pingpong (wire- and exchange-compatible with rdma-core's ibv_rc_pingpong /
-//! ibv_ud_pingpong), perf (perftest-like), `bench roce`, and the `up` part.
+//! uc-pingpong, ud-pingpong (wire- and exchange-compatible with rdma-core's
+//! ibv_rc_pingpong / ibv_uc_pingpong / ibv_ud_pingpong), perf (perftest-like), `bench roce`, and the `up` part.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -34,7 +34,7 @@ impl Default for RdmaConfig {
     }
 }
 
-/// Options shared by rc-pingpong and ud-pingpong (rdma-core's letters).
+/// Options shared by rc-, uc- and ud-pingpong (rdma-core's letters).
 #[derive(Args, Debug, Clone)]
 pub struct PingpongArgs {
     /// TCP port of the out-of-band exchange.
@@ -46,10 +46,10 @@ pub struct PingpongArgs {
     /// Port of the device (always 1).
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
     pub ib_port: u8,
-    /// Message size (rc: 4096, ud: 2048).
+    /// Message size (rc, uc: 4096, ud: 2048).
     #[arg(short = 's', long = "size")]
     pub size: Option<usize>,
-    /// Path MTU (rc only): 256..4096.
+    /// Path MTU (rc, uc): 256..4096.
     #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
     pub mtu: usize,
     /// Receives posted at a time.
@@ -153,6 +153,9 @@ pub enum Cmd {
     RcPingpong(PingpongArgs),
     /// ibv_ud_pingpong-compatible UD ping-pong.
     UdPingpong(PingpongArgs),
+    /// ibv_uc_pingpong-compatible UC ping-pong (no ACKs, no retransmission:
+    /// a lost packet stalls it until the 60 s timeout).
+    UcPingpong(PingpongArgs),
     /// perftest-style bandwidth/latency (write-bw, send-bw, read-bw, write-lat, send-lat).
     Perf(PerfArgs),
 }
@@ -161,6 +164,7 @@ pub fn run(cmd: Cmd, _cfg: &Config) -> Result<()> {
     match cmd {
         Cmd::RcPingpong(a) => pingpong(a, QpType::Rc),
         Cmd::UdPingpong(a) => pingpong(a, QpType::Ud),
+        Cmd::UcPingpong(a) => pingpong(a, QpType::Uc),
         Cmd::Perf(a) => perf_cmd(a),
     }
 }
@@ -284,8 +288,13 @@ fn random_psn() -> u32 {
     (x >> 40) as u32 & 0xff_ffff
 }
 
-fn connect_rc_qp(
+/// RTR -> RTS of a connected QP with the attributes rdma-core's
+/// pingpong.c / perftest pass: RC with its ACK timing and read/atomic depth,
+/// UC (ibv_uc_pingpong) with only what the kernel allows for UC.
+#[allow(clippy::too_many_arguments)]
+fn connect_qp(
     qp: &Qp,
+    ty: QpType,
     port: u8,
     my_psn: u32,
     mtu: Mtu,
@@ -309,33 +318,37 @@ fn connect_rc_qp(
         },
         ..Default::default()
     };
-    qp.modify(
-        &a,
-        QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-    )
-    .map_err(|e| anyhow!("Failed to modify QP to RTR: {e}"))?;
+    let rtr = QpAttrMask::STATE
+        | QpAttrMask::AV
+        | QpAttrMask::PATH_MTU
+        | QpAttrMask::DEST_QPN
+        | QpAttrMask::RQ_PSN;
+    let uc = ty == QpType::Uc;
+    let rtr = if uc {
+        rtr
+    } else {
+        rtr | QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER
+    };
+    qp.modify(&a, rtr)
+        .map_err(|e| anyhow!("Failed to modify QP to RTR: {e}"))?;
     a.qp_state = QpState::Rts;
     a.timeout = 14;
     a.retry_cnt = 7;
     a.rnr_retry = 7;
     a.sq_psn = my_psn;
     a.max_rd_atomic = rd_atomic;
-    qp.modify(
-        &a,
+    let rts = if uc {
+        QpAttrMask::STATE | QpAttrMask::SQ_PSN
+    } else {
         QpAttrMask::STATE
             | QpAttrMask::TIMEOUT
             | QpAttrMask::RETRY_CNT
             | QpAttrMask::RNR_RETRY
             | QpAttrMask::SQ_PSN
-            | QpAttrMask::MAX_QP_RD_ATOMIC,
-    )
-    .map_err(|e| anyhow!("Failed to modify QP to RTS: {e}"))?;
+            | QpAttrMask::MAX_QP_RD_ATOMIC
+    };
+    qp.modify(&a, rts)
+        .map_err(|e| anyhow!("Failed to modify QP to RTS: {e}"))?;
     Ok(())
 }
 
@@ -444,7 +457,7 @@ fn pingpong(a: PingpongArgs, ty: QpType) -> Result<()> {
     let sgid = a.gid_idx.max(0) as u8;
     let connect = |rem: &Dest| -> Result<()> {
         if !ud {
-            connect_rc_qp(&qp, a.ib_port, my_psn, mtu, rem, sgid, 1)?;
+            connect_qp(&qp, ty, a.ib_port, my_psn, mtu, rem, sgid, 1)?;
         }
         Ok(())
     };
@@ -646,7 +659,7 @@ impl End {
             psn: rem.psn,
             gid: rem.gid,
         };
-        connect_rc_qp(&self.qp, 1, my_psn, mtu, &d, 1, 16)
+        connect_qp(&self.qp, QpType::Rc, 1, my_psn, mtu, &d, 1, 16)
     }
 }
 
