@@ -194,3 +194,12 @@ while len(b) >= 16:
 P
 )
 [ "$got" = "1 8100 100 122" ] && pass switch-pcap-replay "pcap-rx -> push_vlan(vid=100) -> pcap-tx" || fail switch-pcap-replay "out: $got $(cat $T/pcap.log)"
+
+# Rule stats, the dump-rules (ovs-ofctl dump-flows) text and idle/hard timeouts against
+# OVS itself (crates/flow/tests/ovs_rules.rs, the tests/oracles/ovs.sh sandbox).
+if command -v ovs-vswitchd >/dev/null; then
+  out=$(cd "${ROOT:-$(dirname "$0")/../..}" && DPUSTACK_OVS_ORACLE=1 cargo test -q -p flow --test ovs_rules -- --nocapture 2>&1)
+  if echo "$out" | grep -q "test result: ok. 1 passed"; then
+    pass switch-ovs-rule-dump "dump lines and n_packets/n_bytes equal OVS's; $(echo "$out" | grep 'OVS removed')"
+  else fail switch-ovs-rule-dump "$(echo "$out" | grep -A12 panicked | head -30)"; fi
+else fail switch-ovs-rule-dump "openvswitch-switch not installed"; fi
