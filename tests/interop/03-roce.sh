@@ -1,10 +1,11 @@
 #!/bin/bash
 # Interop: dpustack's software RoCEv2 provider against the kernel's rdma_rxe in the
 # guest. Our binary runs in the guest netns `peer` (10.99.2.2, veth vp) and talks
-# to rxe_r on vr (10.99.2.1): rc-pingpong and ud-pingpong both as server and as
-# client against ibv_rc_pingpong / ibv_ud_pingpong, received buffers validated on
-# both sides (-c); the traffic on vr is captured, decoded by tshark as RoCE, and
-# every ICRC (ours and rxe's) is checked with probes/icrc_check.py.
+# to rxe_r on vr (10.99.2.1): rc-pingpong, uc-pingpong and ud-pingpong both as
+# server and as client against ibv_rc_pingpong / ibv_uc_pingpong / ibv_ud_pingpong,
+# received buffers validated on both sides (-c); the traffic on vr is captured,
+# decoded by tshark as RoCE, and every ICRC (ours and rxe's, UC included) is
+# checked with probes/icrc_check.py.
 #
 # Host side (run.sh): bash 03-roce.sh          (uses $V, $BIN, $ROOT, $P)
 # Guest side (internal): bash 03-roce.sh guest BIN PROBES
@@ -49,12 +50,28 @@ if [ "${1:-}" = guest ]; then
                                "ibv_ud_pingpong -d rxe_r -g 1 -n $N -s 1024 -c 10.99.2.2"
   pair ud-pingpong.ours-client "ibv_ud_pingpong -d rxe_r -g 1 -n $N -s 1024 -c" \
                                "$OUR ud-pingpong -d 10.99.2.2 -g 1 -n $N -s 1024 -c 10.99.2.1"
+  pair uc-pingpong.ours-server "$OUR uc-pingpong -d 10.99.2.2 -g 1 -n $N -c" \
+                               "ibv_uc_pingpong -d rxe_r -g 1 -n $N -c 10.99.2.2"
+  pair uc-pingpong.ours-client "ibv_uc_pingpong -d rxe_r -g 1 -n $N -c" \
+                               "$OUR uc-pingpong -d 10.99.2.2 -g 1 -n $N -c 10.99.2.1"
+  pair uc-pingpong.ours-client-mtu256-8k "ibv_uc_pingpong -d rxe_r -g 1 -n $N -c -m 256 -s 8192" \
+                               "$OUR uc-pingpong -d 10.99.2.2 -g 1 -n $N -c -m 256 -s 8192 10.99.2.1"
   sleep 1; kill $DC; wait $DC 2>/dev/null
   ours=$(tshark -r /vmh/roce03.pcap -Y 'infiniband && ip.src==10.99.2.2' 2>/dev/null | wc -l)
   theirs=$(tshark -r /vmh/roce03.pcap -Y 'infiniband && ip.src==10.99.2.1' 2>/dev/null | wc -l)
   [ "$ours" -gt 100 ] && [ "$theirs" -gt 100 ] \
     && ok roce-tshark-decodes "$ours BTH frames from us, $theirs from rxe" \
     || bad roce-tshark-decodes "$ours ours, $theirs rxe"
+  # UC (opcodes 0x20-0x2b): frames each way, and how many ask for an ACK (we
+  # must not; older rxe did on a message's last packet, so theirs is only reported)
+  uc='infiniband.bth.opcode >= 0x20 && infiniband.bth.opcode <= 0x2b'
+  uc_ours=$(tshark -r /vmh/roce03.pcap -Y "$uc && ip.src==10.99.2.2" 2>/dev/null | wc -l)
+  uc_theirs=$(tshark -r /vmh/roce03.pcap -Y "$uc && ip.src==10.99.2.1" 2>/dev/null | wc -l)
+  uc_ours_ack=$(tshark -r /vmh/roce03.pcap -Y "$uc && ip.src==10.99.2.2 && infiniband.bth.a == 1" 2>/dev/null | wc -l)
+  uc_theirs_ack=$(tshark -r /vmh/roce03.pcap -Y "$uc && ip.src==10.99.2.1 && infiniband.bth.a == 1" 2>/dev/null | wc -l)
+  [ "$uc_ours" -ge 600 ] && [ "$uc_theirs" -ge 600 ] && [ "$uc_ours_ack" = 0 ] \
+    && ok roce-uc-wire "UC frames: $uc_ours from us (AckReq on $uc_ours_ack), $uc_theirs from rxe (AckReq on $uc_theirs_ack)" \
+    || bad roce-uc-wire "UC frames: $uc_ours ours (AckReq $uc_ours_ack), $uc_theirs rxe"
   python3 $P/icrc_check.py /vmh/roce03.pcap > $L/icrc 2>&1 \
     && ok roce-icrc "$(tail -1 $L/icrc)" || { bad roce-icrc "$(tail -1 $L/icrc)"; head -5 $L/icrc; }
   exit 0

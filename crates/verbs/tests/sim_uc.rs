@@ -502,3 +502,47 @@ fn remote_errors_drop_the_message_not_the_qp() {
     assert_eq!(b.qp.query().unwrap().qp_state, QpState::Rts);
     assert_eq!(a.qp.query().unwrap().qp_state, QpState::Rts);
 }
+
+/// With an SRQ the receive WQE of a torn message cannot go back: it completes
+/// with REM_INV_REQ_ERR (class E, as rxe) and the QP stays in RTS.
+#[test]
+fn srq_receive_of_a_torn_message_completes_in_error() {
+    let a = side(IP_A, QpType::Uc, MR_LEN);
+    let mut b = side(IP_B, QpType::Uc, MR_LEN);
+    let srq =
+        b.pd.create_srq(&SrqInitAttr {
+            max_wr: 8,
+            max_sge: 1,
+            srq_limit: 0,
+        })
+        .unwrap();
+    let mut init = QpInitAttr::new(QpType::Uc, &b.cq, &b.cq);
+    init.srq = Some(&srq);
+    b.qp = b.pd.create_qp(&init).unwrap();
+    connect_uc(&a.qp, 100, IP_B, b.qp.qp_num(), 100, Mtu::Mtu1024);
+    connect_uc(&b.qp, 100, IP_A, a.qp.qp_num(), 100, Mtu::Mtu1024);
+    for j in 0..2u64 {
+        let sg = [b.mr.sge(j as usize * SLOT, SLOT as u32)];
+        srq.post_recv(&[RecvWr {
+            wr_id: j,
+            sg_list: &sg,
+        }])
+        .unwrap();
+    }
+    send(&a, 0, 3000); // MIDDLE lost
+    send(&a, 1, 700);
+    let mut k = 0;
+    pump(&a, &b, |_| {
+        k += 1;
+        k == 2
+    });
+    let mut cb = vec![];
+    poll_all(&b.cq, &mut cb);
+    assert_eq!(cb.len(), 2, "{cb:?}");
+    assert_eq!((cb[0].wr_id, cb[0].status), (0, WcStatus::RemInvReqErr));
+    assert_eq!(
+        (cb[1].wr_id, cb[1].status, cb[1].imm_data, cb[1].byte_len),
+        (1, WcStatus::Success, 1, 700)
+    );
+    assert_eq!(b.qp.query().unwrap().qp_state, QpState::Rts);
+}
