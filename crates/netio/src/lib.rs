@@ -10,3 +10,4 @@
 pub mod baseline;
 pub mod ifaddr;
 pub mod udp;
+pub mod xdp;
