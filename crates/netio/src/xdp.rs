@@ -26,6 +26,7 @@
 
 pub mod bpf;
 pub mod frame;
+pub mod port;
 pub mod ring;
 
 use std::io;
@@ -171,6 +172,13 @@ pub fn if_mac(name: &str) -> io::Result<[u8; 6]> {
         *d = *s as u8;
     }
     Ok(m)
+}
+
+/// A written TX frame not yet on the ring (see [`XdpSocket::prepare`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxFrame {
+    addr: u64,
+    len: u32,
 }
 
 /// Counters of one socket.
@@ -376,15 +384,23 @@ impl XdpSocket {
     /// (0 = nothing to send). Queued, not sent before [`Self::flush`]. False if no
     /// frame or TX slot is free.
     pub fn send_with(&mut self, f: impl FnOnce(&mut [u8]) -> usize) -> bool {
-        if self.free.is_empty() {
-            self.reap();
-        }
         if self.tx.free(1) == 0 {
             return false;
         }
-        let Some(addr) = self.free.pop() else {
-            return false;
-        };
+        match self.prepare(f) {
+            Some(d) => self.queue(d),
+            None => false,
+        }
+    }
+
+    /// Lends a free UMEM frame to `f` (as [`Self::send_with`]) without queueing
+    /// it: hand the result to [`Self::queue`] (in any order; frames left unqueued
+    /// are lost from the pool). None if no frame is free or `f` returned 0.
+    pub fn prepare(&mut self, f: impl FnOnce(&mut [u8]) -> usize) -> Option<TxFrame> {
+        if self.free.is_empty() {
+            self.reap();
+        }
+        let addr = self.free.pop()?;
         // SAFETY: `addr` is a chunk start inside the UMEM that we own (on the free
         // list: neither in the kernel's TX/completion rings nor in fill/RX).
         let buf = unsafe {
@@ -396,13 +412,25 @@ impl XdpSocket {
         let len = f(buf).min(self.frame_size as usize);
         if len == 0 {
             self.free.push(addr);
-            return false;
+            return None;
         }
-        self.tx.push(libc::xdp_desc {
+        Some(TxFrame {
             addr,
             len: len as u32,
+        })
+    }
+
+    /// Puts a prepared frame on the TX ring (sent at the next [`Self::flush`]).
+    /// False (and the frame back to the pool) if the ring is full.
+    pub fn queue(&mut self, d: TxFrame) -> bool {
+        if !self.tx.push(libc::xdp_desc {
+            addr: d.addr,
+            len: d.len,
             options: 0,
-        });
+        }) {
+            self.free.push(d.addr);
+            return false;
+        }
         self.stats.tx_frames += 1;
         self.unkicked += 1;
         true
@@ -453,3 +481,6 @@ impl XdpSocket {
         n
     }
 }
+
+#[cfg(test)]
+mod tests;

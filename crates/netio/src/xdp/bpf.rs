@@ -35,6 +35,7 @@ impl Insn {
 // Opcode pieces from linux/bpf.h / bpf_common.h.
 const BPF_LD: u8 = 0x00;
 const BPF_LDX: u8 = 0x01;
+const BPF_ALU: u8 = 0x04;
 const BPF_ALU64: u8 = 0x07;
 const BPF_JMP: u8 = 0x05;
 const BPF_JMP32: u8 = 0x06;
@@ -47,6 +48,7 @@ const BPF_MEM: u8 = 0x60;
 const BPF_K: u8 = 0x00;
 const BPF_X: u8 = 0x08;
 const BPF_ADD: u8 = 0x00;
+const BPF_AND: u8 = 0x50;
 const BPF_MOV: u8 = 0xb0;
 const BPF_JNE: u8 = 0x50;
 const BPF_JGT: u8 = 0x20;
@@ -89,6 +91,12 @@ fn jne32_k(dst: u8, imm: i32, off: i16) -> Insn {
 /// XSKMAP with file descriptor `map_fd`. Branches all jump to the trailing
 /// "return XDP_PASS".
 pub fn redirect_program(map_fd: RawFd, ip: u32, port: u16) -> Vec<Insn> {
+    redirect_program_net(map_fd, ip, u32::MAX, port)
+}
+
+/// As [`redirect_program`] for every destination address `a` with
+/// `a & mask == net & mask`.
+pub fn redirect_program_net(map_fd: RawFd, net: u32, mask: u32, port: u16) -> Vec<Insn> {
     // Packet fields are loaded as little-endian integers from network-order bytes,
     // so constants are byte-swapped: compare against from_le_bytes(be bytes).
     let le16 = |v: u16| u16::from_le_bytes(v.to_be_bytes()) as i32;
@@ -114,9 +122,10 @@ pub fn redirect_program(map_fd: RawFd, ip: u32, port: u16) -> Vec<Insn> {
         // protocol UDP
         ldx(BPF_B, 5, 2, 23),
         jne32_k(5, 17, 0),
-        // destination address
+        // destination address within net/mask (32-bit AND keeps the upper half 0)
         ldx(BPF_W, 5, 2, 30),
-        jne32_k(5, le32(ip), 0),
+        ins(BPF_ALU | BPF_AND | BPF_K, 5, 0, 0, le32(mask)),
+        jne32_k(5, le32(net & mask), 0),
         // UDP destination port
         ldx(BPF_H, 5, 2, 36),
         jne32_k(5, le16(port), 0),
@@ -222,6 +231,18 @@ impl XdpRedirect {
         queues: u32,
         xdp_flags: u32,
     ) -> io::Result<XdpRedirect> {
+        Self::attach_net(ifindex, ip, u32::MAX, port, queues, xdp_flags)
+    }
+
+    /// As [`Self::attach_mode`] for every destination in `net/mask`.
+    pub fn attach_net(
+        ifindex: u32,
+        net: u32,
+        mask: u32,
+        port: u16,
+        queues: u32,
+        xdp_flags: u32,
+    ) -> io::Result<XdpRedirect> {
         let map = owned(bpf(
             BPF_MAP_CREATE,
             Attr::new()
@@ -230,7 +251,7 @@ impl XdpRedirect {
                 .u32(8, 4)
                 .u32(12, queues.max(1)),
         )?);
-        let insns: Vec<[u8; 8]> = redirect_program(map.as_raw_fd(), ip, port)
+        let insns: Vec<[u8; 8]> = redirect_program_net(map.as_raw_fd(), net, mask, port)
             .iter()
             .map(Insn::encode)
             .collect();
@@ -321,6 +342,20 @@ mod tests {
             ins(0x55, 1, 0, -2, -1).encode(),
             [0x55, 1, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff]
         );
+    }
+
+    #[test]
+    fn net_program_masks_the_address() {
+        let net = u32::from_be_bytes([127, 0, 0, 0]);
+        let p = redirect_program_net(3, net | 5, 0xff00_0000, 4791);
+        let and = p.iter().position(|i| i.code == 0x54).expect("ALU32 AND");
+        assert_eq!((p[and].dst, p[and].imm), (5, 0xff));
+        assert_eq!(p[and + 1].code, 0x56);
+        assert_eq!(p[and + 1].imm, 127, "net & mask, as loaded little-endian");
+        // The exact-address program masks with all ones.
+        let q = redirect_program(3, net | 5, 4791);
+        let and = q.iter().position(|i| i.code == 0x54).unwrap();
+        assert_eq!(q[and].imm, -1);
     }
 
     #[test]

@@ -1,0 +1,172 @@
+//! One AF_XDP socket (queue 0) on one interface shared by several local UDP
+//! endpoints (IPv4 addresses in one prefix, one UDP port): the redirect program
+//! matches the prefix, and whoever polls takes every frame off the RX ring,
+//! keeping those for other registered endpoints in small per-endpoint queues
+//! until their owner polls.
+//!
+//! Transmit stages frames first and puts them on the TX ring at [`XdpPort::flush`],
+//! the frames marked `late` after the others (a RoCE sender marks ACKs, so the
+//! data frame the peer is waiting for leaves first; see the ping-pong example's
+//! "data first" figures). Only interfaces without neighbour resolution
+//! (`lo`, or peers whose MAC is given) are handled: frames go to `dst_mac`.
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::Ipv4Addr;
+
+use super::bpf::{XdpRedirect, XDP_FLAGS_SKB_MODE};
+use super::frame::{self, UdpFlow, UdpFrame};
+use super::{if_mac, ifindex, TxFrame, XdpConfig, XdpSocket};
+
+/// Most frames kept for an endpoint that does not poll.
+const PENDING_MAX: usize = 1024;
+
+/// A shared AF_XDP port (see the module doc).
+pub struct XdpPort {
+    sock: XdpSocket,
+    _prog: XdpRedirect,
+    mac: [u8; 6],
+    port: u16,
+    endpoints: Vec<(Ipv4Addr, VecDeque<Vec<u8>>)>,
+    staged: Vec<TxFrame>,
+    late: Vec<TxFrame>,
+    /// Frames for no registered endpoint, or that did not parse, or overflowed a queue.
+    pub dropped: u64,
+}
+
+impl XdpPort {
+    /// Attaches the redirect program for `net/prefix`, UDP `port` to `ifname`
+    /// (generic XDP) and binds a copy-mode socket on queue 0.
+    pub fn open(
+        ifname: &str,
+        net: Ipv4Addr,
+        prefix: u8,
+        port: u16,
+        cfg: XdpConfig,
+    ) -> io::Result<XdpPort> {
+        let ifi = ifindex(ifname)?;
+        let mac = if_mac(ifname)?;
+        let mask = if prefix == 0 {
+            0
+        } else {
+            u32::MAX << (32 - u32::from(prefix.min(32)))
+        };
+        let prog = XdpRedirect::attach_net(ifi, u32::from(net), mask, port, 1, XDP_FLAGS_SKB_MODE)?;
+        let sock = XdpSocket::open(ifi, 0, cfg)?;
+        prog.register(0, sock.fd())?;
+        Ok(XdpPort {
+            sock,
+            _prog: prog,
+            mac,
+            port,
+            endpoints: Vec::new(),
+            staged: Vec::new(),
+            late: Vec::new(),
+            dropped: 0,
+        })
+    }
+
+    /// The interface's MAC address.
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// Makes `ip` an endpoint (idempotent).
+    pub fn register(&mut self, ip: Ipv4Addr) {
+        if !self.endpoints.iter().any(|(a, _)| *a == ip) {
+            self.endpoints.push((ip, VecDeque::new()));
+        }
+    }
+
+    /// Hands up to `max` frames for `ip` to `f`: first those queued for it, then
+    /// from the RX ring (frames for other endpoints are queued for them).
+    pub fn recv_for(
+        &mut self,
+        ip: Ipv4Addr,
+        max: usize,
+        mut f: impl FnMut(&UdpFrame<'_>),
+    ) -> usize {
+        let mut n = 0;
+        let port = self.port;
+        if let Some((_, q)) = self.endpoints.iter_mut().find(|(a, _)| *a == ip) {
+            while n < max {
+                let Some(buf) = q.pop_front() else { break };
+                if let Ok(u) = frame::parse(&buf) {
+                    f(&u);
+                    n += 1;
+                }
+            }
+        }
+        if n >= max {
+            return n;
+        }
+        let (endpoints, dropped) = (&mut self.endpoints, &mut self.dropped);
+        self.sock.recv(max - n, |buf| match frame::parse(buf) {
+            Ok(u) if u.dst_port == port && u.dst_ip == ip => {
+                f(&u);
+                n += 1;
+            }
+            Ok(u) if u.dst_port == port => {
+                match endpoints.iter_mut().find(|(a, _)| *a == u.dst_ip) {
+                    Some((_, q)) if q.len() < PENDING_MAX => q.push_back(buf.to_vec()),
+                    _ => *dropped += 1,
+                }
+            }
+            _ => *dropped += 1,
+        });
+        n
+    }
+
+    /// Writes one frame of `flow` whose UDP payload `payload` writes into the
+    /// buffer it is given and returns the payload length (None: nothing to send,
+    /// the frame goes back to the pool). Staged until [`Self::flush`]; `late`
+    /// frames go after the others. Returns false when no frame was staged.
+    pub fn stage(
+        &mut self,
+        late: bool,
+        payload: impl FnOnce(&mut [u8]) -> Option<(usize, UdpFlow)>,
+    ) -> bool {
+        let mut ok = false;
+        let d = self.sock.prepare(|buf| {
+            let Some(body) = buf.get_mut(frame::HEADERS_LEN..) else {
+                return 0;
+            };
+            let Some((len, flow)) = payload(body) else {
+                return 0;
+            };
+            match flow.emit_headers(buf, len) {
+                Some(total) => {
+                    ok = true;
+                    total
+                }
+                None => 0,
+            }
+        });
+        match d {
+            Some(d) if ok => {
+                if late {
+                    self.late.push(d);
+                } else {
+                    self.staged.push(d);
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Puts the staged frames on the TX ring (`late` ones last) and kicks once.
+    pub fn flush(&mut self) -> io::Result<()> {
+        for d in self.staged.drain(..).chain(self.late.drain(..)) {
+            if !self.sock.queue(d) {
+                self.dropped += 1;
+            }
+        }
+        self.sock.flush()
+    }
+
+    /// Socket counters.
+    pub fn stats(&self) -> super::XdpStats {
+        self.sock.stats
+    }
+}
