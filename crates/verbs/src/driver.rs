@@ -66,6 +66,9 @@ impl TxState {
 
     /// Drains the engine's transmit queue into batches and sends them.
     pub(crate) fn pump(&mut self, engine: &mut Engine, sock: &UdpBatchSocket, now: Instant) {
+        if let Some(port) = xdp_io::port_for(Ipv4Addr::from(self.src)) {
+            return xdp_io::pump(port, engine, self.src, now);
+        }
         loop {
             while self.tx.slot().is_some() {
                 let Some(slot) = self.tx.slot() else { break };
@@ -126,6 +129,9 @@ fn round(shared: &Shared, rx: &mut netio::udp::RxBatch, tx: bool) -> crate::Resu
     let Some(sock) = shared.sock.as_ref() else {
         return Ok(0);
     };
+    if let Some(port) = xdp_io::port_for(shared.ip) {
+        return Ok(xdp_io::round(shared, port, tx));
+    }
     let n = rx.recv(sock)?;
     if n == 0 {
         return Ok(0); // timers are the caller's business when nothing arrived
@@ -310,4 +316,165 @@ pub(crate) fn spawn_poller(shared: &Arc<Shared>) -> std::io::Result<()> {
         })?;
     *shared.poller.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
     Ok(())
+}
+
+/// Opt-in AF_XDP datapath, an experiment (see docs in `netio::xdp`): with
+/// `DPUSTACK_ROCE_IO=xdp` in the environment, devices on 127.0.0.0/8 receive and
+/// send through one AF_XDP socket on `lo` shared by the process
+/// (`netio::xdp::port::XdpPort`, generic XDP, copy mode) instead of their UDP
+/// sockets: no syscall to receive, one `sendto` kick per batch, frames built here
+/// with IPv4 ID 0 + DF exactly as the UDP path's datagrams (same ICRC), received
+/// ICRCs checked against the real IPv4 header. ACKs are put on the ring after the
+/// other packets of a batch. Needs root, and a private netns (it takes every UDP
+/// 4791 frame to 127/8 on that `lo`). Receiving happens only in `round` (manual
+/// progress and busy polling); the threaded poller still sleeps on the UDP
+/// socket. Packets must fit a 4 KiB UMEM frame (path MTU <= 2048). Without the
+/// variable nothing changes.
+mod xdp_io {
+    use std::cell::RefCell;
+    use std::net::Ipv4Addr;
+    use std::sync::{Mutex, MutexGuard, OnceLock};
+    use std::time::Instant;
+
+    use netio::xdp::frame::UdpFlow;
+    use netio::xdp::port::XdpPort;
+    use netio::xdp::XdpConfig;
+    use wire::ethernet::Ipv4Packet;
+    use wire::roce::icrc::fill_icrc_ipv4;
+    use wire::roce::Ipv4Pseudo;
+
+    use crate::device::Shared;
+    use crate::soft::Engine;
+
+    static PORT: OnceLock<Option<Mutex<XdpPort>>> = OnceLock::new();
+
+    /// The shared port if the datapath is on and `ip` is a loopback address.
+    pub(super) fn port_for(ip: Ipv4Addr) -> Option<&'static Mutex<XdpPort>> {
+        if !ip.is_loopback() {
+            return None;
+        }
+        PORT.get_or_init(|| {
+            if std::env::var("DPUSTACK_ROCE_IO").ok()? != "xdp" {
+                return None;
+            }
+            let cfg = XdpConfig {
+                frame_size: 4096,
+                ring_size: 256,
+            };
+            match XdpPort::open("lo", Ipv4Addr::new(127, 0, 0, 0), 8, 4791, cfg) {
+                Ok(p) => {
+                    tracing::info!("roce io: AF_XDP on lo (127.0.0.0/8, UDP 4791)");
+                    Some(Mutex::new(p))
+                }
+                Err(e) => {
+                    tracing::warn!("roce io: AF_XDP unavailable ({e}); using UDP sockets");
+                    None
+                }
+            }
+        })
+        .as_ref()
+    }
+
+    fn lock(p: &Mutex<XdpPort>) -> MutexGuard<'_, XdpPort> {
+        p.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Received packets copied out of the port (so its lock is not held while
+    /// the engine's is taken): bytes + (IP fields, offset, length).
+    type RxCopy = (Vec<u8>, Vec<(Ipv4Pseudo, usize, usize)>);
+
+    thread_local! {
+        static RX: RefCell<RxCopy> = const { RefCell::new((Vec::new(), Vec::new())) };
+    }
+
+    /// As `super::round` for the AF_XDP port. Returns packets received.
+    pub(super) fn round(shared: &Shared, port: &Mutex<XdpPort>, tx: bool) -> usize {
+        RX.with_borrow_mut(|(bytes, pkts)| {
+            bytes.clear();
+            pkts.clear();
+            {
+                // never wait for the port here: whoever holds it is receiving (and
+                // queues our frames for us) or sending; a busy poller comes back
+                let mut p = match port.try_lock() {
+                    Ok(p) => p,
+                    Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                    Err(std::sync::TryLockError::WouldBlock) => return 0,
+                };
+                p.register(shared.ip);
+                p.recv_for(shared.ip, netio::udp::MAX_BATCH, |u| {
+                    let ip = Ipv4Packet::new_unchecked(u.ip_header);
+                    let pseudo = Ipv4Pseudo {
+                        src: u.src_ip.octets(),
+                        dst: u.dst_ip.octets(),
+                        id: ip.ident(),
+                        frag: ip.frag_field(),
+                        sport: u.src_port,
+                        dport: u.dst_port,
+                    };
+                    let off = bytes.len();
+                    bytes.extend_from_slice(u.payload);
+                    pkts.push((pseudo, off, u.payload.len()));
+                });
+            }
+            if pkts.is_empty() {
+                return 0;
+            }
+            let now = Instant::now();
+            let mut g = shared.lock();
+            for (ip, off, len) in pkts.iter() {
+                if let Some(data) = bytes.get(*off..off + len) {
+                    g.engine.handle_datagram(now, ip.src, Some(ip), data);
+                }
+            }
+            if g.engine.poll_timeout().is_some_and(|t| t <= now) {
+                g.engine.handle_timeout(now);
+            }
+            if tx {
+                shared.after(&mut g);
+            } else {
+                g.rx_now = Some((now, super::coarse_ns()));
+                shared.after_no_tx(&mut g);
+            }
+            pkts.len()
+        })
+    }
+
+    /// As `TxState::pump` for the AF_XDP port.
+    pub(super) fn pump(port: &Mutex<XdpPort>, engine: &mut Engine, src: [u8; 4], now: Instant) {
+        let mut p = lock(port);
+        let mac = p.mac();
+        let mut n = 0;
+        loop {
+            let staged = p.stage(|body| {
+                let t = engine.poll_transmit(now, body)?;
+                let pkt = body.get_mut(..t.len)?;
+                let _ = fill_icrc_ipv4(&Ipv4Pseudo::df(src, t.dst, t.sport, t.dport), pkt);
+                let flow = UdpFlow {
+                    src_mac: mac,
+                    dst_mac: mac,
+                    src_ip: Ipv4Addr::from(src),
+                    dst_ip: Ipv4Addr::from(t.dst),
+                    src_port: t.sport,
+                    dst_port: t.dport,
+                    tos: 0,
+                };
+                // RC ACKNOWLEDGE: after the batch's other packets (the peer
+                // waits for the data, the ACK only frees our send queue)
+                let late = pkt.first() == Some(&0x11);
+                Some((t.len, flow, late))
+            });
+            if !staged {
+                break;
+            }
+            n += 1;
+            if n % netio::udp::MAX_BATCH == 0 {
+                if let Err(e) = p.flush() {
+                    tracing::warn!("roce xdp tx: {e}");
+                }
+            }
+        }
+        if let Err(e) = p.flush() {
+            tracing::warn!("roce xdp tx: {e}");
+        }
+    }
 }

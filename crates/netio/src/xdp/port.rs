@@ -117,23 +117,26 @@ impl XdpPort {
         n
     }
 
-    /// Writes one frame of `flow` whose UDP payload `payload` writes into the
-    /// buffer it is given and returns the payload length (None: nothing to send,
-    /// the frame goes back to the pool). Staged until [`Self::flush`]; `late`
-    /// frames go after the others. Returns false when no frame was staged.
+    /// Writes one frame: `payload` writes the UDP payload into the buffer it is
+    /// given (after room for the headers) and returns its length, the flow, and
+    /// whether the frame is `late` (None: nothing to send, the frame goes back to
+    /// the pool). Staged until [`Self::flush`]; `late` frames go after the others.
+    /// Returns false when no frame was staged (also when no UMEM frame was free:
+    /// `payload` is then not called).
     pub fn stage(
         &mut self,
-        late: bool,
-        payload: impl FnOnce(&mut [u8]) -> Option<(usize, UdpFlow)>,
+        payload: impl FnOnce(&mut [u8]) -> Option<(usize, UdpFlow, bool)>,
     ) -> bool {
         let mut ok = false;
+        let mut late = false;
         let d = self.sock.prepare(|buf| {
             let Some(body) = buf.get_mut(frame::HEADERS_LEN..) else {
                 return 0;
             };
-            let Some((len, flow)) = payload(body) else {
+            let Some((len, flow, l)) = payload(body) else {
                 return 0;
             };
+            late = l;
             match flow.emit_headers(buf, len) {
                 Some(total) => {
                     ok = true;

@@ -63,13 +63,13 @@ fn port_on_lo_steers_only_its_prefix_and_port() {
             tos: 0,
         };
         // Two frames, the first staged late: it must arrive second.
-        assert!(p.stage(true, |buf| {
+        assert!(p.stage(|buf| {
             buf[..3].copy_from_slice(b"ack");
-            Some((3, flow))
+            Some((3, flow, true))
         }));
-        assert!(p.stage(false, |buf| {
+        assert!(p.stage(|buf| {
             buf[..4].copy_from_slice(b"data");
-            Some((4, flow))
+            Some((4, flow, false))
         }));
         p.flush().unwrap();
         // A kernel UDP socket sending to b:4791 is steered too; to b:4792 it is not.
