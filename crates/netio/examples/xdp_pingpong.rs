@@ -217,7 +217,7 @@ fn xdp_half_rtt(t: Duration, p: Pattern, xdp_flags: u32) -> std::io::Result<Resu
     let ns_per_cycle = secs * 1e9 / cycles().wrapping_sub(c0).max(1) as f64;
     stop.store(true, Ordering::Relaxed);
     let xb = echo.join().expect("echo thread");
-    eprintln!("  a: {:?}\n  b: {:?}", xa.stats, xb.stats);
+    eprintln!("  a: {:?}\n  b: {:?}", xa.stats(), xb.stats());
     drop((pa, pb));
     if raw.is_empty() {
         return Err(std::io::Error::new(

@@ -31,6 +31,7 @@ pub mod ring;
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
 
 use ring::{ConsRing, ProdRing, RingMem};
 
@@ -181,7 +182,7 @@ pub struct TxFrame {
     len: u32,
 }
 
-/// Counters of one socket.
+/// Counters of one socket (see [`XdpSocket::stats`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct XdpStats {
     pub rx_frames: u64,
@@ -192,27 +193,59 @@ pub struct XdpStats {
     pub rx_bad_desc: u64,
 }
 
-/// An AF_XDP socket bound in copy mode to one (interface, queue), with its own UMEM.
-pub struct XdpSocket {
-    rx: ConsRing<libc::xdp_desc>,
-    tx: ProdRing<libc::xdp_desc>,
-    fill: ProdRing<u64>,
-    comp: ConsRing<u64>,
-    // Drop order: rings (plain pointers), then the socket, then the mappings.
+/// The mappings and descriptor both halves of a socket use.
+struct Mapped {
+    // Drop order: the socket first, then the mappings.
     fd: OwnedFd,
     _ring_maps: Vec<Mmap>,
     umem: Mmap,
-    free: Vec<u64>,
     frame_size: u32,
-    /// TX descriptors queued since the last kick.
-    unkicked: u32,
-    pub stats: XdpStats,
 }
 
-// SAFETY: the socket exclusively owns its mappings and descriptor; the raw
-// pointers in the rings point only into those mappings, so moving the whole value
-// to another thread is sound (it is not Sync: one thread drives it).
-unsafe impl Send for XdpSocket {}
+// SAFETY: `Mapped` only owns a descriptor and mappings; which UMEM frames and
+// ring words each half touches is decided by the ring protocol (RX/fill and
+// TX/completion use disjoint rings and disjoint halves of the UMEM), so sharing
+// it between the two halves on different threads is sound.
+unsafe impl Send for Mapped {}
+// SAFETY: as above; `Mapped` itself has no interior mutability.
+unsafe impl Sync for Mapped {}
+
+/// The receive half: RX and fill rings, the UMEM frames they circulate.
+pub struct XdpRx {
+    rx: ConsRing<libc::xdp_desc>,
+    fill: ProdRing<u64>,
+    m: Arc<Mapped>,
+    pub rx_frames: u64,
+    /// RX descriptors outside the UMEM (never expected).
+    pub rx_bad_desc: u64,
+}
+
+/// The transmit half: TX and completion rings, the other UMEM frames.
+pub struct XdpTx {
+    tx: ProdRing<libc::xdp_desc>,
+    comp: ConsRing<u64>,
+    m: Arc<Mapped>,
+    free: Vec<u64>,
+    /// TX descriptors queued since the last kick.
+    unkicked: u32,
+    pub tx_frames: u64,
+    /// `sendto` kicks.
+    pub kicks: u64,
+}
+
+// SAFETY: each half's ring pointers point into the `Mapped` it holds an Arc of;
+// the halves touch disjoint rings and frames, so each may live on its own thread
+// (neither is Sync: one thread drives a half).
+unsafe impl Send for XdpRx {}
+// SAFETY: as for XdpRx.
+unsafe impl Send for XdpTx {}
+
+/// An AF_XDP socket bound in copy mode to one (interface, queue), with its own
+/// UMEM. [`XdpSocket::split`] gives halves that two threads can drive at once.
+pub struct XdpSocket {
+    rx: XdpRx,
+    tx: XdpTx,
+}
 
 impl XdpSocket {
     /// Creates the socket and UMEM, maps the rings and binds to `(ifindex, queue)`
@@ -331,26 +364,79 @@ impl XdpSocket {
             .rev()
             .map(|i| u64::from(i * cfg.frame_size))
             .collect();
-        Ok(XdpSocket {
-            rx,
-            tx,
-            fill,
-            comp,
+        let m = Arc::new(Mapped {
             fd,
             _ring_maps: vec![m_rx, m_tx, m_fr, m_cr],
             umem,
-            free,
             frame_size: cfg.frame_size,
-            unkicked: 0,
-            stats: XdpStats::default(),
+        });
+        Ok(XdpSocket {
+            rx: XdpRx {
+                rx,
+                fill,
+                m: m.clone(),
+                rx_frames: 0,
+                rx_bad_desc: 0,
+            },
+            tx: XdpTx {
+                tx,
+                comp,
+                m,
+                free,
+                unkicked: 0,
+                tx_frames: 0,
+                kicks: 0,
+            },
         })
     }
 
     /// The socket descriptor (for [`bpf::XdpRedirect::register`]).
     pub fn fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.rx.m.fd.as_raw_fd()
     }
 
+    /// The two halves (the socket closes when both are dropped).
+    pub fn split(self) -> (XdpRx, XdpTx) {
+        (self.rx, self.tx)
+    }
+
+    /// Counters of both halves.
+    pub fn stats(&self) -> XdpStats {
+        XdpStats {
+            rx_frames: self.rx.rx_frames,
+            tx_frames: self.tx.tx_frames,
+            kicks: self.tx.kicks,
+            rx_bad_desc: self.rx.rx_bad_desc,
+        }
+    }
+
+    /// See [`XdpRx::recv`].
+    pub fn recv(&mut self, max: usize, f: impl FnMut(&[u8])) -> usize {
+        self.rx.recv(max, f)
+    }
+    /// See [`XdpTx::send_with`].
+    pub fn send_with(&mut self, f: impl FnOnce(&mut [u8]) -> usize) -> bool {
+        self.tx.send_with(f)
+    }
+    /// See [`XdpTx::prepare`].
+    pub fn prepare(&mut self, f: impl FnOnce(&mut [u8]) -> usize) -> Option<TxFrame> {
+        self.tx.prepare(f)
+    }
+    /// See [`XdpTx::queue`].
+    pub fn queue(&mut self, d: TxFrame) -> bool {
+        self.tx.queue(d)
+    }
+    /// See [`XdpTx::flush`].
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.tx.flush()
+    }
+    /// See [`XdpTx::reap`].
+    pub fn reap(&mut self) -> usize {
+        self.tx.reap()
+    }
+}
+
+impl XdpRx {
     /// Hands up to `max` received frames to `f` (no syscall: reads the RX ring),
     /// then returns their buffers to the fill ring. Returns how many.
     pub fn recv(&mut self, max: usize, mut f: impl FnMut(&[u8])) -> usize {
@@ -359,17 +445,17 @@ impl XdpSocket {
             let Some(d) = self.rx.pop() else { break };
             n += 1;
             let (a, l) = (d.addr as usize, d.len as usize);
-            if a.checked_add(l).is_some_and(|e| e <= self.umem.len) {
+            if a.checked_add(l).is_some_and(|e| e <= self.m.umem.len) {
                 // SAFETY: in bounds of the UMEM (checked above); the kernel wrote
                 // this frame before publishing the descriptor and will not touch it
                 // until we hand the chunk back through the fill ring below.
-                let frame = unsafe { std::slice::from_raw_parts(self.umem.ptr.add(a), l) };
+                let frame = unsafe { std::slice::from_raw_parts(self.m.umem.ptr.add(a), l) };
                 f(frame);
-                self.stats.rx_frames += 1;
+                self.rx_frames += 1;
             } else {
-                self.stats.rx_bad_desc += 1;
+                self.rx_bad_desc += 1;
             }
-            let chunk = d.addr & !u64::from(self.frame_size - 1);
+            let chunk = d.addr & !u64::from(self.m.frame_size - 1);
             // Cannot fail: fill + RX together never hold more than ring_size chunks.
             self.fill.push(chunk);
         }
@@ -379,7 +465,9 @@ impl XdpSocket {
         }
         n
     }
+}
 
+impl XdpTx {
     /// Lends a free TX frame to `f`, which writes a frame and returns its length
     /// (0 = nothing to send). Queued, not sent before [`Self::flush`]. False if no
     /// frame or TX slot is free.
@@ -405,11 +493,11 @@ impl XdpSocket {
         // list: neither in the kernel's TX/completion rings nor in fill/RX).
         let buf = unsafe {
             std::slice::from_raw_parts_mut(
-                self.umem.ptr.add(addr as usize),
-                self.frame_size as usize,
+                self.m.umem.ptr.add(addr as usize),
+                self.m.frame_size as usize,
             )
         };
-        let len = f(buf).min(self.frame_size as usize);
+        let len = f(buf).min(self.m.frame_size as usize);
         if len == 0 {
             self.free.push(addr);
             return None;
@@ -431,7 +519,7 @@ impl XdpSocket {
             self.free.push(d.addr);
             return false;
         }
-        self.stats.tx_frames += 1;
+        self.tx_frames += 1;
         self.unkicked += 1;
         true
     }
@@ -445,11 +533,11 @@ impl XdpSocket {
         }
         self.tx.submit();
         self.unkicked = 0;
-        self.stats.kicks += 1;
+        self.kicks += 1;
         // SAFETY: an empty sendto on our socket: no buffers are passed.
         let rc = unsafe {
             libc::sendto(
-                self.fd.as_raw_fd(),
+                self.m.fd.as_raw_fd(),
                 std::ptr::null(),
                 0,
                 libc::MSG_DONTWAIT,
@@ -472,7 +560,7 @@ impl XdpSocket {
     pub fn reap(&mut self) -> usize {
         let mut n = 0;
         while let Some(a) = self.comp.pop() {
-            self.free.push(a & !u64::from(self.frame_size - 1));
+            self.free.push(a & !u64::from(self.m.frame_size - 1));
             n += 1;
         }
         if n > 0 {

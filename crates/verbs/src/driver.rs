@@ -322,7 +322,8 @@ pub(crate) fn spawn_poller(shared: &Arc<Shared>) -> std::io::Result<()> {
 /// `DPUSTACK_ROCE_IO=xdp` in the environment, devices on 127.0.0.0/8 receive and
 /// send through one AF_XDP socket on `lo` shared by the process
 /// (`netio::xdp::port::XdpPort`, generic XDP, copy mode) instead of their UDP
-/// sockets: no syscall to receive, one `sendto` kick per batch, frames built here
+/// sockets: no syscall to receive, one `sendto` kick per batch (receive and
+/// transmit halves locked separately, so a receiver is not held up by a kick), frames built here
 /// with IPv4 ID 0 + DF exactly as the UDP path's datagrams (same ICRC), received
 /// ICRCs checked against the real IPv4 header. ACKs are put on the ring after the
 /// other packets of a batch. Needs root, and a private netns (it takes every UDP
@@ -333,7 +334,7 @@ pub(crate) fn spawn_poller(shared: &Arc<Shared>) -> std::io::Result<()> {
 mod xdp_io {
     use std::cell::RefCell;
     use std::net::Ipv4Addr;
-    use std::sync::{Mutex, MutexGuard, OnceLock};
+    use std::sync::OnceLock;
     use std::time::Instant;
 
     use netio::xdp::frame::UdpFlow;
@@ -346,10 +347,10 @@ mod xdp_io {
     use crate::device::Shared;
     use crate::soft::Engine;
 
-    static PORT: OnceLock<Option<Mutex<XdpPort>>> = OnceLock::new();
+    static PORT: OnceLock<Option<XdpPort>> = OnceLock::new();
 
     /// The shared port if the datapath is on and `ip` is a loopback address.
-    pub(super) fn port_for(ip: Ipv4Addr) -> Option<&'static Mutex<XdpPort>> {
+    pub(super) fn port_for(ip: Ipv4Addr) -> Option<&'static XdpPort> {
         if !ip.is_loopback() {
             return None;
         }
@@ -364,7 +365,7 @@ mod xdp_io {
             match XdpPort::open("lo", Ipv4Addr::new(127, 0, 0, 0), 8, 4791, cfg) {
                 Ok(p) => {
                     tracing::info!("roce io: AF_XDP on lo (127.0.0.0/8, UDP 4791)");
-                    Some(Mutex::new(p))
+                    Some(p)
                 }
                 Err(e) => {
                     tracing::warn!("roce io: AF_XDP unavailable ({e}); using UDP sockets");
@@ -375,10 +376,6 @@ mod xdp_io {
         .as_ref()
     }
 
-    fn lock(p: &Mutex<XdpPort>) -> MutexGuard<'_, XdpPort> {
-        p.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Received packets copied out of the port (so its lock is not held while
     /// the engine's is taken): bytes + (IP fields, offset, length).
     type RxCopy = (Vec<u8>, Vec<(Ipv4Pseudo, usize, usize)>);
@@ -387,18 +384,46 @@ mod xdp_io {
         static RX: RefCell<RxCopy> = const { RefCell::new((Vec::new(), Vec::new())) };
     }
 
+    thread_local! {
+        /// (last exact reading, coarse clock then) for [`clock`].
+        static CLOCK: std::cell::Cell<Option<(Instant, u64)>> = const { std::cell::Cell::new(None) };
+    }
+
+    /// The time for a receive round. `Instant::now()` is an emulated HPET read in
+    /// the TCG guest (~6 us, as much as a frame's kernel path), so this reads it
+    /// at most once per coarse-clock tick and otherwise adds the coarse clock's
+    /// advance (vDSO, no hardware access) to the last reading: at most a tick
+    /// (1-4 ms) behind, against retransmit timeouts of tens of ms. With
+    /// `DPUSTACK_XDP_CLOCK=exact`, every round reads `Instant::now()` as the
+    /// UDP path does.
+    fn clock() -> Instant {
+        static EXACT: OnceLock<bool> = OnceLock::new();
+        if *EXACT.get_or_init(|| std::env::var("DPUSTACK_XDP_CLOCK").is_ok_and(|v| v == "exact")) {
+            return Instant::now();
+        }
+        let c = super::coarse_ns();
+        CLOCK.with(|cell| match cell.get() {
+            Some((t, c0)) if c.saturating_sub(c0) < 4_000_000 => {
+                t + std::time::Duration::from_nanos(c - c0)
+            }
+            _ => {
+                let t = Instant::now();
+                cell.set(Some((t, super::coarse_ns())));
+                t
+            }
+        })
+    }
+
     /// As `super::round` for the AF_XDP port. Returns packets received.
-    pub(super) fn round(shared: &Shared, port: &Mutex<XdpPort>, tx: bool) -> usize {
+    pub(super) fn round(shared: &Shared, port: &XdpPort, tx: bool) -> usize {
         RX.with_borrow_mut(|(bytes, pkts)| {
             bytes.clear();
             pkts.clear();
             {
-                // never wait for the port here: whoever holds it is receiving (and
-                // queues our frames for us) or sending; a busy poller comes back
-                let mut p = match port.try_lock() {
-                    Ok(p) => p,
-                    Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-                    Err(std::sync::TryLockError::WouldBlock) => return 0,
+                // never wait for the receive half here: whoever holds it is
+                // receiving and queues our frames for us; a busy poller comes back
+                let Some(mut p) = port.try_rx() else {
+                    return 0;
                 };
                 p.register(shared.ip);
                 p.recv_for(shared.ip, netio::udp::MAX_BATCH, |u| {
@@ -419,7 +444,7 @@ mod xdp_io {
             if pkts.is_empty() {
                 return 0;
             }
-            let now = Instant::now();
+            let now = clock();
             let mut g = shared.lock();
             for (ip, off, len) in pkts.iter() {
                 if let Some(data) = bytes.get(*off..off + len) {
@@ -440,8 +465,8 @@ mod xdp_io {
     }
 
     /// As `TxState::pump` for the AF_XDP port.
-    pub(super) fn pump(port: &Mutex<XdpPort>, engine: &mut Engine, src: [u8; 4], now: Instant) {
-        let mut p = lock(port);
+    pub(super) fn pump(port: &XdpPort, engine: &mut Engine, src: [u8; 4], now: Instant) {
+        let mut p = port.tx();
         let mac = p.mac();
         let mut n = 0;
         loop {

@@ -13,25 +13,48 @@
 use std::collections::VecDeque;
 use std::io;
 use std::net::Ipv4Addr;
+use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
 use super::bpf::{XdpRedirect, XDP_FLAGS_SKB_MODE};
 use super::frame::{self, UdpFlow, UdpFrame};
-use super::{if_mac, ifindex, TxFrame, XdpConfig, XdpSocket};
+use super::{if_mac, ifindex, TxFrame, XdpConfig, XdpRx, XdpSocket, XdpTx};
 
 /// Most frames kept for an endpoint that does not poll.
 const PENDING_MAX: usize = 1024;
 
-/// A shared AF_XDP port (see the module doc).
+/// A shared AF_XDP port (see the module doc). The receive and transmit halves
+/// have their own locks, so one thread can take frames off the RX ring while
+/// another is inside the `sendto` kick (which, in copy mode, delivers the first
+/// frame of a batch to the receiver before building the next).
 pub struct XdpPort {
-    sock: XdpSocket,
+    rx: Mutex<PortRx>,
+    tx: Mutex<PortTx>,
     _prog: XdpRedirect,
-    mac: [u8; 6],
+}
+
+/// The receive half of an [`XdpPort`].
+pub struct PortRx {
+    sock: XdpRx,
     port: u16,
     endpoints: Vec<(Ipv4Addr, VecDeque<Vec<u8>>)>,
-    staged: Vec<TxFrame>,
-    late: Vec<TxFrame>,
     /// Frames for no registered endpoint, or that did not parse, or overflowed a queue.
     pub dropped: u64,
+}
+
+/// The transmit half of an [`XdpPort`].
+pub struct PortTx {
+    sock: XdpTx,
+    mac: [u8; 6],
+    staged: Vec<TxFrame>,
+    late: Vec<TxFrame>,
+    /// Frames the TX ring had no room for.
+    pub dropped: u64,
+}
+
+type LockResult<'a, T> = Result<MutexGuard<'a, T>, PoisonError<MutexGuard<'a, T>>>;
+
+fn unpoison<T>(r: LockResult<'_, T>) -> MutexGuard<'_, T> {
+    r.unwrap_or_else(|e| e.into_inner())
 }
 
 impl XdpPort {
@@ -54,23 +77,46 @@ impl XdpPort {
         let prog = XdpRedirect::attach_net(ifi, u32::from(net), mask, port, 1, XDP_FLAGS_SKB_MODE)?;
         let sock = XdpSocket::open(ifi, 0, cfg)?;
         prog.register(0, sock.fd())?;
+        let (rx, tx) = sock.split();
         Ok(XdpPort {
-            sock,
+            rx: Mutex::new(PortRx {
+                sock: rx,
+                port,
+                endpoints: Vec::new(),
+                dropped: 0,
+            }),
+            tx: Mutex::new(PortTx {
+                sock: tx,
+                mac,
+                staged: Vec::new(),
+                late: Vec::new(),
+                dropped: 0,
+            }),
             _prog: prog,
-            mac,
-            port,
-            endpoints: Vec::new(),
-            staged: Vec::new(),
-            late: Vec::new(),
-            dropped: 0,
         })
     }
 
-    /// The interface's MAC address.
-    pub fn mac(&self) -> [u8; 6] {
-        self.mac
+    /// The receive half (waits for it).
+    pub fn rx(&self) -> MutexGuard<'_, PortRx> {
+        unpoison(self.rx.lock())
     }
 
+    /// The receive half if nobody holds it.
+    pub fn try_rx(&self) -> Option<MutexGuard<'_, PortRx>> {
+        match self.rx.try_lock() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// The transmit half (waits for it).
+    pub fn tx(&self) -> MutexGuard<'_, PortTx> {
+        unpoison(self.tx.lock())
+    }
+}
+
+impl PortRx {
     /// Makes `ip` an endpoint (idempotent).
     pub fn register(&mut self, ip: Ipv4Addr) {
         if !self.endpoints.iter().any(|(a, _)| *a == ip) {
@@ -115,6 +161,18 @@ impl XdpPort {
             _ => *dropped += 1,
         });
         n
+    }
+
+    /// Frames taken off the RX ring so far.
+    pub fn rx_frames(&self) -> u64 {
+        self.sock.rx_frames
+    }
+}
+
+impl PortTx {
+    /// The interface's MAC address.
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
     }
 
     /// Writes one frame: `payload` writes the UDP payload into the buffer it is
@@ -168,8 +226,8 @@ impl XdpPort {
         self.sock.flush()
     }
 
-    /// Socket counters.
-    pub fn stats(&self) -> super::XdpStats {
-        self.sock.stats
+    /// Frames put on the TX ring so far.
+    pub fn tx_frames(&self) -> u64 {
+        self.sock.tx_frames
     }
 }

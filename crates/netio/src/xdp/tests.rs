@@ -43,7 +43,7 @@ fn in_private_netns(f: impl FnOnce() + Send + 'static) -> Option<()> {
 fn port_on_lo_steers_only_its_prefix_and_port() {
     in_private_netns(|| {
         let net = Ipv4Addr::new(127, 0, 0, 0);
-        let mut p = match XdpPort::open("lo", net, 8, 4791, XdpConfig::default()) {
+        let p = match XdpPort::open("lo", net, 8, 4791, XdpConfig::default()) {
             Ok(p) => p,
             Err(e) => {
                 println!("SKIP xdp lo test: {e}");
@@ -51,11 +51,12 @@ fn port_on_lo_steers_only_its_prefix_and_port() {
             }
         };
         let (a, b) = (Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 2));
-        p.register(a);
-        p.register(b);
+        p.rx().register(a);
+        p.rx().register(b);
+        let mac = p.tx().mac();
         let flow = UdpFlow {
-            src_mac: p.mac(),
-            dst_mac: p.mac(),
+            src_mac: mac,
+            dst_mac: mac,
             src_ip: a,
             dst_ip: b,
             src_port: 4791,
@@ -63,15 +64,18 @@ fn port_on_lo_steers_only_its_prefix_and_port() {
             tos: 0,
         };
         // Two frames, the first staged late: it must arrive second.
-        assert!(p.stage(|buf| {
-            buf[..3].copy_from_slice(b"ack");
-            Some((3, flow, true))
-        }));
-        assert!(p.stage(|buf| {
-            buf[..4].copy_from_slice(b"data");
-            Some((4, flow, false))
-        }));
-        p.flush().unwrap();
+        {
+            let mut tx = p.tx();
+            assert!(tx.stage(|buf| {
+                buf[..3].copy_from_slice(b"ack");
+                Some((3, flow, true))
+            }));
+            assert!(tx.stage(|buf| {
+                buf[..4].copy_from_slice(b"data");
+                Some((4, flow, false))
+            }));
+            tx.flush().unwrap();
+        }
         // A kernel UDP socket sending to b:4791 is steered too; to b:4792 it is not.
         let k = UdpSocket::bind("127.0.0.1:0").unwrap();
         let other = UdpSocket::bind(SocketAddrV4::new(b, 4792)).unwrap();
@@ -85,9 +89,9 @@ fn port_on_lo_steers_only_its_prefix_and_port() {
         let mut for_a = 0;
         let mut got: Vec<Vec<u8>> = Vec::new();
         while got.len() < 3 && t0.elapsed() < Duration::from_secs(2) {
-            for_a += p.recv_for(a, 64, |_| ());
+            for_a += p.rx().recv_for(a, 64, |_| ());
             if t0.elapsed() > Duration::from_millis(100) {
-                p.recv_for(b, 64, |u| {
+                p.rx().recv_for(b, 64, |u| {
                     assert_eq!((u.dst_ip, u.dst_port), (b, 4791));
                     got.push(u.payload.to_vec());
                 });
@@ -103,6 +107,7 @@ fn port_on_lo_steers_only_its_prefix_and_port() {
             .recv_from(&mut buf)
             .expect("port 4792 goes to the kernel");
         assert_eq!(&buf[..n], b"pass");
-        assert_eq!(p.stats().tx_frames, 2);
+        assert_eq!(p.tx().tx_frames(), 2);
+        assert_eq!(p.rx().rx_frames(), 3);
     });
 }
