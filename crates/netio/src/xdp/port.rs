@@ -4,7 +4,7 @@
 //! keeping those for other registered endpoints in small per-endpoint queues
 //! until their owner polls.
 //!
-//! Transmit stages frames first and puts them on the TX ring at [`XdpPort::flush`],
+//! Transmit stages frames first and puts them on the TX ring at [`PortTx::flush`],
 //! the frames marked `late` after the others (a RoCE sender marks ACKs, so the
 //! data frame the peer is waiting for leaves first; see the ping-pong example's
 //! "data first" figures). Only interfaces without neighbour resolution
