@@ -535,8 +535,12 @@ impl XdpTx {
         true
     }
 
-    /// Publishes the queued TX descriptors and kicks the kernel (one `sendto`; in
-    /// copy mode it transmits them synchronously), then reaps completions.
+    /// Publishes the queued TX descriptors and kicks the kernel (`sendto`; in copy
+    /// mode it transmits synchronously, but at most a batch of 32 frames per call,
+    /// answering EAGAIN while more are left), then reaps completions. Kicks again
+    /// while the kernel says there is more, up to a whole ring's worth; if it still
+    /// has frames it could not take (no skb, device busy), the next `flush` kicks
+    /// again even with nothing new queued, so no frame is left on the ring.
     pub fn flush(&mut self) -> io::Result<()> {
         if self.unkicked == 0 {
             self.reap();
@@ -544,25 +548,33 @@ impl XdpTx {
         }
         self.tx.submit();
         self.unkicked = 0;
-        self.kicks += 1;
-        // SAFETY: an empty sendto on our socket: no buffers are passed.
-        let rc = unsafe {
-            libc::sendto(
-                self.m.fd.as_raw_fd(),
-                std::ptr::null(),
-                0,
-                libc::MSG_DONTWAIT,
-                std::ptr::null(),
-                0,
-            )
-        };
-        if rc < 0 {
+        // the kernel takes 32 frames per kick (TX_BATCH_SIZE); rings here hold
+        // a few hundred
+        for _ in 0..16 {
+            self.kicks += 1;
+            // SAFETY: an empty sendto on our socket: no buffers are passed.
+            let rc = unsafe {
+                libc::sendto(
+                    self.m.fd.as_raw_fd(),
+                    std::ptr::null(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null(),
+                    0,
+                )
+            };
+            if rc >= 0 {
+                self.reap();
+                return Ok(());
+            }
             let e = io::Error::last_os_error();
             match e.raw_os_error() {
                 Some(libc::EAGAIN) | Some(libc::EBUSY) | Some(libc::ENOBUFS) => {}
                 _ => return Err(e),
             }
         }
+        // frames are still on the ring: kick again at the next flush
+        self.unkicked = 1;
         self.reap();
         Ok(())
     }

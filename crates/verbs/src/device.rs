@@ -178,6 +178,12 @@ impl Context {
         } else {
             Mtu::Mtu1024
         });
+        // the AF_XDP datapath carries a packet in one 4 KiB UMEM frame
+        let mtu = if o.mode != IoMode::External && crate::driver::xdp_port_active(o.ip)? {
+            mtu.min(Mtu::Mtu2048)
+        } else {
+            mtu
+        };
         let mut engine = Engine::new(o.ip.octets(), mtu);
         let (sock, io, rx) = if o.mode == IoMode::External {
             (None, None, None)

@@ -240,6 +240,9 @@ const BUSY_POLL_GRACE_NS: u64 = 200_000;
 /// How long the poller keeps polling an idle socket before blocking in poll().
 const POLLER_SPIN: Duration = Duration::from_micros(10);
 
+/// How long the poller of a device on the AF_XDP datapath sleeps between receive rounds.
+const XDP_POLLER_NAP: Duration = Duration::from_micros(50);
+
 /// Starts the device's poller thread. It holds only a weak reference and exits
 /// when the last handle of the device is dropped.
 pub(crate) fn spawn_poller(shared: &Arc<Shared>) -> std::io::Result<()> {
@@ -248,6 +251,9 @@ pub(crate) fn spawn_poller(shared: &Arc<Shared>) -> std::io::Result<()> {
         .sock
         .clone()
         .ok_or_else(|| std::io::Error::other("no socket"))?;
+    // the AF_XDP port has no fd to sleep on here: its poller wakes every
+    // XDP_POLLER_NAP to receive (applications that busy-poll receive at once)
+    let xdp = xdp_io::port_for(shared.ip).is_some();
     let h = std::thread::Builder::new()
         .name(format!("roce-{}", shared.name))
         .spawn(move || loop {
@@ -260,7 +266,9 @@ pub(crate) fn spawn_poller(shared: &Arc<Shared>) -> std::io::Result<()> {
                         .min(Duration::from_millis(50))
                 })
             };
-            if !sock.wait_readable(Some(timeout)).unwrap_or(false) {
+            if xdp {
+                std::thread::sleep(timeout.min(XDP_POLLER_NAP));
+            } else if !sock.wait_readable(Some(timeout)).unwrap_or(false) {
                 let Some(s) = weak.upgrade() else { return };
                 let now = Instant::now();
                 let mut g = s.lock();
@@ -318,6 +326,27 @@ pub(crate) fn spawn_poller(shared: &Arc<Shared>) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Whether the opt-in AF_XDP datapath carries the packets of a device on `ip`
+/// (opens the shared port on first use); its frames hold packets of path MTU
+/// 2048 at most, so the device's port MTU is capped there. When it was asked for
+/// (`DPUSTACK_ROCE_IO=xdp`) and cannot serve this device, opening the device
+/// fails rather than silently falling back to UDP sockets.
+pub(crate) fn xdp_port_active(ip: Ipv4Addr) -> crate::Result<bool> {
+    if std::env::var("DPUSTACK_ROCE_IO").ok().as_deref() != Some("xdp") {
+        return Ok(false);
+    }
+    if let Some(port) = xdp_io::port_for(ip) {
+        // an endpoint from the start: frames for it that another device's
+        // receive round takes off the ring are queued for it, not dropped
+        port.rx().register(ip);
+        return Ok(true);
+    }
+    Err(crate::Error::Io(std::io::Error::other(format!(
+        "DPUSTACK_ROCE_IO=xdp: no AF_XDP port for {ip} (only 127.0.0.0/8 devices, as root, \
+         one process per network namespace; see the warning above)"
+    ))))
+}
+
 /// Opt-in AF_XDP datapath, an experiment (see docs in `netio::xdp`): with
 /// `DPUSTACK_ROCE_IO=xdp` in the environment, devices on 127.0.0.0/8 receive and
 /// send through one AF_XDP socket on `lo` shared by the process
@@ -360,7 +389,7 @@ mod xdp_io {
             }
             let cfg = XdpConfig {
                 frame_size: 4096,
-                ring_size: 256,
+                ring_size: 2048,
             };
             match XdpPort::open("lo", Ipv4Addr::new(127, 0, 0, 0), 8, 4791, cfg) {
                 Ok(p) => {
