@@ -356,10 +356,12 @@ pub(crate) fn xdp_port_active(ip: Ipv4Addr) -> crate::Result<bool> {
 /// with IPv4 ID 0 + DF exactly as the UDP path's datagrams (same ICRC), received
 /// ICRCs checked against the real IPv4 header. ACKs are put on the ring after the
 /// other packets of a batch. Needs root, and a private netns (it takes every UDP
-/// 4791 frame to 127/8 on that `lo`). Receiving happens only in `round` (manual
-/// progress and busy polling); the threaded poller still sleeps on the UDP
-/// socket. Packets must fit a 4 KiB UMEM frame (path MTU <= 2048). Without the
-/// variable nothing changes.
+/// 4791 frame to 127/8 on that `lo`: a second process asking for it fails to
+/// open its device). Receiving happens in `round` (manual progress, busy polling,
+/// and the threaded poller, which naps `XDP_POLLER_NAP` between rounds instead of
+/// sleeping on a socket). Packets must fit a 4 KiB UMEM frame: the port MTU is
+/// capped at 2048, so a UD message is at most 2048 bytes. Without the variable
+/// nothing changes.
 mod xdp_io {
     use std::cell::RefCell;
     use std::net::Ipv4Addr;
