@@ -18,8 +18,9 @@
 # Host side (run.sh): bash 03-roce-perf.sh      (uses $V, $BIN, $ROOT)
 #   knobs: ROCE_PERF_ROUNDS (3) ROCE_PERF_SECS (3) ROCE_PERF_ITERS (1000)
 #          ROCE_PERF_OURS (extra `perf` flags, e.g. "-m 1024"; `threaded` is a mode)
-#          ROCE_PERF_MODES (single,manual: `perf --mode` values, each measured and
-#          compared on its own)
+#          ROCE_PERF_MODES (single,manual,xdp-single: `perf --mode` values, each measured and
+#          compared on its own; xdp-M = mode M over the opt-in AF_XDP datapath,
+#          DPUSTACK_ROCE_IO=xdp; the others run with DPUSTACK_ROCE_IO=udp)
 # Guest side (internal): bash 03-roce-perf.sh guest BIN ROOT ROUNDS SECS ITERS MODES OURS...
 set -u
 
@@ -51,12 +52,15 @@ if [ "${1:-}" = guest ]; then
     done
     printf -v $var ''; return 1
   }
+  # a mode "xdp-M" is --mode M over the opt-in AF_XDP datapath (netio::xdp; needs
+  # root and a private netns: rp is one)
+  io_env() { case $1 in xdp-*) echo DPUSTACK_ROCE_IO=xdp ;; *) echo DPUSTACK_ROCE_IO=udp ;; esac; }
   ours_bw() {
-    timeout 120 ip netns exec rp $BIN perf write-bw --loopback --mode $1 -D $D $OURS --json 2>> $L/ours.err > $L/last.out
+    timeout 120 ip netns exec rp env $(io_env $1) $BIN perf write-bw --loopback --mode ${1#xdp-} -D $D $OURS --json 2>> $L/ours.err > $L/last.out
     python3 -c 'import json,sys; print(json.load(sys.stdin)["bw"]/1e6)' < $L/last.out 2>/dev/null
   }
   ours_lat() {
-    timeout 120 ip netns exec rp $BIN perf write-lat --loopback --mode $1 -n $N $OURS --json 2>> $L/ours.err > $L/last.out
+    timeout 120 ip netns exec rp env $(io_env $1) $BIN perf write-lat --loopback --mode ${1#xdp-} -n $N $OURS --json 2>> $L/ours.err > $L/last.out
     python3 -c 'import json,sys; l=json.load(sys.stdin)["lat"]; print(l["p50_ns"]/1e3, l["mean_ns"]/1e3)' < $L/last.out 2>/dev/null
   }
   # perftest reports MB as 2^20 bytes: convert to 10^6 like ours
@@ -127,4 +131,4 @@ fi
 # host side
 : "${V:?run from tests/interop/run.sh (needs V, BIN, ROOT)}"
 [ -x "$BIN" ] || { echo "FAIL roce-perf-binary (build it: cargo build --release -p dpustack)"; exit 1; }
-bash $V exec -t 800 "bash $ROOT/tests/interop/03-roce-perf.sh guest $BIN $ROOT ${ROCE_PERF_ROUNDS:-3} ${ROCE_PERF_SECS:-3} ${ROCE_PERF_ITERS:-1000} ${ROCE_PERF_MODES:-single,manual} ${ROCE_PERF_OURS:-}"
+bash $V exec -t 800 "bash $ROOT/tests/interop/03-roce-perf.sh guest $BIN $ROOT ${ROCE_PERF_ROUNDS:-3} ${ROCE_PERF_SECS:-3} ${ROCE_PERF_ITERS:-1000} ${ROCE_PERF_MODES:-single,manual,xdp-single} ${ROCE_PERF_OURS:-}"

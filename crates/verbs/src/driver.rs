@@ -227,6 +227,41 @@ pub(crate) fn coarse_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+thread_local! {
+    /// (last exact reading, coarse clock then) for [`clock`].
+    static CLOCK: std::cell::Cell<Option<(Instant, u64)>> = const { std::cell::Cell::new(None) };
+}
+
+/// The engine's "now" for a receive round of the AF_XDP path (the UDP path reads
+/// `Instant::now()`; measured in the guest, this saved ~1 us there). `Instant::now()` is an emulated
+/// HPET read in the TCG test guest (its clocksource; ~6 us, a syscall and a device
+/// exit, as much as a frame's kernel path), so this reads it at most once per
+/// coarse-clock tick (per thread) and otherwise adds the coarse clock's advance
+/// (vDSO, no hardware access) to the last reading. It is monotonic and at most a
+/// tick (1-4 ms) behind: a deadline set from it comes at most a tick early,
+/// against retransmit timeouts of tens of ms (4.096 us x 2^TIMEOUT) and RNR
+/// timers that only pace retries. With `DPUSTACK_ROCE_CLOCK=exact` every call
+/// reads `Instant::now()` (`DPUSTACK_XDP_CLOCK=exact` too).
+pub(crate) fn clock() -> Instant {
+    static EXACT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *EXACT.get_or_init(|| {
+        ["DPUSTACK_ROCE_CLOCK", "DPUSTACK_XDP_CLOCK"]
+            .iter()
+            .any(|k| std::env::var(k).is_ok_and(|v| v == "exact"))
+    }) {
+        return Instant::now();
+    }
+    let c = coarse_ns();
+    CLOCK.with(|cell| match cell.get() {
+        Some((t, c0)) if c.saturating_sub(c0) < 4_000_000 => t + Duration::from_nanos(c - c0),
+        _ => {
+            let t = Instant::now();
+            cell.set(Some((t, coarse_ns())));
+            t
+        }
+    })
+}
+
 /// Nanoseconds on a process-wide monotonic clock.
 pub(crate) fn mono_ns() -> u64 {
     static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
@@ -415,36 +450,6 @@ mod xdp_io {
         static RX: RefCell<RxCopy> = const { RefCell::new((Vec::new(), Vec::new())) };
     }
 
-    thread_local! {
-        /// (last exact reading, coarse clock then) for [`clock`].
-        static CLOCK: std::cell::Cell<Option<(Instant, u64)>> = const { std::cell::Cell::new(None) };
-    }
-
-    /// The time for a receive round. `Instant::now()` is an emulated HPET read in
-    /// the TCG guest (~6 us, as much as a frame's kernel path), so this reads it
-    /// at most once per coarse-clock tick and otherwise adds the coarse clock's
-    /// advance (vDSO, no hardware access) to the last reading: at most a tick
-    /// (1-4 ms) behind, against retransmit timeouts of tens of ms. With
-    /// `DPUSTACK_XDP_CLOCK=exact`, every round reads `Instant::now()` as the
-    /// UDP path does.
-    fn clock() -> Instant {
-        static EXACT: OnceLock<bool> = OnceLock::new();
-        if *EXACT.get_or_init(|| std::env::var("DPUSTACK_XDP_CLOCK").is_ok_and(|v| v == "exact")) {
-            return Instant::now();
-        }
-        let c = super::coarse_ns();
-        CLOCK.with(|cell| match cell.get() {
-            Some((t, c0)) if c.saturating_sub(c0) < 4_000_000 => {
-                t + std::time::Duration::from_nanos(c - c0)
-            }
-            _ => {
-                let t = Instant::now();
-                cell.set(Some((t, super::coarse_ns())));
-                t
-            }
-        })
-    }
-
     /// As `super::round` for the AF_XDP port. Returns packets received.
     pub(super) fn round(shared: &Shared, port: &XdpPort, tx: bool) -> usize {
         RX.with_borrow_mut(|(bytes, pkts)| {
@@ -475,7 +480,7 @@ mod xdp_io {
             if pkts.is_empty() {
                 return 0;
             }
-            let now = clock();
+            let now = super::clock();
             let mut g = shared.lock();
             for (ip, off, len) in pkts.iter() {
                 if let Some(data) = bytes.get(*off..off + len) {
