@@ -59,19 +59,6 @@ fn sh(cmd: &str) {
     }
 }
 
-fn cycles() -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: rdtsc has no preconditions on x86_64.
-        unsafe { core::arch::x86_64::_rdtsc() }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-        EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
-    }
-}
-
 /// Payload byte 0 of the frame that carries the ping-pong (a WRITE's stand-in);
 /// the other frames of a burst carry `ACK` (an ACK's stand-in).
 const DATA: u8 = 1;
@@ -185,9 +172,9 @@ fn xdp_half_rtt(t: Duration, p: Pattern, xdp_flags: u32) -> std::io::Result<Resu
     let mut raw = Vec::with_capacity(1 << 16);
     let mut lost = 0u64;
     let t0 = Instant::now();
-    let c0 = cycles();
+    let c0 = netio::baseline::cycles();
     'outer: while t0.elapsed() < t {
-        let s = cycles();
+        let s = netio::baseline::cycles();
         let sent_at = Instant::now();
         send_burst(&mut xa, &ab, p.burst);
         let mut have = 0;
@@ -211,10 +198,10 @@ fn xdp_half_rtt(t: Duration, p: Pattern, xdp_flags: u32) -> std::io::Result<Resu
                 std::hint::spin_loop();
             }
         }
-        raw.push(cycles().wrapping_sub(s));
+        raw.push(netio::baseline::cycles().wrapping_sub(s));
     }
     let secs = t0.elapsed().as_secs_f64();
-    let ns_per_cycle = secs * 1e9 / cycles().wrapping_sub(c0).max(1) as f64;
+    let ns_per_cycle = secs * 1e9 / netio::baseline::cycles().wrapping_sub(c0).max(1) as f64;
     stop.store(true, Ordering::Relaxed);
     let xb = echo.join().expect("echo thread");
     eprintln!("  a: {:?}\n  b: {:?}", xa.stats(), xb.stats());
@@ -283,9 +270,9 @@ fn udp_batch_half_rtt(t: Duration, p: Pattern) -> std::io::Result<f64> {
     let mut tx = TxBatch::new(64);
     let mut raw = Vec::with_capacity(1 << 16);
     let t0 = Instant::now();
-    let c0 = cycles();
+    let c0 = netio::baseline::cycles();
     'outer: while t0.elapsed() < t {
-        let s = cycles();
+        let s = netio::baseline::cycles();
         let sent_at = Instant::now();
         udp_queue(&mut tx, ba, p.burst);
         tx.flush(&a)?;
@@ -300,10 +287,10 @@ fn udp_batch_half_rtt(t: Duration, p: Pattern) -> std::io::Result<f64> {
                 std::hint::spin_loop();
             }
         }
-        raw.push(cycles().wrapping_sub(s));
+        raw.push(netio::baseline::cycles().wrapping_sub(s));
     }
     let secs = t0.elapsed().as_secs_f64();
-    let ns_per_cycle = secs * 1e9 / cycles().wrapping_sub(c0).max(1) as f64;
+    let ns_per_cycle = secs * 1e9 / netio::baseline::cycles().wrapping_sub(c0).max(1) as f64;
     stop.store(true, Ordering::Relaxed);
     let _ = echo.join();
     if raw.is_empty() {

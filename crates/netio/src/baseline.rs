@@ -193,8 +193,10 @@ pub fn udp_half_rtt(t: Duration, busy: bool) -> io::Result<f64> {
     Ok(raw[raw.len() / 2] as f64 * ns_per_cycle / 2.0)
 }
 
-/// A cheap cycle counter (TSC on x86_64, else nanoseconds).
-fn cycles() -> u64 {
+/// A cheap cycle counter for latency samples (TSC on x86_64, else nanoseconds):
+/// convert with the rate measured against the wall clock over the whole run
+/// (reading the clock is an emulated HPET access in the TCG test guest).
+pub fn cycles() -> u64 {
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: rdtsc has no preconditions on x86_64.

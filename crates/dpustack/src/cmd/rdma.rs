@@ -755,20 +755,6 @@ fn poll_one(
     }
 }
 
-/// A cheap cycle counter for latency samples (TSC on x86_64, else nanoseconds).
-fn cycles() -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: rdtsc has no preconditions on x86_64.
-        unsafe { core::arch::x86_64::_rdtsc() }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-        EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
-    }
-}
-
 /// WRs per post_send call in the bandwidth tests.
 const POST_LIST: usize = 16;
 
@@ -807,10 +793,10 @@ fn perf_client(
         // syscall and an HPET access in the guest, the TSC costs nothing
         let mut raw: Vec<u64> = Vec::with_capacity(p.iters.unwrap_or(1 << 16) as usize);
         let t0 = Instant::now();
-        let c0 = cycles();
+        let c0 = netio::baseline::cycles();
         let mut done = 0u64;
         while limit(done, t0) {
-            let t = cycles();
+            let t = netio::baseline::cycles();
             let mut w = SendWr::new(1, op, &sge);
             w.send_flags = SendFlags::SIGNALED;
             w.wr = WrDetail::Rdma {
@@ -830,7 +816,7 @@ fn perf_client(
                     }
                 }
             }
-            raw.push(cycles().wrapping_sub(t));
+            raw.push(netio::baseline::cycles().wrapping_sub(t));
             e.qp.post_recv(&[RecvWr {
                 wr_id: 0,
                 sg_list: &rsge,
@@ -839,7 +825,7 @@ fn perf_client(
             done += 1;
         }
         let secs = t0.elapsed().as_secs_f64();
-        let ns_per_cycle = secs * 1e9 / cycles().wrapping_sub(c0).max(1) as f64;
+        let ns_per_cycle = secs * 1e9 / netio::baseline::cycles().wrapping_sub(c0).max(1) as f64;
         for c in raw {
             samples.push(Duration::from_nanos((c as f64 * ns_per_cycle / 2.0) as u64));
         }

@@ -1722,21 +1722,8 @@ impl QpCore {
         }
         let mtu = mtu_bytes(&self.attr);
         if send {
-            if first {
-                match self.take_recv_wqe(ctx) {
-                    Some((wqe, from_srq)) => {
-                        self.cur_recv = Some(RecvInProgress {
-                            wqe,
-                            off: 0,
-                            from_srq,
-                        })
-                    }
-                    None => {
-                        // no RNR NAK on UC: the message is lost (class D)
-                        self.uc_drop(ctx);
-                        return;
-                    }
-                }
+            if first && !self.uc_begin_recv(ctx) {
+                return;
             }
             let Some(cur) = self.cur_recv.as_mut() else {
                 return;
@@ -1828,21 +1815,9 @@ impl QpCore {
             self.uc_drop(ctx);
             return;
         }
-        if info.has(OpFlags::RWR) {
-            // checked before the data lands, as rxe's check_resource
-            match self.take_recv_wqe(ctx) {
-                Some((wqe, from_srq)) => {
-                    self.cur_recv = Some(RecvInProgress {
-                        wqe,
-                        off: 0,
-                        from_srq,
-                    })
-                }
-                None => {
-                    self.uc_drop(ctx);
-                    return;
-                }
-            }
+        // checked before the data lands, as rxe's check_resource
+        if info.has(OpFlags::RWR) && !self.uc_begin_recv(ctx) {
+            return;
         }
         let Some(w) = self.cur_write.as_mut() else {
             return;
@@ -1882,6 +1857,26 @@ impl QpCore {
         self.drop_msg = true;
         if self.cur_recv.is_some() || self.cur_write.is_some() {
             self.uc_abandon(ctx);
+        }
+    }
+
+    /// UC: takes the receive WQE a message consumes into `cur_recv`; without one
+    /// the message is dropped (no RNR NAK on UC: it is lost, class D) and this
+    /// returns false.
+    fn uc_begin_recv(&mut self, ctx: &mut Ctx) -> bool {
+        match self.take_recv_wqe(ctx) {
+            Some((wqe, from_srq)) => {
+                self.cur_recv = Some(RecvInProgress {
+                    wqe,
+                    off: 0,
+                    from_srq,
+                });
+                true
+            }
+            None => {
+                self.uc_drop(ctx);
+                false
+            }
         }
     }
 
