@@ -619,16 +619,7 @@ impl QpCore {
             sgl,
         };
         if self.state == QpState::Err {
-            self.push_recv_wc(
-                ctx,
-                w.wr_id,
-                WcStatus::WrFlushErr,
-                WcOpcode::Recv,
-                0,
-                0,
-                WcFlags::empty(),
-                0,
-            );
+            self.fail_recv(ctx, w.wr_id, WcStatus::WrFlushErr, 0);
             return Ok(());
         }
         self.rq.push_back(w);
@@ -682,6 +673,51 @@ impl QpCore {
         ctx.push_wc(self.recv_cq, wc);
     }
 
+    /// A receive WQE that ends in error: no data, no immediate.
+    fn fail_recv(&mut self, ctx: &mut Ctx, wr_id: u64, status: WcStatus, src_qp: u32) {
+        self.push_recv_wc(
+            ctx,
+            wr_id,
+            status,
+            WcOpcode::Recv,
+            0,
+            0,
+            WcFlags::empty(),
+            src_qp,
+        );
+    }
+
+    /// The last packet of a connected-QP message that consumed a receive WQE
+    /// (SEND or RDMA WRITE with immediate): complete it successfully, with the
+    /// packet's immediate and solicited-event bit.
+    fn complete_recv(
+        &mut self,
+        ctx: &mut Ctx,
+        wr_id: u64,
+        opcode: WcOpcode,
+        byte_len: u32,
+        r: &RocePacketRepr,
+    ) {
+        let mut fl = WcFlags::empty();
+        if r.imm.is_some() || opcode == WcOpcode::RecvRdmaWithImm {
+            fl |= WcFlags::WITH_IMM;
+        }
+        if r.bth.se {
+            fl |= WcFlags::SOLICITED;
+        }
+        let src_qp = self.attr.dest_qp_num;
+        self.push_recv_wc(
+            ctx,
+            wr_id,
+            WcStatus::Success,
+            opcode,
+            byte_len,
+            r.imm.unwrap_or(0),
+            fl,
+            src_qp,
+        );
+    }
+
     /// Moves to ERR: completes `first` (the failing WQE's status) for the head of
     /// the SQ, flushes everything else, raises QP_FATAL.
     pub(crate) fn enter_error(&mut self, ctx: &mut Ctx, first: Option<WcStatus>) {
@@ -702,28 +738,10 @@ impl QpCore {
             ctx.push_wc(self.send_cq, wc);
         }
         if let Some(r) = self.cur_recv.take() {
-            self.push_recv_wc(
-                ctx,
-                r.wqe.wr_id,
-                WcStatus::WrFlushErr,
-                WcOpcode::Recv,
-                0,
-                0,
-                WcFlags::empty(),
-                0,
-            );
+            self.fail_recv(ctx, r.wqe.wr_id, WcStatus::WrFlushErr, 0);
         }
         while let Some(r) = self.rq.pop_front() {
-            self.push_recv_wc(
-                ctx,
-                r.wr_id,
-                WcStatus::WrFlushErr,
-                WcOpcode::Recv,
-                0,
-                0,
-                WcFlags::empty(),
-                0,
-            );
+            self.fail_recv(ctx, r.wr_id, WcStatus::WrFlushErr, 0);
         }
         self.sq_next = 0;
         self.sq_next_off = 0;
@@ -1406,16 +1424,7 @@ impl QpCore {
                 } else {
                     WcStatus::LocProtErr
                 };
-                self.push_recv_wc(
-                    ctx,
-                    wqe.wqe.wr_id,
-                    st,
-                    WcOpcode::Recv,
-                    0,
-                    0,
-                    WcFlags::empty(),
-                    0,
-                );
+                self.fail_recv(ctx, wqe.wqe.wr_id, st, 0);
                 return self
                     .resp_fatal(ctx, psn, NakCode::InvalidRequest)
                     .map(RespOutPkt);
@@ -1423,24 +1432,7 @@ impl QpCore {
             cur.off += payload.len();
             if last {
                 let c = self.cur_recv.take()?;
-                let mut fl = WcFlags::empty();
-                if r.imm.is_some() {
-                    fl |= WcFlags::WITH_IMM;
-                }
-                if r.bth.se {
-                    fl |= WcFlags::SOLICITED;
-                }
-                let _ = c.from_srq;
-                self.push_recv_wc(
-                    ctx,
-                    c.wqe.wr_id,
-                    WcStatus::Success,
-                    WcOpcode::Recv,
-                    c.off as u32,
-                    r.imm.unwrap_or(0),
-                    fl,
-                    self.attr.dest_qp_num,
-                );
+                self.complete_recv(ctx, c.wqe.wr_id, WcOpcode::Recv, c.off as u32, r);
                 self.msn = (self.msn + 1) & 0xff_ffff;
             }
         } else if info.has(OpFlags::WRITE) {
@@ -1524,20 +1516,7 @@ impl QpCore {
                 let total = w.total;
                 self.cur_write = None;
                 if let Some(c) = self.cur_recv.take() {
-                    let mut fl = WcFlags::WITH_IMM;
-                    if r.bth.se {
-                        fl |= WcFlags::SOLICITED;
-                    }
-                    self.push_recv_wc(
-                        ctx,
-                        c.wqe.wr_id,
-                        WcStatus::Success,
-                        WcOpcode::RecvRdmaWithImm,
-                        total,
-                        r.imm.unwrap_or(0),
-                        fl,
-                        self.attr.dest_qp_num,
-                    );
+                    self.complete_recv(ctx, c.wqe.wr_id, WcOpcode::RecvRdmaWithImm, total, r);
                 }
                 self.msn = (self.msn + 1) & 0xff_ffff;
             }
@@ -1738,16 +1717,7 @@ impl QpCore {
                 // the receive WQE names memory we cannot write: as RC
                 let wr_id = cur.wqe.wr_id;
                 self.cur_recv = None;
-                self.push_recv_wc(
-                    ctx,
-                    wr_id,
-                    WcStatus::LocProtErr,
-                    WcOpcode::Recv,
-                    0,
-                    0,
-                    WcFlags::empty(),
-                    0,
-                );
+                self.fail_recv(ctx, wr_id, WcStatus::LocProtErr, 0);
                 self.enter_error(ctx, None);
                 return;
             }
@@ -1757,23 +1727,7 @@ impl QpCore {
                 let Some(c) = self.cur_recv.take() else {
                     return;
                 };
-                let mut fl = WcFlags::empty();
-                if r.imm.is_some() {
-                    fl |= WcFlags::WITH_IMM;
-                }
-                if r.bth.se {
-                    fl |= WcFlags::SOLICITED;
-                }
-                self.push_recv_wc(
-                    ctx,
-                    c.wqe.wr_id,
-                    WcStatus::Success,
-                    WcOpcode::Recv,
-                    c.off as u32,
-                    r.imm.unwrap_or(0),
-                    fl,
-                    self.attr.dest_qp_num,
-                );
+                self.complete_recv(ctx, c.wqe.wr_id, WcOpcode::Recv, c.off as u32, r);
             }
             return;
         }
@@ -1832,20 +1786,7 @@ impl QpCore {
             let total = w.total;
             self.cur_write = None;
             if let Some(c) = self.cur_recv.take() {
-                let mut fl = WcFlags::WITH_IMM;
-                if r.bth.se {
-                    fl |= WcFlags::SOLICITED;
-                }
-                self.push_recv_wc(
-                    ctx,
-                    c.wqe.wr_id,
-                    WcStatus::Success,
-                    WcOpcode::RecvRdmaWithImm,
-                    total,
-                    r.imm.unwrap_or(0),
-                    fl,
-                    self.attr.dest_qp_num,
-                );
+                self.complete_recv(ctx, c.wqe.wr_id, WcOpcode::RecvRdmaWithImm, total, r);
             }
         }
     }
@@ -1888,14 +1829,10 @@ impl QpCore {
         self.cur_write = None;
         if let Some(c) = self.cur_recv.take() {
             if c.from_srq {
-                self.push_recv_wc(
+                self.fail_recv(
                     ctx,
                     c.wqe.wr_id,
                     WcStatus::RemInvReqErr,
-                    WcOpcode::Recv,
-                    0,
-                    0,
-                    WcFlags::empty(),
                     self.attr.dest_qp_num,
                 );
             } else {
@@ -1934,29 +1871,11 @@ impl QpCore {
             fl |= WcFlags::SOLICITED;
         }
         if (need as u64) > w.sgl.total_len() {
-            self.push_recv_wc(
-                ctx,
-                w.wr_id,
-                WcStatus::LocLenErr,
-                WcOpcode::Recv,
-                0,
-                0,
-                WcFlags::empty(),
-                deth.src_qp,
-            );
+            self.fail_recv(ctx, w.wr_id, WcStatus::LocLenErr, deth.src_qp);
             return;
         }
         if !w.sgl.copy_in(ctx.mrs, 0, &grh) || !w.sgl.copy_in(ctx.mrs, 40, payload) {
-            self.push_recv_wc(
-                ctx,
-                w.wr_id,
-                WcStatus::LocProtErr,
-                WcOpcode::Recv,
-                0,
-                0,
-                WcFlags::empty(),
-                deth.src_qp,
-            );
+            self.fail_recv(ctx, w.wr_id, WcStatus::LocProtErr, deth.src_qp);
             return;
         }
         self.push_recv_wc(
