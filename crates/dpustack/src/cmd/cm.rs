@@ -1068,29 +1068,24 @@ fn tose_device(a: &CmaToseArgs) -> Result<(CmDevice, Ipv4Addr)> {
 }
 
 fn ucmatose(a: &CmaToseArgs) -> Result<()> {
-    let port = a.port.unwrap_or(7471);
-    let (dev, ip) = tose_device(a)?;
-    let r = if let Some(dst) = a.server {
-        println!("cmatose: starting client");
-        tose_client(&dev, ip, dst, port, a, PortSpace::Tcp)
-    } else {
-        println!("cmatose: starting server");
-        tose_server(&dev, ip, port, a, PortSpace::Tcp)
-    };
-    println!("test complete");
-    println!("return status {}", if r.is_ok() { 0 } else { -1 });
-    r
+    tose(a, "cmatose", 7471, PortSpace::Tcp)
 }
 
 fn udaddy(a: &CmaToseArgs) -> Result<()> {
-    let port = a.port.unwrap_or(7174);
+    tose(a, "udaddy", 7174, PortSpace::Udp)
+}
+
+/// The body of librdmacm's cmatose and udaddy (same messages): client when a
+/// server is given, else server; `ps` picks the connected or the UD flavour.
+fn tose(a: &CmaToseArgs, tool: &str, default_port: u16, ps: PortSpace) -> Result<()> {
+    let port = a.port.unwrap_or(default_port);
     let (dev, ip) = tose_device(a)?;
     let r = if let Some(dst) = a.server {
-        println!("udaddy: starting client");
-        tose_client(&dev, ip, dst, port, a, PortSpace::Udp)
+        println!("{tool}: starting client");
+        tose_client(&dev, ip, dst, port, a, ps)
     } else {
-        println!("udaddy: starting server");
-        tose_server(&dev, ip, port, a, PortSpace::Udp)
+        println!("{tool}: starting server");
+        tose_server(&dev, ip, port, a, ps)
     };
     println!("test complete");
     println!("return status {}", if r.is_ok() { 0 } else { -1 });
