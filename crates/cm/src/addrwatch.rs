@@ -189,14 +189,8 @@ pub(crate) fn ifindex_of(ip: Ipv4Addr) -> Option<u32> {
 /// `Ok(source address the kernel picks)` or `Err(positive errno)`, e.g.
 /// `ENETUNREACH`. A connected UDP socket: no packet is sent.
 pub(crate) fn route_source(src: Option<Ipv4Addr>, dst: Ipv4Addr) -> Result<Ipv4Addr, i32> {
-    let s = UdpSocket::bind(SocketAddrV4::new(src.unwrap_or(Ipv4Addr::UNSPECIFIED), 0))
-        .map_err(|e| e.raw_os_error().unwrap_or(libc::EADDRNOTAVAIL))?;
-    s.connect(SocketAddrV4::new(dst, wire::roce::ROCE_PORT))
-        .map_err(|e| e.raw_os_error().unwrap_or(libc::ENETUNREACH))?;
-    match s.local_addr() {
-        Ok(std::net::SocketAddr::V4(a)) => Ok(*a.ip()),
-        _ => Err(libc::ENETUNREACH),
-    }
+    netio::ifaddr::route_source(src, dst, wire::roce::ROCE_PORT)
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::ENETUNREACH))
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
-//! Local interface addresses (getifaddrs).
+//! Local interface addresses (getifaddrs) and route look-ups.
 
-use std::net::Ipv4Addr;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 
 /// IPv4 addresses of interfaces that are up, in the kernel's order, with the
 /// interface name.
@@ -45,10 +46,35 @@ pub fn default_ipv4() -> Ipv4Addr {
         .unwrap_or(Ipv4Addr::LOCALHOST)
 }
 
+/// The source address the kernel picks to reach `dst:port` from `src` (or from
+/// any local address): a UDP socket bound and connected, no packet sent. Errors
+/// are the kernel's: `EADDRNOTAVAIL` for a `src` that is not local,
+/// `ENETUNREACH` without a route.
+pub fn route_source(src: Option<Ipv4Addr>, dst: Ipv4Addr, port: u16) -> io::Result<Ipv4Addr> {
+    let s = UdpSocket::bind(SocketAddrV4::new(src.unwrap_or(Ipv4Addr::UNSPECIFIED), 0))?;
+    s.connect(SocketAddrV4::new(dst, port))?;
+    match s.local_addr()? {
+        SocketAddr::V4(a) => Ok(*a.ip()),
+        SocketAddr::V6(_) => Err(io::Error::from_raw_os_error(libc::ENETUNREACH)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
     #[test]
     fn has_loopback() {
         assert!(super::ipv4_addrs().iter().any(|(_, ip)| ip.is_loopback()));
+    }
+
+    #[test]
+    fn route_to_loopback_leaves_from_the_given_source() {
+        let d = Ipv4Addr::new(127, 0, 0, 1);
+        assert_eq!(super::route_source(Some(d), d, 4791).unwrap(), d);
+        // 127.0.0.1 reaches another 127/8 address from itself
+        assert!(super::route_source(None, Ipv4Addr::new(127, 0, 0, 9), 4791)
+            .unwrap()
+            .is_loopback());
     }
 }

@@ -5,7 +5,7 @@
 //! and speak the same protocols as rdma-core's tools, so either side may be the
 //! real librdmacm program.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
@@ -491,12 +491,7 @@ const T: Duration = Duration::from_secs(30);
 
 /// The local address the kernel would use to reach `dst` (no packet is sent).
 fn route_source(dst: Ipv4Addr) -> Result<Ipv4Addr> {
-    let s = UdpSocket::bind("0.0.0.0:0")?;
-    s.connect((dst, 4791))?;
-    match s.local_addr()?.ip() {
-        IpAddr::V4(a) => Ok(a),
-        IpAddr::V6(_) => bail!("no IPv4 route to {dst}"),
-    }
+    netio::ifaddr::route_source(None, dst, 4791).with_context(|| format!("no route to {dst}"))
 }
 
 fn open_device(ip: Ipv4Addr) -> Result<CmDevice> {
