@@ -11,7 +11,7 @@ use netio::udp::{TxBatch, UdpBatchSocket};
 use wire::roce::icrc::fill_icrc_ipv4;
 use wire::roce::Ipv4Pseudo;
 
-use crate::device::Shared;
+use crate::device::{Inner, Shared};
 use crate::soft::Engine;
 
 /// Transmit side state (lives under the device mutex).
@@ -143,16 +143,23 @@ fn round(shared: &Shared, rx: &mut netio::udp::RxBatch, tx: bool) -> crate::Resu
             g.engine.handle_datagram(now, src.ip().octets(), None, data);
         }
     }
+    finish_round(shared, &mut g, now, tx);
+    Ok(n)
+}
+
+/// The end of a receive round that got packets: fire due timers, then send what
+/// became ready (`tx`) or leave it queued for the caller's next post, with the
+/// round's time for it to reuse.
+fn finish_round(shared: &Shared, g: &mut Inner, now: Instant, tx: bool) {
     if g.engine.poll_timeout().is_some_and(|t| t <= now) {
         g.engine.handle_timeout(now);
     }
     if tx {
-        shared.after(&mut g);
+        shared.after(g);
     } else {
         g.rx_now = Some((now, coarse_ns()));
-        shared.after_no_tx(&mut g);
+        shared.after_no_tx(g);
     }
-    Ok(n)
 }
 
 /// Manual progress: drain the socket, fire timers, send.
@@ -487,15 +494,7 @@ mod xdp_io {
                     g.engine.handle_datagram(now, ip.src, Some(ip), data);
                 }
             }
-            if g.engine.poll_timeout().is_some_and(|t| t <= now) {
-                g.engine.handle_timeout(now);
-            }
-            if tx {
-                shared.after(&mut g);
-            } else {
-                g.rx_now = Some((now, super::coarse_ns()));
-                shared.after_no_tx(&mut g);
-            }
+            super::finish_round(shared, &mut g, now, tx);
             pkts.len()
         })
     }
