@@ -9,3 +9,5 @@
 
 /// Whether this crate has a working implementation yet. `dpustack up` reads it.
 pub const IMPLEMENTED: bool = false;
+
+pub mod types;
