@@ -11,3 +11,4 @@
 pub const IMPLEMENTED: bool = false;
 
 pub mod types;
+pub mod rpc;
