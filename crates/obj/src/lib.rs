@@ -12,3 +12,5 @@ pub const IMPLEMENTED: bool = false;
 
 pub mod types;
 pub mod rpc;
+pub mod client;
+pub mod engine;
