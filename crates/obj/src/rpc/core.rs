@@ -181,7 +181,7 @@ impl ClientCore {
 
     fn decode(&mut self) {
         loop {
-            match self.dec.next() {
+            match self.dec.decode() {
                 Ok(None) => break,
                 Ok(Some(Decoded::Frame { hdr, body })) => self.on_reply(hdr, body),
                 Ok(Some(Decoded::Oversized { hdr })) => {
@@ -336,7 +336,7 @@ impl ServerConn {
         if self.closing {
             return None;
         }
-        match self.dec.next() {
+        match self.dec.decode() {
             Ok(None) => None,
             Ok(Some(Decoded::Frame { hdr, body })) => {
                 if hdr.response {

@@ -76,7 +76,7 @@ impl FrameDecoder {
 
     /// The next decoded frame, `Ok(None)` when more bytes are needed, or the
     /// fatal error that broke the stream (repeated on every later call).
-    pub fn next(&mut self) -> Result<Option<Decoded>, WireError> {
+    pub fn decode(&mut self) -> Result<Option<Decoded>, WireError> {
         if let Some(e) = self.failed {
             return Err(e);
         }
@@ -214,7 +214,7 @@ mod tests {
         let mut got = Vec::new();
         for byte in &s {
             d.input(std::slice::from_ref(byte));
-            while let Some(f) = d.next().unwrap() {
+            while let Some(f) = d.decode().unwrap() {
                 got.push(f);
             }
         }
@@ -236,17 +236,17 @@ mod tests {
         encode_request(&mut s, 8, 0, &Request::Ping, &[]);
         let mut d = FrameDecoder::new(64);
         d.input(&s[..40]);
-        assert!(matches!(d.next(), Ok(Some(Decoded::Oversized { hdr })) if hdr.rpc_id == 7));
-        assert_eq!(d.next(), Ok(None));
+        assert!(matches!(d.decode(), Ok(Some(Decoded::Oversized { hdr })) if hdr.rpc_id == 7));
+        assert_eq!(d.decode(), Ok(None));
         d.input(&s[40..]);
-        assert!(matches!(d.next(), Ok(Some(Decoded::Frame { hdr, .. })) if hdr.rpc_id == 8));
+        assert!(matches!(d.decode(), Ok(Some(Decoded::Frame { hdr, .. })) if hdr.rpc_id == 8));
     }
 
     #[test]
     fn garbage_is_fatal_and_stays_fatal() {
         let mut d = FrameDecoder::new(64);
         d.input(&[0xff; 40]);
-        assert_eq!(d.next(), Err(WireError::BadMagic));
-        assert_eq!(d.next(), Err(WireError::BadMagic));
+        assert_eq!(d.decode(), Err(WireError::BadMagic));
+        assert_eq!(d.decode(), Err(WireError::BadMagic));
     }
 }
