@@ -8,8 +8,11 @@
 //!   `handle_datagram(now, ..)`, `poll_transmit(now, buf)`, `poll_timeout()`,
 //!   `handle_timeout(now)`. Call order per round: feed every received datagram,
 //!   then `handle_timeout(now)`, then drain `poll_transmit` until it returns None.
-//! * [`qp::QpCore`] is one QP (the "endpoint"): rxe's requester, responder and
-//!   completer as plain structs driven by the engine.
+//! * [`qp::QpCore`] is one QP (the "endpoint"), split as rxe splits it:
+//!   `qp/requester.rs` (rxe_req.c), `qp/completer.rs` (rxe_comp.c),
+//!   `qp/responder.rs` (rxe_resp.c) and `qp/unreliable.rs` (UC/UD receive), each
+//!   with its own state struct; `qp/mod.rs` holds the attributes, the
+//!   `modify_qp` state machine, posting and the move to ERR.
 //!
 //! The UDP driver lives in [`crate::driver`].
 
