@@ -440,7 +440,7 @@ impl CmDevice {
             max_recv_sge: 1,
             max_inline_data: 0,
         };
-        let gsi = pd.create_gsi_qp(&cq, &cq, cap)?;
+        let gsi = verbs::soft::create_gsi_qp(&pd, &cq, &cq, cap)?;
         let recv_mr = pd.reg_mr(NRECV * RECV_SLOT, AccessFlags::LOCAL_WRITE)?;
         let send_mr = pd.reg_mr(NSEND * MAD_LEN, AccessFlags::LOCAL_WRITE)?;
         let st = State {

@@ -5,13 +5,13 @@
 //! posting, the move to ERR, timers); the engines are split as rxe splits them,
 //! each file with its own state struct:
 //!
-//! * [`requester`] (rxe_req.c): send WQEs -> request packets (segmentation,
+//! * `requester` (rxe_req.c): send WQEs -> request packets (segmentation,
 //!   PSNs, the in-flight window, go-back-N repositioning);
-//! * [`completer`] (rxe_comp.c): ACKs, NAKs and READ/atomic responses -> send
+//! * `completer` (rxe_comp.c): ACKs, NAKs and READ/atomic responses -> send
 //!   completions, retry and RNR back-off;
-//! * [`responder`] (rxe_resp.c): RC request packets -> memory effects, receive
+//! * `responder` (rxe_resp.c): RC request packets -> memory effects, receive
 //!   completions, ACK/NAK/READ/atomic responses, duplicate handling;
-//! * [`unreliable`]: the receive side of UC and UD (no ACKs, no retries).
+//! * `unreliable`: the receive side of UC and UD (no ACKs, no retries).
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -23,9 +23,9 @@ use wire::roce::{
     RocePacketRepr,
 };
 
-use super::engine::Ctx;
 use super::sgl::{SgList, MAX_INLINE};
-use crate::mr::MrInner;
+use super::shared::{Ctx, RecvWqe};
+use crate::soft::mr::MrInner;
 use crate::types::*;
 use crate::Error;
 
@@ -67,18 +67,12 @@ pub(crate) struct SendWqe {
     imm: u32,
     compare_add: u64,
     swap: u64,
-    ud: Option<(crate::Ah, u32, u32)>,
+    ud: Option<(crate::types::Ah, u32, u32)>,
     started: bool,
     first_psn: Psn,
     last_psn: Psn,
     /// Set at post time when the WQE is already known to fail (completed in order).
     status: WcStatus,
-}
-
-#[derive(Clone, Copy)]
-pub(crate) struct RecvWqe {
-    pub(crate) wr_id: u64,
-    pub(crate) sgl: SgList,
 }
 
 /// Per-QP counters.
