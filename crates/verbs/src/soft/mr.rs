@@ -24,7 +24,7 @@ unsafe impl Sync for MrMem {}
 impl MrMem {
     pub(crate) fn new(len: usize) -> Option<MrMem> {
         let layout = Layout::from_size_align(len.max(1), 4096).ok()?;
-        // SAFETY: non-zero size layout.
+        // SAFETY: `layout` has a non-zero size (len.max(1)); null is checked below.
         let ptr = unsafe { alloc_zeroed(layout) };
         if ptr.is_null() {
             return None;
@@ -35,7 +35,8 @@ impl MrMem {
 
 impl Drop for MrMem {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
+        // SAFETY: `ptr` was allocated in `new` with exactly this layout and is freed
+        // only here, once (MrMem is not Clone).
         unsafe { dealloc(self.ptr, self.layout) }
     }
 }
@@ -78,7 +79,8 @@ impl MrInner {
     /// Copies out of the buffer at `off` into `dst`. Caller checked bounds.
     pub(crate) fn copy_out(&self, off: usize, dst: &mut [u8]) {
         assert!(off + dst.len() <= self.mem.len);
-        // SAFETY: bounds checked.
+        // SAFETY: `off + dst.len() <= len` (asserted above), so the source range
+        // lies inside the live allocation; `ptr::copy` tolerates overlap.
         unsafe { std::ptr::copy(self.mem.ptr.add(off), dst.as_mut_ptr(), dst.len()) }
     }
     /// The 64-bit atomic at `off` (8-aligned, checked by the caller).
