@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
+use verbs::soft::{DeviceOptions, IoMode};
 use verbs::*;
 
 use crate::cmd::bench::BenchArgs;
@@ -181,7 +182,8 @@ fn open_device_mode(spec: Option<&str>, mode: IoMode) -> Result<Context> {
     };
     let mut o = DeviceOptions::new(ip);
     o.mode = mode;
-    Context::open_with(o).with_context(|| format!("opening soft RoCE device on {ip}:4791"))
+    o.open()
+        .with_context(|| format!("opening soft RoCE device on {ip}:4791"))
 }
 
 // ------------------------------------------------------------ OOB exchange (rdma-core format)
@@ -943,7 +945,7 @@ fn perf_client(
 
 impl PerfResult {
     fn with_counters(mut self, qp: &Qp) -> Self {
-        if let Ok(c) = qp.counters() {
+        if let Some(Ok(c)) = qp.context().soft().map(|s| s.qp_counters(qp.qp_num())) {
             self.retransmits = c.retransmits;
             self.timeouts = c.timeouts;
         }
@@ -1195,7 +1197,7 @@ fn perf_loopback_counted(
             let mut o = DeviceOptions::new(ip);
             o.mode = p.mode.io();
             o.gso &= p.gso;
-            Context::open_with(o)
+            o.open()
         };
         match (open(ia), open(ib)) {
             (Ok(ca), Ok(cb)) => {
