@@ -10,6 +10,8 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 
 use crate::provider::{ChannelImpl, CqImpl, DeviceImpl, PdImpl, QpImpl, SrqImpl};
+#[cfg(feature = "rdma-core")]
+use crate::rdma_core::provider as rp;
 use crate::soft::provider as sp;
 use crate::types::*;
 use crate::{BadWr, Error, Result};
@@ -19,6 +21,9 @@ use crate::{BadWr, Error, Result};
 pub enum Provider {
     /// The software RoCEv2 provider ([`crate::soft`]), a device per IPv4 address.
     Soft,
+    /// Kernel RDMA devices through libibverbs ([`crate::rdma_core`]; cargo
+    /// feature `rdma-core`).
+    RdmaCore,
 }
 
 /// A device context (`ibv_context`). Cheap to clone; the device is closed when
@@ -56,10 +61,29 @@ impl Context {
         }
     }
 
+    #[cfg(feature = "rdma-core")]
+    pub(crate) fn from_rdma_core(dev: Arc<rp::RcDevice>) -> Context {
+        Context {
+            imp: DeviceImpl::RdmaCore(dev),
+        }
+    }
+
+    /// The rdma-core device's own surface (node GUID, GID table with types,
+    /// port state); None for another provider.
+    #[cfg(feature = "rdma-core")]
+    pub fn rdma_core(&self) -> Option<&Arc<rp::RcDevice>> {
+        match &self.imp {
+            DeviceImpl::RdmaCore(d) => Some(d),
+            _ => None,
+        }
+    }
+
     /// The provider serving this device.
     pub fn provider(&self) -> Provider {
         match &self.imp {
             DeviceImpl::Soft(_) => Provider::Soft,
+            #[cfg(feature = "rdma-core")]
+            DeviceImpl::RdmaCore(_) => Provider::RdmaCore,
         }
     }
 
@@ -68,18 +92,35 @@ impl Context {
     pub fn soft(&self) -> Option<&Arc<crate::soft::Device>> {
         match &self.imp {
             DeviceImpl::Soft(d) => Some(d),
+            #[cfg(feature = "rdma-core")]
+            _ => None,
         }
     }
 
     pub fn name(&self) -> &str {
         match &self.imp {
             DeviceImpl::Soft(d) => &d.name,
+            #[cfg(feature = "rdma-core")]
+            DeviceImpl::RdmaCore(d) => &d.name,
         }
     }
-    /// The device's IPv4 address (its RoCEv2 GID, index 1).
+    /// The device's IPv4 address (its RoCEv2 GID: index 1 on a soft device;
+    /// on a kernel device the first RoCE v2 IPv4 GID of port 1, see
+    /// [`Context::ip_gid_index`]; UNSPECIFIED if it has none).
     pub fn ip(&self) -> Ipv4Addr {
         match &self.imp {
             DeviceImpl::Soft(d) => d.ip,
+            #[cfg(feature = "rdma-core")]
+            DeviceImpl::RdmaCore(d) => d.ip,
+        }
+    }
+
+    /// The GID index of [`Context::ip`] on port 1 (1 on a soft device).
+    pub fn ip_gid_index(&self) -> u32 {
+        match &self.imp {
+            DeviceImpl::Soft(_) => 1,
+            #[cfg(feature = "rdma-core")]
+            DeviceImpl::RdmaCore(d) => d.ip_gid_index,
         }
     }
 
@@ -87,6 +128,8 @@ impl Context {
     pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
         match &self.imp {
             DeviceImpl::Soft(d) => d.query_gid(port, index),
+            #[cfg(feature = "rdma-core")]
+            DeviceImpl::RdmaCore(d) => d.query_gid(port, index),
         }
     }
 
@@ -94,6 +137,8 @@ impl Context {
     pub fn query_device(&self) -> DeviceAttr {
         match &self.imp {
             DeviceImpl::Soft(d) => d.query_device(),
+            #[cfg(feature = "rdma-core")]
+            DeviceImpl::RdmaCore(d) => d.query_device(),
         }
     }
 
@@ -101,6 +146,8 @@ impl Context {
     pub fn query_port(&self, port: u8) -> Result<PortAttr> {
         match &self.imp {
             DeviceImpl::Soft(d) => d.query_port(port),
+            #[cfg(feature = "rdma-core")]
+            DeviceImpl::RdmaCore(d) => d.query_port(port),
         }
     }
 
@@ -108,6 +155,8 @@ impl Context {
     pub fn alloc_pd(&self) -> Result<Pd> {
         let imp = match &self.imp {
             DeviceImpl::Soft(d) => PdImpl::Soft(sp::alloc_pd(d)),
+            #[cfg(feature = "rdma-core")]
+            DeviceImpl::RdmaCore(d) => PdImpl::RdmaCore(rp::alloc_pd(d)?),
         };
         Ok(Pd(Arc::new(PdInner {
             imp,
@@ -119,6 +168,8 @@ impl Context {
     pub fn create_comp_channel(&self) -> Result<CompChannel> {
         let imp = match &self.imp {
             DeviceImpl::Soft(_) => ChannelImpl::Soft(sp::SoftChannel::new()?),
+            #[cfg(feature = "rdma-core")]
+            DeviceImpl::RdmaCore(d) => ChannelImpl::RdmaCore(rp::RcChannel::new(d)?),
         };
         Ok(CompChannel { imp })
     }
@@ -127,10 +178,22 @@ impl Context {
     pub fn create_cq(&self, cqe: usize, channel: Option<&CompChannel>) -> Result<Cq> {
         let imp = match &self.imp {
             DeviceImpl::Soft(d) => {
-                let ch = channel.map(|c| match &c.imp {
-                    ChannelImpl::Soft(s) => s,
-                });
+                let ch = match channel.map(|c| &c.imp) {
+                    None => None,
+                    Some(ChannelImpl::Soft(s)) => Some(s),
+                    #[cfg(feature = "rdma-core")]
+                    Some(_) => return Err(Error::Inval),
+                };
                 CqImpl::Soft(sp::create_cq(d, cqe, ch)?)
+            }
+            #[cfg(feature = "rdma-core")]
+            DeviceImpl::RdmaCore(d) => {
+                let ch = match channel.map(|c| &c.imp) {
+                    None => None,
+                    Some(ChannelImpl::RdmaCore(s)) => Some(s),
+                    Some(_) => return Err(Error::Inval),
+                };
+                CqImpl::RdmaCore(rp::create_cq(d, cqe, ch)?)
             }
         };
         Ok(Cq(Arc::new(CqInner {
@@ -144,6 +207,8 @@ impl Context {
     pub fn poll_async_event(&self) -> Option<AsyncEvent> {
         match &self.imp {
             DeviceImpl::Soft(d) => d.poll_async_event(),
+            #[cfg(feature = "rdma-core")]
+            DeviceImpl::RdmaCore(d) => d.poll_async_event(),
         }
     }
 
@@ -151,6 +216,8 @@ impl Context {
     pub fn async_fd(&self) -> RawFd {
         match &self.imp {
             DeviceImpl::Soft(d) => d.async_fd(),
+            #[cfg(feature = "rdma-core")]
+            DeviceImpl::RdmaCore(d) => d.async_fd(),
         }
     }
 }
@@ -214,10 +281,16 @@ impl Pd {
         let imp = match &self.0.imp {
             PdImpl::Soft(pd) => {
                 let (CqImpl::Soft(send_cq), CqImpl::Soft(recv_cq)) =
-                    (&init.send_cq.0.imp, &init.recv_cq.0.imp);
-                let srq = init.srq.map(|s| match &s.0.imp {
-                    SrqImpl::Soft(s) => s,
-                });
+                    (&init.send_cq.0.imp, &init.recv_cq.0.imp)
+                else {
+                    return Err(Error::Inval);
+                };
+                let srq = match init.srq.map(|s| &s.0.imp) {
+                    None => None,
+                    Some(SrqImpl::Soft(s)) => Some(s),
+                    #[cfg(feature = "rdma-core")]
+                    Some(_) => return Err(Error::Inval),
+                };
                 QpImpl::Soft(sp::create_qp(
                     pd,
                     &sp::QpSpec {
@@ -231,9 +304,39 @@ impl Pd {
                     },
                 )?)
             }
+            #[cfg(feature = "rdma-core")]
+            PdImpl::RdmaCore(pd) => {
+                let (CqImpl::RdmaCore(send_cq), CqImpl::RdmaCore(recv_cq)) =
+                    (&init.send_cq.0.imp, &init.recv_cq.0.imp)
+                else {
+                    return Err(Error::Inval);
+                };
+                let srq = match init.srq.map(|s| &s.0.imp) {
+                    None => None,
+                    Some(SrqImpl::RdmaCore(s)) => Some(s),
+                    Some(_) => return Err(Error::Inval),
+                };
+                if gsi {
+                    // the kernel owns QP1 of its devices
+                    return Err(Error::Inval);
+                }
+                QpImpl::RdmaCore(rp::create_qp(
+                    pd,
+                    &rp::RcQpSpec {
+                        qp_type: init.qp_type,
+                        send_cq,
+                        recv_cq,
+                        srq,
+                        cap: init.cap,
+                        sq_sig_all: init.sq_sig_all,
+                    },
+                )?)
+            }
         };
         let qpn = match &imp {
             QpImpl::Soft(q) => q.qpn,
+            #[cfg(feature = "rdma-core")]
+            QpImpl::RdmaCore(q) => q.qpn,
         };
         Ok(Qp(Arc::new(QpInner {
             imp,
@@ -251,6 +354,10 @@ impl Pd {
             PdImpl::Soft(pd) => {
                 SrqImpl::Soft(sp::create_srq(pd, a.max_wr, a.max_sge, a.srq_limit)?)
             }
+            #[cfg(feature = "rdma-core")]
+            PdImpl::RdmaCore(pd) => {
+                SrqImpl::RdmaCore(rp::create_srq(pd, a.max_wr, a.max_sge, a.srq_limit)?)
+            }
         };
         Ok(Srq(Arc::new(SrqInner {
             imp,
@@ -258,9 +365,15 @@ impl Pd {
         })))
     }
 
-    /// `ibv_create_ah`: the destination GID must be IPv4-mapped.
+    /// `ibv_create_ah`: the destination GID must be IPv4-mapped. (rdma-core:
+    /// the `ibv_ah` is created now with these attributes and kept in the PD for
+    /// the UD sends to this address.)
     pub fn create_ah(&self, a: &AhAttr) -> Result<Ah> {
         let ip = a.dgid.to_ipv4().ok_or(Error::Inval)?;
+        #[cfg(feature = "rdma-core")]
+        if let PdImpl::RdmaCore(pd) = &self.0.imp {
+            pd.create_ah(a)?;
+        }
         Ok(Ah {
             ip,
             dport: if a.dport == 0 {
@@ -302,6 +415,8 @@ impl CompChannel {
     pub fn fd(&self) -> RawFd {
         match &self.imp {
             ChannelImpl::Soft(c) => c.fd(),
+            #[cfg(feature = "rdma-core")]
+            ChannelImpl::RdmaCore(c) => c.fd(),
         }
     }
     /// `ibv_get_cq_event`: blocks up to `timeout_ms` (-1 forever); the id of the
@@ -309,6 +424,8 @@ impl CompChannel {
     pub fn get_cq_event(&self, timeout_ms: i32) -> Result<u32> {
         match &self.imp {
             ChannelImpl::Soft(c) => c.get_cq_event(timeout_ms),
+            #[cfg(feature = "rdma-core")]
+            ChannelImpl::RdmaCore(c) => c.get_cq_event(timeout_ms),
         }
     }
 }
@@ -327,6 +444,8 @@ impl Cq {
     pub fn id(&self) -> u32 {
         match &self.0.imp {
             CqImpl::Soft(c) => c.id as u32,
+            #[cfg(feature = "rdma-core")]
+            CqImpl::RdmaCore(c) => c.id,
         }
     }
     pub fn context(&self) -> &Context {
@@ -337,6 +456,8 @@ impl Cq {
     pub fn poll(&self, wc: &mut [Wc]) -> Result<usize> {
         match &self.0.imp {
             CqImpl::Soft(c) => c.poll(wc),
+            #[cfg(feature = "rdma-core")]
+            CqImpl::RdmaCore(c) => c.poll(wc),
         }
     }
     /// `ibv_req_notify_cq`: arm for the next completion added to the CQ (or the
@@ -345,12 +466,17 @@ impl Cq {
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
         match &self.0.imp {
             CqImpl::Soft(c) => c.req_notify(solicited_only),
+            #[cfg(feature = "rdma-core")]
+            CqImpl::RdmaCore(c) => c.req_notify(solicited_only),
         }
     }
     /// `ibv_ack_cq_events` (bookkeeping only).
     pub fn ack_events(&self, n: u32) {
         match &self.0.imp {
             CqImpl::Soft(c) => c.ack_events(n),
+            // acked as get_cq_event returned them
+            #[cfg(feature = "rdma-core")]
+            CqImpl::RdmaCore(_) => {}
         }
     }
     /// `ibv_destroy_cq`: `EBUSY` while QPs or other handles hold it.
@@ -372,17 +498,23 @@ impl Srq {
     pub fn post_recv(&self, wrs: &[RecvWr]) -> std::result::Result<(), BadWr> {
         match &self.0.imp {
             SrqImpl::Soft(s) => s.post_recv(wrs),
+            #[cfg(feature = "rdma-core")]
+            SrqImpl::RdmaCore(s) => s.post_recv(wrs),
         }
     }
     /// `ibv_modify_srq` with `IBV_SRQ_LIMIT`: arms the limit event.
     pub fn set_limit(&self, limit: u32) -> Result<()> {
         match &self.0.imp {
             SrqImpl::Soft(s) => s.set_limit(limit),
+            #[cfg(feature = "rdma-core")]
+            SrqImpl::RdmaCore(s) => s.set_limit(limit),
         }
     }
     pub fn id(&self) -> u32 {
         match &self.0.imp {
             SrqImpl::Soft(s) => s.id as u32,
+            #[cfg(feature = "rdma-core")]
+            SrqImpl::RdmaCore(s) => s.id,
         }
     }
     /// `ibv_destroy_srq`: `EBUSY` while QPs or other handles hold it.
@@ -426,12 +558,16 @@ impl Qp {
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
         match &self.0.imp {
             QpImpl::Soft(q) => q.modify(attr, mask),
+            #[cfg(feature = "rdma-core")]
+            QpImpl::RdmaCore(q) => q.modify(attr, mask),
         }
     }
     /// `ibv_query_qp` (all attributes).
     pub fn query(&self) -> Result<QpAttr> {
         match &self.0.imp {
             QpImpl::Soft(q) => q.query(),
+            #[cfg(feature = "rdma-core")]
+            QpImpl::RdmaCore(q) => q.query(),
         }
     }
     /// `ibv_post_send` of a list of WRs; on error, `BadWr.index` is the first
@@ -439,12 +575,16 @@ impl Qp {
     pub fn post_send(&self, wrs: &[SendWr]) -> std::result::Result<(), BadWr> {
         match &self.0.imp {
             QpImpl::Soft(q) => q.post_send(wrs),
+            #[cfg(feature = "rdma-core")]
+            QpImpl::RdmaCore(q) => q.post_send(wrs),
         }
     }
     /// `ibv_post_recv`.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> std::result::Result<(), BadWr> {
         match &self.0.imp {
             QpImpl::Soft(q) => q.post_recv(wrs),
+            #[cfg(feature = "rdma-core")]
+            QpImpl::RdmaCore(q) => q.post_recv(wrs),
         }
     }
     /// `ibv_destroy_qp`: `EBUSY` while other handles hold it.

@@ -9,8 +9,9 @@
 //! The [`soft`] provider is a RoCEv2 engine byte-compatible with Linux rdma_rxe
 //! (requester, responder, completer as sans-IO state machines) driven over UDP
 //! 4791 by `netio`; its own knobs and surface (I/O mode, counters, the sans-IO
-//! datagram interface, the GSI QP) live in [`soft`]. A provider over rdma-core
-//! for kernel devices will sit beside it behind a feature.
+//! datagram interface, the GSI QP) live in [`soft`]. The [`rdma_core`]
+//! provider (cargo feature `rdma-core`) serves kernel RDMA devices (rxe, NICs)
+//! through libibverbs behind the same objects.
 //!
 //! Does not: memory windows, XRC, IPv6 GIDs, RDMA CM (crate `cm`), path
 //! migration. Memory ownership: see [`mr`] (an MR owns its buffer).
@@ -60,6 +61,7 @@ mod device;
 mod event;
 pub mod mr;
 mod provider;
+pub mod rdma_core;
 pub mod soft;
 mod types;
 

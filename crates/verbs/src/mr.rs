@@ -56,6 +56,10 @@ impl Pd {
     pub fn reg_mr(&self, len: usize, access: AccessFlags) -> crate::Result<Mr> {
         let imp = match &self.inner().imp {
             PdImpl::Soft(p) => MrImpl::Soft(sp::reg_mr(p, len, access)?),
+            #[cfg(feature = "rdma-core")]
+            PdImpl::RdmaCore(p) => {
+                MrImpl::RdmaCore(crate::rdma_core::provider::reg_mr(p, len, access)?)
+            }
         };
         Ok(Mr(Arc::new(MrReg {
             imp,
@@ -65,10 +69,13 @@ impl Pd {
 }
 
 impl Mr {
-    /// The soft provider's registration.
+    /// The registration: keys and the buffer the MR owns (both providers
+    /// keep the same kind; rdma-core's is registered in place with the NIC).
     fn soft(&self) -> &crate::soft::mr::MrInner {
         match &self.0.imp {
             MrImpl::Soft(m) => &m.inner,
+            #[cfg(feature = "rdma-core")]
+            MrImpl::RdmaCore(m) => &m.inner,
         }
     }
 

@@ -339,7 +339,10 @@ pub struct QpAttr {
 }
 
 /// Scatter/gather element: `addr` is a virtual address inside the MR named by `lkey`.
+/// `repr(C)`: the layout of rdma-core's `ibv_sge`, so the rdma-core provider
+/// hands SG lists to libibverbs as they are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(C)]
 pub struct Sge {
     pub addr: u64,
     pub length: u32,

@@ -25,6 +25,8 @@ impl DeviceOptions {
 pub fn create_gsi_qp(pd: &Pd, send_cq: &Cq, recv_cq: &Cq, cap: QpCap) -> Result<Qp> {
     match &pd.inner().imp {
         PdImpl::Soft(_) => {}
+        #[cfg(feature = "rdma-core")]
+        _ => return Err(crate::Error::Inval),
     }
     let mut init = QpInitAttr::new(QpType::Ud, send_cq, recv_cq);
     init.cap = cap;
