@@ -23,6 +23,11 @@ struct Cli {
     /// More log output (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, global = true)]
     verbose: u8,
+    /// Verbs provider: soft (software RoCEv2), rdma-core (kernel RDMA devices,
+    /// needs a build with `--features rdma-core`), auto (default: rdma-core for
+    /// a kernel device when built with it, else soft). Config: `[rdma] provider`.
+    #[arg(long, global = true, value_enum, env = "DPUSTACK_PROVIDER")]
+    provider: Option<cmd::devices::ProviderChoice>,
     #[command(subcommand)]
     command: Command,
 }
@@ -38,6 +43,8 @@ enum Command {
     },
     /// Benchmarks: every figure next to a baseline measured in the same run.
     Bench(cmd::bench::BenchArgs),
+    /// RDMA devices of both providers: name, node GUID, ports, state, active MTU, GIDs.
+    Devices(cmd::devices::DevicesArgs),
     #[command(flatten)]
     Rdma(cmd::rdma::Cmd),
     #[command(flatten)]
@@ -75,6 +82,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     init_tracing(cli.verbose);
     let cfg = config::Config::load(cli.config.as_deref())?;
+    cmd::devices::select(cli.provider, &cfg)?;
     match cli.command {
         Command::Up(args) => up::run(&cfg, &args),
         Command::Config {
@@ -84,6 +92,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         Command::Bench(args) => cmd::bench::run(&args, &cfg),
+        Command::Devices(args) => cmd::devices::run(&args),
         Command::Rdma(c) => cmd::rdma::run(c, &cfg),
         Command::Cm(c) => cmd::cm::run(c, &cfg),
         Command::Storage(c) => cmd::nvmf::run(c, &cfg),

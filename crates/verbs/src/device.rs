@@ -280,10 +280,10 @@ impl Pd {
     pub(crate) fn create_qp_on(&self, init: &QpInitAttr, gsi: bool) -> Result<Qp> {
         let imp = match &self.0.imp {
             PdImpl::Soft(pd) => {
-                let (CqImpl::Soft(send_cq), CqImpl::Soft(recv_cq)) =
-                    (&init.send_cq.0.imp, &init.recv_cq.0.imp)
-                else {
-                    return Err(Error::Inval);
+                let (send_cq, recv_cq) = match (&init.send_cq.0.imp, &init.recv_cq.0.imp) {
+                    (CqImpl::Soft(s), CqImpl::Soft(r)) => (s, r),
+                    #[cfg(feature = "rdma-core")]
+                    _ => return Err(Error::Inval),
                 };
                 let srq = match init.srq.map(|s| &s.0.imp) {
                     None => None,

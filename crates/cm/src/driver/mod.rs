@@ -278,6 +278,16 @@ impl CmDevice {
         // (kernel devices: librdmacm, with the next verbs provider)
         let backend: Box<dyn CmBackend> = match ctx.provider() {
             verbs::Provider::Soft => Box::new(own::OwnCm::open(ctx, &pd, cfg)?),
+            // NOT DONE: a librdmacm backend for kernel devices (issue 15)
+            verbs::Provider::RdmaCore => {
+                let msg = "the CM over librdmacm for kernel (rdma-core) devices is not built yet: \
+                           use a soft device (--provider soft) for CM tools";
+                tracing::error!("{msg}");
+                return Err(DriverError::Verbs(verbs::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    msg,
+                ))));
+            }
         };
         let waiter = backend.waiter();
         let dev = Arc::new(Dev {

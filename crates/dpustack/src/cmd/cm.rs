@@ -495,6 +495,13 @@ fn route_source(dst: Ipv4Addr) -> Result<Ipv4Addr> {
 }
 
 fn open_device(ip: Ipv4Addr) -> Result<CmDevice> {
+    // only an explicit --provider rdma-core reaches the kernel device here: its
+    // CM (librdmacm) is not built yet and says so
+    if crate::cmd::devices::chosen() == crate::cmd::devices::ProviderChoice::RdmaCore {
+        if let Some(ctx) = crate::cmd::devices::open_kernel(Some(&ip.to_string()))? {
+            return Ok(CmDevice::open(&ctx, core_config())?);
+        }
+    }
     let ctx = verbs::Context::open(&ip.to_string())
         .with_context(|| format!("opening a soft RoCE device on {ip} (UDP {ip}:4791)"))?;
     Ok(CmDevice::open(&ctx, core_config())?)

@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod cm;
+pub mod devices;
 pub mod nvmf;
 pub mod rdma;
 pub mod switch;

@@ -24,6 +24,8 @@ pub struct RdmaConfig {
     /// IPv4 address (or `dps_a_b_c_d` name) of the soft device `up` starts;
     /// empty = `node.listen_ip`.
     pub device: String,
+    /// Verbs provider of the tools: auto, soft, rdma-core (`--provider`).
+    pub provider: crate::cmd::devices::ProviderChoice,
 }
 
 impl Default for RdmaConfig {
@@ -31,6 +33,7 @@ impl Default for RdmaConfig {
         RdmaConfig {
             enabled: true,
             device: String::new(),
+            provider: Default::default(),
         }
     }
 }
@@ -176,6 +179,9 @@ pub fn open_device(spec: Option<&str>) -> Result<Context> {
 }
 
 fn open_device_mode(spec: Option<&str>, mode: IoMode) -> Result<Context> {
+    if let Some(ctx) = crate::cmd::devices::open_kernel(spec)? {
+        return Ok(ctx);
+    }
     let ip = match spec {
         Some(s) if !s.is_empty() => parse_device(s).map_err(|_| anyhow!("no such device: {s}"))?,
         _ => netio::ifaddr::default_ipv4(),
@@ -702,7 +708,8 @@ impl End {
             psn: rem.psn,
             gid: rem.gid,
         };
-        connect_qp(&self.qp, QpType::Rc, 1, my_psn, mtu, &d, 1, 16)
+        let sgid = self.ctx.ip_gid_index() as u8;
+        connect_qp(&self.qp, QpType::Rc, 1, my_psn, mtu, &d, sgid, 16)
     }
 }
 
@@ -1178,6 +1185,11 @@ fn perf_loopback(p: PerfParams, ips: Option<(Ipv4Addr, Ipv4Addr)>) -> Result<Per
     perf_loopback_counted(p, ips).map(|r| r.0)
 }
 
+/// A soft device's counters (zeros for another provider).
+fn dev_counters(ctx: &Context) -> verbs::soft::Counters {
+    ctx.soft().map(|d| d.counters()).unwrap_or_default()
+}
+
 /// [`perf_loopback`], also returning both devices' counters (client, server) read
 /// after the run: what really crossed the wire, independent of the client's count.
 fn perf_loopback_counted(
@@ -1213,20 +1225,20 @@ fn perf_loopback_counted(
                     // the client's poll comes back empty
                     let mut srv = Server::new(&b, p)?;
                     let r = perf_client(&a, &db, p, &mut || srv.step().map(|_| ()))?;
-                    return Ok((r, a.ctx.counters(), b.ctx.counters()));
+                    return Ok((r, dev_counters(&a.ctx), dev_counters(&b.ctx)));
                 }
                 let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
                 let s2 = stop.clone();
                 let server = std::thread::spawn(move || {
                     perf_server(&b, p, &|| s2.load(std::sync::atomic::Ordering::SeqCst))?;
-                    Ok::<_, anyhow::Error>(b.ctx.counters())
+                    Ok::<_, anyhow::Error>(dev_counters(&b.ctx))
                 });
                 let r = perf_client(&a, &db, p, &mut || Ok(()));
                 stop.store(true, std::sync::atomic::Ordering::SeqCst);
                 let cb = server
                     .join()
                     .map_err(|_| anyhow!("server thread panicked"))??;
-                return Ok((r?, a.ctx.counters(), cb));
+                return Ok((r?, dev_counters(&a.ctx), cb));
             }
             (Err(e), _) | (_, Err(e)) => last = Some(e),
         }

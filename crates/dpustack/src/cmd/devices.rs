@@ -1,0 +1,214 @@
+//! Verbs provider selection (`--provider soft|rdma-core|auto`, config
+//! `[rdma] provider`) and `dpustack devices`: the devices of both providers
+//! with name, node GUID, GIDs, ports, state and active MTU.
+//!
+//! `auto` (the default): a device spec that names a kernel RDMA device (its
+//! name, or the IPv4 of one of its RoCE v2 GIDs) opens it through rdma-core
+//! when this build has the provider; with no spec, the first kernel device if
+//! there is one; anything else is a soft device. `rdma-core` forces kernel
+//! devices (and fails loudly on a build without the feature); `soft` never
+//! touches them.
+
+use std::sync::OnceLock;
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Args, ValueEnum};
+use serde::{Deserialize, Serialize};
+use verbs::{Context, Gid};
+
+use crate::config::Config;
+
+/// Which verbs provider serves the tools' devices.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProviderChoice {
+    /// rdma-core for kernel RDMA devices when built with it, soft otherwise.
+    #[default]
+    Auto,
+    /// The software RoCEv2 provider.
+    Soft,
+    /// Kernel RDMA devices through libibverbs (cargo feature `rdma-core`).
+    RdmaCore,
+}
+
+static CHOSEN: OnceLock<ProviderChoice> = OnceLock::new();
+
+/// Fixes the process's provider choice: the command line's, else the config's.
+pub fn select(cli: Option<ProviderChoice>, cfg: &Config) -> Result<()> {
+    let c = cli.unwrap_or(cfg.rdma.provider);
+    if c == ProviderChoice::RdmaCore && !verbs::rdma_core::BUILT {
+        bail!("--provider rdma-core: {}", verbs::rdma_core::NOT_BUILT);
+    }
+    let _ = CHOSEN.set(c);
+    Ok(())
+}
+
+/// The choice in effect (`auto` when `select` was not called, as in tests).
+pub fn chosen() -> ProviderChoice {
+    CHOSEN.get().copied().unwrap_or_default()
+}
+
+/// Opens `spec` on a kernel device when the choice says so: `Ok(None)` means
+/// "use a soft device". `auto` falls back to soft when no kernel device
+/// matches (or the build has no rdma-core provider).
+pub fn open_kernel(spec: Option<&str>) -> Result<Option<Context>> {
+    let spec = spec.unwrap_or("");
+    match chosen() {
+        ProviderChoice::Soft => Ok(None),
+        ProviderChoice::RdmaCore => verbs::rdma_core::open(spec)
+            .map(Some)
+            .with_context(|| format!("opening kernel RDMA device {spec:?} through rdma-core")),
+        ProviderChoice::Auto => {
+            if !verbs::rdma_core::BUILT || !verbs::rdma_core::kernel_has_devices() {
+                return Ok(None);
+            }
+            match verbs::rdma_core::open(spec) {
+                Ok(c) => Ok(Some(c)),
+                Err(verbs::Error::NoDev) => Ok(None),
+                Err(e) => Err(e).with_context(|| format!("opening kernel RDMA device {spec:?}")),
+            }
+        }
+    }
+}
+
+/// `dpustack devices`.
+#[derive(Args, Debug, Clone)]
+pub struct DevicesArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct GidRow {
+    index: u32,
+    gid: String,
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct PortRow {
+    port: u8,
+    state: String,
+    active_mtu: usize,
+    gids: Vec<GidRow>,
+}
+
+#[derive(Serialize)]
+struct DeviceRow {
+    provider: &'static str,
+    name: String,
+    node_guid: String,
+    ports: Vec<PortRow>,
+}
+
+fn gid_str(g: &Gid) -> String {
+    (0..8)
+        .map(|i| format!("{:02x}{:02x}", g.0[2 * i], g.0[2 * i + 1]))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn guid_str(g: u64) -> String {
+    let b = g.to_be_bytes();
+    format!(
+        "{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}",
+        b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]
+    )
+}
+
+/// The soft provider's devices, described without opening them (opening binds
+/// UDP 4791): the values its `query_device`/`query_port`/`query_gid` give.
+fn soft_rows() -> Vec<DeviceRow> {
+    verbs::soft::device_list()
+        .into_iter()
+        .map(|(name, ip)| {
+            let o = ip.octets();
+            let mtu = if ip.is_loopback() { 4096 } else { 1024 };
+            let g = gid_str(&Gid::from_ipv4(ip));
+            DeviceRow {
+                provider: "soft",
+                name,
+                node_guid: guid_str(u64::from_be_bytes([0x02, 0, 0, 0, o[0], o[1], o[2], o[3]])),
+                ports: vec![PortRow {
+                    port: 1,
+                    state: "ACTIVE".into(),
+                    active_mtu: mtu,
+                    gids: (0..2)
+                        .map(|i| GidRow {
+                            index: i,
+                            gid: g.clone(),
+                            kind: "RoCE v2",
+                        })
+                        .collect(),
+                }],
+            }
+        })
+        .collect()
+}
+
+#[cfg(feature = "rdma-core")]
+fn kernel_rows() -> Result<Vec<DeviceRow>> {
+    let mut rows = Vec::new();
+    for name in verbs::rdma_core::device_names()? {
+        let ctx = verbs::rdma_core::open(&name).with_context(|| format!("opening {name}"))?;
+        let Some(d) = ctx.rdma_core() else { continue };
+        let nports = ctx.query_device().phys_port_cnt;
+        let ports = (1..=nports)
+            .map(|p| {
+                let pa = ctx.query_port(p);
+                PortRow {
+                    port: p,
+                    state: d.port_state(p).unwrap_or("?").to_string(),
+                    active_mtu: pa.map(|a| a.active_mtu.bytes()).unwrap_or(0),
+                    gids: d
+                        .gids(p)
+                        .into_iter()
+                        .map(|e| GidRow {
+                            index: e.index,
+                            gid: gid_str(&e.gid),
+                            kind: if e.roce_v2 { "RoCE v2" } else { "RoCE v1/IB" },
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        rows.push(DeviceRow {
+            provider: "rdma-core",
+            name,
+            node_guid: guid_str(d.node_guid()),
+            ports,
+        });
+    }
+    Ok(rows)
+}
+
+pub fn run(a: &DevicesArgs) -> Result<()> {
+    let mut rows = soft_rows();
+    #[cfg(feature = "rdma-core")]
+    rows.extend(kernel_rows()?);
+    let kernel_unseen = !verbs::rdma_core::BUILT && verbs::rdma_core::kernel_has_devices();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        for d in &rows {
+            println!("{} ({})  node GUID {}", d.name, d.provider, d.node_guid);
+            for p in &d.ports {
+                println!(
+                    "  port {}: state {}, active MTU {}",
+                    p.port, p.state, p.active_mtu
+                );
+                for g in &p.gids {
+                    println!("    GID[{:>3}] {} {}", g.index, g.gid, g.kind);
+                }
+            }
+        }
+    }
+    if kernel_unseen {
+        eprintln!(
+            "NOTE: this host has kernel RDMA devices (/sys/class/infiniband) that are not listed: {}",
+            verbs::rdma_core::NOT_BUILT
+        );
+    }
+    Ok(())
+}
