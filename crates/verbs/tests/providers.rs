@@ -1,0 +1,326 @@
+//! The verbs API, one scenario run on each provider: two devices, RC QPs
+//! connected through `modify`, a WR list with a two-entry SGL (SEND), RDMA
+//! WRITE with immediate, RDMA READ, UD SEND through an AH, an SRQ feeding an RC
+//! QP, a CQ with a completion channel, `query`, errors and destroy order.
+//!
+//! * soft: runs everywhere (two threaded soft devices on loopback addresses);
+//! * rdma-core (`--features rdma-core`): `#[ignore]`d, needs two kernel RDMA
+//!   devices that reach each other (the guest of tests/peers: rxe_a, rxe_b of
+//!   `guest/rxe-pair.sh`; override with `VERBS_RC_DEVS=dev_a,dev_b`). Run in
+//!   the guest: `cargo test -p verbs --features rdma-core --test providers
+//!   --no-run`, then the printed binary with `--ignored`.
+
+use std::time::{Duration, Instant};
+
+use verbs::*;
+
+fn poll_one(cq: &Cq) -> Wc {
+    let t0 = Instant::now();
+    let mut wc = [Wc::default(); 1];
+    loop {
+        if cq.poll(&mut wc).unwrap() == 1 {
+            return wc[0];
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "no completion");
+        std::thread::yield_now();
+    }
+}
+
+fn ok(cq: &Cq, wr_id: u64, op: WcOpcode) -> Wc {
+    let w = poll_one(cq);
+    assert_eq!(
+        (w.wr_id, w.status, w.opcode),
+        (wr_id, WcStatus::Success, op),
+        "{w:?}"
+    );
+    w
+}
+
+const ACC: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_READ);
+
+fn connected_rc(pa: &Pd, pb: &Pd, cqa: &Cq, cqb: &Cq, srq_b: Option<&Srq>, mtu: Mtu) -> (Qp, Qp) {
+    let mk = |pd: &Pd, cq: &Cq, srq: Option<&Srq>| {
+        let mut i = QpInitAttr::new(QpType::Rc, cq, cq);
+        i.srq = srq;
+        i.cap.max_send_sge = 2;
+        i.cap.max_recv_sge = 2;
+        let qp = pd.create_qp(&i).unwrap();
+        qp.modify(
+            &QpAttr {
+                qp_state: QpState::Init,
+                port_num: 1,
+                qp_access_flags: ACC,
+                ..Default::default()
+            },
+            QpAttrMask::STATE
+                | QpAttrMask::PKEY_INDEX
+                | QpAttrMask::PORT
+                | QpAttrMask::ACCESS_FLAGS,
+        )
+        .unwrap();
+        qp
+    };
+    let (a, b) = (mk(pa, cqa, None), mk(pb, cqb, srq_b));
+    let rtr_rts = |q: &Qp, me: &Context, peer: &Context, dqpn: u32| {
+        let mut at = QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu: mtu,
+            dest_qp_num: dqpn,
+            rq_psn: 100,
+            max_dest_rd_atomic: 4,
+            min_rnr_timer: 12,
+            ah_attr: AhAttr {
+                dgid: Gid::from_ipv4(peer.ip()),
+                sgid_index: me.ip_gid_index() as u8,
+                hop_limit: 1,
+                port_num: 1,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        q.modify(
+            &at,
+            QpAttrMask::STATE
+                | QpAttrMask::AV
+                | QpAttrMask::PATH_MTU
+                | QpAttrMask::DEST_QPN
+                | QpAttrMask::RQ_PSN
+                | QpAttrMask::MAX_DEST_RD_ATOMIC
+                | QpAttrMask::MIN_RNR_TIMER,
+        )
+        .unwrap();
+        at.qp_state = QpState::Rts;
+        at.sq_psn = 100;
+        at.timeout = 14;
+        at.retry_cnt = 7;
+        at.rnr_retry = 7;
+        at.max_rd_atomic = 4;
+        q.modify(
+            &at,
+            QpAttrMask::STATE
+                | QpAttrMask::TIMEOUT
+                | QpAttrMask::RETRY_CNT
+                | QpAttrMask::RNR_RETRY
+                | QpAttrMask::SQ_PSN
+                | QpAttrMask::MAX_QP_RD_ATOMIC,
+        )
+        .unwrap();
+    };
+    rtr_rts(&a, pa.context(), pb.context(), b.qp_num());
+    rtr_rts(&b, pb.context(), pa.context(), a.qp_num());
+    (a, b)
+}
+
+/// The scenario; `expect` is the provider both contexts must report.
+fn scenario(ca: Context, cb: Context, expect: Provider) {
+    assert_eq!((ca.provider(), cb.provider()), (expect, expect));
+    assert!(ca.query_port(1).unwrap().state_active);
+    assert_eq!(
+        ca.query_gid(1, ca.ip_gid_index()).unwrap(),
+        Gid::from_ipv4(ca.ip())
+    );
+    let mtu = ca.query_port(1).unwrap().active_mtu;
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let (ma, mb) = (pa.reg_mr(8192, ACC).unwrap(), pb.reg_mr(8192, ACC).unwrap());
+    let ch = cb.create_comp_channel().unwrap();
+    let (cqa, cqb) = (
+        ca.create_cq(64, None).unwrap(),
+        cb.create_cq(64, Some(&ch)).unwrap(),
+    );
+    // --- RC: a WR list, two-entry SGLs both sides
+    let (qa, qb) = connected_rc(&pa, &pb, &cqa, &cqb, None, mtu);
+    assert_eq!(qa.query().unwrap().qp_state, QpState::Rts);
+    assert_eq!(qa.query().unwrap().dest_qp_num, qb.qp_num());
+    let pat: Vec<u8> = (0..3000u32).map(|i| (i * 7 + 3) as u8).collect();
+    ma.write(0, &pat);
+    let rs = [mb.sge(1000, 1000), mb.sge(4000, 2000)];
+    let rs2 = [mb.sge(6000, 100)];
+    qb.post_recv(&[
+        RecvWr {
+            wr_id: 21,
+            sg_list: &rs,
+        },
+        RecvWr {
+            wr_id: 22,
+            sg_list: &rs2,
+        },
+    ])
+    .unwrap();
+    cqb.req_notify(false).unwrap();
+    let ss = [ma.sge(0, 1200), ma.sge(1200, 1800)];
+    let ss2 = [ma.sge(0, 100)];
+    let mut w1 = SendWr::new(11, WrOpcode::Send, &ss);
+    w1.send_flags = SendFlags::empty(); // unsignaled: only the second completes
+    qa.post_send(&[w1, SendWr::new(12, WrOpcode::Send, &ss2)])
+        .unwrap();
+    ok(&cqa, 12, WcOpcode::Send);
+    // the channel fires for the armed CQ
+    assert_eq!(ch.get_cq_event(10_000).unwrap(), cqb.id());
+    cqb.ack_events(1);
+    let r = ok(&cqb, 21, WcOpcode::Recv);
+    assert_eq!(r.byte_len, 3000);
+    assert_eq!(r.qp_num, qb.qp_num());
+    assert_eq!(ok(&cqb, 22, WcOpcode::Recv).byte_len, 100);
+    let mut got = vec![0u8; 3000];
+    mb.read(1000, &mut got[..1000]);
+    mb.read(4000, &mut got[1000..]);
+    assert_eq!(got, pat);
+    // --- RDMA WRITE with immediate (consumes a receive), RDMA READ back
+    qb.post_recv(&[RecvWr {
+        wr_id: 23,
+        sg_list: &[],
+    }])
+    .unwrap();
+    let ws = [ma.sge(0, 3000)];
+    let mut w = SendWr::new(13, WrOpcode::RdmaWriteWithImm, &ws);
+    w.imm_data = 0x1234_5678;
+    w.wr = WrDetail::Rdma {
+        remote_addr: mb.addr() + 5000,
+        rkey: mb.rkey(),
+    };
+    qa.post_send(&[w]).unwrap();
+    ok(&cqa, 13, WcOpcode::RdmaWrite);
+    let r = ok(&cqb, 23, WcOpcode::RecvRdmaWithImm);
+    assert_eq!(r.imm_data, 0x1234_5678);
+    assert!(r.wc_flags.contains(WcFlags::WITH_IMM));
+    let mut back = vec![0u8; 3000];
+    mb.read(5000, &mut back);
+    assert_eq!(back, pat);
+    let rd = [ma.sge(4096, 3000)];
+    let mut w = SendWr::new(14, WrOpcode::RdmaRead, &rd);
+    w.wr = WrDetail::Rdma {
+        remote_addr: mb.addr() + 5000,
+        rkey: mb.rkey(),
+    };
+    qa.post_send(&[w]).unwrap();
+    ok(&cqa, 14, WcOpcode::RdmaRead);
+    ma.read(4096, &mut back);
+    assert_eq!(back, pat);
+    // --- a bad lkey is rejected (at post or as a completion error)
+    let bad = [Sge {
+        addr: ma.addr(),
+        length: 16,
+        lkey: ma.lkey() ^ 0x5a5a_0000,
+    }];
+    if qa
+        .post_send(&[SendWr::new(15, WrOpcode::Send, &bad)])
+        .is_ok()
+    {
+        assert_ne!(poll_one(&cqa).status, WcStatus::Success);
+    }
+    drop((qa, qb));
+    // --- SRQ feeding an RC QP
+    let srq = pb
+        .create_srq(&SrqInitAttr {
+            max_wr: 16,
+            max_sge: 1,
+            srq_limit: 0,
+        })
+        .unwrap();
+    let (qa, qb) = connected_rc(&pa, &pb, &cqa, &cqb, Some(&srq), mtu);
+    let sr = [mb.sge(0, 512)];
+    srq.post_recv(&[RecvWr {
+        wr_id: 31,
+        sg_list: &sr,
+    }])
+    .unwrap();
+    qa.post_send(&[SendWr::new(32, WrOpcode::Send, &ss2)])
+        .unwrap();
+    ok(&cqa, 32, WcOpcode::Send);
+    let r = ok(&cqb, 31, WcOpcode::Recv);
+    assert_eq!((r.byte_len, r.qp_num), (100, qb.qp_num()));
+    // destroy order: the SRQ and the CQ are held by the QP
+    assert!(matches!(srq.clone().destroy(), Err(Error::Busy)));
+    assert!(matches!(cqb.clone().destroy(), Err(Error::Busy)));
+    qb.destroy().unwrap();
+    srq.destroy().unwrap();
+    drop(qa);
+    // --- UD through an address handle (GRH in the first 40 bytes)
+    let mk_ud = |pd: &Pd, cq: &Cq| {
+        let qp = pd.create_qp(&QpInitAttr::new(QpType::Ud, cq, cq)).unwrap();
+        let mut a = QpAttr {
+            qp_state: QpState::Init,
+            port_num: 1,
+            qkey: 0x1111,
+            ..Default::default()
+        };
+        qp.modify(
+            &a,
+            QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
+        )
+        .unwrap();
+        a.qp_state = QpState::Rtr;
+        qp.modify(&a, QpAttrMask::STATE).unwrap();
+        a.qp_state = QpState::Rts;
+        qp.modify(&a, QpAttrMask::STATE | QpAttrMask::SQ_PSN)
+            .unwrap();
+        qp
+    };
+    let (ua, ub) = (mk_ud(&pa, &cqa), mk_ud(&pb, &cqb));
+    let ur = [mb.sge(0, 40 + 200)];
+    ub.post_recv(&[RecvWr {
+        wr_id: 41,
+        sg_list: &ur,
+    }])
+    .unwrap();
+    let ah = pa
+        .create_ah(&AhAttr {
+            dgid: Gid::from_ipv4(cb.ip()),
+            sgid_index: ca.ip_gid_index() as u8,
+            hop_limit: 1,
+            port_num: 1,
+            ..Default::default()
+        })
+        .unwrap();
+    let us = [ma.sge(0, 200)];
+    let mut w = SendWr::new(42, WrOpcode::Send, &us);
+    w.wr = WrDetail::Ud {
+        ah,
+        remote_qpn: ub.qp_num(),
+        remote_qkey: 0x1111,
+    };
+    ua.post_send(&[w]).unwrap();
+    ok(&cqa, 42, WcOpcode::Send);
+    let r = ok(&cqb, 41, WcOpcode::Recv);
+    assert_eq!((r.byte_len, r.src_qp), (240, ua.qp_num()));
+    let mut d = vec![0u8; 200];
+    mb.read(40, &mut d);
+    assert_eq!(d, pat[..200]);
+    // --- ownership: the PD is busy while its MR and QPs exist
+    assert!(matches!(pa.clone().dealloc(), Err(Error::Busy)));
+    assert!(matches!(ma.clone().dereg(), Err(Error::Busy)));
+    drop((ua, ub));
+    ma.dereg().unwrap();
+    assert!(matches!(pa.clone().dealloc(), Err(Error::Busy))); // the clone above is gone; `pa` remains
+    drop((mb, cqa, cqb, ch));
+    pa.dealloc().unwrap();
+    pb.dealloc().unwrap();
+}
+
+#[test]
+fn soft_provider() {
+    let open = |ip| verbs::Context::open(ip).unwrap();
+    scenario(open("127.0.61.1"), open("127.0.61.2"), Provider::Soft);
+}
+
+#[cfg(feature = "rdma-core")]
+#[test]
+#[ignore = "needs two kernel RDMA devices (run in the guest of tests/peers)"]
+fn rdma_core_provider() {
+    let devs = std::env::var("VERBS_RC_DEVS").unwrap_or_else(|_| "rxe_a,rxe_b".into());
+    let (a, b) = devs.split_once(',').expect("VERBS_RC_DEVS=dev_a,dev_b");
+    let ca = verbs::rdma_core::open(a).unwrap();
+    let cb = verbs::rdma_core::open(b).unwrap();
+    // by IPv4 too: the same device
+    assert_eq!(
+        verbs::rdma_core::open(&ca.ip().to_string()).unwrap().name(),
+        a
+    );
+    assert!(matches!(
+        verbs::rdma_core::open("no_such_dev0"),
+        Err(Error::NoDev)
+    ));
+    scenario(ca, cb, Provider::RdmaCore);
+}

@@ -1,0 +1,89 @@
+#!/bin/bash
+# Interop: dpustack's rdma-core verbs provider (cargo feature `rdma-core`) on the
+# guest's kernel rxe devices. Builds dpustack and the verbs provider test with
+# `--features rdma-core` (needs libibverbs-dev on the host), then in the guest:
+#   * `dpustack devices` lists the kernel devices (rdma-core) next to the soft ones;
+#   * rc-/ud-pingpong --provider rdma-core -c on rxe_a against ibv_rc_pingpong /
+#     ibv_ud_pingpong -c on rxe_b, ours as server and as client (every byte of
+#     every received buffer checked on our side), uc-pingpong with completion
+#     events (-e);
+#   * ours on rdma-core (rxe_r) against ours on the soft provider (guest netns
+#     `peer`, 10.99.2.2), RC, both checking;
+#   * the verbs API scenario of crates/verbs/tests/providers.rs on rxe_a/rxe_b.
+#
+# Host side (run.sh): bash 08-rdma-core.sh        (uses $V, $ROOT)
+# Guest side (internal): bash 08-rdma-core.sh guest BIN TESTBIN
+set -u
+NCHECKS=9
+
+if [ "${1:-}" = guest ]; then
+  BIN=$2 TB=$3 L=/tmp/rc08; mkdir -p $L
+  ok()  { echo "PASS $1${2:+  ($2)}"; }
+  bad() { echo "FAIL $1${2:+  ($2)}"; }
+  pair() {  # NAME SERVER-CMD CLIENT-CMD: both exit 0, no "invalid data" line
+    local n=$1
+    timeout 80 sh -c "$2" > $L/$n.srv 2>&1 & local s=$!
+    sleep ${WAIT:-5}   # TCG: our binary takes seconds to start from 9p
+    timeout 60 sh -c "$3" > $L/$n.cli 2>&1; local c=$?
+    wait $s; local r=$?
+    if [ $c = 0 ] && [ $r = 0 ] && ! grep -qi 'invalid data' $L/$n.cli $L/$n.srv \
+       && grep -q 'buffers validated' $L/$n.cli $L/$n.srv; then
+      ok $n "$(grep -h 'iters in' $L/$n.cli | head -1); $(grep -h 'validated' $L/$n.cli $L/$n.srv | head -1)"
+    else
+      bad $n "client rc=$c server rc=$r"; tail -n 4 $L/$n.cli $L/$n.srv
+    fi
+  }
+  [ -x "$BIN" ] || { bad rdma-core-binary "$BIN not visible in the guest"; exit 1; }
+  sh $(dirname $0)/../peers/guest/rxe-pair.sh > $L/pair 2>&1
+  if ! ip link show vr > /dev/null 2>&1; then   # as 03-roce.sh / guest/selftest.sh
+    ip netns add peer; ip link add vr type veth peer name vp; ip link set vp netns peer
+    ip addr add 10.99.2.1/24 dev vr; ip link set vr up
+    ip -n peer addr add 10.99.2.2/24 dev vp; ip -n peer link set vp up; ip -n peer link set lo up
+  fi
+  rdma link show rxe_r > /dev/null 2>&1 || rdma link add rxe_r type rxe netdev vr 2>/dev/null || true
+  N=100
+  OUR="$BIN --provider rdma-core"
+  $BIN devices > $L/devices 2>&1
+  if grep -q '^rxe_a (rdma-core)' $L/devices && grep -q '^rxe_b (rdma-core)' $L/devices \
+     && grep -q '(soft)' $L/devices && grep -q 'ffff:0a63:0101 RoCE v2' $L/devices; then
+    ok devices-lists-both "$(grep -c '(rdma-core)' $L/devices) kernel, $(grep -c '(soft)' $L/devices) soft"
+  else
+    bad devices-lists-both; head -20 $L/devices
+  fi
+  pair rc-pingpong.ours-server "$OUR rc-pingpong -d rxe_a -g 1 -n $N -c" \
+                               "ibv_rc_pingpong -d rxe_b -g 1 -n $N -c 10.99.1.1"
+  WAIT=1 pair rc-pingpong.ours-client "ibv_rc_pingpong -d rxe_b -g 1 -n $N -c" \
+                               "$OUR rc-pingpong -d rxe_a -g 1 -n $N -c 10.99.1.2"
+  pair ud-pingpong.ours-server "$OUR ud-pingpong -d rxe_a -g 1 -n $N -s 1024 -c" \
+                               "ibv_ud_pingpong -d rxe_b -g 1 -n $N -s 1024 -c 10.99.1.1"
+  WAIT=1 pair ud-pingpong.ours-client "ibv_ud_pingpong -d rxe_b -g 1 -n $N -s 1024 -c" \
+                               "$OUR ud-pingpong -d rxe_a -g 1 -n $N -s 1024 -c 10.99.1.2"
+  WAIT=1 pair uc-pingpong.ours-client-events "ibv_uc_pingpong -d rxe_b -g 1 -n $N -c -e" \
+                               "$OUR uc-pingpong -d 10.99.1.1 -g 1 -n $N -c -e 10.99.1.2"
+  # ours (kernel rxe_r, 10.99.2.1) <-> ours (soft provider in netns peer, 10.99.2.2)
+  pair rc-pingpong.rdma-core-vs-soft "ip netns exec peer $BIN --provider soft rc-pingpong -d 10.99.2.2 -g 1 -n $N -c" \
+                               "$OUR rc-pingpong -d rxe_r -g 1 -n $N -c 10.99.2.2"
+  pair rc-pingpong.soft-vs-rdma-core "$OUR rc-pingpong -d 10.99.2.1 -g 1 -n $N -c" \
+                               "ip netns exec peer $BIN --provider soft rc-pingpong -d 10.99.2.2 -g 1 -n $N -c 10.99.2.1"
+  if timeout 120 $TB --ignored --exact rdma_core_provider > $L/api 2>&1; then
+    ok verbs-api.rdma-core "$(grep -h 'test result' $L/api)"
+  else
+    bad verbs-api.rdma-core; tail -n 15 $L/api
+  fi
+  exit 0
+fi
+
+# host side
+echo "PLAN $NCHECKS"
+skip_all() { for c in devices-lists-both rc-pingpong.ours-server rc-pingpong.ours-client \
+    ud-pingpong.ours-server ud-pingpong.ours-client uc-pingpong.ours-client-events \
+    rc-pingpong.rdma-core-vs-soft rc-pingpong.soft-vs-rdma-core verbs-api.rdma-core; do
+    echo "SKIP $c ($1)"; done; exit 0; }
+[ -f /usr/include/infiniband/verbs.h ] || skip_all "no libibverbs-dev on the host: apt-get install -y libibverbs-dev"
+cd $ROOT
+cargo build --release -p dpustack --features rdma-core > /tmp/rc08-build.log 2>&1 \
+  || { tail -20 /tmp/rc08-build.log; skip_all "cargo build --features rdma-core failed"; }
+TB=$(cargo test -p verbs --features rdma-core --test providers --no-run 2>&1 \
+     | sed -n 's/.*Executable tests\/providers.rs (\(.*\))/\1/p' | tail -1)
+[ -n "$TB" ] || skip_all "could not build the verbs provider test"
+bash $V exec -t 900 "bash $ROOT/tests/interop/08-rdma-core.sh guest $ROOT/target/release/dpustack $ROOT/$TB"
