@@ -184,9 +184,14 @@ fn kernel_rows() -> Result<Vec<DeviceRow>> {
 }
 
 pub fn run(a: &DevicesArgs) -> Result<()> {
-    let mut rows = soft_rows();
+    #[cfg(not(feature = "rdma-core"))]
+    let rows = soft_rows();
     #[cfg(feature = "rdma-core")]
-    rows.extend(kernel_rows()?);
+    let rows = {
+        let mut r = soft_rows();
+        r.extend(kernel_rows()?);
+        r
+    };
     let kernel_unseen = !verbs::rdma_core::BUILT && verbs::rdma_core::kernel_has_devices();
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
