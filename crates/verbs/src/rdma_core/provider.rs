@@ -91,7 +91,11 @@ fn with_device_list<R>(f: impl FnOnce(&[*mut IbvDevice]) -> R) -> Result<R> {
     // SAFETY: `n` is a live out-parameter; the list is freed below.
     let list = unsafe { ibv_get_device_list(&mut n) };
     if list.is_null() {
-        return Err(last_errno());
+        // ENOSYS: the kernel has no uverbs (no RDMA devices at all)
+        return match last_errno() {
+            Error::Io(e) if e.raw_os_error() == Some(libc::ENOSYS) => Ok(f(&[])),
+            e => Err(e),
+        };
     }
     // SAFETY: libibverbs returned `n` device pointers at `list`.
     let devs = unsafe { std::slice::from_raw_parts(list, n.max(0) as usize) };
