@@ -13,8 +13,59 @@
 #
 # Host side (run.sh): bash 08-rdma-core.sh        (uses $V, $ROOT)
 # Guest side (internal): bash 08-rdma-core.sh guest BIN TESTBIN
+#
+# Figures (not run by run.sh): bash 08-rdma-core.sh perf [ROUNDS] [SECS] [ITERS]
+#   in the guest, same rxe devices (rxe_a -> rxe_b), interleaved rounds:
+#   dpustack perf write-bw / write-lat --provider rdma-core vs perftest's
+#   ib_write_bw / ib_write_lat (64 KiB WRITEs for bandwidth, 2 B for latency,
+#   MTU 1024 = the veth's rxe MTU); every figure, then median [min-max].
 set -u
 NCHECKS=9
+
+if [ "${1:-}" = perf-guest ]; then
+  BIN=$2 ROUNDS=$3 D=$4 N=$5 L=/tmp/rc08perf; mkdir -p $L
+  sh $(dirname $0)/../peers/guest/rxe-pair.sh > $L/pair 2>&1
+  OUR="$BIN --provider rdma-core perf"
+  ours() {  # TEST ARGS -> client JSON in $L/ours.json
+    timeout 90 $OUR $1 -d rxe_b -m 1024 > $L/ours.srv 2>&1 & local s=$!
+    sleep 4
+    timeout 80 $OUR "$@" -d rxe_a -m 1024 --json 10.99.1.2 > $L/ours.json 2> $L/ours.err
+    wait $s
+  }
+  ptest() {  # TOOL ARGS -> client output
+    timeout 90 "$@" -d rxe_b -x 1 -F > $L/pt.srv 2>&1 & local s=$!
+    sleep 2
+    timeout 80 "$@" -d rxe_a -x 1 -F 10.99.1.2; wait $s
+  }
+  prow() { awk '/#bytes/ {getline; print; exit}'; }
+  for r in $(seq $ROUNDS); do
+    ours write-bw -D $D
+    ob=$(python3 -c 'import json,sys; print("%.3f" % (json.load(sys.stdin)["bw"]/1e6))' < $L/ours.json 2>/dev/null)
+    pb=$(ptest ib_write_bw -D $D 2>&1 | prow | awk 'NF >= 5 {printf "%.3f", $4 * 1.048576}')
+    ours write-lat -n $N
+    ol=$(python3 -c 'import json,sys; l=json.load(sys.stdin)["lat"]; print("%.2f %.2f" % (l["p50_ns"]/1e3, l["mean_ns"]/1e3))' < $L/ours.json 2>/dev/null)
+    pl=$(ptest ib_write_lat -n $N 2>&1 | prow | awk 'NF >= 6 {print $5, $6}')
+    echo "round $r: write-bw MB/s ours ${ob:-?} perftest ${pb:-?} | write-lat us (typical avg) ours ${ol:-?} perftest ${pl:-?}"
+    echo "${ob:-} ${pb:-} ${ol:-} ${pl:-}" >> $L/figs
+  done
+  python3 - $L/figs <<'PY'
+import sys, statistics as st
+rows = [l.split() for l in open(sys.argv[1]) if len(l.split()) == 6]
+names = ["write-bw MB/s ours", "write-bw MB/s perftest", "write-lat typical us ours",
+         "write-lat avg us ours", "write-lat typical us perftest", "write-lat avg us perftest"]
+for i, n in enumerate(names):
+    v = [float(r[i]) for r in rows]
+    if v:
+        print(f"{n}: median {st.median(v):.3f} [{min(v):.3f}-{max(v):.3f}] over {len(v)} rounds")
+if rows:
+    rb = [float(r[0]) / float(r[1]) for r in rows]
+    rl = [float(r[2]) / float(r[4]) for r in rows]
+    print(f"ratio ours/perftest per round: bw {[round(x, 3) for x in rb]} (median {st.median(rb):.3f}), "
+          f"typical latency {[round(x, 3) for x in rl]} (median {st.median(rl):.3f})")
+PY
+  rm -f $L/figs
+  exit 0
+fi
 
 if [ "${1:-}" = guest ]; then
   BIN=$2 TB=$3 L=/tmp/rc08; mkdir -p $L
@@ -74,6 +125,11 @@ if [ "${1:-}" = guest ]; then
 fi
 
 # host side
+if [ "${1:-}" = perf ]; then
+  cd $ROOT && cargo build --release -p dpustack --features rdma-core >/dev/null 2>&1 || exit 1
+  bash $V exec -t 1800 "bash $ROOT/tests/interop/08-rdma-core.sh perf-guest $ROOT/target/release/dpustack ${2:-3} ${3:-3} ${4:-1000}"
+  exit $?
+fi
 echo "PLAN $NCHECKS"
 skip_all() { for c in devices-lists-both rc-pingpong.ours-server rc-pingpong.ours-client \
     ud-pingpong.ours-server ud-pingpong.ours-client uc-pingpong.ours-client-events \
