@@ -38,15 +38,30 @@ if [ "${1:-}" = perf-guest ]; then
     timeout 80 "$@" -d rxe_a -x 1 -F 10.99.1.2; wait $s
   }
   prow() { awk '/#bytes/ {getline; print; exit}'; }
+  # each measurement is retried (up to 3 times) until it gives a figure; every
+  # failed attempt is counted and its output appended to $L/failed
+  nfail=0
+  try() {  # VAR FUNC: FUNC prints the figure or nothing
+    local var=$1 i v; shift
+    for i in 1 2 3; do
+      v=$("$@"); [ -n "$v" ] && { printf -v $var '%s' "$v"; return; }
+      nfail=$((nfail+1)); { echo "== $* (attempt $i)"; cat $L/last $L/ours.err 2>/dev/null; } >> $L/failed; sleep 2
+    done
+    printf -v $var ''
+  }
+  m_ob() { ours write-bw -D $D; cp $L/ours.json $L/last
+    python3 -c 'import json,sys; print("%.3f" % (json.load(sys.stdin)["bw"]/1e6))' < $L/ours.json 2>/dev/null; }
+  m_pb() { ptest ib_write_bw -D $D > $L/last 2>&1
+    prow < $L/last | awk 'NF >= 5 && $4+0 > 0 {printf "%.3f", $4 * 1.048576}'; }
+  m_ol() { ours write-lat -n $N; cp $L/ours.json $L/last
+    python3 -c 'import json,sys; l=json.load(sys.stdin)["lat"]; print("%.2f %.2f" % (l["p50_ns"]/1e3, l["mean_ns"]/1e3))' < $L/ours.json 2>/dev/null; }
+  m_pl() { ptest ib_write_lat -n $N > $L/last 2>&1
+    prow < $L/last | awk 'NF >= 6 && $5+0 > 0 {print $5, $6}'; }
+  : > $L/failed
   for r in $(seq $ROUNDS); do
-    ours write-bw -D $D
-    ob=$(python3 -c 'import json,sys; print("%.3f" % (json.load(sys.stdin)["bw"]/1e6))' < $L/ours.json 2>/dev/null)
-    pb=$(ptest ib_write_bw -D $D 2>&1 | prow | awk 'NF >= 5 {printf "%.3f", $4 * 1.048576}')
-    ours write-lat -n $N
-    ol=$(python3 -c 'import json,sys; l=json.load(sys.stdin)["lat"]; print("%.2f %.2f" % (l["p50_ns"]/1e3, l["mean_ns"]/1e3))' < $L/ours.json 2>/dev/null)
-    pl=$(ptest ib_write_lat -n $N 2>&1 | prow | awk 'NF >= 6 {print $5, $6}')
+    try ob m_ob; try pb m_pb; try ol m_ol; try pl m_pl
     echo "round $r: write-bw MB/s ours ${ob:-?} perftest ${pb:-?} | write-lat us (typical avg) ours ${ol:-?} perftest ${pl:-?}"
-    echo "${ob:-} ${pb:-} ${ol:-} ${pl:-}" >> $L/figs
+    [ -n "$ob" ] && [ -n "$pb" ] && [ -n "$ol" ] && [ -n "$pl" ] && echo "$ob $pb $ol $pl" >> $L/figs
   done
   python3 - $L/figs <<'PY'
 import sys, statistics as st
@@ -60,10 +75,10 @@ for i, n in enumerate(names):
 if rows:
     rb = [float(r[0]) / float(r[1]) for r in rows]
     rl = [float(r[2]) / float(r[4]) for r in rows]
-    print(f"ratio ours/perftest per round: bw {[round(x, 3) for x in rb]} (median {st.median(rb):.3f}), "
+    print(f"ratio ours/perftest per round (perftest bw in MB = 2^20 B, converted to 10^6): bw {[round(x, 3) for x in rb]} (median {st.median(rb):.3f}), "
           f"typical latency {[round(x, 3) for x in rl]} (median {st.median(rl):.3f})")
 PY
-  rm -f $L/figs
+  echo "failed attempts (retried): $nfail"; rm -f $L/figs
   exit 0
 fi
 

@@ -311,6 +311,7 @@ fn soft_provider() {
 fn rdma_core_provider() {
     let devs = std::env::var("VERBS_RC_DEVS").unwrap_or_else(|_| "rxe_a,rxe_b".into());
     let (a, b) = devs.split_once(',').expect("VERBS_RC_DEVS=dev_a,dev_b");
+    let before = (kernel_resources(a), kernel_resources(b));
     let ca = verbs::rdma_core::open(a).unwrap();
     let cb = verbs::rdma_core::open(b).unwrap();
     // by IPv4 too: the same device
@@ -323,4 +324,29 @@ fn rdma_core_provider() {
         Err(Error::NoDev)
     ));
     scenario(ca, cb, Provider::RdmaCore);
+    // every ibv_* object went with its last handle: the kernel's resource
+    // counts (`rdma resource show`) are back where they were
+    assert_eq!((kernel_resources(a), kernel_resources(b)), before);
+}
+
+/// `rdma resource show`'s counters for `dev` ("pd 1 cq 2 qp 1 ..."), pd/cq/qp/mr/srq/ctx.
+#[cfg(feature = "rdma-core")]
+fn kernel_resources(dev: &str) -> Vec<(String, u64)> {
+    let out = std::process::Command::new("rdma")
+        .args(["resource", "show"])
+        .output()
+        .expect("the `rdma` tool (iproute2)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some(&format!("{dev}:")))
+        .unwrap_or_else(|| panic!("{dev} not in `rdma resource show`: {text}"));
+    let w: Vec<&str> = line.split_whitespace().skip(2).collect();
+    let r: Vec<(String, u64)> = w
+        .chunks(2)
+        .filter(|c| c.len() == 2 && ["pd", "cq", "qp", "mr", "srq", "ctx"].contains(&c[0]))
+        .map(|c| (c[0].to_string(), c[1].parse().unwrap_or(u64::MAX)))
+        .collect();
+    assert!(r.len() >= 4, "unexpected `rdma resource show` line: {line}");
+    r
 }
