@@ -1052,8 +1052,10 @@ impl<'a> Server<'a> {
 /// The passive side on its own thread; returns when `stop()` says so.
 fn perf_server(e: &End, p: PerfParams, stop: &dyn Fn() -> bool) -> Result<()> {
     let mut s = Server::new(e, p)?;
-    if p.mode == PerfMode::Threaded && matches!(p.test, PerfTest::WriteBw | PerfTest::ReadBw) {
-        // the device's poller thread does all the work
+    // a kernel device (rdma-core) needs no progress from us either
+    let idle_server = p.mode == PerfMode::Threaded || e.ctx.soft().is_none();
+    if idle_server && matches!(p.test, PerfTest::WriteBw | PerfTest::ReadBw) {
+        // the device's poller thread (or the kernel) does all the work
         while !stop() {
             std::thread::sleep(Duration::from_millis(5));
         }
