@@ -15,7 +15,7 @@
 //! * [`ofproto`]: OpenFlow rule statistics and idle/hard timeouts, `ovs-ofctl dump-flows` text.
 
 /// Workloads of `dpustack bench flow` (not library API: only with the `bench` feature).
-#[cfg(feature = "bench")]
+#[cfg(any(test, feature = "bench"))]
 pub mod bench;
 pub mod classifier;
 pub mod dp;

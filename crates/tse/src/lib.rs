@@ -22,7 +22,7 @@
 
 pub mod call;
 pub mod clock;
-#[cfg(feature = "demo")]
+#[cfg(any(test, feature = "demo"))]
 pub mod demo;
 pub mod eq;
 pub mod error;
