@@ -2,10 +2,12 @@
 //!
 //! Without privileges: devices on 127.0.4.6x; `CmDevice::close` removes the
 //! device, `CmDevice::addr_removed` is the hook the rtnetlink watcher calls.
-//! As root (CI): each `netns_*` test runs in a thread moved into a network namespace
+//! As root: each `netns_*` test runs in a thread moved into a network namespace
 //! of its own (`unshare(CLONE_NEWNET)`, only `lo` and a veth pair we create), where
-//! it really deletes addresses and links and looks routes up; without root they
-//! print why they skip. Nothing outside those namespaces is touched.
+//! it really deletes addresses and links and looks routes up. They are `#[ignore]`d
+//! (they need root); scripts/test-all.sh runs them with `--ignored` as root (CI),
+//! where not being root or a namespace that cannot be made is a failure, not a skip.
+//! Nothing outside those namespaces is touched.
 #![cfg(feature = "driver")]
 
 use std::net::{IpAddr, SocketAddr};
@@ -149,14 +151,14 @@ fn addr_removed_hook_gives_addr_change() {
 
 // ---- as root, in network namespaces of our own ---------------------------------
 
-/// Runs `f` in a new thread moved into a fresh network namespace with `lo` up, or
-/// prints why not and returns false.
-fn in_netns(name: &str, f: impl FnOnce() + Send + 'static) -> bool {
+/// Runs `f` in a new thread moved into a fresh network namespace with `lo` up;
+/// panics (the test fails) when that cannot be done.
+fn in_netns(name: &str, f: impl FnOnce() + Send + 'static) {
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("SKIP {name}: needs root (network namespaces, addresses, links)");
-        return false;
-    }
+    assert!(
+        unsafe { libc::geteuid() } == 0,
+        "{name} needs root (network namespaces, addresses, links): run --ignored only as root"
+    );
     let ok = std::thread::spawn(move || {
         // SAFETY: unshare of this thread's network namespace only.
         if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
@@ -170,12 +172,8 @@ fn in_netns(name: &str, f: impl FnOnce() + Send + 'static) -> bool {
     })
     .join()
     .unwrap_or_else(|p| std::panic::resume_unwind(p));
-    match ok {
-        Ok(()) => true,
-        Err(e) => {
-            println!("SKIP {name}: cannot make a network namespace: {e}");
-            false
-        }
+    if let Err(e) = ok {
+        panic!("{name}: cannot make a network namespace: {e}");
     }
 }
 
@@ -197,6 +195,7 @@ fn veth_with(addr: &str) {
 }
 
 #[test]
+#[ignore = "needs root (network namespaces): run with --ignored as root"]
 fn netns_deleted_address_gives_addr_change() {
     in_netns("netns_deleted_address_gives_addr_change", || {
         // an address on lo, as `ip addr add 127.0.9.9/32 dev lo`, and one on a veth
@@ -226,6 +225,7 @@ fn netns_deleted_address_gives_addr_change() {
 }
 
 #[test]
+#[ignore = "needs root (network namespaces): run with --ignored as root"]
 fn netns_deleted_link_gives_device_removal() {
     in_netns("netns_deleted_link_gives_device_removal", || {
         veth_with("10.9.7.1/24");
@@ -253,6 +253,7 @@ fn netns_deleted_link_gives_device_removal() {
 }
 
 #[test]
+#[ignore = "needs root (network namespaces): run with --ignored as root"]
 fn netns_resolve_addr_no_route_and_no_device() {
     in_netns("netns_resolve_addr_no_route_and_no_device", || {
         let s = dev("127.0.4.64");

@@ -49,10 +49,9 @@ pub fn trace(table: &FlowTable, flow: &FlowKey, from_bytes: bool) -> Trace {
     }
 }
 
-/// Canonical, order-insensitive form of a megaflow or action string for comparisons:
-/// the comma-separated top-level items sorted; `recirc_id=N` inside a controller action
-/// (an allocation counter) replaced by `recirc_id=*`.
-pub fn canonical(s: &str) -> String {
+/// Top-level comma-separated items of an OVS megaflow or action string (commas inside
+/// parentheses do not split).
+fn top_level_items(s: &str) -> Vec<String> {
     let mut depth = 0i32;
     let mut items = Vec::new();
     let mut cur = String::new();
@@ -71,7 +70,24 @@ pub fn canonical(s: &str) -> String {
     if !cur.is_empty() {
         items.push(cur);
     }
-    let mut items: Vec<String> = items
+    items
+}
+
+/// Canonical form of a megaflow for comparisons: its comma-separated top-level fields
+/// sorted (a megaflow is a set of field matches: OVS and we may print them in a
+/// different order).
+pub fn canonical_megaflow(s: &str) -> String {
+    let mut items = top_level_items(s);
+    items.sort();
+    items.join(",")
+}
+
+/// Canonical form of a datapath action list for comparisons: the actions **in their
+/// order** (`2,push_vlan(vid=100),3` and `push_vlan(vid=100),2,3` put different frames
+/// on port 2), with only what OVS itself varies masked: `recirc_id=N` inside a
+/// controller (`userspace(...)`) action, an allocation counter, becomes `recirc_id=*`.
+pub fn canonical_actions(s: &str) -> String {
+    top_level_items(s)
         .into_iter()
         .map(|i| {
             if let Some(p) = i.find("recirc_id=") {
@@ -83,7 +99,37 @@ pub fn canonical(s: &str) -> String {
             }
             i
         })
-        .collect();
-    items.sort();
-    items.join(",")
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actions_keep_their_order_megaflow_fields_do_not() {
+        assert_ne!(
+            canonical_actions("2,push_vlan(vid=100,pcp=0),3"),
+            canonical_actions("push_vlan(vid=100,pcp=0),2,3")
+        );
+        assert_ne!(canonical_actions("2,3"), canonical_actions("3,2"));
+        assert_eq!(
+            canonical_megaflow("recirc_id=0,eth,tcp,in_port=1,tp_dst=80"),
+            canonical_megaflow("tcp,recirc_id=0,tp_dst=80,eth,in_port=1")
+        );
+        // only the controller action's recirc_id is masked, in place
+        assert_eq!(
+            canonical_actions(
+                "push_vlan(vid=5,pcp=0),userspace(pid=0,controller(reason=1,dont_send=1,continuation=0,recirc_id=7,rule_cookie=0,controller_id=0,max_len=65535))"
+            ),
+            canonical_actions(
+                "push_vlan(vid=5,pcp=0),userspace(pid=0,controller(reason=1,dont_send=1,continuation=0,recirc_id=12,rule_cookie=0,controller_id=0,max_len=65535))"
+            )
+        );
+        assert_ne!(
+            canonical_actions("set(ipv4(ttl=63)),recirc(0x1)"),
+            canonical_actions("set(ipv4(ttl=63)),recirc(0x2)")
+        );
+    }
 }

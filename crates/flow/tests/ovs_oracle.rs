@@ -1,18 +1,19 @@
 //! Conformance against Open vSwitch itself (the `ovs.sh` oracle: OVS 3.1 in a private
 //! sandbox). Loads the same tables into OVS and into `flow`, traces the same packets
-//! through both and compares megaflows and datapath actions in canonical
-//! (order-insensitive) form: on the sample table and on random tables with overlapping
-//! prefixes, masks and ports.
+//! through both and compares megaflows (fields in any order) and datapath actions (in
+//! order; only the controller action's recirc_id is masked): on the sample table and on
+//! random tables with overlapping prefixes, masks and ports.
 //!
-//! Gated: runs only with `DPUSTACK_OVS_ORACLE=1` (needs `openvswitch-switch`).
+//! `#[ignore]`d: needs `openvswitch-switch` (scripts/test-all.sh installs it and runs
+//! these with `--ignored`; a missing or failing OVS is then a failure, not a skip).
 //! Knobs: `DPUSTACK_OVS_TABLES` (random tables, default 24), `DPUSTACK_OVS_PACKETS`
 //! (packets per table, default 60), `DPUSTACK_OVS_SEED`, `OVS_SH` (path of ovs.sh).
 //!
 //! ```sh
-//! DPUSTACK_OVS_ORACLE=1 cargo test -p flow --test ovs_oracle -- --nocapture
+//! cargo test -p flow --test ovs_oracle -- --ignored --nocapture
 //! ```
 
-use flow::{canonical, parse_flows, FlowKey, FlowTable};
+use flow::{canonical_actions, canonical_megaflow, parse_flows, FlowKey, FlowTable};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -438,8 +439,8 @@ fn check_table_p(
             (flow::trace(&table, &k, false), o.trace(p, None))
         };
         s.n += 1;
-        let mok = canonical(&ours.megaflow) == canonical(&theirs.0);
-        let aok = canonical(&ours.actions) == canonical(&theirs.1);
+        let mok = canonical_megaflow(&ours.megaflow) == canonical_megaflow(&theirs.0);
+        let aok = canonical_actions(&ours.actions) == canonical_actions(&theirs.1);
         s.mega += mok as usize;
         s.acts += aok as usize;
         if (!mok || !aok) && s.fails.len() < 15 {
@@ -464,11 +465,8 @@ fn env_usize(k: &str, d: usize) -> usize {
 }
 
 #[test]
+#[ignore = "needs openvswitch-switch (the OVS oracle): run with --ignored"]
 fn conformance_with_ovs() {
-    if std::env::var("DPUSTACK_OVS_ORACLE").as_deref() != Ok("1") {
-        eprintln!("skipped: set DPUSTACK_OVS_ORACLE=1 (needs openvswitch-switch) to run");
-        return;
-    }
     let o = Oracle::start();
     let mut s = Score::default();
     // The sample table and packets (also through OVS's own packet composer).
@@ -535,11 +533,8 @@ fn conformance_with_ovs() {
 /// Truncated and corrupted frames (composed by OVS, then cut or with bytes flipped) traced
 /// as bytes through both: the parser must stop where OVS's `flow_extract` stops.
 #[test]
+#[ignore = "needs openvswitch-switch (the OVS oracle): run with --ignored"]
 fn malformed_frames_with_ovs() {
-    if std::env::var("DPUSTACK_OVS_ORACLE").as_deref() != Ok("1") {
-        eprintln!("skipped: set DPUSTACK_OVS_ORACLE=1 (needs openvswitch-switch) to run");
-        return;
-    }
     let o = Oracle::start();
     let seed = env_usize("DPUSTACK_OVS_SEED", 7) as u64 + 1000;
     let n = env_usize("DPUSTACK_OVS_MALFORMED", 300);
@@ -571,8 +566,8 @@ fn malformed_frames_with_ovs() {
         let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
         let ours = flow::trace(&table, &FlowKey::from_packet(in_port, &b), true);
         let theirs = o.trace(&format!("in_port={in_port}"), Some(&hex));
-        if canonical(&ours.megaflow) == canonical(&theirs.0)
-            && canonical(&ours.actions) == canonical(&theirs.1)
+        if canonical_megaflow(&ours.megaflow) == canonical_megaflow(&theirs.0)
+            && canonical_actions(&ours.actions) == canonical_actions(&theirs.1)
         {
             agree += 1;
         } else if fails.len() < 10 {

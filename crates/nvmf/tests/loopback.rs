@@ -5,10 +5,12 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use nvme::status::{FabricsStatus, GenericStatus, MediaStatus};
-use nvme::{IoOpcode, Sqe, Status};
+use nvme::features::FeatureId;
+use nvme::status::{CommandSpecificStatus, FabricsStatus, GenericStatus, MediaStatus};
+use nvme::{AdminOpcode, IoOpcode, Sqe, Status};
+use nvmf::ctrlr::{AdminOutcome, Ctrlr};
 use nvmf::host::{self, Controller, HostError, HostOpts};
 use nvmf::subsystem::Subsystem;
 use nvmf::{ListenSpec, NvmfServer, Tgt, TgtParams, DISCOVERY_NQN};
@@ -233,9 +235,15 @@ fn nvme_statuses_for_bad_commands() {
     fl.set_opcode(IoOpcode::Flush.raw());
     fl.set_nsid(1);
     assert!(c.io_exec(0, fl, &[], 0).unwrap().cqe.status().is_success());
-    // admin: bad log page, bad identify CNS
-    let r = c.get_log_page(0x42, 0, 512);
-    assert!(matches!(r, Err(HostError::Status { .. })));
+    // admin: an unsupported log page is "Invalid Log Page" (NVMe base 2.0, Get Log
+    // Page command specific status 09h), do not retry
+    match c.get_log_page(0x42, 0, 512) {
+        Err(HostError::Status { status, .. }) => assert_eq!(
+            status,
+            Status::command_specific(CommandSpecificStatus::InvalidLogPage).with_dnr(true)
+        ),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
@@ -262,31 +270,92 @@ fn connect_checks() {
         }
         other => panic!("{other:?}"),
     }
-    // NVM subsystem on the discovery-only port
-    assert!(Controller::connect(srv.addrs()[1], NQN, &opts(false), 1, 4).is_err());
+    // NVM subsystem on the discovery-only port: Connect Invalid Parameters (the
+    // subsystem is not reachable through this port), do not retry
+    let refused = Status::fabrics(FabricsStatus::InvalidParameters).with_dnr(true);
+    match Controller::connect(srv.addrs()[1], NQN, &opts(false), 1, 4) {
+        Err(HostError::Status { status, .. }) => assert_eq!(status, refused),
+        other => panic!("{other:?}"),
+    }
     // allowed host works
     let mut o = opts(false);
     o.hostnqn = "nqn.2024-01.io.dpustack:allowed".into();
     let mut c = Controller::connect(a, NQN2, &o, 1, 4).unwrap();
     c.write(0, 1, 0, &[7; 512], BS).unwrap();
-    // an I/O queue for a controller id that does not exist
+    // an I/O queue for a controller id that does not exist: Connect Invalid
+    // Parameters (CNTLID), do not retry
     let mut q = host::Queue::open(a, &o, 1, 4).unwrap();
-    assert!(q.connect(&o, NQN2, 0x7777, 3, 0).is_err());
+    match q.connect(&o, NQN2, 0x7777, 3, 0) {
+        Err(HostError::Status { status, .. }) => assert_eq!(status, refused),
+        other => panic!("{other:?}"),
+    }
 }
 
+/// The target drops a host that sends nothing for its KATO: polled for (the
+/// controller count), not slept on; not before the KATO has passed.
 #[test]
 fn keep_alive_timeout_disconnects() {
     let srv = server();
     let mut o = opts(false);
     o.kato_ms = 300;
+    let t0 = Instant::now();
     let mut c = Controller::connect(srv.addrs()[0], NQN, &o, 1, 4).unwrap();
-    std::thread::sleep(Duration::from_millis(900));
-    let r = c.read(0, 1, 0, 1, BS);
+    assert_eq!(srv.tgt().ctrlr_count(), 1);
+    while srv.tgt().ctrlr_count() != 0 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let gone = t0.elapsed();
+    assert_eq!(srv.tgt().ctrlr_count(), 0, "still connected after {gone:?}");
+    assert!(
+        gone >= Duration::from_millis(300),
+        "dropped after {gone:?}, before the 300 ms KATO"
+    );
+    // commands on the failed controller are refused (Command Sequence Error) until its
+    // connection is closed, which must follow
+    let mut r = c.read(0, 1, 0, 1, BS);
+    while let Err(HostError::Status { status, .. }) = &r {
+        assert!(
+            status.is_generic(GenericStatus::CommandSequenceError),
+            "{r:?}"
+        );
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "connection still open after {:?}",
+            t0.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+        r = c.read(0, 1, 0, 1, BS);
+    }
     assert!(
         matches!(r, Err(HostError::Terminated(_)) | Err(HostError::Io(_))),
         "{r:?}"
     );
-    assert_eq!(srv.tgt().ctrlr_count(), 0);
+}
+
+/// The keep-alive timer itself on an injected clock (ms): alive up to and including
+/// KATO after the last command, failed 1 ms later; any admin command (Keep Alive
+/// here) restarts it; Set Features KATO changes it.
+#[test]
+fn keep_alive_timer_on_an_injected_clock() {
+    let mut t = Tgt::new(TgtParams::default());
+    let s = t
+        .add_subsystem(Subsystem::new(NQN, "SN-KA", "ka").unwrap())
+        .unwrap();
+    let ok = |o: AdminOutcome| matches!(o, AdminOutcome::Done(st, ..) if st.is_success());
+    let c = Ctrlr::new(1, s, "nqn.2024-01.io.dpustack:h", [0; 16], 300, 4, 1_000);
+    // CC.EN = 1 (IOSQES 6, IOCQES 4) at 1_000: the controller takes commands
+    let en = Sqe::property_set(1, nvmf::ctrlr::prop::CC, false, 1 | (6 << 16) | (4 << 20));
+    assert!(ok(c.exec_admin(&t, &en, &[], 1_000)));
+    assert!(c.check_keep_alive(1_300));
+    let ka = Sqe::admin(AdminOpcode::KeepAlive, 1, 0);
+    assert!(ok(c.exec_admin(&t, &ka, &[], 1_250)));
+    assert!(c.check_keep_alive(1_550) && !c.is_failed());
+    let kato = Sqe::set_features(2, FeatureId::KeepAliveTimer, 100);
+    assert!(ok(c.exec_admin(&t, &kato, &[], 1_600)));
+    assert_eq!(c.kato_ms(), 100);
+    assert!(c.check_keep_alive(1_700) && !c.is_failed());
+    assert!(!c.check_keep_alive(1_701));
+    assert!(c.is_failed());
 }
 
 #[test]

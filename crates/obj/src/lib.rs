@@ -9,3 +9,8 @@
 
 /// Whether this crate has a working implementation yet. `dpustack up` reads it.
 pub const IMPLEMENTED: bool = false;
+
+pub mod types;
+pub mod rpc;
+pub mod client;
+pub mod engine;

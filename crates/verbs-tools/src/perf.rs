@@ -446,8 +446,18 @@ fn perf_server(e: &End, p: PerfParams, stop: &dyn Fn() -> bool) -> Result<()> {
     Ok(())
 }
 
-/// Both ends in this process on two loopback devices.
+/// Both ends in this process on two loopback devices (127.0.0.1 / .2, else
+/// 127.0.33.1 / .2, unless `ips` names them).
 pub fn loopback(p: PerfParams, ips: Option<(Ipv4Addr, Ipv4Addr)>) -> Result<PerfResult> {
+    loopback_counted(p, ips).map(|r| r.0)
+}
+
+/// [`loopback`], also returning both devices' counters (client, server) read
+/// after the run: what really crossed the wire, independent of the client's count.
+pub fn loopback_counted(
+    p: PerfParams,
+    ips: Option<(Ipv4Addr, Ipv4Addr)>,
+) -> Result<(PerfResult, verbs::soft::Counters, verbs::soft::Counters)> {
     let candidates = match ips {
         Some(x) => vec![x],
         None => vec![
@@ -476,19 +486,21 @@ pub fn loopback(p: PerfParams, ips: Option<(Ipv4Addr, Ipv4Addr)>) -> Result<Perf
                     // one thread drives both devices: the server steps whenever
                     // the client's poll comes back empty
                     let mut srv = Server::new(&b, p)?;
-                    return perf_client(&a, &db, p, &mut || srv.step().map(|_| ()));
+                    let r = perf_client(&a, &db, p, &mut || srv.step().map(|_| ()))?;
+                    return Ok((r, a.ctx.counters(), b.ctx.counters()));
                 }
                 let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
                 let s2 = stop.clone();
                 let server = std::thread::spawn(move || {
-                    perf_server(&b, p, &|| s2.load(std::sync::atomic::Ordering::SeqCst))
+                    perf_server(&b, p, &|| s2.load(std::sync::atomic::Ordering::SeqCst))?;
+                    Ok::<_, Error>(b.ctx.counters())
                 });
                 let r = perf_client(&a, &db, p, &mut || Ok(()));
                 stop.store(true, std::sync::atomic::Ordering::SeqCst);
-                server
+                let cb = server
                     .join()
                     .map_err(|_| Error::Run("server thread panicked".into()))??;
-                return r;
+                return Ok((r?, a.ctx.counters(), cb));
             }
             (Err(e), _) | (_, Err(e)) => last = Some(e),
         }

@@ -15,6 +15,20 @@ const SEND_WRID: u64 = 2;
 const UD_QKEY: u32 = 0x1111_1111;
 const PAGE: usize = 4096;
 
+/// `-c`: what our client sends in iteration `seq`, every byte of it checked when it
+/// comes back (ibv_*_pingpong sends and receives in one buffer, so it echoes what it
+/// received). Page starts are 0, as ibv_*_pingpong -c sets and checks them (one byte
+/// per page); the other bytes vary with the offset and the iteration, so a lost,
+/// misplaced or corrupted packet changes the buffer.
+fn chk_pattern(seq: usize, size: usize) -> Vec<u8> {
+    (0..size)
+        .map(|i| match i % PAGE {
+            0 => 0,
+            _ => ((i + i / 251 * 7 + seq * 31) % 251 + 1) as u8,
+        })
+        .collect()
+}
+
 /// Options shared by rc-, uc- and ud-pingpong (rdma-core's letters in brackets).
 #[derive(Debug, Clone)]
 pub struct PingpongOpts {
@@ -74,8 +88,12 @@ pub fn run(a: &PingpongOpts, ty: QpType, out: &mut dyn Write) -> Result<Pingpong
     }
     let grh = if ud { 40 } else { 0 };
     let pd = ctx.alloc_pd()?;
-    let mr = pd.reg_mr(size + grh, AccessFlags::LOCAL_WRITE)?;
-    mr.write(0, &vec![0x7b; size + grh]);
+    // sends go out of [0, size + grh), receives land in [size + grh, 2 * (size + grh)):
+    // a receive that writes nothing cannot pass the -c check with what we sent
+    let rbase = size + grh;
+    let mr = pd.reg_mr(2 * rbase, AccessFlags::LOCAL_WRITE)?;
+    mr.write(0, &vec![0x7b; rbase]);
+    mr.write(rbase, &vec![0xee; rbase]);
     let ch = if a.events {
         Some(ctx.create_comp_channel()?)
     } else {
@@ -113,7 +131,7 @@ pub fn run(a: &PingpongOpts, ty: QpType, out: &mut dyn Write) -> Result<Pingpong
                 | QpAttrMask::ACCESS_FLAGS,
         )?;
     }
-    let rsge = [mr.sge(0, (size + grh) as u32)];
+    let rsge = [mr.sge(rbase, (size + grh) as u32)];
     let post_recv = |n: usize| -> usize {
         let mut k = 0;
         while k < n
@@ -181,13 +199,12 @@ pub fn run(a: &PingpongOpts, ty: QpType, out: &mut dyn Write) -> Result<Pingpong
         None
     };
     let ssge = [mr.sge(grh, size as u32)];
+    let sent = std::cell::Cell::new(0usize);
     let post_send = || -> Result<()> {
-        if a.chk {
-            for i in (0..size).step_by(PAGE) {
-                // ibv_*_pingpong -c: buf[i] = i / page_size % sizeof(char)
-                mr.write(grh + i, &[0]);
-            }
+        if a.chk && a.host.is_some() {
+            mr.write(grh, &chk_pattern(sent.get(), size));
         }
+        sent.set(sent.get() + 1);
         let mut w = SendWr::new(SEND_WRID, WrOpcode::Send, &ssge);
         if let Some(ah) = ah {
             w.wr = WrDetail::Ud {
@@ -207,6 +224,7 @@ pub fn run(a: &PingpongOpts, ty: QpType, out: &mut dyn Write) -> Result<Pingpong
     }
     let (mut rcnt, mut scnt) = (0usize, 0usize);
     let mut checked = 0usize;
+    let mut peer_buf: Option<Vec<u8>> = None;
     let mut wc = [Wc::default(); 2];
     let deadline = Duration::from_secs(60);
     while rcnt < a.iters || scnt < a.iters {
@@ -235,19 +253,39 @@ pub fn run(a: &PingpongOpts, ty: QpType, out: &mut dyn Write) -> Result<Pingpong
                 SEND_WRID => scnt += 1,
                 RECV_WRID => {
                     if a.chk {
-                        for i in (0..size).step_by(PAGE) {
-                            let mut b = [0u8];
-                            mr.read(grh + i, &mut b);
-                            if b[0] != 0 {
-                                return Err(Error::Run(format!(
-                                    "invalid data in page {}",
-                                    i / PAGE
-                                )));
+                        // every byte: the client gets back the pattern it sent last; the
+                        // server gets our client's pattern for this iteration, or from
+                        // ibv_*_pingpong the same buffer every time (its first one,
+                        // 0x7b and 0: it echoes what we echo)
+                        let mut got = vec![0u8; size];
+                        mr.read(rbase + grh, &mut got);
+                        let want = match &a.host {
+                            Some(_) => chk_pattern(sent.get().saturating_sub(1), size),
+                            None => {
+                                if rcnt == 0
+                                    && got != chk_pattern(0, size)
+                                    && got.iter().all(|&b| b == 0 || b == 0x7b)
+                                {
+                                    peer_buf = Some(got.clone());
+                                }
+                                peer_buf.clone().unwrap_or_else(|| chk_pattern(rcnt, size))
                             }
+                        };
+                        if let Some(at) = (0..size).find(|&i| got[i] != want[i]) {
+                            return Err(Error::Run(format!(
+                                "invalid data in received buffer {rcnt}: byte {at} (page {}) is {:#04x}, sent {:#04x}",
+                                at / PAGE,
+                                got[at],
+                                want[at]
+                            )));
                         }
                         checked += 1;
-                        // make the next check meaningful
-                        mr.write(grh, &[0x7b]);
+                        if a.host.is_none() {
+                            // the server echoes what it received, as ibv_*_pingpong
+                            mr.write(grh, &got);
+                        }
+                        // the next receive must write every byte again
+                        mr.write(rbase + grh, &vec![0xee; size]);
                     }
                     routs -= 1;
                     if routs <= 1 {

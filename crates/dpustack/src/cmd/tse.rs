@@ -51,7 +51,7 @@ pub struct DemoArgs {
 
 pub fn run(cmd: Cmd, _cfg: &Config) -> Result<()> {
     match cmd {
-        Cmd::TseDemo(a) => demo(&a),
+        Cmd::TseDemo(a) => demo(&a).map(|_| ()),
     }
 }
 
@@ -70,7 +70,8 @@ fn show(r: &TaskResult) -> String {
     }
 }
 
-fn demo(a: &DemoArgs) -> Result<()> {
+/// Runs and prints the demo; returns the result of `report`'s event and the trace.
+fn demo(a: &DemoArgs) -> Result<(TaskResult, Vec<Step>)> {
     let net = LoopbackNet::new(Duration::from_micros(a.net_latency_us));
     let mut eq = EventQueue::with_poller(Scheduler::new(), Box::new(net.clone()));
     let trace: Rc<RefCell<Vec<Step>>> = Default::default();
@@ -242,7 +243,14 @@ fn demo(a: &DemoArgs) -> Result<()> {
     if live != 0 {
         bail!("{live} task(s) leaked");
     }
-    Ok(())
+    if blocking.is_err() || out.get() != Some(7) || nb != Some(Ok(())) || out2.get() != Some(8) {
+        bail!(
+            "echo failed: {blocking:?} {:?}, {nb:?} {:?}",
+            out.get(),
+            out2.get()
+        );
+    }
+    Ok((dag_result, trace.clone()))
 }
 
 const BATCH: usize = 10_000;
@@ -521,14 +529,70 @@ mod tests {
 
     #[test]
     fn demo_runs_with_and_without_failures() {
-        for fail in [None, Some(DemoTask::FetchB), Some(DemoTask::Retry)] {
-            demo(&DemoArgs {
+        let err = show(&Err(TaskError::Code(-5)));
+        for fail in [
+            None,
+            Some(DemoTask::Open),
+            Some(DemoTask::FetchB),
+            Some(DemoTask::Merge),
+            Some(DemoTask::Retry),
+        ] {
+            let (dag, trace) = demo(&DemoArgs {
                 fail,
                 delay_ms: 0,
                 net_latency_us: 10,
                 json: true,
             })
             .unwrap();
+            // (task, what) -> results, in order
+            let steps = |task: &str, what: &str| -> Vec<Option<String>> {
+                trace
+                    .iter()
+                    .filter(|s| s.task == task && s.what.starts_with(what))
+                    .map(|s| s.result.clone())
+                    .collect()
+            };
+            let done = |task: &str| steps(task, "done");
+            let ran = |task: &str| !steps(task, "run").is_empty();
+            let ok = Some("ok".to_string());
+            let bad = Some(err.clone());
+            // the injected error reaches `report` (which runs anyway) and its event
+            let want = if fail.is_some() {
+                Err(TaskError::Code(-5))
+            } else {
+                Ok(())
+            };
+            assert_eq!(dag, want, "{fail:?}");
+            assert_eq!(
+                steps("report", "run"),
+                vec![want.err().map_or(ok.clone(), |_| bad.clone())],
+                "{fail:?}"
+            );
+            // retry: times out once, re-runs after 1 ms, then its planned outcome
+            assert_eq!(steps("retry", "run").len(), 2, "{fail:?}");
+            let retry_end = if fail == Some(DemoTask::Retry) {
+                &bad
+            } else {
+                &ok
+            };
+            assert_eq!(done("retry").last(), Some(retry_end), "{fail:?}");
+            // the failing task, and what depends on it: failed without running
+            let (a_ok, b_ok, m_ok) = match fail {
+                Some(DemoTask::Open) => (false, false, false),
+                Some(DemoTask::FetchB) => (true, false, false),
+                Some(DemoTask::Merge) => (true, true, false),
+                _ => (true, true, true),
+            };
+            for (task, fine) in [("fetch-a", a_ok), ("fetch-b", b_ok), ("merge", m_ok)] {
+                let want = if fine { &ok } else { &bad };
+                assert_eq!(done(task), vec![want.clone()], "{task} with {fail:?}");
+            }
+            assert_eq!(ran("fetch-a"), fail != Some(DemoTask::Open), "{fail:?}");
+            assert_eq!(
+                ran("merge"),
+                !matches!(fail, Some(DemoTask::Open | DemoTask::FetchB)),
+                "{fail:?}"
+            );
         }
     }
 

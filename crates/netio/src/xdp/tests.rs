@@ -1,6 +1,8 @@
 //! Root-only end-to-end checks on `lo` inside a private network namespace (the
-//! test thread unshares its own; nothing touches the host's interfaces). Prints
-//! SKIP and passes when not root or when the kernel refuses (no AF_XDP/BPF).
+//! test thread unshares its own; nothing touches the host's interfaces).
+//! `#[ignore]`d: they need root, AF_XDP and BPF. scripts/test-all.sh runs them with
+//! `--ignored` as root (CI), where not being root, a failed unshare or a port that
+//! does not open is a failure, not a skip.
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
@@ -9,47 +11,39 @@ use super::frame::UdpFlow;
 use super::port::XdpPort;
 use super::XdpConfig;
 
-/// Runs `f` in a new thread inside a fresh network namespace with `lo` up.
-fn in_private_netns(f: impl FnOnce() + Send + 'static) -> Option<()> {
+/// Runs `f` in a new thread inside a fresh network namespace with `lo` up; panics
+/// (the test fails) when that cannot be done.
+fn in_private_netns(f: impl FnOnce() + Send + 'static) {
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("SKIP xdp lo test: not root");
-        return None;
-    }
+    assert!(
+        unsafe { libc::geteuid() } == 0,
+        "xdp lo test needs root (run with --ignored only as root)"
+    );
     std::thread::spawn(move || {
         // SAFETY: affects only this thread (and what it spawns/forks).
         if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-            println!(
-                "SKIP xdp lo test: unshare: {}",
-                std::io::Error::last_os_error()
-            );
-            return None;
+            panic!("unshare(CLONE_NEWNET): {}", std::io::Error::last_os_error());
         }
         let up = std::process::Command::new("ip")
             .args(["link", "set", "lo", "up"])
             .status();
-        if !up.is_ok_and(|s| s.success()) {
-            println!("SKIP xdp lo test: ip link set lo up failed");
-            return None;
-        }
+        assert!(
+            up.is_ok_and(|s| s.success()),
+            "ip link set lo up failed (iproute2 missing?)"
+        );
         f();
-        Some(())
     })
     .join()
-    .expect("test thread")
+    .unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
 
 #[test]
+#[ignore = "needs root, AF_XDP and BPF: run with --ignored as root"]
 fn port_on_lo_steers_only_its_prefix_and_port() {
     in_private_netns(|| {
         let net = Ipv4Addr::new(127, 0, 0, 0);
-        let p = match XdpPort::open("lo", net, 8, 4791, XdpConfig::default()) {
-            Ok(p) => p,
-            Err(e) => {
-                println!("SKIP xdp lo test: {e}");
-                return;
-            }
-        };
+        let p = XdpPort::open("lo", net, 8, 4791, XdpConfig::default())
+            .unwrap_or_else(|e| panic!("AF_XDP port on lo, as root: {e}"));
         let (a, b) = (Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 2));
         p.rx().register(a);
         p.rx().register(b);

@@ -1,0 +1,432 @@
+//! Object operations of the client (`daos_obj_*`).
+
+use tse::Event;
+
+use super::{unexpected, Client, ContHandle, Error, Pending, Result, MAX_IO_BYTES};
+use crate::rpc::msg::{
+    BulkSeg, IodType as WireIodType, ObjTarget, PunchWhat, Reply, Request, WireIod, WireOid,
+    WireRecx, MAX_KEY_LEN,
+};
+use crate::types::{AKey, Anchor, DKey, Epoch, Iod, IodType, ObjectId, Recx, SgList};
+
+/// An open object (`daos_obj_open`): container handle + OID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjHandle {
+    pub coh: u64,
+    pub oid: ObjectId,
+}
+
+impl ObjHandle {
+    pub(crate) fn target(&self, epoch: Option<Epoch>) -> ObjTarget {
+        ObjTarget {
+            coh: self.coh,
+            oid: WireOid {
+                hi: self.oid.hi,
+                lo: self.oid.lo,
+            },
+            epoch: epoch.map_or(0, |e| e.0),
+        }
+    }
+}
+
+/// What a fetch returns: per iod the size found (single value: its length,
+/// 0 = none; array: the record size) and the caller's SGLs, filled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchReply {
+    pub sizes: Vec<u64>,
+    pub sgls: Vec<SgList>,
+}
+
+/// What `query_key` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueryKeyOut {
+    pub dkey: DKey,
+    pub akey: AKey,
+    pub recx: Recx,
+}
+
+fn check_key(k: &[u8]) -> Result<()> {
+    if k.is_empty() {
+        return Err(Error::Invalid("empty key"));
+    }
+    if k.len() > MAX_KEY_LEN {
+        return Err(Error::Invalid("key longer than 4096 bytes"));
+    }
+    Ok(())
+}
+
+fn wire_iod(iod: &Iod, sgl: Vec<BulkSeg>) -> Result<WireIod> {
+    check_key(&iod.akey.0)?;
+    Ok(WireIod {
+        akey: iod.akey.0.clone(),
+        kind: match iod.iod_type {
+            IodType::Single => WireIodType::Single,
+            IodType::Array => WireIodType::Array,
+        },
+        rsize: iod.rec_size,
+        recxs: iod
+            .recxs
+            .iter()
+            .map(|x| WireRecx {
+                idx: x.idx,
+                nr: x.nr,
+            })
+            .collect(),
+        sgl,
+    })
+}
+
+impl Client {
+    /// `daos_obj_open`: checks the OID's type and class bits (a local
+    /// operation; the engine checks them again on every I/O).
+    pub fn obj_open(
+        &self,
+        coh: &ContHandle,
+        oid: ObjectId,
+        ev: Option<&Event>,
+    ) -> Result<Pending<ObjHandle>> {
+        let coh = coh.coh;
+        self.local(ev, move || {
+            oid.validate()?;
+            Ok(ObjHandle { coh, oid })
+        })
+    }
+
+    /// `daos_obj_update`: writes several akeys of `dkey`; `sgls[i]` (any
+    /// number of buffers) holds exactly iod `i`'s bytes. `epoch` `None` =
+    /// now. Returns the epoch the update was written at.
+    pub fn obj_update(
+        &self,
+        oh: &ObjHandle,
+        epoch: Option<Epoch>,
+        dkey: &DKey,
+        iods: &[Iod],
+        sgls: &[SgList],
+        ev: Option<&Event>,
+    ) -> Result<Pending<Epoch>> {
+        let (req, bulk) = update_req(oh, epoch, dkey, iods, sgls)?;
+        self.rpc(ev, req, bulk, decode_update)
+    }
+
+    /// `daos_obj_fetch`: reads several akeys of `dkey` as of `epoch` (`None`
+    /// = latest). With `sgls` empty the reply carries one buffer per iod
+    /// holding exactly what was found; otherwise each iod's data is scattered
+    /// over its SGL's buffers (their lengths are the capacities). Array holes
+    /// read as zeros; a record size of 0 asks the engine for the stored one.
+    pub fn obj_fetch(
+        &self,
+        oh: &ObjHandle,
+        epoch: Option<Epoch>,
+        dkey: &DKey,
+        iods: &[Iod],
+        sgls: Vec<SgList>,
+        ev: Option<&Event>,
+    ) -> Result<Pending<FetchReply>> {
+        let req = fetch_req(oh, epoch, dkey, iods, &sgls)?;
+        let niods = iods.len();
+        self.rpc(ev, req, Vec::new(), move |r| decode_fetch(r, niods, sgls))
+    }
+
+    /// `daos_obj_punch`: the whole object.
+    pub fn obj_punch(&self, oh: &ObjHandle, ev: Option<&Event>) -> Result<Pending<()>> {
+        self.punch(oh, PunchWhat::Object, ev)
+    }
+
+    /// `daos_obj_punch_dkeys` (one dkey).
+    pub fn obj_punch_dkey(
+        &self,
+        oh: &ObjHandle,
+        dkey: &DKey,
+        ev: Option<&Event>,
+    ) -> Result<Pending<()>> {
+        check_key(&dkey.0)?;
+        self.punch(oh, PunchWhat::Dkey(dkey.0.clone()), ev)
+    }
+
+    /// `daos_obj_punch_akeys`.
+    pub fn obj_punch_akeys(
+        &self,
+        oh: &ObjHandle,
+        dkey: &DKey,
+        akeys: &[AKey],
+        ev: Option<&Event>,
+    ) -> Result<Pending<()>> {
+        check_key(&dkey.0)?;
+        for a in akeys {
+            check_key(&a.0)?;
+        }
+        self.punch(
+            oh,
+            PunchWhat::Akeys {
+                dkey: dkey.0.clone(),
+                akeys: akeys.iter().map(|a| a.0.clone()).collect(),
+            },
+            ev,
+        )
+    }
+
+    fn punch(&self, oh: &ObjHandle, what: PunchWhat, ev: Option<&Event>) -> Result<Pending<()>> {
+        self.rpc(ev, punch_req(oh, what), Vec::new(), |_| Ok(()))
+    }
+
+    /// `daos_obj_list_dkey`: up to `max` dkeys after `anchor`; returns them
+    /// and the anchor to resume from ([`Anchor::is_eof`] at the end).
+    pub fn obj_list_dkey(
+        &self,
+        oh: &ObjHandle,
+        epoch: Option<Epoch>,
+        anchor: &Anchor,
+        max: u32,
+        ev: Option<&Event>,
+    ) -> Result<Pending<(Vec<DKey>, Anchor)>> {
+        let req = Request::ObjListDkey {
+            t: oh.target(epoch),
+            anchor: anchor.to_bytes(),
+            max,
+        };
+        self.rpc(ev, req, Vec::new(), |r| keys(r.reply, DKey))
+    }
+
+    /// `daos_obj_list_akey`.
+    pub fn obj_list_akey(
+        &self,
+        oh: &ObjHandle,
+        epoch: Option<Epoch>,
+        dkey: &DKey,
+        anchor: &Anchor,
+        max: u32,
+        ev: Option<&Event>,
+    ) -> Result<Pending<(Vec<AKey>, Anchor)>> {
+        check_key(&dkey.0)?;
+        let req = Request::ObjListAkey {
+            t: oh.target(epoch),
+            dkey: dkey.0.clone(),
+            anchor: anchor.to_bytes(),
+            max,
+        };
+        self.rpc(ev, req, Vec::new(), |r| keys(r.reply, AKey))
+    }
+
+    /// `daos_obj_list_recx`: visible extents (ascending) and the record size.
+    #[allow(clippy::type_complexity)]
+    pub fn obj_list_recx(
+        &self,
+        oh: &ObjHandle,
+        epoch: Option<Epoch>,
+        dkey: &DKey,
+        akey: &AKey,
+        anchor: &Anchor,
+        max: u32,
+        ev: Option<&Event>,
+    ) -> Result<Pending<(Vec<Recx>, u64, Anchor)>> {
+        check_key(&dkey.0)?;
+        check_key(&akey.0)?;
+        let req = Request::ObjListRecx {
+            t: oh.target(epoch),
+            dkey: dkey.0.clone(),
+            akey: akey.0.clone(),
+            anchor: anchor.to_bytes(),
+            max,
+        };
+        self.rpc(ev, req, Vec::new(), |r| match r.reply {
+            Reply::Recxs {
+                rsize,
+                recxs,
+                anchor,
+                ..
+            } => Ok((
+                recxs
+                    .into_iter()
+                    .map(|x| Recx {
+                        idx: x.idx,
+                        nr: x.nr,
+                    })
+                    .collect(),
+                rsize,
+                Anchor::from_bytes(&anchor).ok_or_else(unexpected)?,
+            )),
+            _ => Err(unexpected()),
+        })
+    }
+
+    /// `daos_obj_query_key`: with [`crate::rpc::msg::QUERY_MAX_DKEY`] the
+    /// greatest dkey; with [`crate::rpc::msg::QUERY_MAX_RECX`] the extent
+    /// with the highest end under (that or the given) `dkey` and `akey`.
+    /// Nothing there: `Engine(NonExist)`.
+    pub fn obj_query_key(
+        &self,
+        oh: &ObjHandle,
+        epoch: Option<Epoch>,
+        flags: u8,
+        dkey: &DKey,
+        akey: &AKey,
+        ev: Option<&Event>,
+    ) -> Result<Pending<QueryKeyOut>> {
+        let req = Request::ObjQueryKey {
+            t: oh.target(epoch),
+            flags,
+            dkey: dkey.0.clone(),
+            akey: akey.0.clone(),
+        };
+        self.rpc(ev, req, Vec::new(), |r| match r.reply {
+            Reply::QueryKey { dkey, akey, recx } => Ok(QueryKeyOut {
+                dkey: DKey(dkey),
+                akey: AKey(akey),
+                recx: Recx {
+                    idx: recx.idx,
+                    nr: recx.nr,
+                },
+            }),
+            _ => Err(unexpected()),
+        })
+    }
+}
+
+/// The request of an update and its bulk region (each SGL buffer a part).
+pub(crate) fn update_req(
+    oh: &ObjHandle,
+    epoch: Option<Epoch>,
+    dkey: &DKey,
+    iods: &[Iod],
+    sgls: &[SgList],
+) -> Result<(Request, Vec<Vec<u8>>)> {
+    check_key(&dkey.0)?;
+    if iods.is_empty() || iods.len() != sgls.len() {
+        return Err(Error::Invalid("one SGL per iod, at least one iod"));
+    }
+    let total: u64 = iods.iter().map(Iod::data_len).fold(0, u64::saturating_add);
+    if total > MAX_IO_BYTES {
+        return Err(Error::ValueTooLarge {
+            size: total,
+            limit: MAX_IO_BYTES,
+        });
+    }
+    let mut bulk = Vec::new();
+    let mut off = 0u32;
+    let mut wiods = Vec::with_capacity(iods.len());
+    for (iod, sgl) in iods.iter().zip(sgls) {
+        if sgl.len() != iod.data_len() {
+            return Err(Error::Invalid(
+                "an SGL does not hold exactly its iod's bytes",
+            ));
+        }
+        if iod.iod_type == IodType::Array && (iod.rec_size == 0 || iod.recxs.is_empty()) {
+            return Err(Error::Invalid(
+                "an array iod needs a record size and extents",
+            ));
+        }
+        let mut segs = Vec::with_capacity(sgl.iovs.len());
+        for iov in &sgl.iovs {
+            segs.push(BulkSeg {
+                off,
+                len: iov.len() as u32,
+            });
+            off += iov.len() as u32;
+            bulk.push(iov.clone());
+        }
+        wiods.push(wire_iod(iod, segs)?);
+    }
+    Ok((
+        Request::ObjUpdate {
+            t: oh.target(epoch),
+            dkey: dkey.0.clone(),
+            iods: wiods,
+        },
+        bulk,
+    ))
+}
+
+pub(crate) fn decode_update(r: crate::rpc::RawReply) -> Result<Epoch> {
+    match r.reply {
+        Reply::Updated { epoch } => Ok(Epoch(epoch)),
+        _ => Err(unexpected()),
+    }
+}
+
+/// The request of a fetch (checks the iods against the optional SGLs).
+pub(crate) fn fetch_req(
+    oh: &ObjHandle,
+    epoch: Option<Epoch>,
+    dkey: &DKey,
+    iods: &[Iod],
+    sgls: &[SgList],
+) -> Result<Request> {
+    check_key(&dkey.0)?;
+    if iods.is_empty() || (!sgls.is_empty() && sgls.len() != iods.len()) {
+        return Err(Error::Invalid(
+            "at least one iod, and no SGLs or one per iod",
+        ));
+    }
+    let total: u64 = iods.iter().map(Iod::data_len).fold(0, u64::saturating_add);
+    if total > MAX_IO_BYTES {
+        return Err(Error::ValueTooLarge {
+            size: total,
+            limit: MAX_IO_BYTES,
+        });
+    }
+    let wiods = iods
+        .iter()
+        .map(|i| wire_iod(i, Vec::new()))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Request::ObjFetch {
+        t: oh.target(epoch),
+        dkey: dkey.0.clone(),
+        iods: wiods,
+    })
+}
+
+/// Decodes a fetch reply into the caller's SGLs (or fresh buffers).
+pub(crate) fn decode_fetch(
+    r: crate::rpc::RawReply,
+    niods: usize,
+    mut sgls: Vec<SgList>,
+) -> Result<FetchReply> {
+    let Reply::Fetched(f) = &r.reply else {
+        return Err(unexpected());
+    };
+    if f.len() != niods {
+        return Err(unexpected());
+    }
+    let bulk = r.bulk();
+    let sizes: Vec<u64> = f.iter().map(|x| x.size).collect();
+    if sgls.is_empty() {
+        let out = f
+            .iter()
+            .map(|x| SgList::one(x.seg.slice(bulk).to_vec()))
+            .collect();
+        return Ok(FetchReply { sizes, sgls: out });
+    }
+    for (x, sgl) in f.iter().zip(sgls.iter_mut()) {
+        let data = x.seg.slice(bulk);
+        if data.len() as u64 > sgl.len() {
+            return Err(Error::BufferTooSmall {
+                need: data.len() as u64,
+                have: sgl.len(),
+            });
+        }
+        let mut at = 0;
+        for iov in sgl.iovs.iter_mut() {
+            let n = iov.len().min(data.len() - at);
+            iov[..n].copy_from_slice(&data[at..at + n]);
+            at += n;
+        }
+    }
+    Ok(FetchReply { sizes, sgls })
+}
+
+pub(crate) fn punch_req(oh: &ObjHandle, what: PunchWhat) -> Request {
+    Request::ObjPunch {
+        t: oh.target(None),
+        what,
+    }
+}
+
+pub(crate) fn keys<K>(rep: Reply, mk: impl Fn(Vec<u8>) -> K) -> Result<(Vec<K>, Anchor)> {
+    match rep {
+        Reply::Keys { keys, anchor, .. } => Ok((
+            keys.into_iter().map(mk).collect(),
+            Anchor::from_bytes(&anchor).ok_or_else(unexpected)?,
+        )),
+        _ => Err(unexpected()),
+    }
+}

@@ -1,0 +1,672 @@
+//! One target: a poller thread that owns its shard of every pool (one
+//! [`ObjectStore`] per pool) and the container handles opened on it. Object
+//! I/O arrives from the network thread, control operations from the
+//! management thread, both over the target's channel; nothing else touches
+//! the stores, so the data path takes no lock.
+//!
+//! Group commit: the thread takes every message already queued (up to
+//! [`BATCH`]), executes them, calls `commit` once per pool it changed (data
+//! flushed, index fsynced) and only then sends the replies, so an update is
+//! acknowledged only when it will survive a crash.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::{debug, warn};
+
+use super::backend::StoreBackend;
+use super::hlc::SharedHlc;
+use super::status_of;
+use crate::rpc::frame::{encode_reply, split_body};
+use crate::rpc::msg::{
+    BulkSeg, FetchedIod, IodType as WireIodType, PunchWhat, Reply, Request, WireIod, WireRecx,
+    MAX_LIST, QUERY_MAX_DKEY, QUERY_MAX_RECX,
+};
+use crate::rpc::tcp::{ConnId, ReplySender};
+use crate::rpc::{HeaderRepr, Status};
+use crate::types::{
+    AKey, Anchor, ContId, DKey, Epoch, Iod, IodType, ObjectId, ObjectStore, PoolId, Recx, SgList,
+    Snapshot, SpaceInfo, StoreError, EPOCH_MAX,
+};
+
+/// Most messages executed between two commits.
+pub const BATCH: usize = 64;
+/// Most keys or extents one listing reply carries.
+pub const MAX_LIST_REPLY: usize = 1024;
+
+/// A control operation from the management thread.
+#[derive(Debug)]
+pub enum CtlOp {
+    /// Open (or create) this target's shard of `pool` in `dir`.
+    OpenPool {
+        pool: PoolId,
+        dir: PathBuf,
+        size: u64,
+        create: bool,
+    },
+    /// Close the shard and delete its files.
+    DestroyPool {
+        pool: PoolId,
+        dir: PathBuf,
+    },
+    ContCreate {
+        pool: PoolId,
+        cont: ContId,
+    },
+    ContDestroy {
+        pool: PoolId,
+        cont: ContId,
+    },
+    /// Make `coh` name `(pool, cont)` on this target.
+    OpenHandle {
+        coh: u64,
+        pool: PoolId,
+        cont: ContId,
+    },
+    CloseHandle {
+        coh: u64,
+    },
+    SnapCreate {
+        pool: PoolId,
+        cont: ContId,
+        epoch: Epoch,
+    },
+    SnapDestroy {
+        pool: PoolId,
+        cont: ContId,
+        epoch: Epoch,
+    },
+    SnapList {
+        pool: PoolId,
+        cont: ContId,
+    },
+    Space {
+        pool: PoolId,
+    },
+}
+
+/// What a control operation returns.
+#[derive(Debug)]
+pub enum CtlOut {
+    Done,
+    Snapshots(Vec<Snapshot>),
+    Space(SpaceInfo),
+}
+
+pub type CtlResult = Result<CtlOut, Status>;
+
+/// A message to a target thread.
+pub enum TargetMsg {
+    /// An object I/O request from client connection `conn`.
+    Io {
+        conn: ConnId,
+        hdr: HeaderRepr,
+        body: Vec<u8>,
+        received: Instant,
+    },
+    Ctl {
+        op: CtlOp,
+        reply: Sender<CtlResult>,
+    },
+    Stop,
+}
+
+/// A reply waiting for the batch's commit.
+struct Outgoing {
+    conn: ConnId,
+    hdr: HeaderRepr,
+    result: Result<(Reply, Vec<Vec<u8>>), Status>,
+    /// The pool this request changed (its reply waits for that commit).
+    dirtied: Option<PoolId>,
+}
+
+/// A target's state, owned by its thread.
+pub struct Target {
+    id: usize,
+    backend: Arc<dyn StoreBackend>,
+    hlc: Arc<SharedHlc>,
+    replies: ReplySender,
+    stores: HashMap<PoolId, Box<dyn ObjectStore>>,
+    handles: HashMap<u64, (PoolId, ContId)>,
+    /// Requests executed (for logs).
+    pub executed: u64,
+}
+
+impl Target {
+    pub fn new(
+        id: usize,
+        backend: Arc<dyn StoreBackend>,
+        hlc: Arc<SharedHlc>,
+        replies: ReplySender,
+    ) -> Self {
+        Target {
+            id,
+            backend,
+            hlc,
+            replies,
+            stores: HashMap::new(),
+            handles: HashMap::new(),
+            executed: 0,
+        }
+    }
+
+    /// The thread's loop: until `Stop` or every sender is gone.
+    pub fn run(mut self, rx: Receiver<TargetMsg>) {
+        debug!(target_id = self.id, "target started");
+        let mut out: Vec<Outgoing> = Vec::with_capacity(BATCH);
+        let mut dirty: Vec<PoolId> = Vec::new();
+        let mut frame = Vec::new();
+        'run: while let Ok(first) = rx.recv() {
+            let mut next = Some(first);
+            let mut n = 0;
+            while let Some(msg) = next.take() {
+                match msg {
+                    TargetMsg::Stop => {
+                        self.flush(&mut out, &mut dirty, &mut frame);
+                        break 'run;
+                    }
+                    TargetMsg::Ctl { op, reply } => {
+                        // control operations commit on their own; earlier
+                        // I/O of this batch is committed first
+                        self.flush(&mut out, &mut dirty, &mut frame);
+                        let r = self.ctl(op);
+                        let _ = reply.send(r);
+                    }
+                    TargetMsg::Io {
+                        conn,
+                        hdr,
+                        body,
+                        received,
+                    } => {
+                        let o = self.io(conn, hdr, &body, received);
+                        if let Some(p) = o.dirtied {
+                            if !dirty.contains(&p) {
+                                dirty.push(p);
+                            }
+                        }
+                        out.push(o);
+                    }
+                }
+                n += 1;
+                if n < BATCH {
+                    next = rx.try_recv().ok();
+                }
+            }
+            self.flush(&mut out, &mut dirty, &mut frame);
+        }
+        for (pool, s) in self.stores.iter_mut() {
+            if let Err(e) = s.commit() {
+                warn!(target_id = self.id, %pool, error = %e, "final commit failed");
+            }
+        }
+        debug!(
+            target_id = self.id,
+            executed = self.executed,
+            "target stopped"
+        );
+    }
+
+    /// Commits the pools the batch changed, then sends its replies (a failed
+    /// commit turns the replies of that pool's changes into I/O errors).
+    fn flush(&mut self, out: &mut Vec<Outgoing>, dirty: &mut Vec<PoolId>, frame: &mut Vec<u8>) {
+        let mut failed: Vec<PoolId> = Vec::new();
+        for p in dirty.drain(..) {
+            if let Some(s) = self.stores.get_mut(&p) {
+                if let Err(e) = s.commit() {
+                    warn!(target_id = self.id, pool = %p, error = %e, "commit failed");
+                    failed.push(p);
+                }
+            }
+        }
+        for o in out.drain(..) {
+            let result = match (o.dirtied, o.result) {
+                (Some(p), Ok(_)) if failed.contains(&p) => Err(Status::Io),
+                (_, r) => r,
+            };
+            frame.clear();
+            match &result {
+                Ok((rep, bulk)) => {
+                    let parts: Vec<&[u8]> = bulk.iter().map(Vec::as_slice).collect();
+                    encode_reply(frame, o.hdr.rpc_id, o.hdr.opcode, Status::Ok, rep, &parts);
+                }
+                Err(st) => encode_reply(frame, o.hdr.rpc_id, o.hdr.opcode, *st, &Reply::Empty, &[]),
+            }
+            self.replies.send(o.conn, std::mem::take(frame));
+        }
+    }
+
+    fn ctl(&mut self, op: CtlOp) -> CtlResult {
+        match op {
+            CtlOp::OpenPool {
+                pool,
+                dir,
+                size,
+                create,
+            } => {
+                if self.stores.contains_key(&pool) {
+                    return Ok(CtlOut::Done);
+                }
+                let s = self
+                    .backend
+                    .open(&dir, size, create)
+                    .map_err(|e| {
+                        warn!(target_id = self.id, %pool, dir = %dir.display(), error = %e, "opening pool shard failed");
+                        status_of(&e)
+                    })?;
+                self.stores.insert(pool, s);
+                Ok(CtlOut::Done)
+            }
+            CtlOp::DestroyPool { pool, dir } => {
+                self.stores.remove(&pool);
+                self.handles.retain(|_, (p, _)| *p != pool);
+                self.backend.destroy(&dir).map_err(|e| {
+                    warn!(target_id = self.id, %pool, error = %e, "removing pool shard failed");
+                    Status::Io
+                })?;
+                Ok(CtlOut::Done)
+            }
+            CtlOp::ContCreate { pool, cont } => {
+                let s = self.store(pool)?;
+                s.cont_create(cont).map_err(|e| status_of(&e))?;
+                s.commit().map_err(|e| status_of(&e))?;
+                Ok(CtlOut::Done)
+            }
+            CtlOp::ContDestroy { pool, cont } => {
+                let s = self.store(pool)?;
+                match s.cont_destroy(cont) {
+                    Ok(()) | Err(StoreError::NoContainer(_)) => {}
+                    Err(e) => return Err(status_of(&e)),
+                }
+                s.commit().map_err(|e| status_of(&e))?;
+                self.handles.retain(|_, (p, c)| !(*p == pool && *c == cont));
+                Ok(CtlOut::Done)
+            }
+            CtlOp::OpenHandle { coh, pool, cont } => {
+                self.handles.insert(coh, (pool, cont));
+                Ok(CtlOut::Done)
+            }
+            CtlOp::CloseHandle { coh } => {
+                self.handles.remove(&coh);
+                Ok(CtlOut::Done)
+            }
+            CtlOp::SnapCreate { pool, cont, epoch } => {
+                let s = self.store(pool)?;
+                s.snap_create(cont, epoch, None)
+                    .map_err(|e| status_of(&e))?;
+                s.commit().map_err(|e| status_of(&e))?;
+                Ok(CtlOut::Done)
+            }
+            CtlOp::SnapDestroy { pool, cont, epoch } => {
+                let s = self.store(pool)?;
+                s.snap_destroy(cont, epoch).map_err(|e| status_of(&e))?;
+                s.commit().map_err(|e| status_of(&e))?;
+                Ok(CtlOut::Done)
+            }
+            CtlOp::SnapList { pool, cont } => {
+                let s = self.store(pool)?;
+                Ok(CtlOut::Snapshots(
+                    s.snap_list(cont).map_err(|e| status_of(&e))?,
+                ))
+            }
+            CtlOp::Space { pool } => {
+                let s = self.store(pool)?;
+                Ok(CtlOut::Space(s.space().map_err(|e| status_of(&e))?))
+            }
+        }
+    }
+
+    fn store(&mut self, pool: PoolId) -> Result<&mut Box<dyn ObjectStore>, Status> {
+        self.stores.get_mut(&pool).ok_or(Status::NonExist)
+    }
+
+    fn io(&mut self, conn: ConnId, hdr: HeaderRepr, body: &[u8], received: Instant) -> Outgoing {
+        self.executed += 1;
+        let mut o = Outgoing {
+            conn,
+            hdr,
+            result: Err(Status::Misc),
+            dirtied: None,
+        };
+        if hdr.timeout_ms > 0
+            && received.elapsed() > Duration::from_millis(u64::from(hdr.timeout_ms))
+        {
+            o.result = Err(Status::TimedOut);
+            return o;
+        }
+        let (args, bulk) = split_body(&hdr, body);
+        let req = match Request::parse(hdr.opcode, args, bulk.len()) {
+            Ok(r) => r,
+            Err(e) => {
+                debug!(target_id = self.id, %hdr, error = %e, "malformed object request");
+                // a descriptor outside the client's bulk region is an invalid
+                // argument; anything else could not be parsed
+                o.result = Err(match e {
+                    crate::rpc::WireError::BulkOutOfRange { .. } => Status::Invalid,
+                    _ => Status::Proto,
+                });
+                return o;
+            }
+        };
+        let (pool, r) = self.exec(req, bulk);
+        o.dirtied = pool;
+        o.result = r;
+        o
+    }
+
+    /// Executes one object request; returns the pool it changed (if any).
+    #[allow(clippy::type_complexity)]
+    fn exec(
+        &mut self,
+        req: Request,
+        bulk: &[u8],
+    ) -> (Option<PoolId>, Result<(Reply, Vec<Vec<u8>>), Status>) {
+        let t = match &req {
+            Request::ObjUpdate { t, .. }
+            | Request::ObjFetch { t, .. }
+            | Request::ObjPunch { t, .. }
+            | Request::ObjListDkey { t, .. }
+            | Request::ObjListAkey { t, .. }
+            | Request::ObjListRecx { t, .. }
+            | Request::ObjQueryKey { t, .. } => *t,
+            _ => return (None, Err(Status::NoSys)),
+        };
+        let Some(&(pool, cont)) = self.handles.get(&t.coh) else {
+            return (None, Err(Status::NoHandle));
+        };
+        let oid = ObjectId {
+            hi: t.oid.hi,
+            lo: t.oid.lo,
+        };
+        if oid.validate().is_err() {
+            return (None, Err(Status::Invalid));
+        }
+        let read_epoch = if t.epoch == 0 {
+            EPOCH_MAX
+        } else {
+            Epoch(t.epoch)
+        };
+        let hlc = self.hlc.clone();
+        let write_epoch = || {
+            if t.epoch == 0 || t.epoch == EPOCH_MAX.0 {
+                hlc.now()
+            } else {
+                hlc.observe(Epoch(t.epoch));
+                Epoch(t.epoch)
+            }
+        };
+        let Some(store) = self.stores.get_mut(&pool) else {
+            return (None, Err(Status::NoHandle));
+        };
+        let st = |e: StoreError| status_of(&e);
+        match req {
+            Request::ObjUpdate { dkey, iods, .. } => {
+                let r = (|| {
+                    let dkey = check_key(dkey)?;
+                    let (iods, sgls) = update_iods(&iods, bulk)?;
+                    let e = write_epoch();
+                    store
+                        .update(cont, oid, e, &DKey(dkey), &iods, &sgls)
+                        .map_err(st)?;
+                    Ok((Reply::Updated { epoch: e.0 }, Vec::new()))
+                })();
+                (Some(pool).filter(|_| r.is_ok()), r)
+            }
+            Request::ObjFetch { dkey, iods, .. } => {
+                let r = (|| {
+                    let dkey = DKey(check_key(dkey)?);
+                    fetch(store.as_mut(), cont, oid, read_epoch, &dkey, &iods)
+                })();
+                (None, r)
+            }
+            Request::ObjPunch { what, .. } => {
+                let e = write_epoch();
+                let r = match what {
+                    PunchWhat::Object => store.punch_obj(cont, oid, e),
+                    PunchWhat::Dkey(d) => store.punch_dkeys(cont, oid, e, &[DKey(d)]),
+                    PunchWhat::Akeys { dkey, akeys } => {
+                        let akeys: Vec<AKey> = akeys.into_iter().map(AKey).collect();
+                        store.punch_akeys(cont, oid, e, &DKey(dkey), &akeys)
+                    }
+                }
+                .map(|()| (Reply::Empty, Vec::new()))
+                .map_err(st);
+                (Some(pool).filter(|_| r.is_ok()), r)
+            }
+            Request::ObjListDkey { anchor, max, .. } => {
+                let r = (|| {
+                    let mut a = parse_anchor(&anchor)?;
+                    let keys = store
+                        .list_dkey(cont, oid, read_epoch, &mut a, list_max(max))
+                        .map_err(st)?;
+                    Ok((
+                        Reply::Keys {
+                            keys: keys.into_iter().map(|k| k.0).collect(),
+                            anchor: a.to_bytes(),
+                            eof: a.is_eof(),
+                        },
+                        Vec::new(),
+                    ))
+                })();
+                (None, r)
+            }
+            Request::ObjListAkey {
+                dkey, anchor, max, ..
+            } => {
+                let r = (|| {
+                    let mut a = parse_anchor(&anchor)?;
+                    let keys = store
+                        .list_akey(cont, oid, read_epoch, &DKey(dkey), &mut a, list_max(max))
+                        .map_err(st)?;
+                    Ok((
+                        Reply::Keys {
+                            keys: keys.into_iter().map(|k| k.0).collect(),
+                            anchor: a.to_bytes(),
+                            eof: a.is_eof(),
+                        },
+                        Vec::new(),
+                    ))
+                })();
+                (None, r)
+            }
+            Request::ObjListRecx {
+                dkey,
+                akey,
+                anchor,
+                max,
+                ..
+            } => {
+                let r = (|| {
+                    let mut a = parse_anchor(&anchor)?;
+                    let (recxs, rsize) = store
+                        .list_recx(
+                            cont,
+                            oid,
+                            read_epoch,
+                            &DKey(dkey),
+                            &AKey(akey),
+                            &mut a,
+                            list_max(max),
+                        )
+                        .map_err(st)?;
+                    Ok((
+                        Reply::Recxs {
+                            rsize,
+                            recxs: recxs
+                                .into_iter()
+                                .map(|x| WireRecx {
+                                    idx: x.idx,
+                                    nr: x.nr,
+                                })
+                                .collect(),
+                            anchor: a.to_bytes(),
+                            eof: a.is_eof(),
+                        },
+                        Vec::new(),
+                    ))
+                })();
+                (None, r)
+            }
+            Request::ObjQueryKey {
+                flags, dkey, akey, ..
+            } => {
+                let r = (|| {
+                    let mut dkey = DKey(dkey);
+                    if flags & QUERY_MAX_DKEY != 0 {
+                        dkey = store
+                            .query_max_dkey(cont, oid, read_epoch)
+                            .map_err(st)?
+                            .ok_or(Status::NonExist)?;
+                    }
+                    let mut recx = Recx::default();
+                    if flags & QUERY_MAX_RECX != 0 {
+                        recx = store
+                            .query_max_recx(cont, oid, read_epoch, &dkey, &AKey(akey.clone()))
+                            .map_err(st)?
+                            .ok_or(Status::NonExist)?;
+                    }
+                    Ok((
+                        Reply::QueryKey {
+                            dkey: dkey.0,
+                            akey,
+                            recx: WireRecx {
+                                idx: recx.idx,
+                                nr: recx.nr,
+                            },
+                        },
+                        Vec::new(),
+                    ))
+                })();
+                (None, r)
+            }
+            _ => (None, Err(Status::NoSys)),
+        }
+    }
+}
+
+fn list_max(max: u32) -> usize {
+    (max as usize).clamp(1, MAX_LIST_REPLY.min(MAX_LIST))
+}
+
+fn parse_anchor(b: &[u8]) -> Result<Anchor, Status> {
+    if b.is_empty() {
+        return Ok(Anchor::default());
+    }
+    Anchor::from_bytes(b).ok_or(Status::Invalid)
+}
+
+fn check_key(k: Vec<u8>) -> Result<Vec<u8>, Status> {
+    if k.is_empty() {
+        return Err(Status::Invalid);
+    }
+    Ok(k)
+}
+
+fn wire_type(k: WireIodType) -> IodType {
+    match k {
+        WireIodType::Single => IodType::Single,
+        WireIodType::Array => IodType::Array,
+    }
+}
+
+fn to_iod(w: &WireIod) -> Result<Iod, Status> {
+    if w.akey.is_empty() {
+        return Err(Status::Invalid);
+    }
+    Ok(Iod {
+        akey: AKey(w.akey.clone()),
+        iod_type: wire_type(w.kind),
+        rec_size: w.rsize,
+        recxs: w
+            .recxs
+            .iter()
+            .map(|x| Recx {
+                idx: x.idx,
+                nr: x.nr,
+            })
+            .collect(),
+    })
+}
+
+/// The update's iods and their data, gathered from the bulk region; each
+/// iod's segments must add up to exactly what it describes.
+fn update_iods(w: &[WireIod], bulk: &[u8]) -> Result<(Vec<Iod>, Vec<SgList>), Status> {
+    if w.is_empty() {
+        return Err(Status::Invalid);
+    }
+    let mut iods = Vec::with_capacity(w.len());
+    let mut sgls = Vec::with_capacity(w.len());
+    for wi in w {
+        let iod = to_iod(wi)?;
+        let want = wi.data_len().ok_or(Status::RecTooBig)?;
+        let have: u64 = wi.sgl.iter().map(|s| u64::from(s.len)).sum();
+        if want != have || (wi.kind == WireIodType::Array && wi.rsize == 0) {
+            return Err(Status::Invalid);
+        }
+        sgls.push(SgList {
+            iovs: wi.sgl.iter().map(|s| s.slice(bulk).to_vec()).collect(),
+        });
+        iods.push(iod);
+    }
+    Ok((iods, sgls))
+}
+
+/// A fetch: sizes first when the caller left them open (record size 0),
+/// then the data, one buffer per iod, returned in the reply's bulk region.
+fn fetch(
+    store: &mut dyn ObjectStore,
+    cont: ContId,
+    oid: ObjectId,
+    epoch: Epoch,
+    dkey: &DKey,
+    w: &[WireIod],
+) -> Result<(Reply, Vec<Vec<u8>>), Status> {
+    let st = |e: StoreError| status_of(&e);
+    if w.is_empty() {
+        return Err(Status::Invalid);
+    }
+    let mut iods: Vec<Iod> = w.iter().map(to_iod).collect::<Result<_, _>>()?;
+    if iods.iter().any(|i| i.rec_size == 0) {
+        let mut empty: Vec<SgList> = vec![SgList::default(); iods.len()];
+        let sizes = store
+            .fetch(cont, oid, epoch, dkey, &iods, &mut empty)
+            .map_err(st)?;
+        for (i, s) in iods.iter_mut().zip(sizes.sizes) {
+            if i.rec_size == 0 {
+                i.rec_size = s;
+            }
+        }
+    }
+    let mut total = 0u64;
+    let mut sgls = Vec::with_capacity(iods.len());
+    for i in &iods {
+        let n = i.data_len();
+        total = total.saturating_add(n);
+        if total > crate::rpc::MAX_BODY as u64 / 2 {
+            return Err(Status::RecTooBig);
+        }
+        sgls.push(SgList::one(vec![0u8; n as usize]));
+    }
+    let out = store
+        .fetch(cont, oid, epoch, dkey, &iods, &mut sgls)
+        .map_err(st)?;
+    let mut bufs = Vec::with_capacity(iods.len());
+    let mut fetched = Vec::with_capacity(iods.len());
+    let mut off = 0u32;
+    for ((iod, sgl), size) in iods.iter().zip(sgls).zip(out.sizes) {
+        let mut buf = sgl.iovs.into_iter().next().unwrap_or_default();
+        if iod.iod_type == IodType::Single {
+            buf.truncate(size as usize);
+        }
+        let len = buf.len() as u32;
+        fetched.push(FetchedIod {
+            size,
+            seg: BulkSeg { off, len },
+        });
+        off += len;
+        bufs.push(buf);
+    }
+    Ok((Reply::Fetched(fetched), bufs))
+}

@@ -1,0 +1,529 @@
+//! The sans-IO RPC cores: [`ClientCore`] (request ids, deadlines,
+//! cancellation, matching replies) and [`ServerConn`] (one client connection
+//! on the engine: frames in, replies out). No sockets, clocks or threads:
+//! bytes and `now` go in; bytes, completions and deadlines come out.
+//!
+//! Poll order for a driver: feed received bytes ([`ClientCore::recv_buf`] +
+//! [`ClientCore::received`]), call [`ClientCore::handle_timeout`], drain
+//! [`ClientCore::poll_completion`], then write [`ClientCore::transmit`] and
+//! report it with [`ClientCore::transmitted`]; sleep until
+//! [`ClientCore::poll_timeout`] or I/O.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use super::frame::{encode_reply, encode_request, split_body, Decoded, FrameDecoder};
+use super::header::{HeaderRepr, Opcode};
+use super::msg::{Reply, Request};
+use super::status::Status;
+use super::{WireError, MAX_BODY};
+
+/// Why an RPC did not produce a reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RpcError {
+    /// The engine answered with an error status.
+    #[error("engine: {0}")]
+    Status(Status),
+    /// No reply before the deadline.
+    #[error("RPC timed out")]
+    TimedOut,
+    /// Cancelled by the caller.
+    #[error("RPC cancelled")]
+    Cancelled,
+    /// The connection closed before the reply came.
+    #[error("connection to the engine lost")]
+    Disconnected,
+    /// The reply could not be parsed.
+    #[error("malformed reply: {0}")]
+    BadReply(WireError),
+}
+
+/// A reply: its opcode and parsed arguments, with the bulk region.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawReply {
+    pub reply: Reply,
+    pub body: Vec<u8>,
+    pub bulk_len: usize,
+}
+
+impl RawReply {
+    /// The reply's bulk region.
+    pub fn bulk(&self) -> &[u8] {
+        &self.body[self.body.len() - self.bulk_len.min(self.body.len())..]
+    }
+}
+
+/// One finished RPC.
+#[derive(Debug)]
+pub struct Completion {
+    pub rpc_id: u64,
+    pub result: Result<RawReply, RpcError>,
+}
+
+#[derive(Debug)]
+struct Pending {
+    opcode: Opcode,
+    deadline: Option<Instant>,
+}
+
+/// Client side of one connection.
+#[derive(Debug)]
+pub struct ClientCore {
+    next_id: u64,
+    pending: HashMap<u64, Pending>,
+    deadlines: BTreeSet<(Instant, u64)>,
+    tx: Vec<u8>,
+    tx_off: usize,
+    dec: FrameDecoder,
+    done: VecDeque<Completion>,
+    closed: bool,
+    /// Replies that matched no pending RPC (late, after a timeout or cancel).
+    pub stray_replies: u64,
+}
+
+impl Default for ClientCore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ClientCore {
+    pub fn new() -> Self {
+        ClientCore {
+            next_id: 1,
+            pending: HashMap::new(),
+            deadlines: BTreeSet::new(),
+            tx: Vec::new(),
+            tx_off: 0,
+            dec: FrameDecoder::new(MAX_BODY),
+            done: VecDeque::new(),
+            closed: false,
+            stray_replies: 0,
+        }
+    }
+
+    /// Queues `req` (bulk region gathered from `bulk`) and returns its RPC id.
+    /// `timeout` bounds the wait for its reply (and is sent to the engine,
+    /// which drops the request if it could not start it in time).
+    pub fn start(
+        &mut self,
+        now: Instant,
+        req: &Request,
+        bulk: &[&[u8]],
+        timeout: Option<Duration>,
+    ) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let ms = timeout.map_or(0, |t| t.as_millis().clamp(1, u32::MAX as u128) as u32);
+        if self.closed {
+            self.done.push_back(Completion {
+                rpc_id: id,
+                result: Err(RpcError::Disconnected),
+            });
+            return id;
+        }
+        encode_request(&mut self.tx, id, ms, req, bulk);
+        let deadline = timeout.map(|t| now + t);
+        if let Some(d) = deadline {
+            self.deadlines.insert((d, id));
+        }
+        self.pending.insert(
+            id,
+            Pending {
+                opcode: req.opcode(),
+                deadline,
+            },
+        );
+        id
+    }
+
+    /// RPCs waiting for a reply.
+    pub fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Bytes to send.
+    #[must_use]
+    pub fn transmit(&self) -> &[u8] {
+        &self.tx[self.tx_off..]
+    }
+
+    /// `n` bytes of [`ClientCore::transmit`] were sent.
+    pub fn transmitted(&mut self, n: usize) {
+        self.tx_off = (self.tx_off + n).min(self.tx.len());
+        if self.tx_off == self.tx.len() {
+            self.tx.clear();
+            self.tx_off = 0;
+        }
+    }
+
+    /// A buffer of `n` bytes to receive into; then call [`ClientCore::received`].
+    pub fn recv_buf(&mut self, n: usize) -> &mut [u8] {
+        self.dec.spare(n)
+    }
+
+    /// `n` bytes were received into the last [`ClientCore::recv_buf`] of
+    /// `buf_len` bytes. Completes the RPCs whose replies are now whole.
+    pub fn received(&mut self, buf_len: usize, n: usize) {
+        self.dec.filled(buf_len, n);
+        self.decode();
+    }
+
+    /// Feeds received bytes (copying variant of [`ClientCore::received`]).
+    pub fn handle_input(&mut self, data: &[u8]) {
+        self.dec.input(data);
+        self.decode();
+    }
+
+    fn decode(&mut self) {
+        loop {
+            match self.dec.decode() {
+                Ok(None) => break,
+                Ok(Some(Decoded::Frame { hdr, body })) => self.on_reply(hdr, body),
+                Ok(Some(Decoded::Oversized { hdr })) => {
+                    self.finish(
+                        hdr.rpc_id,
+                        Err(RpcError::BadReply(WireError::BadLength {
+                            field: "body_len",
+                            len: hdr.body_len as usize,
+                        })),
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "engine sent an undecodable frame: closing");
+                    self.handle_close();
+                    break;
+                }
+            }
+        }
+    }
+
+    fn on_reply(&mut self, hdr: HeaderRepr, body: Vec<u8>) {
+        let Some(p) = self.pending.get(&hdr.rpc_id) else {
+            self.stray_replies += 1;
+            return;
+        };
+        let r = if !hdr.response || hdr.opcode != p.opcode {
+            Err(RpcError::BadReply(WireError::UnknownOpcode(u16::from(
+                hdr.opcode,
+            ))))
+        } else if hdr.status != 0 {
+            Err(RpcError::Status(Status::from_code(hdr.status)))
+        } else {
+            let (args, bulk) = split_body(&hdr, &body);
+            match Reply::parse(hdr.opcode, args, bulk.len()) {
+                Ok(reply) => Ok(RawReply {
+                    reply,
+                    bulk_len: bulk.len(),
+                    body,
+                }),
+                Err(e) => Err(RpcError::BadReply(e)),
+            }
+        };
+        self.finish(hdr.rpc_id, r);
+    }
+
+    fn finish(&mut self, id: u64, result: Result<RawReply, RpcError>) {
+        if let Some(p) = self.pending.remove(&id) {
+            if let Some(d) = p.deadline {
+                self.deadlines.remove(&(d, id));
+            }
+            self.done.push_back(Completion { rpc_id: id, result });
+        } else {
+            self.stray_replies += 1;
+        }
+    }
+
+    /// Times out the RPCs whose deadline passed (a spurious call is a no-op).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&(d, id)) = self.deadlines.first() {
+            if d > now {
+                break;
+            }
+            self.finish(id, Err(RpcError::TimedOut));
+        }
+    }
+
+    /// The earliest deadline.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.deadlines.first().map(|&(d, _)| d)
+    }
+
+    /// Cancels an RPC: it completes with [`RpcError::Cancelled`]; a late
+    /// reply is ignored. `false` if it was not in flight.
+    pub fn cancel(&mut self, id: u64) -> bool {
+        if self.pending.contains_key(&id) {
+            self.finish(id, Err(RpcError::Cancelled));
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The connection is gone: every RPC in flight fails.
+    pub fn handle_close(&mut self) {
+        self.closed = true;
+        let ids: Vec<u64> = self.pending.keys().copied().collect();
+        for id in ids {
+            self.finish(id, Err(RpcError::Disconnected));
+        }
+        self.tx.clear();
+        self.tx_off = 0;
+    }
+
+    #[must_use]
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.done.pop_front()
+    }
+}
+
+/// A request received by the engine.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Incoming {
+    /// A whole request frame (not parsed beyond its header).
+    Request { hdr: HeaderRepr, body: Vec<u8> },
+    /// A request refused at the framing level; answer it with `status`.
+    Reject { hdr: HeaderRepr, status: Status },
+}
+
+/// Engine side of one client connection.
+#[derive(Debug)]
+pub struct ServerConn {
+    dec: FrameDecoder,
+    tx: Vec<u8>,
+    tx_off: usize,
+    closing: bool,
+    /// Requests refused (oversized, replies sent by a client, ...).
+    pub rejected: u64,
+}
+
+impl Default for ServerConn {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ServerConn {
+    pub fn new() -> Self {
+        ServerConn {
+            dec: FrameDecoder::new(MAX_BODY),
+            tx: Vec::new(),
+            tx_off: 0,
+            closing: false,
+            rejected: 0,
+        }
+    }
+
+    pub fn recv_buf(&mut self, n: usize) -> &mut [u8] {
+        self.dec.spare(n)
+    }
+    pub fn received(&mut self, buf_len: usize, n: usize) {
+        self.dec.filled(buf_len, n);
+    }
+    pub fn handle_input(&mut self, data: &[u8]) {
+        self.dec.input(data);
+    }
+
+    /// The next request. A stream that cannot be decoded any more gets one
+    /// `Proto` reply (RPC id 0) and is marked closing.
+    #[must_use]
+    pub fn poll_incoming(&mut self) -> Option<Incoming> {
+        if self.closing {
+            return None;
+        }
+        match self.dec.decode() {
+            Ok(None) => None,
+            Ok(Some(Decoded::Frame { hdr, body })) => {
+                if hdr.response {
+                    self.rejected += 1;
+                    return Some(Incoming::Reject {
+                        hdr,
+                        status: Status::Proto,
+                    });
+                }
+                Some(Incoming::Request { hdr, body })
+            }
+            Ok(Some(Decoded::Oversized { hdr })) => {
+                self.rejected += 1;
+                Some(Incoming::Reject {
+                    hdr,
+                    status: Status::RecTooBig,
+                })
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "undecodable stream from client: closing it");
+                self.rejected += 1;
+                encode_reply(
+                    &mut self.tx,
+                    0,
+                    Opcode::Ping,
+                    Status::Proto,
+                    &Reply::Empty,
+                    &[],
+                );
+                self.closing = true;
+                None
+            }
+        }
+    }
+
+    /// Queues an error reply to `hdr`'s request.
+    pub fn reply_error(&mut self, hdr: &HeaderRepr, status: Status) {
+        encode_reply(
+            &mut self.tx,
+            hdr.rpc_id,
+            hdr.opcode,
+            status,
+            &Reply::Empty,
+            &[],
+        );
+    }
+
+    /// Queues a reply frame built elsewhere (by a target).
+    pub fn queue_frame(&mut self, frame: &[u8]) {
+        self.tx.extend_from_slice(frame);
+    }
+
+    /// Queues a reply.
+    pub fn reply(&mut self, hdr: &HeaderRepr, status: Status, rep: &Reply, bulk: &[&[u8]]) {
+        encode_reply(&mut self.tx, hdr.rpc_id, hdr.opcode, status, rep, bulk);
+    }
+
+    /// The connection should close once its queued bytes are sent.
+    pub fn is_closing(&self) -> bool {
+        self.closing
+    }
+
+    #[must_use]
+    pub fn transmit(&self) -> &[u8] {
+        &self.tx[self.tx_off..]
+    }
+    pub fn transmitted(&mut self, n: usize) {
+        self.tx_off = (self.tx_off + n).min(self.tx.len());
+        if self.tx_off == self.tx.len() {
+            self.tx.clear();
+            self.tx_off = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rpc::msg::NameRef;
+
+    /// Client and server cores wired back to back; the server answers Ping
+    /// and PoolQuery with `status`.
+    fn exchange(c: &mut ClientCore, s: &mut ServerConn, status: Status) {
+        let bytes = c.transmit().to_vec();
+        c.transmitted(bytes.len());
+        s.handle_input(&bytes);
+        while let Some(inc) = s.poll_incoming() {
+            match inc {
+                Incoming::Request { hdr, .. } => s.reply(&hdr, status, &Reply::Empty, &[]),
+                Incoming::Reject { hdr, status } => s.reply_error(&hdr, status),
+            }
+        }
+        let back = s.transmit().to_vec();
+        s.transmitted(back.len());
+        c.handle_input(&back);
+    }
+
+    #[test]
+    fn request_reply_and_error_status() {
+        let now = Instant::now();
+        let mut c = ClientCore::new();
+        let mut s = ServerConn::new();
+        let a = c.start(now, &Request::Ping, &[], None);
+        exchange(&mut c, &mut s, Status::Ok);
+        let done = c.poll_completion().unwrap();
+        assert_eq!(done.rpc_id, a);
+        assert_eq!(done.result.unwrap().reply, Reply::Empty);
+        let b = c.start(now, &Request::Ping, &[], None);
+        exchange(&mut c, &mut s, Status::NonExist);
+        let done = c.poll_completion().unwrap();
+        assert_eq!(
+            (done.rpc_id, done.result),
+            (b, Err(RpcError::Status(Status::NonExist)))
+        );
+        assert_eq!(c.in_flight(), 0);
+    }
+
+    #[test]
+    fn timeout_cancel_and_late_replies() {
+        let now = Instant::now();
+        let mut c = ClientCore::new();
+        let mut s = ServerConn::new();
+        let a = c.start(now, &Request::Ping, &[], Some(Duration::from_millis(10)));
+        let b = c.start(now, &Request::Ping, &[], None);
+        assert_eq!(c.poll_timeout(), Some(now + Duration::from_millis(10)));
+        c.handle_timeout(now + Duration::from_millis(5));
+        assert!(c.poll_completion().is_none());
+        c.handle_timeout(now + Duration::from_millis(10));
+        let t = c.poll_completion().unwrap();
+        assert_eq!((t.rpc_id, t.result), (a, Err(RpcError::TimedOut)));
+        assert!(c.cancel(b));
+        assert!(!c.cancel(b));
+        assert_eq!(
+            c.poll_completion().unwrap().result,
+            Err(RpcError::Cancelled)
+        );
+        // the engine's late answers to both are counted and dropped
+        exchange(&mut c, &mut s, Status::Ok);
+        assert!(c.poll_completion().is_none());
+        assert_eq!(c.stray_replies, 2);
+        assert_eq!(c.poll_timeout(), None);
+    }
+
+    #[test]
+    fn disconnect_fails_everything_in_flight() {
+        let now = Instant::now();
+        let mut c = ClientCore::new();
+        c.start(now, &Request::PoolList, &[], None);
+        c.start(
+            now,
+            &Request::PoolQuery {
+                pool: NameRef::Label("x".into()),
+            },
+            &[],
+            None,
+        );
+        c.handle_close();
+        let mut n = 0;
+        while let Some(d) = c.poll_completion() {
+            assert_eq!(d.result, Err(RpcError::Disconnected));
+            n += 1;
+        }
+        assert_eq!(n, 2);
+        let late = c.start(now, &Request::Ping, &[], None);
+        assert_eq!(c.poll_completion().unwrap().rpc_id, late);
+    }
+
+    #[test]
+    fn server_rejects_oversized_then_keeps_serving_and_closes_on_garbage() {
+        let now = Instant::now();
+        let mut c = ClientCore::new();
+        let mut s = ServerConn::new();
+        let big = vec![0u8; MAX_BODY + 1];
+        let a = c.start(now, &Request::Ping, &[&big], None);
+        let b = c.start(now, &Request::Ping, &[], None);
+        exchange(&mut c, &mut s, Status::Ok);
+        let ra = c.poll_completion().unwrap();
+        assert_eq!(
+            (ra.rpc_id, ra.result),
+            (a, Err(RpcError::Status(Status::RecTooBig)))
+        );
+        let rb = c.poll_completion().unwrap();
+        assert_eq!(rb.rpc_id, b);
+        assert!(rb.result.is_ok());
+        s.handle_input(&[0xab; 64]);
+        assert!(s.poll_incoming().is_none());
+        assert!(s.is_closing());
+        assert!(!s.transmit().is_empty());
+    }
+}

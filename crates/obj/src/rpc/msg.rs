@@ -1,0 +1,1071 @@
+//! Typed RPC bodies: one [`Request`] and one [`Reply`] variant per opcode,
+//! each with `parse` (checked: every length, count, enum tag and bulk
+//! descriptor is validated; bad input is a [`WireError`], never a panic) and
+//! `emit`.
+//!
+//! Values travel in the frame's bulk region (see [`super::header`]); the
+//! arguments carry [`BulkSeg`] descriptors `(offset, length)` into it, which
+//! `parse` checks against the bulk region's length, as an RDMA engine checks
+//! a remote descriptor against the client's registered buffer.
+
+use super::codec::{Reader, Writer};
+use super::header::Opcode;
+use super::WireError;
+
+/// Longest dkey/akey accepted on the wire.
+pub const MAX_KEY_LEN: usize = 4096;
+/// Longest label (pool, container) and property string.
+pub const MAX_LABEL_LEN: usize = 127;
+/// Longest listing anchor.
+pub const MAX_ANCHOR_LEN: usize = 512;
+/// Most iods in one update/fetch, akeys in one punch, segments per iod.
+pub const MAX_IODS: usize = 1024;
+/// Most recxs per iod.
+pub const MAX_RECXS: usize = 4096;
+/// Most entries in one listing reply.
+pub const MAX_LIST: usize = 65536;
+
+/// A 128-bit object ID as it travels (`hi` carries the object class bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct WireOid {
+    pub hi: u64,
+    pub lo: u64,
+}
+
+/// A pool or container named by UUID or by label.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameRef {
+    Uuid([u8; 16]),
+    Label(String),
+}
+
+impl NameRef {
+    fn emit(&self, w: &mut Writer<'_>) {
+        match self {
+            NameRef::Uuid(u) => {
+                w.u8(0).uuid(u);
+            }
+            NameRef::Label(l) => {
+                w.u8(1).str(l);
+            }
+        }
+    }
+    fn parse(r: &mut Reader<'_>) -> Result<NameRef, WireError> {
+        match r.u8()? {
+            0 => Ok(NameRef::Uuid(r.uuid()?)),
+            1 => Ok(NameRef::Label(r.str(MAX_LABEL_LEN)?)),
+            v => Err(WireError::BadValue {
+                field: "name kind",
+                value: u64::from(v),
+            }),
+        }
+    }
+}
+
+/// What `pool_query`/`pool_list` say about a pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolInfo {
+    pub uuid: [u8; 16],
+    pub label: String,
+    /// Capacity in bytes (all targets together).
+    pub size: u64,
+    /// Bytes in use (all targets together).
+    pub used: u64,
+    pub targets: u32,
+    pub conts: u32,
+}
+
+impl PoolInfo {
+    fn emit(&self, w: &mut Writer<'_>) {
+        w.uuid(&self.uuid)
+            .str(&self.label)
+            .u64(self.size)
+            .u64(self.used)
+            .u32(self.targets)
+            .u32(self.conts);
+    }
+    fn parse(r: &mut Reader<'_>) -> Result<PoolInfo, WireError> {
+        Ok(PoolInfo {
+            uuid: r.uuid()?,
+            label: r.str(MAX_LABEL_LEN)?,
+            size: r.u64()?,
+            used: r.u64()?,
+            targets: r.u32()?,
+            conts: r.u32()?,
+        })
+    }
+}
+
+/// What `cont_query`/`cont_list` say about a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContInfo {
+    pub uuid: [u8; 16],
+    pub label: String,
+    pub props: Vec<(String, String)>,
+    /// Snapshot epochs, ascending.
+    pub snapshots: Vec<u64>,
+}
+
+impl ContInfo {
+    fn emit(&self, w: &mut Writer<'_>) {
+        w.uuid(&self.uuid).str(&self.label).count(self.props.len());
+        for (k, v) in &self.props {
+            w.str(k).str(v);
+        }
+        w.count(self.snapshots.len());
+        for e in &self.snapshots {
+            w.u64(*e);
+        }
+    }
+    fn parse(r: &mut Reader<'_>) -> Result<ContInfo, WireError> {
+        let uuid = r.uuid()?;
+        let label = r.str(MAX_LABEL_LEN)?;
+        let n = r.count(256, 8)?;
+        let mut props = Vec::with_capacity(n);
+        for _ in 0..n {
+            props.push((r.str(MAX_LABEL_LEN)?, r.str(4096)?));
+        }
+        let n = r.count(MAX_LIST, 8)?;
+        let mut snapshots = Vec::with_capacity(n);
+        for _ in 0..n {
+            snapshots.push(r.u64()?);
+        }
+        Ok(ContInfo {
+            uuid,
+            label,
+            props,
+            snapshots,
+        })
+    }
+}
+
+/// A record extent of an array akey: `nr` records from index `idx`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WireRecx {
+    pub idx: u64,
+    pub nr: u64,
+}
+
+/// A range of the frame's bulk region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BulkSeg {
+    pub off: u32,
+    pub len: u32,
+}
+
+impl BulkSeg {
+    fn check(self, bulk_len: usize) -> Result<BulkSeg, WireError> {
+        let end = self.off as u64 + self.len as u64;
+        if end > bulk_len as u64 {
+            return Err(WireError::BulkOutOfRange {
+                off: self.off,
+                len: self.len,
+                bulk_len: bulk_len as u32,
+            });
+        }
+        Ok(self)
+    }
+    /// The bytes this segment names (checked at parse time).
+    pub fn slice<'a>(&self, bulk: &'a [u8]) -> &'a [u8] {
+        bulk.get(self.off as usize..(self.off as usize + self.len as usize))
+            .unwrap_or(&[])
+    }
+}
+
+/// Kind of value under an akey.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IodType {
+    /// One atomic value, replaced whole.
+    Single,
+    /// An array of `rsize`-byte records addressed by extents.
+    Array,
+}
+
+/// One I/O descriptor (`daos_iod_t`): an akey, its kind, the record size
+/// (single: the value's size; 0 in a fetch = whatever is stored) and the
+/// extents (arrays). In updates it carries the bulk segments holding the
+/// data, concatenated in order (the engine-side SGL).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireIod {
+    pub akey: Vec<u8>,
+    pub kind: IodType,
+    pub rsize: u64,
+    pub recxs: Vec<WireRecx>,
+    pub sgl: Vec<BulkSeg>,
+}
+
+impl WireIod {
+    fn emit(&self, w: &mut Writer<'_>) {
+        w.blob(&self.akey)
+            .u8(match self.kind {
+                IodType::Single => 1,
+                IodType::Array => 2,
+            })
+            .u64(self.rsize)
+            .count(self.recxs.len());
+        for x in &self.recxs {
+            w.u64(x.idx).u64(x.nr);
+        }
+        w.count(self.sgl.len());
+        for s in &self.sgl {
+            w.u32(s.off).u32(s.len);
+        }
+    }
+    fn parse(r: &mut Reader<'_>, bulk_len: usize) -> Result<WireIod, WireError> {
+        let akey = r.blob(MAX_KEY_LEN)?.to_vec();
+        let kind = match r.u8()? {
+            1 => IodType::Single,
+            2 => IodType::Array,
+            v => {
+                return Err(WireError::BadValue {
+                    field: "iod type",
+                    value: u64::from(v),
+                })
+            }
+        };
+        let rsize = r.u64()?;
+        let n = r.count(MAX_RECXS, 16)?;
+        let mut recxs = Vec::with_capacity(n);
+        for _ in 0..n {
+            recxs.push(WireRecx {
+                idx: r.u64()?,
+                nr: r.u64()?,
+            });
+        }
+        let n = r.count(MAX_IODS, 8)?;
+        let mut sgl = Vec::with_capacity(n);
+        for _ in 0..n {
+            sgl.push(
+                BulkSeg {
+                    off: r.u32()?,
+                    len: r.u32()?,
+                }
+                .check(bulk_len)?,
+            );
+        }
+        Ok(WireIod {
+            akey,
+            kind,
+            rsize,
+            recxs,
+            sgl,
+        })
+    }
+
+    /// Bytes this iod moves: `rsize` (single) or `rsize * Σ nr` (array);
+    /// `None` on overflow.
+    pub fn data_len(&self) -> Option<u64> {
+        match self.kind {
+            IodType::Single => Some(self.rsize),
+            IodType::Array => self
+                .recxs
+                .iter()
+                .try_fold(0u64, |a, x| a.checked_add(x.nr.checked_mul(self.rsize)?)),
+        }
+    }
+}
+
+/// What a punch removes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PunchWhat {
+    Object,
+    Dkey(Vec<u8>),
+    Akeys { dkey: Vec<u8>, akeys: Vec<Vec<u8>> },
+}
+
+/// `query_key` flags (`DAOS_GET_*`).
+pub const QUERY_MAX_DKEY: u8 = 1;
+pub const QUERY_MAX_AKEY: u8 = 2;
+pub const QUERY_MAX_RECX: u8 = 4;
+
+/// Object I/O arguments common to every object RPC (the routing prefix).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjTarget {
+    /// Container handle.
+    pub coh: u64,
+    pub oid: WireOid,
+    /// Epoch to read at / write at (0 = latest / now).
+    pub epoch: u64,
+}
+
+impl ObjTarget {
+    fn emit(&self, w: &mut Writer<'_>) {
+        w.u64(self.coh)
+            .u64(self.oid.hi)
+            .u64(self.oid.lo)
+            .u64(self.epoch);
+    }
+    fn parse(r: &mut Reader<'_>) -> Result<ObjTarget, WireError> {
+        Ok(ObjTarget {
+            coh: r.u64()?,
+            oid: WireOid {
+                hi: r.u64()?,
+                lo: r.u64()?,
+            },
+            epoch: r.u64()?,
+        })
+    }
+}
+
+/// The routing prefix of an object I/O body: container handle and OID, read
+/// without parsing the rest (the network thread routes on it).
+pub fn route_prefix(args: &[u8]) -> Result<(u64, WireOid), WireError> {
+    let mut r = Reader::new(args);
+    let coh = r.u64()?;
+    let oid = WireOid {
+        hi: r.u64()?,
+        lo: r.u64()?,
+    };
+    Ok((coh, oid))
+}
+
+/// Every request body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    Ping,
+    PoolCreate {
+        label: String,
+        size: u64,
+    },
+    PoolDestroy {
+        pool: NameRef,
+        force: bool,
+    },
+    PoolList,
+    PoolQuery {
+        pool: NameRef,
+    },
+    PoolConnect {
+        pool: NameRef,
+    },
+    PoolDisconnect {
+        poh: u64,
+    },
+    ContCreate {
+        poh: u64,
+        label: String,
+        props: Vec<(String, String)>,
+    },
+    ContDestroy {
+        poh: u64,
+        cont: NameRef,
+        force: bool,
+    },
+    ContList {
+        poh: u64,
+    },
+    ContOpen {
+        poh: u64,
+        cont: NameRef,
+    },
+    ContClose {
+        coh: u64,
+    },
+    ContQuery {
+        coh: u64,
+    },
+    SnapCreate {
+        coh: u64,
+    },
+    SnapList {
+        coh: u64,
+    },
+    SnapDestroy {
+        coh: u64,
+        epoch: u64,
+    },
+    ObjUpdate {
+        t: ObjTarget,
+        dkey: Vec<u8>,
+        iods: Vec<WireIod>,
+    },
+    ObjFetch {
+        t: ObjTarget,
+        dkey: Vec<u8>,
+        iods: Vec<WireIod>,
+    },
+    ObjPunch {
+        t: ObjTarget,
+        what: PunchWhat,
+    },
+    ObjListDkey {
+        t: ObjTarget,
+        anchor: Vec<u8>,
+        max: u32,
+    },
+    ObjListAkey {
+        t: ObjTarget,
+        dkey: Vec<u8>,
+        anchor: Vec<u8>,
+        max: u32,
+    },
+    ObjListRecx {
+        t: ObjTarget,
+        dkey: Vec<u8>,
+        akey: Vec<u8>,
+        anchor: Vec<u8>,
+        max: u32,
+    },
+    ObjQueryKey {
+        t: ObjTarget,
+        flags: u8,
+        dkey: Vec<u8>,
+        akey: Vec<u8>,
+    },
+}
+
+impl Request {
+    pub fn opcode(&self) -> Opcode {
+        match self {
+            Request::Ping => Opcode::Ping,
+            Request::PoolCreate { .. } => Opcode::PoolCreate,
+            Request::PoolDestroy { .. } => Opcode::PoolDestroy,
+            Request::PoolList => Opcode::PoolList,
+            Request::PoolQuery { .. } => Opcode::PoolQuery,
+            Request::PoolConnect { .. } => Opcode::PoolConnect,
+            Request::PoolDisconnect { .. } => Opcode::PoolDisconnect,
+            Request::ContCreate { .. } => Opcode::ContCreate,
+            Request::ContDestroy { .. } => Opcode::ContDestroy,
+            Request::ContList { .. } => Opcode::ContList,
+            Request::ContOpen { .. } => Opcode::ContOpen,
+            Request::ContClose { .. } => Opcode::ContClose,
+            Request::ContQuery { .. } => Opcode::ContQuery,
+            Request::SnapCreate { .. } => Opcode::SnapCreate,
+            Request::SnapList { .. } => Opcode::SnapList,
+            Request::SnapDestroy { .. } => Opcode::SnapDestroy,
+            Request::ObjUpdate { .. } => Opcode::ObjUpdate,
+            Request::ObjFetch { .. } => Opcode::ObjFetch,
+            Request::ObjPunch { .. } => Opcode::ObjPunch,
+            Request::ObjListDkey { .. } => Opcode::ObjListDkey,
+            Request::ObjListAkey { .. } => Opcode::ObjListAkey,
+            Request::ObjListRecx { .. } => Opcode::ObjListRecx,
+            Request::ObjQueryKey { .. } => Opcode::ObjQueryKey,
+        }
+    }
+
+    /// Appends the argument part of the body (the bulk region, if any, is
+    /// appended by the caller after it).
+    pub fn emit(&self, out: &mut Vec<u8>) {
+        let mut w = Writer::new(out);
+        match self {
+            Request::Ping | Request::PoolList => {}
+            Request::PoolCreate { label, size } => {
+                w.str(label).u64(*size);
+            }
+            Request::PoolDestroy { pool, force } => {
+                pool.emit(&mut w);
+                w.bool(*force);
+            }
+            Request::PoolQuery { pool } | Request::PoolConnect { pool } => pool.emit(&mut w),
+            Request::PoolDisconnect { poh } | Request::ContList { poh } => {
+                w.u64(*poh);
+            }
+            Request::ContCreate { poh, label, props } => {
+                w.u64(*poh).str(label).count(props.len());
+                for (k, v) in props {
+                    w.str(k).str(v);
+                }
+            }
+            Request::ContDestroy { poh, cont, force } => {
+                w.u64(*poh);
+                cont.emit(&mut w);
+                w.bool(*force);
+            }
+            Request::ContOpen { poh, cont } => {
+                w.u64(*poh);
+                cont.emit(&mut w);
+            }
+            Request::ContClose { coh }
+            | Request::ContQuery { coh }
+            | Request::SnapCreate { coh }
+            | Request::SnapList { coh } => {
+                w.u64(*coh);
+            }
+            Request::SnapDestroy { coh, epoch } => {
+                w.u64(*coh).u64(*epoch);
+            }
+            Request::ObjUpdate { t, dkey, iods } | Request::ObjFetch { t, dkey, iods } => {
+                t.emit(&mut w);
+                w.blob(dkey).count(iods.len());
+                for iod in iods {
+                    iod.emit(&mut w);
+                }
+            }
+            Request::ObjPunch { t, what } => {
+                t.emit(&mut w);
+                match what {
+                    PunchWhat::Object => {
+                        w.u8(0);
+                    }
+                    PunchWhat::Dkey(d) => {
+                        w.u8(1).blob(d);
+                    }
+                    PunchWhat::Akeys { dkey, akeys } => {
+                        w.u8(2).blob(dkey).count(akeys.len());
+                        for a in akeys {
+                            w.blob(a);
+                        }
+                    }
+                }
+            }
+            Request::ObjListDkey { t, anchor, max } => {
+                t.emit(&mut w);
+                w.blob(anchor).u32(*max);
+            }
+            Request::ObjListAkey {
+                t,
+                dkey,
+                anchor,
+                max,
+            } => {
+                t.emit(&mut w);
+                w.blob(dkey).blob(anchor).u32(*max);
+            }
+            Request::ObjListRecx {
+                t,
+                dkey,
+                akey,
+                anchor,
+                max,
+            } => {
+                t.emit(&mut w);
+                w.blob(dkey).blob(akey).blob(anchor).u32(*max);
+            }
+            Request::ObjQueryKey {
+                t,
+                flags,
+                dkey,
+                akey,
+            } => {
+                t.emit(&mut w);
+                w.u8(*flags).blob(dkey).blob(akey);
+            }
+        }
+    }
+
+    /// Parses the argument part `args` of a request body whose bulk region
+    /// is `bulk_len` bytes long.
+    pub fn parse(op: Opcode, args: &[u8], bulk_len: usize) -> Result<Request, WireError> {
+        let mut r = Reader::new(args);
+        let req = match op {
+            Opcode::Ping => Request::Ping,
+            Opcode::PoolList => Request::PoolList,
+            Opcode::PoolCreate => Request::PoolCreate {
+                label: r.str(MAX_LABEL_LEN)?,
+                size: r.u64()?,
+            },
+            Opcode::PoolDestroy => Request::PoolDestroy {
+                pool: NameRef::parse(&mut r)?,
+                force: r.bool()?,
+            },
+            Opcode::PoolQuery => Request::PoolQuery {
+                pool: NameRef::parse(&mut r)?,
+            },
+            Opcode::PoolConnect => Request::PoolConnect {
+                pool: NameRef::parse(&mut r)?,
+            },
+            Opcode::PoolDisconnect => Request::PoolDisconnect { poh: r.u64()? },
+            Opcode::ContList => Request::ContList { poh: r.u64()? },
+            Opcode::ContCreate => {
+                let poh = r.u64()?;
+                let label = r.str(MAX_LABEL_LEN)?;
+                let n = r.count(256, 8)?;
+                let mut props = Vec::with_capacity(n);
+                for _ in 0..n {
+                    props.push((r.str(MAX_LABEL_LEN)?, r.str(4096)?));
+                }
+                Request::ContCreate { poh, label, props }
+            }
+            Opcode::ContDestroy => Request::ContDestroy {
+                poh: r.u64()?,
+                cont: NameRef::parse(&mut r)?,
+                force: r.bool()?,
+            },
+            Opcode::ContOpen => Request::ContOpen {
+                poh: r.u64()?,
+                cont: NameRef::parse(&mut r)?,
+            },
+            Opcode::ContClose => Request::ContClose { coh: r.u64()? },
+            Opcode::ContQuery => Request::ContQuery { coh: r.u64()? },
+            Opcode::SnapCreate => Request::SnapCreate { coh: r.u64()? },
+            Opcode::SnapList => Request::SnapList { coh: r.u64()? },
+            Opcode::SnapDestroy => Request::SnapDestroy {
+                coh: r.u64()?,
+                epoch: r.u64()?,
+            },
+            Opcode::ObjUpdate | Opcode::ObjFetch => {
+                let t = ObjTarget::parse(&mut r)?;
+                let dkey = r.blob(MAX_KEY_LEN)?.to_vec();
+                let n = r.count(MAX_IODS, 14)?;
+                let mut iods = Vec::with_capacity(n);
+                for _ in 0..n {
+                    iods.push(WireIod::parse(&mut r, bulk_len)?);
+                }
+                if op == Opcode::ObjUpdate {
+                    Request::ObjUpdate { t, dkey, iods }
+                } else {
+                    Request::ObjFetch { t, dkey, iods }
+                }
+            }
+            Opcode::ObjPunch => {
+                let t = ObjTarget::parse(&mut r)?;
+                let what = match r.u8()? {
+                    0 => PunchWhat::Object,
+                    1 => PunchWhat::Dkey(r.blob(MAX_KEY_LEN)?.to_vec()),
+                    2 => {
+                        let dkey = r.blob(MAX_KEY_LEN)?.to_vec();
+                        let n = r.count(MAX_IODS, 4)?;
+                        let mut akeys = Vec::with_capacity(n);
+                        for _ in 0..n {
+                            akeys.push(r.blob(MAX_KEY_LEN)?.to_vec());
+                        }
+                        PunchWhat::Akeys { dkey, akeys }
+                    }
+                    v => {
+                        return Err(WireError::BadValue {
+                            field: "punch kind",
+                            value: u64::from(v),
+                        })
+                    }
+                };
+                Request::ObjPunch { t, what }
+            }
+            Opcode::ObjListDkey => Request::ObjListDkey {
+                t: ObjTarget::parse(&mut r)?,
+                anchor: r.blob(MAX_ANCHOR_LEN)?.to_vec(),
+                max: r.u32()?,
+            },
+            Opcode::ObjListAkey => Request::ObjListAkey {
+                t: ObjTarget::parse(&mut r)?,
+                dkey: r.blob(MAX_KEY_LEN)?.to_vec(),
+                anchor: r.blob(MAX_ANCHOR_LEN)?.to_vec(),
+                max: r.u32()?,
+            },
+            Opcode::ObjListRecx => Request::ObjListRecx {
+                t: ObjTarget::parse(&mut r)?,
+                dkey: r.blob(MAX_KEY_LEN)?.to_vec(),
+                akey: r.blob(MAX_KEY_LEN)?.to_vec(),
+                anchor: r.blob(MAX_ANCHOR_LEN)?.to_vec(),
+                max: r.u32()?,
+            },
+            Opcode::ObjQueryKey => Request::ObjQueryKey {
+                t: ObjTarget::parse(&mut r)?,
+                flags: r.u8()?,
+                dkey: r.blob(MAX_KEY_LEN)?.to_vec(),
+                akey: r.blob(MAX_KEY_LEN)?.to_vec(),
+            },
+            Opcode::Unknown(v) => return Err(WireError::UnknownOpcode(v)),
+        };
+        r.finish()?;
+        Ok(req)
+    }
+}
+
+/// The result of one fetched iod: the size found (single value: its length,
+/// 0 = no value; array: the record size) and where its data sits in the
+/// reply's bulk region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchedIod {
+    pub size: u64,
+    pub seg: BulkSeg,
+}
+
+/// Every reply body (for status `Ok`; an error reply has an empty body).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    Empty,
+    Pool(PoolInfo),
+    Pools(Vec<PoolInfo>),
+    Handle {
+        hdl: u64,
+        uuid: [u8; 16],
+    },
+    Cont(ContInfo),
+    Conts(Vec<ContInfo>),
+    Epoch(u64),
+    Epochs(Vec<u64>),
+    /// Update: the epoch the update was written at.
+    Updated {
+        epoch: u64,
+    },
+    Fetched(Vec<FetchedIod>),
+    Keys {
+        keys: Vec<Vec<u8>>,
+        anchor: Vec<u8>,
+        eof: bool,
+    },
+    Recxs {
+        rsize: u64,
+        recxs: Vec<WireRecx>,
+        anchor: Vec<u8>,
+        eof: bool,
+    },
+    QueryKey {
+        dkey: Vec<u8>,
+        akey: Vec<u8>,
+        recx: WireRecx,
+    },
+}
+
+/// The reply shape of each opcode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Empty,
+    Pool,
+    Pools,
+    Handle,
+    Cont,
+    Conts,
+    Epoch,
+    Epochs,
+    Updated,
+    Fetched,
+    Keys,
+    Recxs,
+    QueryKey,
+}
+
+fn shape(op: Opcode) -> Option<Shape> {
+    Some(match op {
+        Opcode::Ping
+        | Opcode::PoolDestroy
+        | Opcode::PoolDisconnect
+        | Opcode::ContDestroy
+        | Opcode::ContClose
+        | Opcode::SnapDestroy
+        | Opcode::ObjPunch => Shape::Empty,
+        Opcode::PoolCreate | Opcode::PoolQuery => Shape::Pool,
+        Opcode::PoolList => Shape::Pools,
+        Opcode::PoolConnect | Opcode::ContOpen => Shape::Handle,
+        Opcode::ContCreate | Opcode::ContQuery => Shape::Cont,
+        Opcode::ContList => Shape::Conts,
+        Opcode::SnapCreate => Shape::Epoch,
+        Opcode::SnapList => Shape::Epochs,
+        Opcode::ObjUpdate => Shape::Updated,
+        Opcode::ObjFetch => Shape::Fetched,
+        Opcode::ObjListDkey | Opcode::ObjListAkey => Shape::Keys,
+        Opcode::ObjListRecx => Shape::Recxs,
+        Opcode::ObjQueryKey => Shape::QueryKey,
+        Opcode::Unknown(_) => return None,
+    })
+}
+
+impl Reply {
+    pub fn emit(&self, out: &mut Vec<u8>) {
+        let mut w = Writer::new(out);
+        match self {
+            Reply::Empty => {}
+            Reply::Pool(p) => p.emit(&mut w),
+            Reply::Pools(ps) => {
+                w.count(ps.len());
+                for p in ps {
+                    p.emit(&mut w);
+                }
+            }
+            Reply::Handle { hdl, uuid } => {
+                w.u64(*hdl).uuid(uuid);
+            }
+            Reply::Cont(c) => c.emit(&mut w),
+            Reply::Conts(cs) => {
+                w.count(cs.len());
+                for c in cs {
+                    c.emit(&mut w);
+                }
+            }
+            Reply::Epoch(e) | Reply::Updated { epoch: e } => {
+                w.u64(*e);
+            }
+            Reply::Epochs(es) => {
+                w.count(es.len());
+                for e in es {
+                    w.u64(*e);
+                }
+            }
+            Reply::Fetched(v) => {
+                w.count(v.len());
+                for f in v {
+                    w.u64(f.size).u32(f.seg.off).u32(f.seg.len);
+                }
+            }
+            Reply::Keys { keys, anchor, eof } => {
+                w.count(keys.len());
+                for k in keys {
+                    w.blob(k);
+                }
+                w.blob(anchor).bool(*eof);
+            }
+            Reply::Recxs {
+                rsize,
+                recxs,
+                anchor,
+                eof,
+            } => {
+                w.u64(*rsize).count(recxs.len());
+                for x in recxs {
+                    w.u64(x.idx).u64(x.nr);
+                }
+                w.blob(anchor).bool(*eof);
+            }
+            Reply::QueryKey { dkey, akey, recx } => {
+                w.blob(dkey).blob(akey).u64(recx.idx).u64(recx.nr);
+            }
+        }
+    }
+
+    /// Parses the reply to `op` (status `Ok`).
+    pub fn parse(op: Opcode, args: &[u8], bulk_len: usize) -> Result<Reply, WireError> {
+        let mut r = Reader::new(args);
+        let Some(sh) = shape(op) else {
+            return Err(WireError::UnknownOpcode(u16::from(op)));
+        };
+        let rep = match sh {
+            Shape::Empty => Reply::Empty,
+            Shape::Pool => Reply::Pool(PoolInfo::parse(&mut r)?),
+            Shape::Pools => {
+                let n = r.count(MAX_LIST, 40)?;
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push(PoolInfo::parse(&mut r)?);
+                }
+                Reply::Pools(v)
+            }
+            Shape::Handle => Reply::Handle {
+                hdl: r.u64()?,
+                uuid: r.uuid()?,
+            },
+            Shape::Cont => Reply::Cont(ContInfo::parse(&mut r)?),
+            Shape::Conts => {
+                let n = r.count(MAX_LIST, 28)?;
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push(ContInfo::parse(&mut r)?);
+                }
+                Reply::Conts(v)
+            }
+            Shape::Epoch => Reply::Epoch(r.u64()?),
+            Shape::Updated => Reply::Updated { epoch: r.u64()? },
+            Shape::Epochs => {
+                let n = r.count(MAX_LIST, 8)?;
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push(r.u64()?);
+                }
+                Reply::Epochs(v)
+            }
+            Shape::Fetched => {
+                let n = r.count(MAX_IODS, 16)?;
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push(FetchedIod {
+                        size: r.u64()?,
+                        seg: BulkSeg {
+                            off: r.u32()?,
+                            len: r.u32()?,
+                        }
+                        .check(bulk_len)?,
+                    });
+                }
+                Reply::Fetched(v)
+            }
+            Shape::Keys => {
+                let n = r.count(MAX_LIST, 4)?;
+                let mut keys = Vec::with_capacity(n);
+                for _ in 0..n {
+                    keys.push(r.blob(MAX_KEY_LEN)?.to_vec());
+                }
+                Reply::Keys {
+                    keys,
+                    anchor: r.blob(MAX_ANCHOR_LEN)?.to_vec(),
+                    eof: r.bool()?,
+                }
+            }
+            Shape::Recxs => {
+                let rsize = r.u64()?;
+                let n = r.count(MAX_LIST, 16)?;
+                let mut recxs = Vec::with_capacity(n);
+                for _ in 0..n {
+                    recxs.push(WireRecx {
+                        idx: r.u64()?,
+                        nr: r.u64()?,
+                    });
+                }
+                Reply::Recxs {
+                    rsize,
+                    recxs,
+                    anchor: r.blob(MAX_ANCHOR_LEN)?.to_vec(),
+                    eof: r.bool()?,
+                }
+            }
+            Shape::QueryKey => Reply::QueryKey {
+                dkey: r.blob(MAX_KEY_LEN)?.to_vec(),
+                akey: r.blob(MAX_KEY_LEN)?.to_vec(),
+                recx: WireRecx {
+                    idx: r.u64()?,
+                    nr: r.u64()?,
+                },
+            },
+        };
+        r.finish()?;
+        Ok(rep)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t() -> ObjTarget {
+        ObjTarget {
+            coh: 9,
+            oid: WireOid {
+                hi: 1 << 56,
+                lo: 42,
+            },
+            epoch: 0,
+        }
+    }
+
+    fn samples() -> Vec<Request> {
+        vec![
+            Request::Ping,
+            Request::PoolCreate {
+                label: "tank".into(),
+                size: 1 << 30,
+            },
+            Request::PoolDestroy {
+                pool: NameRef::Label("tank".into()),
+                force: true,
+            },
+            Request::PoolConnect {
+                pool: NameRef::Uuid([7; 16]),
+            },
+            Request::ContCreate {
+                poh: 3,
+                label: "c".into(),
+                props: vec![("layout".into(), "posix".into())],
+            },
+            Request::SnapDestroy { coh: 1, epoch: 77 },
+            Request::ObjUpdate {
+                t: t(),
+                dkey: b"d".to_vec(),
+                iods: vec![WireIod {
+                    akey: b"a".to_vec(),
+                    kind: IodType::Array,
+                    rsize: 1,
+                    recxs: vec![WireRecx { idx: 0, nr: 4 }],
+                    sgl: vec![BulkSeg { off: 0, len: 4 }],
+                }],
+            },
+            Request::ObjPunch {
+                t: t(),
+                what: PunchWhat::Akeys {
+                    dkey: b"d".to_vec(),
+                    akeys: vec![b"x".to_vec(), b"y".to_vec()],
+                },
+            },
+            Request::ObjListRecx {
+                t: t(),
+                dkey: b"d".to_vec(),
+                akey: b"a".to_vec(),
+                anchor: vec![1, 2],
+                max: 16,
+            },
+            Request::ObjQueryKey {
+                t: t(),
+                flags: QUERY_MAX_DKEY,
+                dkey: vec![],
+                akey: vec![],
+            },
+        ]
+    }
+
+    #[test]
+    fn requests_round_trip() {
+        for req in samples() {
+            let mut b = Vec::new();
+            req.emit(&mut b);
+            assert_eq!(
+                Request::parse(req.opcode(), &b, 4),
+                Ok(req.clone()),
+                "{req:?}"
+            );
+            // every strict prefix is refused, without panicking
+            for cut in 0..b.len() {
+                assert!(Request::parse(req.opcode(), &b[..cut], 4).is_err());
+            }
+            // so is trailing garbage
+            b.push(0);
+            assert!(Request::parse(req.opcode(), &b, 4).is_err());
+        }
+    }
+
+    #[test]
+    fn bulk_descriptor_outside_the_region_is_refused() {
+        let req = &samples()[6];
+        let mut b = Vec::new();
+        req.emit(&mut b);
+        assert_eq!(
+            Request::parse(Opcode::ObjUpdate, &b, 3),
+            Err(WireError::BulkOutOfRange {
+                off: 0,
+                len: 4,
+                bulk_len: 3
+            })
+        );
+    }
+
+    #[test]
+    fn replies_round_trip() {
+        let reps = [
+            (
+                Opcode::PoolList,
+                Reply::Pools(vec![PoolInfo {
+                    uuid: [1; 16],
+                    label: "p".into(),
+                    size: 10,
+                    used: 2,
+                    targets: 2,
+                    conts: 1,
+                }]),
+            ),
+            (
+                Opcode::ObjFetch,
+                Reply::Fetched(vec![FetchedIod {
+                    size: 3,
+                    seg: BulkSeg { off: 1, len: 3 },
+                }]),
+            ),
+            (
+                Opcode::ObjListDkey,
+                Reply::Keys {
+                    keys: vec![b"k1".to_vec()],
+                    anchor: vec![9],
+                    eof: false,
+                },
+            ),
+            (
+                Opcode::ContOpen,
+                Reply::Handle {
+                    hdl: 5,
+                    uuid: [2; 16],
+                },
+            ),
+        ];
+        for (op, rep) in reps {
+            let mut b = Vec::new();
+            rep.emit(&mut b);
+            assert_eq!(Reply::parse(op, &b, 4), Ok(rep.clone()));
+            for cut in 0..b.len() {
+                assert!(Reply::parse(op, &b[..cut], 4).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_opcode_is_a_typed_error() {
+        assert_eq!(
+            Request::parse(Opcode::Unknown(0x99), &[], 0),
+            Err(WireError::UnknownOpcode(0x99))
+        );
+    }
+}
