@@ -1178,6 +1178,11 @@ fn perf_loopback(p: PerfParams, ips: Option<(Ipv4Addr, Ipv4Addr)>) -> Result<Per
     perf_loopback_counted(p, ips).map(|r| r.0)
 }
 
+/// A soft device's counters (zeros for another provider).
+fn dev_counters(ctx: &Context) -> verbs::soft::Counters {
+    ctx.soft().map(|d| d.counters()).unwrap_or_default()
+}
+
 /// [`perf_loopback`], also returning both devices' counters (client, server) read
 /// after the run: what really crossed the wire, independent of the client's count.
 fn perf_loopback_counted(
@@ -1213,20 +1218,20 @@ fn perf_loopback_counted(
                     // the client's poll comes back empty
                     let mut srv = Server::new(&b, p)?;
                     let r = perf_client(&a, &db, p, &mut || srv.step().map(|_| ()))?;
-                    return Ok((r, a.ctx.counters(), b.ctx.counters()));
+                    return Ok((r, dev_counters(&a.ctx), dev_counters(&b.ctx)));
                 }
                 let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
                 let s2 = stop.clone();
                 let server = std::thread::spawn(move || {
                     perf_server(&b, p, &|| s2.load(std::sync::atomic::Ordering::SeqCst))?;
-                    Ok::<_, anyhow::Error>(b.ctx.counters())
+                    Ok::<_, anyhow::Error>(dev_counters(&b.ctx))
                 });
                 let r = perf_client(&a, &db, p, &mut || Ok(()));
                 stop.store(true, std::sync::atomic::Ordering::SeqCst);
                 let cb = server
                     .join()
                     .map_err(|_| anyhow!("server thread panicked"))??;
-                return Ok((r?, a.ctx.counters(), cb));
+                return Ok((r?, dev_counters(&a.ctx), cb));
             }
             (Err(e), _) | (_, Err(e)) => last = Some(e),
         }
