@@ -14,6 +14,8 @@
 //! extends the wait by its service timeout. Every outstanding operation ends in an
 //! event: ESTABLISHED, REJECTED, UNREACHABLE (`-ETIMEDOUT`), DISCONNECTED, …
 
+#![forbid(unsafe_code)]
+
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};

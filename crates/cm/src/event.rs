@@ -1,5 +1,7 @@
 //! CM events (librdmacm's `struct rdma_cm_event`) and connection parameters.
 
+#![forbid(unsafe_code)]
+
 use core::fmt;
 use core::net::IpAddr;
 

@@ -1,5 +1,7 @@
 //! cm_id handles and states.
 
+#![forbid(unsafe_code)]
+
 use core::fmt;
 
 /// A cm_id: a slab index plus a generation, so a handle of a destroyed id is

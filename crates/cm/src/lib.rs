@@ -13,8 +13,14 @@
 //! (alternate paths), multicast, or IB SA path queries.
 //!
 //! Depends on `wire` (MAD formats); with the `driver` feature also on `verbs`:
-//! [`driver::CmDevice`] binds an endpoint to QP1 of a soft device and offers the
-//! rdma_cm-like blocking/async API ([`driver::CmId`], [`driver::EventChannel`]).
+//! [`driver::CmDevice`] offers the rdma_cm-like blocking/async API
+//! ([`driver::CmId`], [`driver::EventChannel`]) over the CM backend of a device,
+//! chosen by its verbs provider: for a soft device our own, an endpoint on the
+//! device's QP1 (`verbs::soft::create_gsi_qp`); librdmacm for kernel devices
+//! later, with the same public API.
+//!
+//! `unsafe` is only in the driver (the rtnetlink socket, eventfds); the sans-IO
+//! core (`endpoint`, `event`, `id`) forbids it.
 
 #[cfg(feature = "driver")]
 mod addrwatch;

@@ -181,7 +181,7 @@ impl Node {
             return Ok(Status::Disabled("[rdma] enabled = false"));
         }
         // the section's device, else the node's listen address (as the other services)
-        let ctx = verbs_tools::open_device(cfg.device_spec(), verbs::IoMode::Threaded)?;
+        let ctx = verbs_tools::open_device(cfg.device_spec(), verbs::soft::IoMode::Threaded)?;
         let attr = ctx.query_port(1)?;
         let detail = format!(
             "soft RoCEv2 device {} on {}:4791, MTU {}, GID {:?}",
@@ -203,7 +203,7 @@ impl Node {
         let (ctx, shared) = match &self.device {
             Some(ctx) => (ctx.clone(), true),
             None => (
-                verbs_tools::open_device(cfg.device_spec(), verbs::IoMode::Threaded)?,
+                verbs_tools::open_device(cfg.device_spec(), verbs::soft::IoMode::Threaded)?,
                 false,
             ),
         };

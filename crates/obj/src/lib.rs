@@ -11,6 +11,7 @@
 pub const IMPLEMENTED: bool = false;
 
 pub mod types;
+pub mod vos;
 pub mod rpc;
 pub mod client;
 pub mod engine;

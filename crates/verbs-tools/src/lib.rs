@@ -21,7 +21,8 @@ pub mod pingpong;
 
 use std::net::Ipv4Addr;
 
-use verbs::{Context, DeviceOptions, IoMode};
+use verbs::soft::{DeviceOptions, IoMode};
+use verbs::Context;
 
 /// Errors of the tools.
 #[derive(Debug, thiserror::Error)]
@@ -85,5 +86,5 @@ pub fn open_device(spec: Option<&str>, mode: IoMode) -> Result<Context> {
     };
     let mut o = DeviceOptions::new(ip);
     o.mode = mode;
-    Context::open_with(o).map_err(|source| Error::Open { ip, source })
+    o.open().map_err(|source| Error::Open { ip, source })
 }

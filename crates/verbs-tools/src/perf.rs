@@ -8,6 +8,7 @@ use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use verbs::soft::{DeviceOptions, IoMode};
 use verbs::*;
 
 use crate::exchange::{connect_qp, parse_perf_line, perf_line, random_psn, Dest, PerfDest};
@@ -330,7 +331,7 @@ fn perf_client(
 
 impl PerfResult {
     fn with_counters(mut self, qp: &Qp) -> Self {
-        if let Ok(c) = qp.counters() {
+        if let Some(Ok(c)) = qp.context().soft().map(|s| s.qp_counters(qp.qp_num())) {
             self.retransmits = c.retransmits;
             self.timeouts = c.timeouts;
         }
@@ -452,6 +453,11 @@ pub fn loopback(p: PerfParams, ips: Option<(Ipv4Addr, Ipv4Addr)>) -> Result<Perf
     loopback_counted(p, ips).map(|r| r.0)
 }
 
+/// A soft device's counters (zeros for another provider).
+fn dev_counters(ctx: &Context) -> verbs::soft::Counters {
+    ctx.soft().map(|d| d.counters()).unwrap_or_default()
+}
+
 /// [`loopback`], also returning both devices' counters (client, server) read
 /// after the run: what really crossed the wire, independent of the client's count.
 pub fn loopback_counted(
@@ -471,7 +477,7 @@ pub fn loopback_counted(
             let mut o = DeviceOptions::new(ip);
             o.mode = p.mode.io();
             o.gso &= p.gso;
-            Context::open_with(o)
+            o.open()
         };
         match (open(ia), open(ib)) {
             (Ok(ca), Ok(cb)) => {
@@ -487,20 +493,20 @@ pub fn loopback_counted(
                     // the client's poll comes back empty
                     let mut srv = Server::new(&b, p)?;
                     let r = perf_client(&a, &db, p, &mut || srv.step().map(|_| ()))?;
-                    return Ok((r, a.ctx.counters(), b.ctx.counters()));
+                    return Ok((r, dev_counters(&a.ctx), dev_counters(&b.ctx)));
                 }
                 let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
                 let s2 = stop.clone();
                 let server = std::thread::spawn(move || {
                     perf_server(&b, p, &|| s2.load(std::sync::atomic::Ordering::SeqCst))?;
-                    Ok::<_, Error>(b.ctx.counters())
+                    Ok::<_, Error>(dev_counters(&b.ctx))
                 });
                 let r = perf_client(&a, &db, p, &mut || Ok(()));
                 stop.store(true, std::sync::atomic::Ordering::SeqCst);
                 let cb = server
                     .join()
                     .map_err(|_| Error::Run("server thread panicked".into()))??;
-                return Ok((r?, a.ctx.counters(), cb));
+                return Ok((r?, dev_counters(&a.ctx), cb));
             }
             (Err(e), _) | (_, Err(e)) => last = Some(e),
         }

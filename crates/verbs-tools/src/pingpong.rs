@@ -76,7 +76,7 @@ pub fn run(a: &PingpongOpts, ty: QpType, out: &mut dyn Write) -> Result<Pingpong
     let size = a.size.unwrap_or(if ud { 2048 } else { 4096 });
     let mtu =
         Mtu::from_bytes(a.mtu).ok_or_else(|| Error::BadOption(format!("Invalid MTU {}", a.mtu)))?;
-    let ctx = open_device(a.dev.as_deref(), IoMode::Threaded)?;
+    let ctx = open_device(a.dev.as_deref(), verbs::soft::IoMode::Threaded)?;
     let port = ctx
         .query_port(a.ib_port)
         .map_err(|_| Error::Run("Couldn't get port info".into()))?;

@@ -362,7 +362,7 @@ pub enum WrDetail {
         rkey: u32,
     },
     Ud {
-        ah: crate::Ah,
+        ah: Ah,
         remote_qpn: u32,
         remote_qkey: u32,
     },
@@ -445,4 +445,22 @@ pub enum AsyncEvent {
     CqErr { cq: u32 },
     /// `IBV_EVENT_QP_LAST_WQE_REACHED`.
     QpLastWqeReached { qp_num: u32 },
+}
+
+/// Address handle (`ibv_ah`): where UD sends go. A value (the soft provider
+/// needs nothing else); a provider whose NIC needs a created `ibv_ah` makes and
+/// caches one per (PD, destination) when a WR names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ah {
+    pub ip: Ipv4Addr,
+    pub dport: u16,
+}
+
+impl Default for Ah {
+    fn default() -> Self {
+        Ah {
+            ip: Ipv4Addr::UNSPECIFIED,
+            dport: wire::roce::ROCE_PORT,
+        }
+    }
 }

@@ -9,6 +9,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use verbs::soft::DeviceOptions;
 use verbs::*;
 
 struct Counting;
@@ -38,7 +39,7 @@ static A: Counting = Counting;
 #[test]
 fn steady_state_does_not_allocate() {
     let mk = |ip: [u8; 4]| {
-        let ctx = Context::open_with(DeviceOptions::new(Ipv4Addr::from(ip))).unwrap();
+        let ctx = DeviceOptions::new(Ipv4Addr::from(ip)).open().unwrap();
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(1024, None).unwrap();
         let mut init = QpInitAttr::new(QpType::Rc, &cq, &cq);
@@ -108,7 +109,7 @@ fn steady_state_does_not_allocate() {
     // receiver; a message dropped there is fine (UC), and the responder's
     // drop path allocates nothing either.
     let mk_uc = |ip: [u8; 4]| {
-        let ctx = Context::open_with(DeviceOptions::new(Ipv4Addr::from(ip))).unwrap();
+        let ctx = DeviceOptions::new(Ipv4Addr::from(ip)).open().unwrap();
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(1024, None).unwrap();
         let mut init = QpInitAttr::new(QpType::Uc, &cq, &cq);
@@ -172,8 +173,8 @@ fn steady_state_does_not_allocate() {
     let before = ALLOCS.load(Ordering::SeqCst);
     assert_eq!(run_uc(n), n);
     let allocs = ALLOCS.load(Ordering::SeqCst) - before;
-    let c = ub.counters();
-    let q = uqpb.counters().unwrap();
+    let c = ub.soft().unwrap().counters();
+    let q = ub.soft().unwrap().qp_counters(uqpb.qp_num()).unwrap();
     eprintln!(
         "UC: {allocs} allocations for {n} x 64 KiB WRITE/SEND, {received} SENDs received, {} packets dropped by the responder, {} received",
         q.uc_drops, c.rx_packets

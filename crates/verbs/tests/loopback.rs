@@ -4,6 +4,7 @@ mod common;
 use common::*;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
+use verbs::soft::{DeviceOptions, IoMode};
 use verbs::*;
 
 struct Dev {
@@ -17,7 +18,7 @@ struct Dev {
 fn dev(ip: [u8; 4], mode: IoMode, qp_type: QpType) -> Dev {
     let mut o = DeviceOptions::new(Ipv4Addr::from(ip));
     o.mode = mode;
-    let ctx = Context::open_with(o).expect("bind 4791 on a loopback address");
+    let ctx = o.open().expect("bind 4791 on a loopback address");
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(1024, None).unwrap();
     let mut init = QpInitAttr::new(qp_type, &cq, &cq);
@@ -108,7 +109,10 @@ fn rc_send_write_read_atomic_over_udp_loopback() {
     let am = a.mr.to_vec();
     assert_eq!(&am[700_000..750_000], &data[..50_000]);
     assert_eq!(b.mr.load_u64(900_000), Some(5));
-    assert_eq!(a.ctx.counters().drop_no_qp + b.ctx.counters().drop_no_qp, 0);
+    assert_eq!(
+        a.ctx.soft().unwrap().counters().drop_no_qp + b.ctx.soft().unwrap().counters().drop_no_qp,
+        0
+    );
 }
 
 #[test]
@@ -210,7 +214,11 @@ fn many_writes_pipelined() {
     eprintln!(
         "{} MB/s, qp {:?}",
         (n * 65536) as f64 / t0.elapsed().as_secs_f64() / 1e6,
-        a.qp.counters().unwrap()
+        a.qp.context()
+            .soft()
+            .unwrap()
+            .qp_counters(a.qp.qp_num())
+            .unwrap()
     );
 }
 
@@ -316,7 +324,12 @@ fn manual_progress_rc_deferred_tx() {
         done += n;
     }
     assert_eq!(&b.mr.to_vec()[500_000..565_536], &data[..]);
-    let c = a.qp.counters().unwrap();
+    let c =
+        a.qp.context()
+            .soft()
+            .unwrap()
+            .qp_counters(a.qp.qp_num())
+            .unwrap();
     assert_eq!((c.timeouts, c.retransmits), (0, 0), "{c:?}");
 }
 
@@ -381,6 +394,18 @@ fn uc_over_udp_loopback() {
         b.mr.read(if i % 2 == 0 { 0 } else { 100_000 }, &mut got);
         assert!(got == data, "message {i} corrupted");
     }
-    assert_eq!(b.ctx.counters().tx_packets, 0, "the UC responder answered");
-    assert_eq!(b.qp.counters().unwrap().uc_drops, 0);
+    assert_eq!(
+        b.ctx.soft().unwrap().counters().tx_packets,
+        0,
+        "the UC responder answered"
+    );
+    assert_eq!(
+        b.qp.context()
+            .soft()
+            .unwrap()
+            .qp_counters(b.qp.qp_num())
+            .unwrap()
+            .uc_drops,
+        0
+    );
 }

@@ -36,7 +36,16 @@ fn rnr_retry_exceeded_then_flush() {
     assert_eq!(ca[0].status, WcStatus::RnrRetryExcErr);
     assert_eq!((ca[1].wr_id, ca[1].status), (2, WcStatus::WrFlushErr));
     assert_eq!(n.a.qp.query().unwrap().qp_state, QpState::Err);
-    assert_eq!(n.a.qp.counters().unwrap().rnr_naks_rcvd, 3);
+    assert_eq!(
+        n.a.qp
+            .context()
+            .soft()
+            .unwrap()
+            .qp_counters(n.a.qp.qp_num())
+            .unwrap()
+            .rnr_naks_rcvd,
+        3
+    );
     assert_eq!(
         n.a.ctx.poll_async_event(),
         Some(AsyncEvent::QpFatal {
@@ -67,7 +76,16 @@ fn rnr_infinite_recovers_when_recv_posted() {
     // 20 ms of RNR back-off
     let t0 = n.now();
     n.drive_until(100_000, |n| n.now() - t0 > Duration::from_millis(20));
-    assert!(n.a.qp.counters().unwrap().rnr_naks_rcvd >= 10);
+    assert!(
+        n.a.qp
+            .context()
+            .soft()
+            .unwrap()
+            .qp_counters(n.a.qp.qp_num())
+            .unwrap()
+            .rnr_naks_rcvd
+            >= 10
+    );
     let r = [n.b.mr.sge(0, 100)];
     n.b.qp
         .post_recv(&[RecvWr {
@@ -193,7 +211,16 @@ fn transport_retry_exceeded() {
     let t0 = n.now();
     let (ca, _) = drive_wcs(&mut n, 1, 0);
     assert_eq!(ca[0].status, WcStatus::RetryExcErr);
-    assert_eq!(n.a.qp.counters().unwrap().timeouts, 4);
+    assert_eq!(
+        n.a.qp
+            .context()
+            .soft()
+            .unwrap()
+            .qp_counters(n.a.qp.qp_num())
+            .unwrap()
+            .timeouts,
+        4
+    );
     // 4 timeouts of 4.096 us * 2^10 = 4.19 ms each
     let el = n.now() - t0;
     assert!(
@@ -370,14 +397,9 @@ fn ud_send_recv_grh_qkey_and_gsi() {
             .unwrap();
     }
     let gsi_cq = b.ctx.create_cq(16, None).unwrap();
-    let gsi =
-        b.pd.create_gsi_qp(&gsi_cq, &gsi_cq, QpCap::default())
-            .unwrap();
+    let gsi = soft::create_gsi_qp(&b.pd, &gsi_cq, &gsi_cq, QpCap::default()).unwrap();
     assert_eq!(gsi.qp_num(), 1);
-    assert!(b
-        .pd
-        .create_gsi_qp(&gsi_cq, &gsi_cq, QpCap::default())
-        .is_err());
+    assert!(soft::create_gsi_qp(&b.pd, &gsi_cq, &gsi_cq, QpCap::default()).is_err());
     let r = [b.mr.sge(0, 40 + 100)];
     b.qp.post_recv(&[
         RecvWr {
@@ -419,7 +441,7 @@ fn ud_send_recv_grh_qkey_and_gsi() {
         remote_qkey: 0x3333,
     }; // wrong Q_Key: dropped
        // a MAD from A's GSI QP to B's QP1 (Q_Key with the high bit set: the QP's own)
-    let a_gsi = a.pd.create_gsi_qp(&a.cq, &a.cq, QpCap::default()).unwrap();
+    let a_gsi = soft::create_gsi_qp(&a.pd, &a.cq, &a.cq, QpCap::default()).unwrap();
     let mad = [a.mr.sge(0, 256)];
     let mut m = SendWr::new(3, WrOpcode::Send, &mad);
     m.wr = WrDetail::Ud {
@@ -446,7 +468,7 @@ fn ud_send_recv_grh_qkey_and_gsi() {
     assert_eq!(&got[40..], b"hello ud");
     assert_eq!(got[20], 0x45, "IPv4 header in the GRH slot");
     assert_eq!(&got[32..36], &IP_A);
-    assert_eq!(n.b.ctx.counters().drop_qkey, 1);
+    assert_eq!(n.b.ctx.soft().unwrap().counters().drop_qkey, 1);
     let mut wc = [Wc::default(); 2];
     assert_eq!(gsi_cq.poll(&mut wc).unwrap(), 1);
     assert_eq!((wc[0].wr_id, wc[0].byte_len, wc[0].src_qp), (77, 296, 1));
@@ -583,7 +605,7 @@ fn garbage_datagrams_never_panic() {
         .unwrap();
     let mut seeds = vec![];
     let mut buf = vec![0u8; 9000];
-    while let Some(t) = n.a.ctx.poll_transmit(n.now(), &mut buf) {
+    while let Some(t) = n.a.ctx.soft().unwrap().poll_transmit(n.now(), &mut buf) {
         seeds.push(buf[..t.len].to_vec());
     }
     let mut x = 0x1234_5678_9abc_def1u64;
@@ -612,11 +634,11 @@ fn garbage_datagrams_never_panic() {
         }
         let now = n.now();
         for (ctx, src) in [(&n.b.ctx, IP_A), (&n.a.ctx, IP_B)] {
-            ctx.handle_datagram(now, src, None, &d);
-            while ctx.poll_transmit(now, &mut buf).is_some() {}
+            ctx.soft().unwrap().handle_datagram(now, src, None, &d);
+            while ctx.soft().unwrap().poll_transmit(now, &mut buf).is_some() {}
         }
     }
-    let c = n.b.ctx.counters();
+    let c = n.b.ctx.soft().unwrap().counters();
     assert!(
         c.drop_bad_opcode + c.drop_truncated + c.drop_bad_length + c.drop_no_qp > 1000,
         "{c:?}"
@@ -635,7 +657,7 @@ fn max_rd_atomic_and_fence() {
     let drain = |ctx: &Context, now| {
         let mut buf = vec![0u8; 9000];
         let mut ops = vec![];
-        while let Some(t) = ctx.poll_transmit(now, &mut buf) {
+        while let Some(t) = ctx.soft().unwrap().poll_transmit(now, &mut buf) {
             ops.push(
                 wire::roce::RocePacketRepr::parse(&buf[..t.len])
                     .unwrap()

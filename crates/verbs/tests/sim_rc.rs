@@ -134,7 +134,7 @@ fn all_opcodes_lossless() {
     assert_eq!(a.mr.load_u64(700_000), Some(40));
     assert_eq!(a.mr.load_u64(700_008), Some(42));
     assert_eq!(b.mr.load_u64(600_000), Some(99));
-    let c = n.b.ctx.counters();
+    let c = n.b.ctx.soft().unwrap().counters();
     assert_eq!(c.drop_bad_icrc, 0);
 }
 
@@ -265,9 +265,9 @@ fn lossy_run(loss: f64, seed: u64, msgs: usize, mtu: Mtu) {
         consumers.len(),
         (ca.iter().find(|w| w.status != WcStatus::Success), cb.iter().find(|w| w.status != WcStatus::Success)),
         &ops[ca.len()..(ca.len() + 3).min(msgs)],
-        n.a.qp.counters(),
-        n.b.qp.counters()
-    ) + &format!("\nA {}\nB {}", n.a.ctx.with_engine(|e| e.qp(n.a.qp.qp_num()).unwrap().debug_state()), n.b.ctx.with_engine(|e| e.qp(n.b.qp.qp_num()).unwrap().debug_state()));
+        n.a.qp.context().soft().unwrap().qp_counters(n.a.qp.qp_num()),
+        n.b.qp.context().soft().unwrap().qp_counters(n.b.qp.qp_num())
+    ) + &format!("\nA {}\nB {}", n.a.ctx.soft().unwrap().with_engine(|e| e.qp(n.a.qp.qp_num()).unwrap().debug_state()), n.b.ctx.soft().unwrap().with_engine(|e| e.qp(n.b.qp.qp_num()).unwrap().debug_state()));
         panic!("{msg}");
     }
     for (k, wc) in ca.iter().enumerate() {
@@ -337,14 +337,27 @@ fn lossy_run(loss: f64, seed: u64, msgs: usize, mtu: Mtu) {
         .collect();
     olds.sort();
     assert_eq!(olds, (0..fas.len() as u64).collect::<Vec<_>>());
-    let qa = n.a.qp.counters().unwrap();
-    let qb = n.b.qp.counters().unwrap();
+    let qa =
+        n.a.qp
+            .context()
+            .soft()
+            .unwrap()
+            .qp_counters(n.a.qp.qp_num())
+            .unwrap();
+    let qb =
+        n.b.qp
+            .context()
+            .soft()
+            .unwrap()
+            .qp_counters(n.b.qp.qp_num())
+            .unwrap();
     eprintln!(
         "loss={loss} seed={seed}: a->b {:?}\n  req {:?}\n  resp {:?}",
         n.ab.stats, qa, qb
     );
     assert_eq!(
-        n.a.ctx.counters().drop_bad_icrc + n.b.ctx.counters().drop_bad_icrc,
+        n.a.ctx.soft().unwrap().counters().drop_bad_icrc
+            + n.b.ctx.soft().unwrap().counters().drop_bad_icrc,
         0
     );
 }
@@ -413,5 +426,18 @@ fn dbg_read_then_send() {
         poll_all(&n.a.cq, &mut ca);
         ca.len() == 3
     });
-    assert!(ok, "{ca:?} {:?} {:?}", n.a.qp.counters(), n.b.qp.counters());
+    assert!(
+        ok,
+        "{ca:?} {:?} {:?}",
+        n.a.qp
+            .context()
+            .soft()
+            .unwrap()
+            .qp_counters(n.a.qp.qp_num()),
+        n.b.qp
+            .context()
+            .soft()
+            .unwrap()
+            .qp_counters(n.b.qp.qp_num())
+    );
 }

@@ -155,9 +155,15 @@ fn lossless_every_opcode_arrives_intact_in_order_without_acks() {
     assert!(log
         .iter()
         .any(|(_, r)| r.opcode() == Opcode::UC_RDMA_WRITE_MIDDLE));
-    assert_eq!(n.b.ctx.counters().tx_packets, 0);
-    assert_eq!(n.b.ctx.counters().drop_bad_icrc, 0);
-    let c = n.b.qp.counters().unwrap();
+    assert_eq!(n.b.ctx.soft().unwrap().counters().tx_packets, 0);
+    assert_eq!(n.b.ctx.soft().unwrap().counters().drop_bad_icrc, 0);
+    let c =
+        n.b.qp
+            .context()
+            .soft()
+            .unwrap()
+            .qp_counters(n.b.qp.qp_num())
+            .unwrap();
     assert_eq!((c.uc_drops, c.uc_torn), (0, 0));
 }
 
@@ -202,9 +208,15 @@ fn loss_delivers_whole_messages_at_most_once_in_order() {
         }
         sent += ops.iter().filter(|o| o.0 != WrOpcode::RdmaWrite).count();
         delivered += cb.len();
-        let c = n.b.qp.counters().unwrap();
+        let c =
+            n.b.qp
+                .context()
+                .soft()
+                .unwrap()
+                .qp_counters(n.b.qp.qp_num())
+                .unwrap();
         assert!(c.uc_drops > 0 && c.uc_torn > 0, "{c:?}");
-        assert_eq!(n.b.ctx.counters().tx_packets, 0);
+        assert_eq!(n.b.ctx.soft().unwrap().counters().tx_packets, 0);
         assert_eq!(n.b.qp.query().unwrap().qp_state, QpState::Rts);
         assert_eq!(n.a.qp.query().unwrap().qp_state, QpState::Rts);
     }
@@ -279,6 +291,8 @@ fn read_and_atomics_are_rejected_at_post() {
     assert_eq!(a.qp.query().unwrap().qp_state, QpState::Rts);
     assert_eq!(
         n.a.ctx
+            .soft()
+            .unwrap()
             .with_engine(|e| e.qp(a.qp.qp_num()).unwrap().sq_len()),
         1
     );
@@ -348,15 +362,18 @@ fn pump(a: &Side, b: &Side, mut drop: impl FnMut(&RocePacketRepr) -> bool) -> us
     let now = Instant::now();
     let mut buf = vec![0u8; 9000];
     let mut sent = 0;
-    while let Some(t) = a.ctx.poll_transmit(now, &mut buf) {
+    while let Some(t) = a.ctx.soft().unwrap().poll_transmit(now, &mut buf) {
         let (r, _) = RocePacketRepr::parse(&buf[..t.len]).unwrap();
         sent += 1;
         if !drop(&r) {
             let ip = Ipv4Pseudo::df(IP_A, IP_B, t.sport, t.dport);
-            b.ctx.handle_datagram(now, IP_A, Some(&ip), &buf[..t.len]);
+            b.ctx
+                .soft()
+                .unwrap()
+                .handle_datagram(now, IP_A, Some(&ip), &buf[..t.len]);
         }
     }
-    if let Some(t) = b.ctx.poll_transmit(now, &mut buf) {
+    if let Some(t) = b.ctx.soft().unwrap().poll_transmit(now, &mut buf) {
         panic!("the UC responder sent {t:?}");
     }
     sent
@@ -428,11 +445,19 @@ fn a_gap_drops_the_rest_of_the_message_and_resyncs_on_first() {
     let mut got = vec![0u8; 2000];
     b.mr.read(SLOT, &mut got);
     assert!(got == msg(3, 2000));
-    let c = b.qp.counters().unwrap();
+    let c =
+        b.qp.context()
+            .soft()
+            .unwrap()
+            .qp_counters(b.qp.qp_num())
+            .unwrap();
     assert_eq!((c.uc_drops, c.uc_torn), (1, 2), "{c:?}");
     assert_eq!(b.qp.query().unwrap().qp_state, QpState::Rts);
     assert_eq!(
-        b.ctx.with_engine(|e| e.qp(b.qp.qp_num()).unwrap().rq_len()),
+        b.ctx
+            .soft()
+            .unwrap()
+            .with_engine(|e| e.qp(b.qp.qp_num()).unwrap().rq_len()),
         2
     );
 }
@@ -450,7 +475,15 @@ fn send_without_receive_is_dropped_silently() {
     assert_eq!(ca.len(), 2);
     assert!(ca.iter().all(|w| w.status == WcStatus::Success));
     assert!(recvs(&b).is_empty());
-    assert_eq!(b.qp.counters().unwrap().uc_drops, 4);
+    assert_eq!(
+        b.qp.context()
+            .soft()
+            .unwrap()
+            .qp_counters(b.qp.qp_num())
+            .unwrap()
+            .uc_drops,
+        4
+    );
     let sg = [b.mr.sge(0, SLOT as u32)];
     b.qp.post_recv(&[RecvWr {
         wr_id: 9,

@@ -4,12 +4,13 @@
 use libfuzzer_sys::fuzz_target;
 use std::net::Ipv4Addr;
 use std::time::Instant;
+use verbs::soft::{DeviceOptions, IoMode};
 use verbs::*;
 
 fuzz_target!(|data: &[u8]| {
     let mut o = DeviceOptions::new(Ipv4Addr::new(10, 0, 0, 1));
     o.mode = IoMode::External;
-    let ctx = Context::open_with(o).unwrap();
+    let ctx = o.open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64, None).unwrap();
     let mr = pd.reg_mr(4096, AccessFlags::all()).unwrap();
@@ -31,9 +32,9 @@ fuzz_target!(|data: &[u8]| {
         let q = qp.qp_num().to_be_bytes();
         d[5..8].copy_from_slice(&q[1..]);
     }
-    ctx.handle_datagram(now, [10, 0, 0, 2], None, &d);
+    ctx.soft().unwrap().handle_datagram(now, [10, 0, 0, 2], None, &d);
     let mut buf = vec![0u8; 9000];
-    while ctx.poll_transmit(now, &mut buf).is_some() {}
+    while ctx.soft().unwrap().poll_transmit(now, &mut buf).is_some() {}
     let mut wc = [Wc::default(); 8];
     let _ = cq.poll(&mut wc);
 });

@@ -7,31 +7,13 @@ use std::time::Instant;
 use wire::roce::icrc::{check_icrc_ipv4, fill_icrc_ipv4};
 use wire::roce::{Ipv4Pseudo, OpFlags, RocePacketRepr};
 
+use super::mr::{MrInner, MrMem, MrTable};
 use super::qp::QpCore;
 use super::sgl::SgList;
-use crate::mr::{MrInner, MrMem, MrTable};
+pub use super::shared::Counters;
+pub(crate) use super::shared::{ChannelInner, CqState, Ctx, SrqState};
 use crate::types::*;
 use crate::Error;
-
-/// Why received datagrams were dropped, and other device counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counters {
-    pub rx_packets: u64,
-    pub tx_packets: u64,
-    pub drop_truncated: u64,
-    pub drop_bad_opcode: u64,
-    pub drop_bad_length: u64,
-    pub drop_bad_version: u64,
-    pub drop_bad_icrc: u64,
-    pub drop_pkey: u64,
-    pub drop_no_qp: u64,
-    pub drop_qp_type: u64,
-    pub drop_qp_state: u64,
-    pub drop_qkey: u64,
-    pub drop_src: u64,
-    pub cq_overflow: u64,
-    pub local_sgl_errors: u64,
-}
 
 /// A packet produced by [`Engine::poll_transmit`]: `len` bytes at the start of the
 /// caller's buffer (BTH .. ICRC, i.e. the UDP payload) for `dst:dport`, sent from
@@ -44,84 +26,6 @@ pub struct Transmit {
     /// The UDP source port this QP's packets should leave from (rxe's
     /// `0xc000 + hash_32(qpn, 14)`); the ICRC covers it.
     pub sport: u16,
-}
-
-/// Completion channel: an eventfd plus the CQs that fired.
-pub(crate) struct ChannelInner {
-    pub(crate) efd: crate::event::EventFd,
-    pub(crate) fired: std::sync::Mutex<VecDeque<u32>>,
-}
-
-pub(crate) struct CqState {
-    pub(crate) depth: usize,
-    pub(crate) q: VecDeque<Wc>,
-    /// Some(solicited_only) while armed by req_notify.
-    pub(crate) armed: Option<bool>,
-    pub(crate) channel: Option<Arc<ChannelInner>>,
-    pub(crate) events: u64,
-    /// Entries queued, readable without the device lock (so an idle poll_cq
-    /// never contends with the poller thread).
-    pub(crate) count: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-pub(crate) struct SrqState {
-    pub(crate) pd: u32,
-    pub(crate) max_wr: usize,
-    pub(crate) max_sge: usize,
-    pub(crate) q: VecDeque<super::qp::RecvWqe>,
-    pub(crate) limit: u32,
-}
-
-/// What QP code may touch besides its own state (split borrow of the engine).
-pub(crate) struct Ctx<'a> {
-    pub(crate) mrs: &'a MrTable,
-    pub(crate) cqs: &'a mut Vec<Option<CqState>>,
-    pub(crate) srqs: &'a mut Vec<Option<SrqState>>,
-    pub(crate) events: &'a mut VecDeque<AsyncEvent>,
-    pub(crate) counters: &'a mut Counters,
-    pub(crate) port_mtu: Mtu,
-    pub(crate) ip: [u8; 4],
-    pub(crate) dummy_mr: &'a Arc<MrInner>,
-}
-
-impl Ctx<'_> {
-    pub(crate) fn push_wc(&mut self, cq: usize, wc: Wc) {
-        let Some(Some(c)) = self.cqs.get_mut(cq) else {
-            return;
-        };
-        if c.q.len() >= c.depth {
-            self.counters.cq_overflow += 1;
-            self.events.push_back(AsyncEvent::CqErr { cq: cq as u32 });
-            return;
-        }
-        let sol = wc.wc_flags.contains(WcFlags::SOLICITED) || wc.status != WcStatus::Success;
-        c.q.push_back(wc);
-        c.count.fetch_add(1, std::sync::atomic::Ordering::Release);
-        if let Some(solicited_only) = c.armed {
-            if !solicited_only || sol {
-                c.armed = None;
-                if let Some(ch) = &c.channel {
-                    if let Ok(mut f) = ch.fired.lock() {
-                        f.push_back(cq as u32);
-                    }
-                    ch.efd.notify();
-                }
-            }
-        }
-    }
-    pub(crate) fn srq_pop(&mut self, s: usize) -> Option<super::qp::RecvWqe> {
-        let srq = self.srqs.get_mut(s)?.as_mut()?;
-        let w = srq.q.pop_front()?;
-        if srq.limit > 0 && (srq.q.len() as u32) < srq.limit {
-            srq.limit = 0; // one-shot, re-armed by modify_srq
-            self.events
-                .push_back(AsyncEvent::SrqLimitReached { srq: s as u32 });
-        }
-        Some(w)
-    }
-    pub(crate) fn async_event(&mut self, e: AsyncEvent) {
-        self.events.push_back(e);
-    }
 }
 
 /// Transmit/receive capabilities of the I/O underneath.
@@ -292,27 +196,30 @@ impl Engine {
         }
         let sgl = SgList::from_slice(wr.sg_list).ok_or(Error::Inval)?;
         let _ = s.pd;
-        s.q.push_back(super::qp::RecvWqe {
+        s.q.push_back(super::shared::RecvWqe {
             wr_id: wr.wr_id,
             sgl,
         });
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn create_qp(
         &mut self,
         pd: u32,
-        init: &crate::QpInitAttr,
+        qp_type: QpType,
+        send_cq: usize,
+        recv_cq: usize,
+        srq: Option<usize>,
+        cap: QpCap,
+        sq_sig_all: bool,
         gsi: bool,
     ) -> crate::Result<u32> {
-        let send_cq = init.send_cq.id;
-        let recv_cq = init.recv_cq.id;
         if !matches!(self.cqs.get(send_cq), Some(Some(_)))
             || !matches!(self.cqs.get(recv_cq), Some(Some(_)))
         {
             return Err(Error::Inval);
         }
-        let cap = init.cap;
         if cap.max_send_wr == 0 || cap.max_send_wr > 16384 || cap.max_recv_wr > 16384 {
             return Err(Error::Inval);
         }
@@ -325,7 +232,7 @@ impl Engine {
             return Err(Error::Inval);
         }
         let qpn = if gsi {
-            if self.qpn_map.contains_key(&1) || init.qp_type != QpType::Ud {
+            if self.qpn_map.contains_key(&1) || qp_type != QpType::Ud {
                 return Err(Error::Busy);
             }
             1
@@ -337,24 +244,28 @@ impl Engine {
             }
             q
         };
-        let srq = init.srq.as_ref().map(|s| s.id);
-        let mut core = QpCore::new(
-            qpn,
-            init.qp_type,
-            pd,
-            send_cq,
-            recv_cq,
-            srq,
-            cap,
-            init.sq_sig_all,
-        );
+        let mut core = QpCore::new(qpn, qp_type, pd, send_cq, recv_cq, srq, cap, sq_sig_all);
         core.max_inflight = self.max_inflight;
-        if init.qp_type == QpType::Ud {
+        if qp_type == QpType::Ud {
             core.attr.path_mtu = self.port_mtu;
         }
         let idx = insert(&mut self.qps, core);
         self.qpn_map.insert(qpn, idx);
         Ok(qpn)
+    }
+
+    /// `ibv_destroy_cq` (the public handles keep a CQ alive while a QP uses it).
+    pub(crate) fn destroy_cq(&mut self, cq: usize) {
+        if let Some(c) = self.cqs.get_mut(cq) {
+            *c = None;
+        }
+    }
+
+    /// `ibv_destroy_srq` (the public handles keep an SRQ alive while a QP uses it).
+    pub(crate) fn destroy_srq(&mut self, srq: usize) {
+        if let Some(s) = self.srqs.get_mut(srq) {
+            *s = None;
+        }
     }
 
     pub(crate) fn destroy_qp(&mut self, qpn: u32) {

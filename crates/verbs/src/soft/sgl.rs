@@ -1,7 +1,7 @@
 //! Scatter/gather lists stored inline in WQEs (no allocation per work request)
 //! and the copies between them and packet buffers.
 
-use crate::mr::{MrInner, MrTable};
+use super::mr::{MrInner, MrTable};
 use crate::types::{AccessFlags, Sge};
 use std::sync::Arc;
 

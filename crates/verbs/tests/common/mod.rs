@@ -5,6 +5,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use sim::{Clock, Link, LinkConfig};
+use verbs::soft::{DeviceOptions, IoMode};
 use verbs::*;
 use wire::roce::{Ipv4Pseudo, ROCE_PORT};
 
@@ -42,7 +43,7 @@ pub fn side(ip: [u8; 4], qp_type: QpType, mr_len: usize) -> Side {
     let mut o = DeviceOptions::new(Ipv4Addr::from(ip));
     o.mode = IoMode::External;
     o.mtu = Some(Mtu::Mtu4096);
-    let ctx = Context::open_with(o).unwrap();
+    let ctx = o.open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(4096, None).unwrap();
     let mut init = QpInitAttr::new(qp_type, &cq, &cq);
@@ -237,7 +238,7 @@ impl Net {
             (&self.a.ctx, &mut self.ab, IP_A, IP_B),
             (&self.b.ctx, &mut self.ba, IP_B, IP_A),
         ] {
-            while let Some(t) = ctx.poll_transmit(now, &mut self.buf) {
+            while let Some(t) = ctx.soft().unwrap().poll_transmit(now, &mut self.buf) {
                 assert_eq!(t.dst, dst);
                 if let Some(p) = self.pcap.as_mut() {
                     p.write_ipv4_udp(
@@ -268,18 +269,18 @@ impl Net {
         ] {
             while let Some((sport, d)) = link.recv(now) {
                 let ip = Ipv4Pseudo::df(src, dst, sport, ROCE_PORT);
-                ctx.handle_datagram(now, src, Some(&ip), &d);
+                ctx.soft().unwrap().handle_datagram(now, src, Some(&ip), &d);
                 active = true;
             }
         }
-        self.a.ctx.handle_timeout(now);
-        self.b.ctx.handle_timeout(now);
+        self.a.ctx.soft().unwrap().handle_timeout(now);
+        self.b.ctx.soft().unwrap().handle_timeout(now);
         // next event
         let next = [
             self.ab.next_delivery(),
             self.ba.next_delivery(),
-            self.a.ctx.poll_timeout(),
-            self.b.ctx.poll_timeout(),
+            self.a.ctx.soft().unwrap().poll_timeout(),
+            self.b.ctx.soft().unwrap().poll_timeout(),
         ]
         .into_iter()
         .flatten()

@@ -1,13 +1,18 @@
-//! The CM bound to QP1 (the GSI QP) of a `verbs` soft device, and an
-//! rdma_cm-like API on top: event channels, [`CmId`]s (asynchronous on a channel
-//! or synchronous), `create_qp` moving the QP through INIT/RTR/RTS.
+//! The rdma_cm-like API over a device's connection manager: event channels,
+//! [`CmId`]s (asynchronous on a channel or synchronous), `create_qp` moving the
+//! QP through INIT/RTR/RTS.
 //!
-//! One thread per [`CmDevice`] polls the GSI QP's CQ (MADs in: the 40-byte GRH
-//! slot gives the sender's IPv4 address), runs the endpoint's timers and sends its
-//! MADs as UD SEND_ONLY to QP1 of the peer with Q_Key 0x80010000. Application calls
-//! take the same mutex, run the endpoint, apply QP transitions and send.
+//! The CM itself is a backend chosen per device by its verbs provider
+//! (`backend.rs`, the `CmBackend` trait; the public API here does not change
+//! between backends): for a soft device, our own CM (`own.rs`: the sans-IO
+//! [`crate::CmEndpoint`] over the device's QP1, MADs as UD SEND_ONLY to QP1 of
+//! the peer with Q_Key 0x80010000); for kernel devices (the next verbs
+//! provider), librdmacm. Application calls take the device's mutex, run the
+//! backend, let it apply QP transitions and send, and wake waiters.
 //!
-//! The same thread watches the host's addresses and links (rtnetlink,
+//! One thread per [`CmDevice`] runs the backend's rounds (the own CM: poll the
+//! GSI QP's CQ, timers, sends) and sleeps on what the backend gives it between
+//! them. The same thread watches the host's addresses and links (rtnetlink,
 //! `RTMGRP_IPV4_IFADDR | RTMGRP_LINK`): the device's address going away (or being
 //! replaced) gives ADDR_CHANGE to the ids bound to it; the interface carrying it
 //! being deleted removes the device (as rxe goes with its netdev): DEVICE_REMOVAL,
@@ -15,6 +20,9 @@
 //! `rdma_resolve_addr` asks the kernel's routing table for the source address (a
 //! connected UDP socket, no packet sent): no route fails the call with
 //! `ENETUNREACH`, a source that is not this device's gives ADDR_ERROR `-ENODEV`.
+
+mod backend;
+mod own;
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -24,25 +32,17 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use verbs::{
-    AccessFlags, Ah, AhAttr, CompChannel, Cq, Gid, Mr, Mtu, Pd, Qp, QpAttr, QpAttrMask, QpCap,
-    QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, Wc, WcOpcode, WcStatus, WrDetail,
-    WrOpcode,
+    AccessFlags, Cq, Mr, Pd, Qp, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr,
+    SendFlags, SendWr, Wc, WcOpcode, WrDetail, WrOpcode,
 };
-use wire::mad::{PortSpace, MAD_LEN, QP1_QKEY, RDMA_UDP_QKEY};
+use wire::mad::{PortSpace, RDMA_UDP_QKEY};
 
+use self::backend::{CmBackend, Waiter};
 use crate::addrwatch::{AddrWatch, NlEvent};
-use crate::{
-    ChannelId, CmConfig, CmEndpoint, CmEvent, CmIdHandle, ConnParam, EventType, QpAction,
-    QpConnAttrs, RouteHint, Transmit,
-};
+use crate::{ChannelId, CmConfig, CmEvent, CmIdHandle, ConnParam, EventType, RouteHint};
 
 /// How often the poller reads the rtnetlink socket.
 const WATCH_EVERY: Duration = Duration::from_millis(20);
-
-const NRECV: usize = 512;
-const NSEND: usize = 256;
-const RECV_SLOT: usize = 40 + MAD_LEN;
-const SEND_TAG: u64 = 1 << 32;
 
 /// Errors of the driver API.
 #[derive(Debug, thiserror::Error)]
@@ -85,23 +85,14 @@ impl DriverError {
 
 type Result<T> = std::result::Result<T, DriverError>;
 
-struct State {
-    ep: CmEndpoint,
-    gsi: Qp,
-    recv_mr: Mr,
-    send_mr: Mr,
-    send_free: Vec<usize>,
-    pending: VecDeque<Transmit>,
-    qps: Vec<(CmIdHandle, Qp)>,
-}
-
 struct Dev {
     ctx: verbs::Context,
     pd: Pd,
     ip: Ipv4Addr,
-    cq: Cq,
-    chan: CompChannel,
-    st: Mutex<State>,
+    /// The device's CM, chosen by its verbs provider.
+    st: Mutex<Box<dyn CmBackend>>,
+    /// What the poller sleeps on between rounds.
+    waiter: Waiter,
     cv: Condvar,
     stop: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -165,166 +156,28 @@ fn v4(ip: IpAddr) -> Ipv4Addr {
     }
 }
 
-fn mtu(m: u8) -> Mtu {
-    match m {
-        1 => Mtu::Mtu256,
-        2 => Mtu::Mtu512,
-        4 => Mtu::Mtu2048,
-        5 => Mtu::Mtu4096,
-        _ => Mtu::Mtu1024,
-    }
-}
-
-/// Move an RC QP INIT→RTR→RTS with the CM-negotiated attributes.
-fn qp_rtr_rts(qp: &Qp, a: &QpConnAttrs) -> std::result::Result<(), verbs::Error> {
-    let mut attr = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: mtu(a.path_mtu),
-        dest_qp_num: a.dest_qp_num,
-        rq_psn: a.rq_psn,
-        max_dest_rd_atomic: a.max_dest_rd_atomic,
-        min_rnr_timer: 12,
-        ah_attr: AhAttr {
-            dgid: Gid::from_ipv4(v4(a.remote)),
-            sgid_index: 1,
-            hop_limit: a.hop_limit,
-            traffic_class: a.traffic_class,
-            sl: 0,
-            port_num: 1,
-            dport: 0,
-        },
-        ..QpAttr::default()
-    };
-    qp.modify(
-        &attr,
-        QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-    )?;
-    attr.qp_state = QpState::Rts;
-    attr.sq_psn = a.sq_psn;
-    attr.timeout = a.timeout;
-    attr.retry_cnt = a.retry_cnt;
-    attr.rnr_retry = a.rnr_retry;
-    attr.max_rd_atomic = a.max_rd_atomic;
-    qp.modify(
-        &attr,
-        QpAttrMask::STATE
-            | QpAttrMask::SQ_PSN
-            | QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::MAX_QP_RD_ATOMIC,
-    )
-}
-
-impl State {
-    /// Apply QP transitions, then send what the endpoint queued.
-    fn pump(&mut self) {
-        while let Some((h, act)) = self.ep.poll_qp_action() {
-            let Some((_, qp)) = self.qps.iter().find(|(k, _)| *k == h) else {
-                continue;
-            };
-            let r = match act {
-                QpAction::ReadyToSend(a) => qp_rtr_rts(qp, &a),
-                QpAction::Error => qp.modify(
-                    &QpAttr {
-                        qp_state: QpState::Err,
-                        ..QpAttr::default()
-                    },
-                    QpAttrMask::STATE,
-                ),
-            };
-            if let Err(e) = r {
-                tracing::warn!("cm: QP {:#x} transition {:?} failed: {e}", qp.qp_num(), act);
-            }
-        }
-        while let Some(t) = self.ep.poll_transmit() {
-            self.pending.push_back(t);
-        }
-        while !self.pending.is_empty() {
-            let Some(slot) = self.send_free.pop() else {
-                break;
-            };
-            let Some(t) = self.pending.pop_front() else {
-                break;
-            };
-            self.send_mr.write(slot * MAD_LEN, &t.mad);
-            let sge = [self.send_mr.sge(slot * MAD_LEN, MAD_LEN as u32)];
-            let mut wr = SendWr::new(SEND_TAG | slot as u64, WrOpcode::Send, &sge);
-            wr.send_flags = SendFlags::SIGNALED;
-            wr.wr = WrDetail::Ud {
-                ah: Ah {
-                    ip: v4(t.dst),
-                    ..Ah::default()
-                },
-                remote_qpn: 1,
-                remote_qkey: QP1_QKEY,
-            };
-            if let Err(e) = self.gsi.post_send(&[wr]) {
-                tracing::warn!("cm: GSI post_send: {:?}", e.error);
-                self.send_free.push(slot);
-                break;
-            }
-        }
-    }
-
-    fn post_recv(&self, slot: usize) {
-        let sge = [self.recv_mr.sge(slot * RECV_SLOT, RECV_SLOT as u32)];
-        let _ = self.gsi.post_recv(&[RecvWr {
-            wr_id: slot as u64,
-            sg_list: &sge,
-        }]);
-    }
-}
-
 impl Dev {
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, Box<dyn CmBackend>> {
         self.st.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// One poll of the GSI CQ + timers + transmit. Returns completions handled.
+    /// One round of the backend (input, timers, output), then wake waiters.
+    /// Returns input handled.
     fn round(&self) -> usize {
-        let mut wcs = [Wc::default(); 32];
-        let n = self.cq.poll(&mut wcs).unwrap_or(0);
-        let now = Instant::now();
         let mut st = self.lock();
-        for wc in &wcs[..n] {
-            if wc.wr_id & SEND_TAG != 0 {
-                st.send_free.push((wc.wr_id & 0xffff_ffff) as usize);
-                continue;
-            }
-            let slot = wc.wr_id as usize;
-            if wc.status == WcStatus::Success && wc.opcode == WcOpcode::Recv {
-                let mut buf = [0u8; RECV_SLOT];
-                st.recv_mr.read(slot * RECV_SLOT, &mut buf);
-                let src = Ipv4Addr::new(buf[32], buf[33], buf[34], buf[35]);
-                let len = (wc.byte_len as usize).min(RECV_SLOT);
-                if len >= 40 {
-                    st.ep
-                        .handle_mad(now, IpAddr::V4(src), IpAddr::V4(self.ip), &buf[40..len]);
-                }
-            }
-            st.post_recv(slot);
-        }
-        st.ep.handle_timeout(now);
-        st.pump();
-        self.signal(&st);
+        let n = st.round(Instant::now());
+        self.signal(&**st);
         n
     }
 
     /// Wake blocked `get_event`s and make channel fds with queued events readable.
-    fn signal(&self, st: &State) {
-        if st.ep.pending_events() == 0 {
+    fn signal(&self, st: &dyn CmBackend) {
+        if st.pending_events() == 0 {
             return;
         }
         self.cv.notify_all();
         for (ch, efd) in self.efds.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            if st.ep.pending_for(Some(*ch)) > 0 {
+            if st.pending_for(Some(*ch)) > 0 {
                 efd.set();
             }
         }
@@ -376,35 +229,25 @@ impl Dev {
 
     fn addr_changed(&self) {
         let mut st = self.lock();
-        st.ep.addr_change(IpAddr::V4(self.ip));
-        st.pump();
-        self.signal(&st);
+        st.addr_change(IpAddr::V4(self.ip));
+        st.flush();
+        self.signal(&**st);
     }
 
     /// DEVICE_REMOVAL to every id; later calls fail with ENODEV; the poller stops.
     fn remove(&self) {
         let mut st = self.lock();
-        st.ep.device_removal();
+        st.device_removal();
         self.stop.store(true, Ordering::Relaxed);
         // blocked `get_event`s return ENODEV if nothing is queued for them
         self.cv.notify_all();
-        self.signal(&st);
-        // the device's QPs are of no use any more
-        for (_, qp) in &st.qps {
-            let _ = qp.modify(
-                &QpAttr {
-                    qp_state: QpState::Err,
-                    ..QpAttr::default()
-                },
-                QpAttrMask::STATE,
-            );
-        }
+        self.signal(&**st);
     }
 
     fn next_wait(&self) -> i32 {
         let st = self.lock();
         let now = Instant::now();
-        match st.ep.poll_timeout() {
+        match st.poll_timeout() {
             Some(t) if t <= now => 0,
             Some(t) => (t - now).as_millis().clamp(1, 50) as i32,
             None => 50,
@@ -431,37 +274,18 @@ impl CmDevice {
             cfg.seed = t ^ (u64::from(std::process::id()) << 32) ^ u64::from(u32::from(ip));
         }
         let pd = ctx.alloc_pd()?;
-        let chan = ctx.create_comp_channel()?;
-        let cq = ctx.create_cq(NRECV + NSEND + 16, Some(&chan))?;
-        let cap = QpCap {
-            max_send_wr: NSEND as u32,
-            max_recv_wr: NRECV as u32,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
+        // the CM of the device's provider: our own over QP1 of a soft device
+        // (kernel devices: librdmacm, with the next verbs provider)
+        let backend: Box<dyn CmBackend> = match ctx.provider() {
+            verbs::Provider::Soft => Box::new(own::OwnCm::open(ctx, &pd, cfg)?),
         };
-        let gsi = pd.create_gsi_qp(&cq, &cq, cap)?;
-        let recv_mr = pd.reg_mr(NRECV * RECV_SLOT, AccessFlags::LOCAL_WRITE)?;
-        let send_mr = pd.reg_mr(NSEND * MAD_LEN, AccessFlags::LOCAL_WRITE)?;
-        let st = State {
-            ep: CmEndpoint::new(cfg),
-            gsi,
-            recv_mr,
-            send_mr,
-            send_free: (0..NSEND).collect(),
-            pending: VecDeque::new(),
-            qps: Vec::new(),
-        };
-        for slot in 0..NRECV {
-            st.post_recv(slot);
-        }
+        let waiter = backend.waiter();
         let dev = Arc::new(Dev {
             ctx: ctx.clone(),
             pd,
             ip,
-            cq,
-            chan,
-            st: Mutex::new(st),
+            st: Mutex::new(backend),
+            waiter,
             cv: Condvar::new(),
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
@@ -487,13 +311,12 @@ impl CmDevice {
                 if dev.stop.load(Ordering::Relaxed) || !dev.watch_round() {
                     return;
                 }
-                let _ = dev.cq.req_notify(false);
                 if dev.round() == 0 {
                     let wait = dev.next_wait();
                     if wait > 0 {
-                        let chan = dev.chan.clone();
+                        let waiter = dev.waiter.clone();
                         drop(dev);
-                        let _ = chan.get_cq_event(wait);
+                        waiter(wait);
                     }
                 }
             })
@@ -536,12 +359,12 @@ impl CmDevice {
 
     /// Counters of the endpoint.
     pub fn stats(&self) -> crate::CmStats {
-        self.dev.lock().ep.stats
+        self.dev.lock().stats()
     }
 
     /// Whether the device was removed ([`CmDevice::close`], or its interface deleted).
     pub fn is_removed(&self) -> bool {
-        self.dev.lock().ep.is_removed()
+        self.dev.lock().is_removed()
     }
 
     /// The device's address went away or changed: ADDR_CHANGE to the ids bound to
@@ -578,7 +401,7 @@ impl CmDevice {
 
     /// `rdma_create_event_channel`.
     pub fn create_event_channel(&self) -> EventChannel {
-        let ch = self.dev.lock().ep.create_channel();
+        let ch = self.dev.lock().create_channel();
         match Efd::new() {
             Ok(efd) => self
                 .dev
@@ -597,7 +420,7 @@ impl CmDevice {
     /// `rdma_create_id` on `channel` (`None`: synchronous id whose calls block
     /// until their event and return it).
     pub fn create_id(&self, channel: Option<&EventChannel>, ps: PortSpace) -> CmId {
-        let h = self.dev.lock().ep.create_id(channel.map(|c| c.ch), ps, 0);
+        let h = self.dev.lock().create_id(channel.map(|c| c.ch), ps);
         CmId {
             dev: self.clone(),
             h,
@@ -608,15 +431,12 @@ impl CmDevice {
         }
     }
 
-    fn call<R>(
-        &self,
-        f: impl FnOnce(&mut CmEndpoint, Instant) -> std::result::Result<R, crate::Error>,
-    ) -> Result<R> {
+    fn call<R>(&self, f: impl FnOnce(&mut dyn CmBackend, Instant) -> Result<R>) -> Result<R> {
         let mut st = self.dev.lock();
-        let r = f(&mut st.ep, Instant::now());
-        st.pump();
-        self.dev.signal(&st);
-        Ok(r?)
+        let r = f(&mut **st, Instant::now());
+        st.flush();
+        self.dev.signal(&**st);
+        r
     }
 
     fn wait_event(
@@ -627,9 +447,9 @@ impl CmDevice {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut st = self.dev.lock();
         loop {
-            if let Some(ev) = st.ep.poll_event_where(&pred) {
+            if let Some(ev) = st.poll_event_where(&pred) {
                 if let Some(ch) = ev.channel {
-                    if st.ep.pending_for(Some(ch)) == 0 {
+                    if st.pending_for(Some(ch)) == 0 {
                         let efds = self.dev.efds.lock().unwrap_or_else(|p| p.into_inner());
                         if let Some((_, efd)) = efds.iter().find(|(c, _)| *c == ch) {
                             efd.clear();
@@ -638,7 +458,7 @@ impl CmDevice {
                 }
                 return Ok(ev);
             }
-            if st.ep.is_removed() {
+            if st.is_removed() {
                 return Err(DriverError::Cm(crate::Error::NoDevice));
             }
             let wait = match deadline {
@@ -774,7 +594,7 @@ impl CmId {
     pub fn migrate(&self, channel: Option<&EventChannel>) -> Result<()> {
         let h = self.h;
         let ch = channel.map(|c| c.ch);
-        self.dev.call(|ep, _| ep.migrate_id(h, ch))?;
+        self.dev.call(|be, _| be.migrate_id(h, ch))?;
         self.sync.store(ch.is_none(), Ordering::Relaxed);
         Ok(())
     }
@@ -782,7 +602,7 @@ impl CmId {
     /// `rdma_bind_addr`.
     pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
         let h = self.h;
-        self.dev.call(|ep, _| ep.bind_addr(h, addr))
+        self.dev.call(|be, _| be.bind_addr(h, addr))
     }
 
     /// `rdma_resolve_addr` (sync ids return the ADDR_RESOLVED event).
@@ -795,7 +615,7 @@ impl CmId {
         let h = self.h;
         let route = self.route_hint(src, dst);
         self.dev
-            .call(|ep, _| ep.resolve_addr_routed(h, src, dst, timeout, route))?;
+            .call(|be, _| be.resolve_addr(h, src, dst, timeout, route))?;
         self.sync_wait(
             timeout.max(Duration::from_secs(1)),
             &[EventType::AddrResolved],
@@ -827,7 +647,7 @@ impl CmId {
     /// `rdma_resolve_route`.
     pub fn resolve_route(&self, timeout: Duration) -> Result<Option<CmEvent>> {
         let h = self.h;
-        self.dev.call(|ep, _| ep.resolve_route(h, timeout))?;
+        self.dev.call(|be, _| be.resolve_route(h, timeout))?;
         self.sync_wait(
             timeout.max(Duration::from_secs(1)),
             &[EventType::RouteResolved],
@@ -837,7 +657,7 @@ impl CmId {
     /// `rdma_listen`.
     pub fn listen(&self, backlog: usize) -> Result<()> {
         let h = self.h;
-        self.dev.call(|ep, _| ep.listen(h, backlog))
+        self.dev.call(|be, _| be.listen(h, backlog))
     }
 
     /// `rdma_get_request` (sync listener): the next CONNECT_REQUEST and its new id.
@@ -861,7 +681,7 @@ impl CmId {
     /// device, moved to INIT (UD: to RTS); the CM moves an RC QP to RTR/RTS itself.
     pub fn create_qp(&mut self, send_cq: &Cq, recv_cq: &Cq, cap: QpCap) -> Result<&Qp> {
         let h = self.h;
-        let ps = self.dev.dev.lock().ep.port_space(h)?;
+        let ps = self.dev.dev.lock().port_space(h)?;
         let ud = ps == PortSpace::Udp;
         let mut init = QpInitAttr::new(if ud { QpType::Ud } else { QpType::Rc }, send_cq, recv_cq);
         init.cap = cap;
@@ -895,12 +715,9 @@ impl CmId {
                     | QpAttrMask::ACCESS_FLAGS,
             )?;
         }
-        let qpn = qp.qp_num();
         {
             let mut st = self.dev.dev.lock();
-            st.ep.attach_qp(h, qpn)?;
-            st.qps.retain(|(k, _)| *k != h);
-            st.qps.push((h, qp.clone()));
+            st.attach_qp(h, &qp)?;
         }
         self.qp = Some(qp);
         self.cqs = Some((send_cq.clone(), recv_cq.clone()));
@@ -1058,7 +875,7 @@ impl CmId {
     /// `rdma_connect` (sync ids: until ESTABLISHED, or the error event as `Err`).
     pub fn connect(&self, param: &ConnParam, timeout: Duration) -> Result<Option<CmEvent>> {
         let h = self.h;
-        self.dev.call(|ep, now| ep.connect(now, h, param))?;
+        self.dev.call(|be, now| be.connect(now, h, param))?;
         self.sync_wait(
             timeout,
             &[EventType::Established, EventType::ConnectResponse],
@@ -1069,12 +886,9 @@ impl CmId {
     /// until ESTABLISHED).
     pub fn accept(&self, param: &ConnParam, timeout: Duration) -> Result<Option<CmEvent>> {
         let h = self.h;
-        let ps = self.dev.dev.lock().ep.port_space(h)?;
-        if let (Some(qp), false) = (&self.qp, ps == PortSpace::Udp) {
-            let attrs = self.dev.dev.lock().ep.qp_attrs(h)?;
-            qp_rtr_rts(qp, &attrs)?;
-        }
-        self.dev.call(|ep, now| ep.accept(now, h, param))?;
+        let ps = self.dev.dev.lock().port_space(h)?;
+        let qp = self.qp.as_ref();
+        self.dev.call(|be, now| be.accept(now, h, param, qp))?;
         if ps == PortSpace::Udp {
             return Ok(None);
         }
@@ -1084,23 +898,20 @@ impl CmId {
     /// `rdma_reject`.
     pub fn reject(&self, private_data: &[u8]) -> Result<()> {
         let h = self.h;
-        self.dev.call(|ep, _| ep.reject(h, private_data, None))
+        self.dev.call(|be, _| be.reject(h, private_data))
     }
 
     /// `rdma_establish`.
     pub fn establish(&self) -> Result<()> {
         let h = self.h;
-        if let Some(qp) = &self.qp {
-            let attrs = self.dev.dev.lock().ep.qp_attrs(h)?;
-            qp_rtr_rts(qp, &attrs)?;
-        }
-        self.dev.call(|ep, _| ep.establish(h))
+        let qp = self.qp.as_ref();
+        self.dev.call(|be, _| be.establish(h, qp))
     }
 
     /// `rdma_disconnect`.
     pub fn disconnect(&self) -> Result<()> {
         let h = self.h;
-        self.dev.call(|ep, now| ep.disconnect(now, h))
+        self.dev.call(|be, now| be.disconnect(now, h))
     }
 
     /// Sync ids: wait for this id's next event (e.g. DISCONNECTED).
@@ -1112,36 +923,35 @@ impl CmId {
     /// `rdma_set_option`.
     pub fn set_option(&self, opt: crate::CmOption) -> Result<()> {
         let h = self.h;
-        self.dev.call(|ep, _| ep.set_option(h, opt))
+        self.dev.call(|be, _| be.set_option(h, opt))
     }
 
     /// `rdma_set_local_ece`.
     pub fn set_local_ece(&self, ece: crate::Ece) -> Result<()> {
         let h = self.h;
-        self.dev.call(|ep, _| ep.set_local_ece(h, ece))
+        self.dev.call(|be, _| be.set_local_ece(h, ece))
     }
 
     /// `rdma_get_remote_ece`.
     pub fn remote_ece(&self) -> Result<crate::Ece> {
-        Ok(self.dev.dev.lock().ep.remote_ece(self.h)?)
+        self.dev.dev.lock().remote_ece(self.h)
     }
 
     /// `rdma_get_peer_addr`.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
-        self.dev.dev.lock().ep.peer_addr(self.h).ok().flatten()
+        self.dev.dev.lock().peer_addr(self.h)
     }
 
     /// `rdma_get_local_addr`.
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.dev.dev.lock().ep.local_addr(self.h).ok().flatten()
+        self.dev.dev.lock().local_addr(self.h)
     }
 }
 
 impl Drop for CmId {
     fn drop(&mut self) {
         let h = self.h;
-        let _ = self.dev.call(|ep, now| ep.destroy_id(now, h));
-        self.dev.dev.lock().qps.retain(|(k, _)| *k != h);
+        let _ = self.dev.call(|be, now| be.destroy_id(now, h));
         if let Some(qp) = self.qp.take() {
             let _ = qp.destroy();
         }

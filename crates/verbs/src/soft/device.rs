@@ -1,0 +1,195 @@
+//! A soft RoCE device's shared state: the engine and the transmit state behind
+//! one mutex (taken once per verb call or per received batch), the UDP socket,
+//! the poller thread and the async-event fd. The verbs over it are in
+//! `provider.rs`, the receive rounds and the poller in `driver.rs`.
+
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use super::engine::Engine;
+use super::transmit::TxState;
+use crate::event::EventFd;
+use crate::types::Mtu;
+
+/// How a soft device moves packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoMode {
+    /// A UDP socket on ip:4791 and one poller thread (default).
+    Threaded,
+    /// A UDP socket, no thread: the application calls [`Device::progress`]
+    /// (and `Cq::poll` progresses the device).
+    Manual,
+    /// No socket at all: the caller moves datagrams with
+    /// [`Device::handle_datagram`] / [`Device::poll_transmit`] (tests, sim).
+    External,
+}
+
+/// Options of a soft device ([`DeviceOptions::open`]).
+#[derive(Debug, Clone)]
+pub struct DeviceOptions {
+    pub ip: Ipv4Addr,
+    pub name: Option<String>,
+    pub mode: IoMode,
+    /// Port MTU (IB MTU enum); default 4096 on loopback addresses, else 1024.
+    pub mtu: Option<Mtu>,
+    /// UDP port to bind (4791; another value only for tests).
+    pub port: u16,
+    /// Use UDP GSO when sending (default on where the kernel has it).
+    pub gso: bool,
+}
+
+impl DeviceOptions {
+    pub fn new(ip: Ipv4Addr) -> Self {
+        DeviceOptions {
+            ip,
+            name: None,
+            mode: IoMode::Threaded,
+            mtu: None,
+            port: wire::roce::ROCE_PORT,
+            // GSO only on loopback: a GSO burst leaves with IPv4 IDs 0,1,2,.. (the ICRC
+            // covers the ID); only our own devices are on loopback and they do not
+            // check ICRCs arriving through UDP sockets. See docs/roce.md.
+            gso: ip.is_loopback(),
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) engine: Engine,
+    pub(crate) io: Option<TxState>,
+    /// Manual mode: the time of the last receive round and the coarse clock
+    /// then, reused by the next transmit if still within a tick (see `after`).
+    pub(crate) rx_now: Option<(Instant, u64)>,
+}
+
+/// One soft RoCE device (what a `verbs::Context` of the soft provider holds).
+/// Its soft-only surface (counters, manual progress, the sans-IO datagram
+/// interface, the engine itself) is reached through `Context::soft`.
+pub struct Device {
+    inner: Mutex<Inner>,
+    pub(crate) name: String,
+    pub(crate) ip: Ipv4Addr,
+    pub(crate) mode: IoMode,
+    pub(crate) async_efd: EventFd,
+    pub(crate) sock: Option<Arc<netio::udp::UdpBatchSocket>>,
+    pub(crate) rx: Mutex<Option<netio::udp::RxBatch>>,
+    pub(crate) poller: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// When an application thread last received by busy polling (clock::mono_ns).
+    pub(crate) busy_poll_at: AtomicU64,
+    /// Manual mode: a `Cq::poll` received packets but left what they made ready to
+    /// send (ACKs, responses) queued, to go out with the application's next post
+    /// or poll (see `driver::progress_deferred`).
+    pub(crate) tx_deferred: AtomicBool,
+}
+
+impl Drop for Device {
+    /// The last handle is gone: wake the poller (shutdown makes its poll return),
+    /// and wait for it so the UDP port is free when this returns.
+    fn drop(&mut self) {
+        if let Some(s) = &self.sock {
+            // SAFETY: shutdown(2) on the socket's own fd, which `s` keeps open;
+            // no memory is passed.
+            unsafe { libc::shutdown(s.fd(), libc::SHUT_RDWR) };
+        }
+        let h = self.poller.get_mut().ok().and_then(|h| h.take());
+        if let Some(h) = h {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+impl Device {
+    pub(crate) fn new(
+        engine: Engine,
+        io: Option<(
+            Arc<netio::udp::UdpBatchSocket>,
+            TxState,
+            netio::udp::RxBatch,
+        )>,
+        name: String,
+        ip: Ipv4Addr,
+        mode: IoMode,
+    ) -> crate::Result<Device> {
+        let (sock, io, rx) = match io {
+            Some((s, t, r)) => (Some(s), Some(t), Some(r)),
+            None => (None, None, None),
+        };
+        Ok(Device {
+            inner: Mutex::new(Inner {
+                engine,
+                io,
+                rx_now: None,
+            }),
+            name,
+            ip,
+            mode,
+            async_efd: EventFd::new()?,
+            sock,
+            rx: Mutex::new(rx),
+            poller: Mutex::new(None),
+            busy_poll_at: Default::default(),
+            tx_deferred: Default::default(),
+        })
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// After a verb changed engine state: send what became ready, raise async events.
+    pub(crate) fn after(&self, g: &mut Inner) {
+        self.tx_deferred.store(false, Ordering::Relaxed);
+        // in manual mode a post usually follows the receive round that completed
+        // what it answers: reuse that round's time if the coarse clock (vDSO,
+        // no hardware access) says it is at most a tick old. Deadlines set from
+        // it are at most ~2 ticks early, against retransmit timeouts of ms.
+        let now = match g.rx_now.take() {
+            Some((t, c)) if super::clock::coarse_ns().saturating_sub(c) <= 4_000_000 => t,
+            _ => Instant::now(),
+        };
+        if let (Some(sock), Some(io)) = (&self.sock, g.io.as_mut()) {
+            io.pump(&mut g.engine, sock, now);
+        }
+        if !g.engine.events.is_empty() {
+            self.async_efd.notify();
+        }
+    }
+
+    /// As [`Device::after`] without transmitting (the caller sends later).
+    pub(crate) fn after_no_tx(&self, g: &mut Inner) {
+        self.tx_deferred.store(true, Ordering::Relaxed);
+        if !g.engine.events.is_empty() {
+            self.async_efd.notify();
+        }
+    }
+}
+
+/// Device name for an IP: `dps_<a>_<b>_<c>_<d>`.
+pub fn device_name(ip: Ipv4Addr) -> String {
+    let o = ip.octets();
+    format!("dps_{}_{}_{}_{}", o[0], o[1], o[2], o[3])
+}
+
+/// The soft devices: one per IPv4 address of an interface that is up (name,
+/// address).
+pub fn device_list() -> Vec<(String, Ipv4Addr)> {
+    netio::ifaddr::ipv4_addrs()
+        .into_iter()
+        .map(|(_, ip)| (device_name(ip), ip))
+        .collect()
+}
+
+/// Parses a device spec: an IPv4 address or a `dps_a_b_c_d` name.
+pub fn parse_device(spec: &str) -> crate::Result<Ipv4Addr> {
+    if let Ok(ip) = spec.parse::<Ipv4Addr>() {
+        return Ok(ip);
+    }
+    let rest = spec.strip_prefix("dps_").ok_or(crate::Error::NoDev)?;
+    rest.replace('_', ".")
+        .parse()
+        .map_err(|_| crate::Error::NoDev)
+}
