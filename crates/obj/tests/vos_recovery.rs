@@ -61,7 +61,7 @@ fn recovery_fill_then_crash() {
     let n = keys();
     let t = Instant::now();
     for i in 0..n {
-        let big = i % 1000 == 0;
+        let big = i.is_multiple_of(1000);
         let val = if big {
             vec![i as u8; 8192]
         } else {
@@ -76,7 +76,7 @@ fn recovery_fill_then_crash() {
             &[SgList::one(val)],
         )
         .unwrap();
-        if (i + 1) % 10_000 == 0 {
+        if (i + 1).is_multiple_of(10_000) {
             v.commit().unwrap();
         }
     }
@@ -105,7 +105,7 @@ fn sample_reads(v: &mut Vos, n: u64) -> f64 {
                 &mut s,
             )
             .unwrap();
-        let want = if i % 1000 == 0 { 8192 } else { 16 };
+        let want = if i.is_multiple_of(1000) { 8192 } else { 16 };
         assert_eq!(out.sizes[0], want, "key {i}");
         assert!(s[0].iovs[0][..want as usize].iter().all(|&b| b == i as u8));
     }
