@@ -16,6 +16,7 @@ pub struct Config {
     pub nvmf: cmd::nvmf::NvmfConfig,
     pub tse: cmd::tse::TseConfig,
     pub switch: cmd::switch::SwitchConfig,
+    pub obj: cmd::obj::ObjConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -110,13 +110,6 @@ pub fn run(cfg: &Config, args: &UpArgs) -> Result<()> {
     Ok(())
 }
 
-fn object_store_up(_cfg: &Config) -> Result<Part> {
-    if obj::IMPLEMENTED {
-        anyhow::bail!("obj claims to be implemented but `up` does not start it yet");
-    }
-    Ok(Part::not_yet(
-        "obj",
-        None,
-        "DAOS-style object store (pools, containers, objects)",
-    ))
+fn object_store_up(cfg: &Config) -> Result<Part> {
+    cmd::obj::up(cfg)
 }
