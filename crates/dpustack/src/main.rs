@@ -51,6 +51,8 @@ enum Command {
     Tse(cmd::tse::Cmd),
     #[command(flatten)]
     Switch(cmd::switch::Cmd),
+    #[command(flatten)]
+    Obj(cmd::obj::Cmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -92,5 +94,6 @@ fn main() -> Result<()> {
         Command::Storage(c) => cmd::nvmf::run(c, &cfg),
         Command::Tse(c) => cmd::tse::run(c, &cfg),
         Command::Switch(c) => cmd::switch::run(c, &cfg),
+        Command::Obj(c) => cmd::obj::run(c, &cfg),
     }
 }

@@ -17,6 +17,7 @@ pub struct Config {
     pub nvmf: NvmfConfig,
     pub tse: TseConfig,
     pub switch: SwitchConfig,
+    pub obj: ObjConfig,
 }
 
 /// The `[node]` section.
@@ -182,5 +183,38 @@ impl Default for SwitchConfig {
             ports: Vec::new(),
             ctl: PathBuf::from(switch::DEFAULT_CTL),
         }
+    }
+}
+
+/// The `[obj]` section.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ObjConfig {
+    pub enabled: bool,
+    /// Where the engine listens (and where the tools connect): `IP:PORT`.
+    pub listen: String,
+    /// Targets (poller threads); 0 = one per core.
+    pub targets: usize,
+    /// The engine's data directory (default: `<node data_dir>/obj`).
+    pub data_dir: Option<PathBuf>,
+}
+
+impl Default for ObjConfig {
+    fn default() -> Self {
+        ObjConfig {
+            enabled: true,
+            listen: "127.0.0.1:10001".into(),
+            targets: 0,
+            data_dir: None,
+        }
+    }
+}
+
+impl ObjConfig {
+    /// The engine's data directory: `data_dir`, else `<node data_dir>/obj`.
+    pub fn data_dir(&self, cfg: &Config) -> PathBuf {
+        self.data_dir
+            .clone()
+            .unwrap_or_else(|| cfg.node.data_dir.join("obj"))
     }
 }

@@ -4,8 +4,8 @@
 //! A [`Node`] is built from a [`Config`] and holds each part it started: the
 //! soft RoCE device (rdma), the CM agent on its QP1 with the rping echo server
 //! (cm, [`cm_agent`]), the NVMe-oF target (nvmf, built by [`target`]), the TSE
-//! self-check (tse), the live switch (switch), and, once it exists, the object
-//! store (obj, NOT YET). Each part has a [`Status`]: running, disabled by the
+//! self-check (tse), the live switch (switch) and the object-store engine
+//! (obj, [`objstore`]). Each part has a [`Status`]: running, disabled by the
 //! config, not built yet (loud), or failed (loud; the other parts carry on).
 //! [`Node::stop`] stops what runs, dependents first. No process-global state:
 //! the CM agent gets the node's device from the `Node`, the CM settings from
@@ -21,6 +21,7 @@
 
 pub mod cm_agent;
 pub mod config;
+pub mod objstore;
 pub mod target;
 
 use std::cell::RefCell;
@@ -59,9 +60,6 @@ pub enum Error {
     /// A part failed; the message carries the causes.
     #[error("{0}")]
     Part(String),
-    /// A part's crate says it is implemented but the node does not start it.
-    #[error("{0}")]
-    Unwired(&'static str),
 }
 
 /// Result of the node.
@@ -109,6 +107,7 @@ pub struct Node {
     cm: Option<CmAgent>,
     nvmf: Option<nvmf::NvmfServer>,
     switch: Option<switch::Switch>,
+    obj: Option<obj::engine::Engine>,
 }
 
 impl Node {
@@ -122,6 +121,7 @@ impl Node {
             cm: None,
             nvmf: None,
             switch: None,
+            obj: None,
         };
         let r = n.start_rdma(cfg);
         n.record("rdma", r);
@@ -132,7 +132,8 @@ impl Node {
         n.record("tse", start_tse(cfg));
         let r = n.start_switch(cfg);
         n.record("switch", r);
-        n.record("obj", start_obj());
+        let r = n.start_obj(cfg);
+        n.record("obj", r);
         n
     }
 
@@ -169,7 +170,7 @@ impl Node {
         self.nvmf.as_ref()
     }
 
-    /// Stops what runs, dependents first: switch, nvmf, cm, then the device
+    /// Stops what runs, dependents first: obj, switch, nvmf, cm, then the device
     /// (dropping a `Node` does the same).
     pub fn stop(self) {
         drop(self)
@@ -254,6 +255,29 @@ impl Node {
         Ok(Status::Running(detail))
     }
 
+    /// The object-store engine on `[obj]`.
+    fn start_obj(&mut self, cfg: &Config) -> Result<Status> {
+        if !cfg.obj.enabled {
+            return Ok(Status::Disabled("[obj] enabled = false"));
+        }
+        if !obj::IMPLEMENTED {
+            return Ok(Status::NotYet {
+                issue: Some(12),
+                what: "DAOS-style object store",
+            });
+        }
+        let ec = objstore::engine_config(cfg, None, None, None)?;
+        let eng = objstore::start_engine(&ec)?;
+        let detail = format!(
+            "object engine on {} ({} targets, TCP; RDMA transport not built), data {}",
+            eng.addr(),
+            eng.targets(),
+            ec.data_dir.display()
+        );
+        self.obj = Some(eng);
+        Ok(Status::Running(detail))
+    }
+
     /// The live switch when `[switch] ports` are set.
     fn start_switch(&mut self, cfg: &Config) -> Result<Status> {
         let c = &cfg.switch;
@@ -285,6 +309,9 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
+        if let Some(e) = self.obj.take() {
+            e.stop();
+        }
         if let Some(s) = self.switch.take() {
             if let Err(e) = s.stop() {
                 tracing::warn!("switch: {}", error_chain(&e));
@@ -343,17 +370,4 @@ pub fn tse_self_check() -> Result<Vec<u32>> {
         });
     }
     Ok(order)
-}
-
-/// The object store: not built yet.
-fn start_obj() -> Result<Status> {
-    if obj::IMPLEMENTED {
-        return Err(Error::Unwired(
-            "obj claims to be implemented but `up` does not start it yet",
-        ));
-    }
-    Ok(Status::NotYet {
-        issue: None,
-        what: "DAOS-style object store (pools, containers, objects)",
-    })
 }

@@ -6,6 +6,7 @@
 pub mod bench;
 pub mod cm;
 pub mod nvmf;
+pub mod obj;
 pub mod rdma;
 pub mod switch;
 pub mod tse;

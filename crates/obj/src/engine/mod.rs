@@ -23,6 +23,7 @@ pub mod backend;
 pub mod hlc;
 pub mod mgmt;
 pub mod target;
+pub mod vos_backend;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -1,4 +1,4 @@
-//! The node's cm part (moved from the CLI's `cmd/cm.rs` tests with the code).
+//! The node's parts (the cm tests moved from the CLI's `cmd/cm.rs` with the code).
 
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
@@ -14,6 +14,7 @@ fn node(ip: &str) -> Config {
     c.node.listen_ip = ip.into();
     c.rdma.enabled = false;
     c.nvmf.enabled = false;
+    c.obj.enabled = false;
     c
 }
 
@@ -109,10 +110,10 @@ fn cm_agent_shares_the_rdma_device() {
     verbs::Context::open("127.0.4.79").expect("device released after stop");
 }
 
-/// The obj part says loudly that it is not built; a failing part is reported as
-/// failed and the others still start.
+/// A failing part is reported as failed (with its causes) and the others still
+/// start; a disabled part is not counted as missing.
 #[test]
-fn not_yet_and_failed_parts_are_counted() {
+fn failed_parts_are_counted() {
     let mut c = node("127.0.4.80");
     c.cm.enabled = false;
     c.switch.ports = vec!["1=pcap-rx:/nonexistent/dpustack-node-test.pcap".into()];
@@ -127,7 +128,39 @@ fn not_yet_and_failed_parts_are_counted() {
         ),
         other => panic!("switch should have failed: {other:?}"),
     }
-    assert!(matches!(n.parts()[5].status, Status::NotYet { .. }));
+    assert_eq!(
+        n.parts()[5].status,
+        Status::Disabled("[obj] enabled = false")
+    );
     assert!(matches!(n.parts()[3].status, Status::Running(_)));
-    assert_eq!(n.missing(), 2);
+    assert_eq!(n.missing(), 1);
+}
+
+/// The obj part: an engine on `[obj]` (its own port, data under the node's data
+/// dir), running until the node stops.
+#[test]
+fn obj_part_runs_an_engine() {
+    let dir = std::env::temp_dir().join(format!("dpustack-node-obj-{}", std::process::id()));
+    let mut c = node("127.0.4.82");
+    c.cm.enabled = false;
+    c.obj.enabled = true;
+    c.obj.listen = "127.0.0.1:0".into();
+    c.obj.targets = 1;
+    c.node.data_dir = dir.clone();
+    let n = Node::start(&c);
+    let obj = &n.parts()[5];
+    assert_eq!(obj.name, "obj");
+    match &obj.status {
+        Status::Running(d) => {
+            assert!(d.starts_with("object engine on 127.0.0.1:"), "{d}");
+            assert!(
+                d.contains(&format!("data {}", dir.join("obj").display())),
+                "{d}"
+            );
+        }
+        other => panic!("obj part not running: {other:?}"),
+    }
+    assert_eq!(n.missing(), 0);
+    n.stop();
+    let _ = std::fs::remove_dir_all(&dir);
 }
