@@ -91,3 +91,64 @@ pub fn handle(req: &str, table: &mut FlowTable, dp: &mut Datapath, now: u64) -> 
         Err(e) => (format!("ERROR: {e}\n"), stop),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FRAME: &str = "020000000002020000000001080045000068000000004006aed8c0a801070a0000099c40005000000000000000005000000063580000000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f";
+
+    fn frame() -> Vec<u8> {
+        (0..FRAME.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&FRAME[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// The control protocol against a table and datapath: statistics credited before
+    /// a dump, megaflows flushed on a change, counts in the answers, errors as `ERROR:`.
+    #[test]
+    fn requests_change_and_dump_the_table() {
+        let mut t = FlowTable::from_rules(
+            flow::parse_flows(
+                "priority=200,in_port=1,tcp,actions=output:3\npriority=0,actions=drop\n",
+            )
+            .unwrap(),
+        );
+        let mut dp = Datapath::new();
+        dp.receive(&t, 1, &frame(), 1);
+        assert_eq!(dp.n_flows(), 1);
+        let (r, stop) = handle("dump-flows\n", &mut t, &mut dp, 2);
+        assert!(!stop);
+        assert!(r.starts_with("OK\n") && r.contains("actions:3"), "{r}");
+        let (r, _) = handle("dump-rules\n", &mut t, &mut dp, 2);
+        assert!(r.contains("n_packets=1, n_bytes=118"), "{r}");
+        let (r, _) = handle(
+            "add-flows\npriority=5,in_port=2,actions=output:1\n",
+            &mut t,
+            &mut dp,
+            3,
+        );
+        assert_eq!(r, "OK\n1 flows added, 3 in table\n");
+        assert_eq!(dp.n_flows(), 0, "a change flushes the megaflows");
+        let (r, _) = handle("del-flows\nin_port=2", &mut t, &mut dp, 4);
+        assert_eq!(r, "OK\n1 flows deleted, 2 in table\n");
+        let (r, _) = handle(
+            "replace-flows\npriority=1,actions=drop\n",
+            &mut t,
+            &mut dp,
+            5,
+        );
+        assert_eq!(r, "OK\n1 flows added, 1 in table\n");
+        let (r, _) = handle("del-flows\nbogus=1", &mut t, &mut dp, 6);
+        assert!(r.starts_with("ERROR: ") && r.contains("bogus"), "{r}");
+        let (r, _) = handle("frobnicate\n", &mut t, &mut dp, 6);
+        assert_eq!(r, "ERROR: unknown command `frobnicate`\n");
+        let (r, _) = handle("del-flows\n", &mut t, &mut dp, 7);
+        assert_eq!(r, "OK\n1 flows deleted, 0 in table\n");
+        assert_eq!(
+            handle("stop\n", &mut t, &mut dp, 8),
+            ("OK\nstopping\n".into(), true)
+        );
+    }
+}

@@ -34,3 +34,22 @@ pub fn packet_key(line: &str) -> Result<(flow::FlowKey, bool)> {
         flow::parse_exact_flow(line).map_err(|e| Error::Config(format!("packet `{line}`: {e}")))?;
     Ok((k, false))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flow_strings_and_frames() {
+        let (k, bytes) = packet_key("in_port=1,tcp,nw_dst=10.0.0.9,tp_dst=443").unwrap();
+        assert!(!bytes);
+        assert_eq!(k.in_port(), 1);
+        // with a frame, the flow string only gives in_port
+        let frame = "in_port=2 020000000002020000000001080045000068000000004006aed8c0a801070a0000099c400050";
+        let (f, bytes) = packet_key(frame).unwrap();
+        assert!(bytes);
+        assert_eq!(f.in_port(), 2);
+        assert_ne!(f, k);
+        assert!(packet_key("in_port=1,bogus=3").is_err());
+    }
+}
