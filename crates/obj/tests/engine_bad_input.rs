@@ -366,7 +366,7 @@ fn timeouts_cancellation_and_unreachable_engines() {
         Client::connect_with(&saddr, Duration::from_millis(300)),
         Err(Error::Unreachable { .. })
     ));
-    assert!(t0.elapsed() < Duration::from_secs(2));
+    assert!(t0.elapsed() < Duration::from_secs(5));
     keep.join().unwrap();
 
     // an engine that stops answering mid-session: timeouts, then cancel
@@ -417,7 +417,7 @@ fn timeouts_cancellation_and_unreachable_engines() {
         c2.pool_list(None).unwrap().get(),
         Err(Error::TimedOut)
     ));
-    assert!(t0.elapsed() >= Duration::from_millis(200) && t0.elapsed() < Duration::from_secs(2));
+    assert!(t0.elapsed() >= Duration::from_millis(200) && t0.elapsed() < Duration::from_secs(5));
     c2.set_timeout(Duration::from_secs(60));
     let ev = c2.event(None).unwrap();
     let p = c2.pool_list(Some(&ev)).unwrap();
