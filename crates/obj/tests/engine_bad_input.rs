@@ -239,7 +239,7 @@ fn malformed_rpcs_get_clean_errors_and_the_engine_carries_on() {
     let dcoh = dying.cont_open(&dpoh, "c", None).unwrap().get().unwrap();
     drop(dying);
     let mut seen_closed = false;
-    for i in 0..100 {
+    for i in 0..500 {
         r.req(
             100 + i,
             &upd(dcoh.coh, BulkSeg { off: 0, len: 4 }),
