@@ -173,10 +173,7 @@ impl Queue {
             return Err(HostError::Protocol("queue full"));
         };
         sqe.set_cid(cid);
-        if let Err(e) = self
-            .conn
-            .submit(*sqe.as_bytes(), write, read_len, self.in_capsule)
-        {
+        if let Err(e) = self.conn.submit(sqe, write, read_len, self.in_capsule) {
             self.free_cids.push(cid);
             debug!(%e, "submit refused");
             return Err(HostError::Protocol("submit refused by the transport"));
@@ -251,7 +248,6 @@ impl Queue {
             match ev {
                 HostEvent::Established => {}
                 HostEvent::Completion { cqe, data, .. } => {
-                    let cqe = Cqe::from_bytes(&cqe).unwrap_or_else(|_| Cqe::zeroed());
                     let cid = cqe.cid();
                     if cid < self.depth && !self.free_cids.contains(&cid) {
                         self.free_cids.push(cid);

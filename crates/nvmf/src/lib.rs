@@ -25,6 +25,7 @@ pub mod qpair;
 pub mod subsystem;
 pub mod tcp;
 pub mod tgt;
+pub mod transport;
 
 #[cfg(feature = "driver")]
 pub use poll_group::{ListenSpec, NvmfServer};

@@ -184,7 +184,7 @@ impl Qpair {
         if !status.is_success() {
             self.stats.errors += 1;
         }
-        self.conn.complete(cqe.as_bytes(), data);
+        self.conn.complete(&cqe, data);
     }
 
     /// Completes `cid` with an error status and no data, and gives the command's
@@ -195,7 +195,7 @@ impl Qpair {
     }
 
     fn dispatch(&mut self, tgt: &Tgt, req: Request) {
-        let sqe = Sqe::from_array(req.sqe);
+        let sqe = req.sqe;
         let cid = sqe.cid();
         self.stats.commands += 1;
         if self.sqsize > 0 {
@@ -663,13 +663,11 @@ mod tests {
             }
         }
         fn exec(&mut self, tgt: &Tgt, sqe: Sqe, write: &[u8], read: u32) -> (Cqe, Vec<u8>) {
-            self.h.submit(*sqe.as_bytes(), write, read, 8192).unwrap();
+            self.h.submit(sqe, write, read, 8192).unwrap();
             self.step(tgt);
             loop {
                 match self.h.poll_event() {
-                    Some(HostEvent::Completion { cqe, data, .. }) => {
-                        return (Cqe::from_bytes(&cqe).unwrap(), data)
-                    }
+                    Some(HostEvent::Completion { cqe, data, .. }) => return (cqe, data),
                     Some(_) => continue,
                     None => panic!("no completion"),
                 }
@@ -775,7 +773,7 @@ mod tests {
             admin
                 .h
                 .submit(
-                    *Sqe::admin(AdminOpcode::AsyncEventRequest, cid, 0).as_bytes(),
+                    Sqe::admin(AdminOpcode::AsyncEventRequest, cid, 0),
                     &[],
                     0,
                     0,

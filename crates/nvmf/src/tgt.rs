@@ -11,9 +11,10 @@ use nvme::status::{FabricsStatus, GenericStatus};
 use nvme::{Sqe, Status};
 use tracing::{info, warn};
 
-use crate::ctrlr::{Ctrlr, MAX_QUEUE_DEPTH};
+use crate::ctrlr::{Ctrlr, DiscoveryService, MAX_QUEUE_DEPTH};
 use crate::subsystem::{Subsystem, SubsystemError, SubsystemType, DISCOVERY_NQN};
 use crate::tcp::TargetParams;
+use crate::transport::TransportLimits;
 use nvme::log::{treq, DiscoveryEntry, DiscoveryLog, SubType};
 
 /// Target-wide parameters.
@@ -245,19 +246,25 @@ impl Tgt {
                 return Err(generic(GenericStatus::InternalError));
             };
             let cntlid = self.alloc_cntlid(&reg);
-            let ctrlr = Arc::new(Ctrlr::new(
-                cntlid,
-                subsys.clone(),
-                hostnqn,
-                cd.hostid(),
-                kato,
-                if subsys.subtype == SubsystemType::Discovery {
-                    0
-                } else {
-                    self.params.max_io_queues
-                },
-                self.now_ms(),
-            ));
+            let ctrlr = Arc::new(
+                Ctrlr::new(
+                    cntlid,
+                    subsys.clone(),
+                    hostnqn,
+                    cd.hostid(),
+                    kato,
+                    if subsys.subtype == SubsystemType::Discovery {
+                        0
+                    } else {
+                        self.params.max_io_queues
+                    },
+                    self.now_ms(),
+                )
+                .with_limits(TransportLimits {
+                    max_xfer: self.params.tcp.max_xfer,
+                    in_capsule: self.params.tcp.in_capsule,
+                }),
+            );
             reg.push(ctrlr.clone());
             info!(
                 cntlid,
@@ -329,6 +336,12 @@ impl Tgt {
     /// Live controllers.
     pub fn ctrlr_count(&self) -> usize {
         self.ctrlrs.lock().map(|r| r.len()).unwrap_or(0)
+    }
+}
+
+impl DiscoveryService for Tgt {
+    fn discovery_log_page(&self, hostnqn: &str) -> Vec<u8> {
+        Tgt::discovery_log_page(self, hostnqn)
     }
 }
 
