@@ -597,9 +597,15 @@ mod tests {
         let mut other = Subsystem::new("nqn.2024-01.io.dpustack:other", "SN2", "m").unwrap();
         other.add_host("nqn.2024-01.io.dpustack:somebody-else");
         t.add_subsystem(other).unwrap();
-        t.add_listener("127.0.0.1:4420".parse().unwrap(), false);
-        t.add_listener("127.0.0.1:8009".parse().unwrap(), true);
-        t.add_listener("[::1]:4421".parse().unwrap(), false);
+        for (a, discovery_only) in [
+            ("127.0.0.1:4420", false),
+            ("127.0.0.1:8009", true),
+            ("[::1]:4421", false),
+        ] {
+            let trid = crate::transport::TransportId::tcp(a.parse().unwrap());
+            let e = crate::tcp::discovery_entry(&trid);
+            t.add_listener(trid, discovery_only, e, TransportLimits::default());
+        }
         let host = "nqn.2024-01.io.dpustack:host";
         let io = Ctrlr::new(7, s, host, [1; 16], 10_000, 16, 0);
         let disc = Ctrlr::new(

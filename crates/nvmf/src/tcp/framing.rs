@@ -7,6 +7,8 @@
 
 use std::collections::VecDeque;
 
+use bdev::IoBuf;
+
 use wire::nvme_tcp::{self as pdu, Digests, Fes, Pdu, PduRepr, PduType};
 
 /// Connection state, the same on both sides.
@@ -100,7 +102,7 @@ pub(super) struct SegTx {
     pub(super) hdr: Vec<u8>,
     pub(super) segs: VecDeque<Seg>,
     /// Owned data buffers and how many segments still refer to them.
-    pub(super) datas: Vec<Option<(Vec<u8>, u32)>>,
+    pub(super) datas: Vec<Option<(IoBuf, u32)>>,
     pub(super) free_datas: Vec<usize>,
     /// Bytes of the front segment already sent.
     pub(super) front: usize,
@@ -147,7 +149,7 @@ impl SegTx {
         }
         self.segs.push_back(Seg::Hdr { start, end });
     }
-    pub(super) fn add_data(&mut self, v: Vec<u8>) -> usize {
+    pub(super) fn add_data(&mut self, v: IoBuf) -> usize {
         match self.free_datas.pop() {
             Some(i) => {
                 self.datas[i] = Some((v, 0));
@@ -202,7 +204,7 @@ impl SegTx {
                 if let Some(Some((_, refs))) = self.datas.get_mut(slot) {
                     *refs -= 1;
                     if *refs == 0 {
-                        if let Some((v, _)) = self.datas[slot].take() {
+                        if let Some((IoBuf::Vec(v), _)) = self.datas[slot].take() {
                             if pool.len() < 256 {
                                 pool.push(v);
                             }

@@ -8,6 +8,8 @@ use nvme::{Cqe, SglDescriptor, SglSubtype, Sqe};
 use tracing::warn;
 use wire::nvme_tcp::{self as pdu, Digests, Fes, PduRepr, PduType};
 
+pub use crate::transport::SubmitError;
+
 use super::framing::{check_pdu, term_data, Checked, ConnStats, Next, RxBuf, State, TxBuf};
 
 /// Largest PDU the host accepts (a C2HData PDU larger than any read we submit
@@ -50,15 +52,6 @@ struct HostCmd {
     read: Vec<u8>,
     received: usize,
     ddgst_bad: bool,
-}
-
-/// Why a submission was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum SubmitError {
-    #[error("connection not established")]
-    NotReady,
-    #[error("command id {0} already in flight")]
-    CidBusy(u16),
 }
 
 /// The host side of one NVMe/TCP connection.

@@ -26,6 +26,8 @@ use wire::nvme_tcp::{self as pdu, Digests, Fes, PduRepr, PduType};
 
 use super::framing::{check_pdu, term_data, Checked, ConnStats, Next, RxBuf, SegTx, State};
 use super::{SGL_IN_CAPSULE, SGL_TRANSPORT};
+use crate::transport::{DataError, QpairEvent, Request, TransportQpair};
+use bdev::IoBuf;
 
 /// Direction of the command's data (the opcode's low bits; FCTYPE's for fabrics
 /// commands).
@@ -34,50 +36,6 @@ pub fn data_direction(sqe: &Sqe) -> DataDirection {
         sqe.fctype().data_direction()
     } else {
         DataDirection::from_opcode(sqe.opcode())
-    }
-}
-
-/// A transport-level problem with how a command's data was described; the caller
-/// completes the command with the matching NVMe status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DataError {
-    /// SGL descriptor type invalid (generic 0x11).
-    SglTypeInvalid,
-    /// Data SGL length invalid (generic 0x0f): in-capsule length disagrees, or too long.
-    SglLengthInvalid,
-    /// SGL offset invalid (generic 0x16).
-    SglOffsetInvalid,
-    /// Data digest mismatch on H2C data (generic 0x04, data transfer error).
-    DataDigest,
-}
-
-impl DataError {
-    /// (SCT, SC) of the NVMe status to complete with.
-    pub fn status(self) -> (u8, u8) {
-        match self {
-            DataError::SglTypeInvalid => (0, 0x11),
-            DataError::SglLengthInvalid => (0, 0x0f),
-            DataError::SglOffsetInvalid => (0, 0x16),
-            DataError::DataDigest => (0, 0x04),
-        }
-    }
-}
-
-/// A command ready to execute: the SQE, the host's data (for host-to-controller
-/// commands, complete), and the length of data the host expects back.
-#[derive(Debug)]
-pub struct Request {
-    pub sqe: Sqe,
-    pub data: Vec<u8>,
-    /// Bytes the host's SGL allows for controller-to-host data.
-    pub c2h_len: u32,
-    /// The data could not be taken in; complete with this error's status.
-    pub error: Option<DataError>,
-}
-
-impl Request {
-    pub fn cid(&self) -> u16 {
-        self.sqe.cid()
     }
 }
 
@@ -243,7 +201,14 @@ impl TargetConn {
         v.resize(len, 0);
         v
     }
-    /// Returns a buffer to the pool.
+    /// Returns a buffer to the pool (transport buffers are vectors; others are
+    /// dropped).
+    pub fn recycle_buf(&mut self, b: IoBuf) {
+        if let IoBuf::Vec(v) = b {
+            self.recycle(v);
+        }
+    }
+    /// Returns a vector to the pool.
     pub fn recycle(&mut self, mut v: Vec<u8>) {
         // empty vectors (commands without data) would only pollute the pool
         if self.pool.len() < 256 && v.capacity() > 0 && v.capacity() <= 4 * 1024 * 1024 {
@@ -728,7 +693,7 @@ impl TargetConn {
         }
         self.events.push_back(TargetEvent::Command(Request {
             sqe: p.sqe,
-            data: p.buf,
+            data: IoBuf::Vec(p.buf),
             c2h_len: 0,
             error: p.ddgst_bad.then_some(DataError::DataDigest),
         }));
@@ -741,7 +706,7 @@ impl TargetConn {
         let len = sgl.length();
         let mut req = Request {
             sqe,
-            data: Vec::new(),
+            data: IoBuf::Vec(Vec::new()),
             c2h_len: 0,
             error: None,
         };
@@ -761,7 +726,7 @@ impl TargetConn {
                     } else {
                         let mut b = self.alloc_buf(0);
                         b.extend_from_slice(icd);
-                        req.data = b;
+                        req.data = IoBuf::Vec(b);
                     }
                 }
                 SGL_TRANSPORT => {
@@ -865,9 +830,9 @@ impl TargetConn {
     /// the CQE as a CapsuleResp, or folds the CQE into the last C2HData with the
     /// SUCCESS flag when allowed and the status is success. The data buffer is
     /// sent in place (no copy) and returns to the pool once on the wire.
-    pub fn complete(&mut self, cqe: &Cqe, data: Vec<u8>) {
+    pub fn complete(&mut self, cqe: &Cqe, data: IoBuf) {
         if self.state != State::Ready {
-            self.recycle(data);
+            self.recycle_buf(data);
             return;
         }
         let cid = cqe.cid();
@@ -916,7 +881,7 @@ impl TargetConn {
             // no segment refers to an empty buffer: give it back at once
             if let Some(Some((_, 0))) = self.tx.datas.get(slot) {
                 if let Some((v, _)) = self.tx.datas[slot].take() {
-                    self.recycle(v);
+                    self.recycle_buf(v);
                 }
                 self.tx.free_datas.push(slot);
             }
@@ -932,5 +897,39 @@ impl TargetConn {
             &[],
             0,
         );
+    }
+}
+
+/// The sans-IO connection is itself a transport qpair: the TCP driver's
+/// [`super::driver::TcpQpair`] adds the socket, tests join it to a [`super::HostConn`]
+/// in memory.
+impl TransportQpair for TargetConn {
+    fn poll_event(&mut self) -> Option<QpairEvent> {
+        Some(match TargetConn::poll_event(self)? {
+            TargetEvent::Established => QpairEvent::Established,
+            TargetEvent::Command(r) => QpairEvent::Command(r),
+            TargetEvent::Terminated { by_peer, .. } => QpairEvent::Terminated { by_peer },
+        })
+    }
+    fn complete(&mut self, cqe: &Cqe, data: IoBuf) {
+        TargetConn::complete(self, cqe, data);
+    }
+    fn get_buf(&mut self, len: usize) -> IoBuf {
+        IoBuf::Vec(self.alloc_buf(len))
+    }
+    fn put_buf(&mut self, buf: IoBuf) {
+        self.recycle_buf(buf);
+    }
+    fn connected(&mut self, sqflow_disabled: bool) {
+        self.set_c2h_success(sqflow_disabled);
+    }
+    fn is_terminated(&self) -> bool {
+        TargetConn::is_terminated(self)
+    }
+    fn peer(&self) -> String {
+        "memory".into()
+    }
+    fn describe_stats(&self) -> String {
+        format!("{:?} digests {:?}", self.stats, self.dg)
     }
 }

@@ -1,6 +1,7 @@
 //! Host and target connections joined in memory.
 
 use super::*;
+use crate::transport::DataError;
 use nvme::{Cqe, Sqe};
 use wire::nvme_tcp::{self as pdu, Digests, Fes, PduRepr};
 
@@ -65,8 +66,8 @@ fn write_in_capsule_and_r2t_read_c2h_with_digests() {
             };
             assert_eq!(req.cid(), cid);
             assert_eq!(req.error, None);
-            assert_eq!(req.data, data);
-            t.complete(&cqe(cid, 0), Vec::new());
+            assert_eq!(&req.data[..], &data[..]);
+            t.complete(&cqe(cid, 0), bdev::IoBuf::from(Vec::new()));
             pump(&mut h, &mut t);
             let Some(HostEvent::Completion { cqe, .. }) = h.poll_event() else {
                 panic!()
@@ -85,7 +86,7 @@ fn write_in_capsule_and_r2t_read_c2h_with_digests() {
                 panic!()
             };
             assert_eq!(req.c2h_len, 200_000);
-            t.complete(&cqe(9, 0), data.clone());
+            t.complete(&cqe(9, 0), bdev::IoBuf::from(data.clone()));
             pump(&mut h, &mut t);
             let Some(HostEvent::Completion { data: got, cqe, .. }) = h.poll_event() else {
                 panic!()
@@ -116,7 +117,7 @@ fn zero_copy_tx_partial_writes_and_pool_return() {
         let Some(TargetEvent::Command(_)) = t.poll_event() else {
             panic!()
         };
-        t.complete(&cqe(cid, 0), data.clone());
+        t.complete(&cqe(cid, 0), bdev::IoBuf::from(data.clone()));
     }
     // drain with vectored "writes" of odd sizes, across segment boundaries
     let mut wire = Vec::new();
@@ -196,7 +197,7 @@ fn header_digest_error_on_c2h_terminates_the_host() {
     let Some(TargetEvent::Command(_)) = t.poll_event() else {
         panic!()
     };
-    t.complete(&cqe(5, 0), vec![0x5a; 512]);
+    t.complete(&cqe(5, 0), bdev::IoBuf::from(vec![0x5a; 512]));
     let mut b = t.drain_tx();
     assert_eq!(b[0], 0x07, "C2HData first");
     b[10] ^= 0xff; // a reserved byte of the header: only the HDGST notices
@@ -271,15 +272,15 @@ fn h2c_data_received_in_place() {
         let Some(TargetEvent::Command(req)) = t.poll_event() else {
             panic!()
         };
-        assert_eq!((req.error, req.data == data), (None, true));
+        assert_eq!((req.error, req.data[..] == data[..]), (None, true));
         let st = t.stats();
         assert_eq!(
             (st.h2c_in_place, st.h2c_copied),
             (300_000, 0),
             "digests {dig}"
         );
-        t.complete(&cqe(3, 0), Vec::new());
-        t.recycle(req.data);
+        t.complete(&cqe(3, 0), bdev::IoBuf::from(Vec::new()));
+        t.recycle_buf(req.data);
         pump(&mut h, &mut t);
         assert!(matches!(h.poll_event(), Some(HostEvent::Completion { .. })));
 
@@ -306,7 +307,7 @@ fn h2c_data_received_in_place() {
             assert_eq!(req.data[777], data[777] ^ 0x40);
         }
         assert!(!t.is_terminated());
-        t.complete(&cqe(4, 0), Vec::new());
+        t.complete(&cqe(4, 0), bdev::IoBuf::from(Vec::new()));
         pump(&mut h, &mut t);
         assert!(matches!(h.poll_event(), Some(HostEvent::Completion { .. })));
 
@@ -363,7 +364,10 @@ fn mispredicted_h2c_placement_is_undone() {
             let Some(TargetEvent::Command(req)) = t.poll_event() else {
                 panic!("cid {cid}")
             };
-            assert_eq!((req.cid(), req.error, req.data == icd), (cid, None, true));
+            assert_eq!(
+                (req.cid(), req.error, req.data[..] == icd[..]),
+                (cid, None, true)
+            );
             sizes.push(t.rx.buf.len());
         }
         assert!(*sizes.iter().max().unwrap() <= 256 * 1024, "{sizes:?}");
@@ -374,7 +378,10 @@ fn mispredicted_h2c_placement_is_undone() {
         let Some(TargetEvent::Command(req)) = t.poll_event() else {
             panic!()
         };
-        assert_eq!((req.cid(), req.error, req.data == data), (1, None, true));
+        assert_eq!(
+            (req.cid(), req.error, req.data[..] == data[..]),
+            (1, None, true)
+        );
     }
 }
 
@@ -444,7 +451,13 @@ fn event_summary(t: &mut TargetConn) -> Vec<String> {
         v.push(match e {
             TargetEvent::Established => "est".to_string(),
             TargetEvent::Command(r) => {
-                format!("cmd {} {:?} {} {:?}", r.cid(), r.data, r.c2h_len, r.error)
+                format!(
+                    "cmd {} {:?} {} {:?}",
+                    r.cid(),
+                    &r.data[..],
+                    r.c2h_len,
+                    r.error
+                )
             }
             TargetEvent::Terminated { fes, by_peer } => format!("term {fes:?} {by_peer}"),
         });
