@@ -14,7 +14,7 @@ use tracing::{debug, info};
 
 use crate::subsystem::{Subsystem, SubsystemType};
 use crate::transport::TransportLimits;
-use nvme::identify::{cntrltype, oncs, sgls, ActiveNsList, Cns, IdentifyController, IDENTIFY_LEN};
+use nvme::identify::{cntrltype, oncs, ActiveNsList, Cns, IdentifyController, IDENTIFY_LEN};
 use nvme::log::{firmware_slot_log, page_slice, LogPageId, SmartLog, ERROR_LOG_ENTRY_LEN};
 
 /// Property offsets.
@@ -360,8 +360,8 @@ impl Ctrlr {
             c.set_oncs(oncs::COMPARE | oncs::DSM | oncs::WRITE_ZEROES);
             c.set_vwc(0x1);
         }
-        // SGLs supported (no alignment), offset-based in-capsule data
-        c.set_sgls(sgls::SUPPORTED | sgls::OFFSET);
+        // the transport's SGL support (TCP: no alignment, offset-based in-capsule data)
+        c.set_sgls(self.limits.sgls);
         c.set_subnqn(&self.subsys.nqn);
         // fabrics: IOCCSZ in 16-byte units (SQE + in-capsule data), IORCSZ, ICDOFF,
         // FCATT 0 (dynamic controller model), MSDBD
@@ -369,7 +369,7 @@ impl Ctrlr {
         c.set_iorcsz(1);
         c.set_icdoff(0);
         c.set_fcatt(0);
-        c.set_msdbd(1);
+        c.set_msdbd(self.limits.msdbd);
         // power state 0: max power 0 (not reported), entry/exit latency 0
         c
     }

@@ -86,21 +86,29 @@ impl fmt::Display for TransportId {
 }
 
 /// What a transport tells the controllers of its queues (SPDK `cdata_init`):
-/// Identify's MDTS and IOCCSZ, and the largest Get Log Page.
+/// Identify's MDTS, IOCCSZ, SGLS and MSDBD, and the largest Get Log Page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TransportLimits {
     /// Largest data transfer of one command (MDTS), bytes.
     pub max_xfer: u32,
     /// Largest in-capsule data on I/O queues, bytes (IOCCSZ = (64 + this) / 16).
     pub in_capsule: u32,
+    /// Identify SGLS (`nvme::identify::sgls`): which SGL descriptors the
+    /// transport takes (RDMA adds Keyed SGL Data Block).
+    pub sgls: u32,
+    /// Identify MSDBD: SGL data block descriptors per command.
+    pub msdbd: u8,
 }
 
 impl Default for TransportLimits {
-    /// NVMe/TCP's defaults (1 MiB, 8 KiB).
+    /// NVMe/TCP's values: 1 MiB, 8 KiB, SGLs without alignment with offsets
+    /// (in-capsule data), one descriptor.
     fn default() -> Self {
         TransportLimits {
             max_xfer: 1024 * 1024,
             in_capsule: 8192,
+            sgls: nvme::identify::sgls::SUPPORTED | nvme::identify::sgls::OFFSET,
+            msdbd: 1,
         }
     }
 }

@@ -15,7 +15,8 @@ use nvme::{Cqe, Sqe};
 use tracing::{debug, warn};
 use wire::nvme_tcp::Digests;
 
-use super::{discovery_entry, HostConn, HostEvent, HostParams, TargetConn, TargetParams};
+use super::host::{HostConn, HostEvent, HostParams};
+use super::target::{discovery_entry, TargetConn, TargetParams};
 use crate::transport::{
     Accepted, HostCompletion, HostQueue, HostQueueParams, HostTransport, QpairEvent, QueueError,
     SubmitError, Transport, TransportId, TransportLimits, TransportPollGroup, TransportQpair,

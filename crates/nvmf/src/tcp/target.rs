@@ -25,9 +25,18 @@ use tracing::warn;
 use wire::nvme_tcp::{self as pdu, Digests, Fes, PduRepr, PduType};
 
 use super::framing::{check_pdu, term_data, Checked, ConnStats, Next, RxBuf, SegTx, State};
-use super::{SGL_IN_CAPSULE, SGL_TRANSPORT};
-use crate::transport::{DataError, QpairEvent, Request, TransportQpair};
+use crate::transport::{
+    DataError, QpairEvent, Request, TransportId, TransportLimits, TransportQpair,
+};
 use bdev::IoBuf;
+use nvme::log::{treq, DiscoveryEntry, TrType};
+
+/// SGL descriptor type byte (byte 15 of the descriptor, SQE byte 39) for data
+/// carried in the capsule: Data Block, subtype Offset.
+pub const SGL_IN_CAPSULE: u8 = 0x01;
+/// SGL type byte for data moved by the transport (R2T/H2CData or C2HData):
+/// Transport Data Block, subtype Transport Specific.
+pub const SGL_TRANSPORT: u8 = 0x5a;
 
 /// Direction of the command's data (the opcode's low bits; FCTYPE's for fabrics
 /// commands).
@@ -36,6 +45,32 @@ pub fn data_direction(sqe: &Sqe) -> DataDirection {
         sqe.fctype().data_direction()
     } else {
         DataDirection::from_opcode(sqe.opcode())
+    }
+}
+
+/// The NVMe/TCP part of the discovery log entries for a listener at `trid`
+/// (`listener_discover`): TRTYPE TCP, its address family and address, TREQ
+/// "secure channel not specified, SQ flow control disable supported", TSAS
+/// SECTYPE none; CNTLID 0xffff (dynamic) and ASQSZ 32 as for any transport.
+pub fn discovery_entry(trid: &TransportId) -> DiscoveryEntry {
+    DiscoveryEntry {
+        trtype: TrType::Tcp,
+        adrfam: trid.adrfam,
+        traddr: trid.traddr.clone(),
+        trsvcid: trid.trsvcid.clone(),
+        treq: treq::SECURE_NOT_SPECIFIED | treq::DISABLE_SQFLOW,
+        ..Default::default()
+    }
+}
+
+impl TargetParams {
+    /// What controllers of NVMe/TCP queues report (`cdata_init`).
+    pub fn limits(&self) -> TransportLimits {
+        TransportLimits {
+            max_xfer: self.max_xfer,
+            in_capsule: self.in_capsule,
+            ..TransportLimits::default()
+        }
     }
 }
 

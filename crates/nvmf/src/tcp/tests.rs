@@ -2,17 +2,8 @@
 
 use super::*;
 use crate::transport::DataError;
-use nvme::{Cqe, Sqe};
+use nvme::{Cqe, SglDescriptor, SglSubtype, Sqe};
 use wire::nvme_tcp::{self as pdu, Digests, Fes, PduRepr};
-
-/// Writes SGL1 into a raw SQE (PSDT = SGL, single descriptor).
-fn set_sgl(sqe: &mut [u8; 64], ty: u8, addr: u64, len: u32) {
-    sqe[1] = (sqe[1] & 0x3f) | 0x40;
-    sqe[24..32].copy_from_slice(&addr.to_le_bytes());
-    sqe[32..36].copy_from_slice(&len.to_le_bytes());
-    sqe[36..39].fill(0);
-    sqe[39] = ty;
-}
 
 fn pump(h: &mut HostConn, t: &mut TargetConn) {
     for _ in 0..8 {
@@ -486,15 +477,15 @@ mod prop {
         }
         .emit_to_vec(&mut v, &[], Digests::default(), 0);
         for &(opc, cid, len) in cmds {
-            let mut sqe = [0u8; 64];
-            sqe[0] = opc;
-            sqe[2..4].copy_from_slice(&cid.to_le_bytes());
+            let mut sqe = sqe(opc, cid);
             let data = vec![opc; len as usize];
             if opc & 3 == 1 && len <= 4096 {
-                set_sgl(&mut sqe, SGL_IN_CAPSULE, 0, len as u32);
+                sqe.set_sgl(SglDescriptor::data_block(SglSubtype::Offset, 0, len as u32));
+                let sqe = *sqe.as_bytes();
                 PduRepr::CapsuleCmd { sqe }.emit_to_vec(&mut v, &data, d, 0);
             } else {
-                set_sgl(&mut sqe, SGL_TRANSPORT, 0, len as u32);
+                sqe.set_sgl(SglDescriptor::transport_data_block(len as u32));
+                let sqe = *sqe.as_bytes();
                 PduRepr::CapsuleCmd { sqe }.emit_to_vec(&mut v, &[], d, 0);
                 if opc & 3 == 1 && len > 0 {
                     PduRepr::H2cData {
