@@ -565,7 +565,16 @@ pub fn write_sqe(nsid: u32, slba: u64, nlb: u32) -> Sqe {
 /// Discovery: connects to the discovery subsystem at `addr`, reads the whole
 /// discovery log page (header first, then all records), disconnects.
 pub fn discover(addr: SocketAddr, opts: &HostOpts) -> Result<(u64, Vec<DiscoveryEntry>)> {
-    let mut c = Controller::connect(addr, DISCOVERY_NQN, opts, 0, 0)?;
+    discover_with(&TcpHostTransport, &TransportId::tcp(addr), opts)
+}
+
+/// [`discover`] over any host transport.
+pub fn discover_with(
+    transport: &dyn HostTransport,
+    trid: &TransportId,
+    opts: &HostOpts,
+) -> Result<(u64, Vec<DiscoveryEntry>)> {
+    let mut c = Controller::connect_with(transport, trid, DISCOVERY_NQN, opts, 0, 0)?;
     let hdr = c.get_log_page(LogPageId::Discovery, 0, DISC_HDR_LEN as u32)?;
     let (genctr, numrec, _) =
         DiscoveryLog::parse_header(&hdr).map_err(|_| HostError::Protocol("bad discovery log"))?;
