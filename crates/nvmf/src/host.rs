@@ -1,4 +1,4 @@
-//! The NVMe/TCP host library: discover, connect an admin queue and I/O queues,
+//! The NVMe-oF host library: discover, connect an admin queue and I/O queues,
 //! identify, read/write with buffers (SGL: in-capsule or transport data blocks),
 //! queue depth (pipelined submissions), keep-alive, orderly shutdown.
 //!
