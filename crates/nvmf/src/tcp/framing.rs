@@ -46,6 +46,7 @@ pub(super) struct RxBuf {
 }
 
 impl RxBuf {
+    #[inline]
     pub(super) fn spare(&mut self, min: usize) -> &mut [u8] {
         if self.start == self.end {
             self.start = 0;
@@ -60,6 +61,7 @@ impl RxBuf {
         }
         &mut self.buf[self.end..]
     }
+    #[inline]
     pub(super) fn commit(&mut self, n: usize) {
         self.end = (self.end + n).min(self.buf.len());
     }
@@ -68,6 +70,7 @@ impl RxBuf {
         s[..data.len()].copy_from_slice(data);
         self.commit(data.len());
     }
+    #[inline]
     pub(super) fn avail(&self) -> &[u8] {
         &self.buf[self.start..self.end]
     }
@@ -81,6 +84,7 @@ pub(super) struct TxBuf {
 }
 
 impl TxBuf {
+    #[inline]
     pub(super) fn pending(&self) -> &[u8] {
         &self.buf[self.pos..]
     }
@@ -123,6 +127,7 @@ pub(super) enum Seg {
 }
 
 impl SegTx {
+    #[inline]
     pub(super) fn seg_bytes(&self, s: Seg) -> &[u8] {
         match s {
             Seg::Hdr { start, end } => &self.hdr[start..end],
@@ -168,6 +173,7 @@ impl SegTx {
             self.segs.push_back(Seg::Data { slot, start, end });
         }
     }
+    #[inline]
     pub(super) fn pending(&self) -> &[u8] {
         match self.segs.front() {
             Some(&s) => &self.seg_bytes(s)[self.front..],
@@ -282,23 +288,27 @@ impl RxBuf {
     /// PDU length field), `hlen` within `plen` (else FEI 2), and, while `first`
     /// is given (no ICReq/ICResp exchanged yet), one of those types (else a PDU
     /// sequence error).
+    #[inline]
     pub(super) fn next_pdu(&self, max_pdu: usize, first: Option<&[PduType]>) -> Next {
         let avail = self.avail();
         let Ok((ty, _fl, hlen, _pdo, plen)) = pdu::peek_common_header(avail) else {
             return Next::Nothing;
         };
-        let mut ch = [0u8; pdu::CH_LEN];
-        ch.copy_from_slice(&avail[..pdu::CH_LEN]);
+        let fatal = |fes, fei| {
+            let mut ch = [0u8; pdu::CH_LEN];
+            ch.copy_from_slice(&avail[..pdu::CH_LEN]);
+            Next::Fatal(fes, fei, ch)
+        };
         let plen = plen as usize;
         if plen > max_pdu || plen < pdu::CH_LEN {
             // plen beyond our limit: a data transfer limit we never advertised
-            return Next::Fatal(Fes::InvalidHeaderField, 4, ch);
+            return fatal(Fes::InvalidHeaderField, 4);
         }
         if hlen as usize > plen {
-            return Next::Fatal(Fes::InvalidHeaderField, 2, ch);
+            return fatal(Fes::InvalidHeaderField, 2);
         }
         if first.is_some_and(|f| !f.contains(&ty)) {
-            return Next::Fatal(Fes::PduSequenceError, 0, ch);
+            return fatal(Fes::PduSequenceError, 0);
         }
         if avail.len() < plen {
             return Next::Partial(ty);
@@ -323,6 +333,7 @@ pub(super) struct Checked<'a> {
 /// (`ready`), the fields, and a data digest present whenever negotiated and data
 /// is carried. Returns the term request's FES and FEI on a fatal error; a data
 /// digest mismatch is not fatal (`dd_ok` false). Digest errors are counted.
+#[inline]
 pub(super) fn check_pdu<'a>(
     raw: &'a [u8],
     dg: Digests,
