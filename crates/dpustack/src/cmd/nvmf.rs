@@ -274,8 +274,7 @@ impl TargetFile {
     pub fn build(&self) -> Result<(Tgt, Vec<ListenSpec>)> {
         let mut params = TgtParams::default();
         if let Some(d) = self.digests {
-            params.tcp.hdgst = d;
-            params.tcp.ddgst = d;
+            params.digests = d;
         }
         let mut tgt = Tgt::new(params);
         let mut bdevs = std::collections::HashMap::new();
@@ -591,7 +590,7 @@ fn serve(a: ServeArgs, _cfg: &Config) -> Result<()> {
     for l in srv.tgt().listeners() {
         println!(
             "listening tcp://{}{}",
-            l.addr,
+            l.trid,
             if l.discovery_only { " (discovery)" } else { "" }
         );
     }
@@ -900,7 +899,7 @@ pub fn up(cfg: &Config) -> Result<Part> {
             .iter()
             .map(|l| format!(
                 "{}{}",
-                l.addr,
+                l.trid,
                 if l.discovery_only { " (discovery)" } else { "" }
             ))
             .collect::<Vec<_>>()
