@@ -245,7 +245,7 @@ impl Node {
                 .iter()
                 .map(|l| format!(
                     "{}{}",
-                    l.addr,
+                    l.trid,
                     if l.discovery_only { " (discovery)" } else { "" }
                 ))
                 .collect::<Vec<_>>()

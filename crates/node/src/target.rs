@@ -270,8 +270,7 @@ impl TargetFile {
     pub fn build(&self) -> Result<(Tgt, Vec<ListenSpec>)> {
         let mut params = TgtParams::default();
         if let Some(d) = self.digests {
-            params.tcp.hdgst = d;
-            params.tcp.ddgst = d;
+            params.digests = d;
         }
         let mut tgt = Tgt::new(params);
         let mut bdevs = std::collections::HashMap::new();

@@ -239,7 +239,7 @@ fn malformed_rpcs_get_clean_errors_and_the_engine_carries_on() {
     let dcoh = dying.cont_open(&dpoh, "c", None).unwrap().get().unwrap();
     drop(dying);
     let mut seen_closed = false;
-    for i in 0..100 {
+    for i in 0..500 {
         r.req(
             100 + i,
             &upd(dcoh.coh, BulkSeg { off: 0, len: 4 }),
@@ -366,7 +366,7 @@ fn timeouts_cancellation_and_unreachable_engines() {
         Client::connect_with(&saddr, Duration::from_millis(300)),
         Err(Error::Unreachable { .. })
     ));
-    assert!(t0.elapsed() < Duration::from_secs(2));
+    assert!(t0.elapsed() < Duration::from_secs(5));
     keep.join().unwrap();
 
     // an engine that stops answering mid-session: timeouts, then cancel
@@ -417,7 +417,7 @@ fn timeouts_cancellation_and_unreachable_engines() {
         c2.pool_list(None).unwrap().get(),
         Err(Error::TimedOut)
     ));
-    assert!(t0.elapsed() >= Duration::from_millis(200) && t0.elapsed() < Duration::from_secs(2));
+    assert!(t0.elapsed() >= Duration::from_millis(200) && t0.elapsed() < Duration::from_secs(5));
     c2.set_timeout(Duration::from_secs(60));
     let ev = c2.event(None).unwrap();
     let p = c2.pool_list(Some(&ev)).unwrap();
@@ -427,10 +427,7 @@ fn timeouts_cancellation_and_unreachable_engines() {
         c2.test(ev, Wait::Forever).unwrap(),
         Some(Err(TaskError::Cancelled))
     );
-    assert!(matches!(
-        p.get(),
-        Err(Error::Cancelled) | Err(Error::NotDone)
-    ));
+    assert!(matches!(p.get(), Err(Error::Cancelled)));
     drop(c2);
     answer_ping.join().unwrap();
     drop(eng);

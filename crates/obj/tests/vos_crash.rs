@@ -97,7 +97,7 @@ fn crash_child_process() {
         vos.cont_create(CONT).unwrap();
         vos.commit().unwrap();
     }
-    let mut hlc = Hlc::starting_after(vos.max_epoch().unwrap());
+    let mut hlc = Hlc::starting_after(vos.max_epoch());
     let mut rng = rand::rngs::SmallRng::seed_from_u64(now_ns());
     let out = std::io::stdout();
     let mut pending: Vec<(u32, u64)> = Vec::new();

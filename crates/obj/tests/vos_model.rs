@@ -547,7 +547,7 @@ fn run(ops: Vec<Op>, auto_commit: bool, limit: usize) -> Result<(), TestCaseErro
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
     #[test]
     fn store_matches_model(
         ops in proptest::collection::vec(op_strategy(), 1..40),

@@ -269,7 +269,7 @@ fn serve(a: ServeArgs, _cfg: &Config) -> Result<()> {
     for l in srv.tgt().listeners() {
         println!(
             "listening tcp://{}{}",
-            l.addr,
+            l.trid,
             if l.discovery_only { " (discovery)" } else { "" }
         );
     }

@@ -317,15 +317,30 @@ impl Client {
 
     /// Runs `op` (which creates the operation's task) under the NULL-event
     /// convention.
-    fn launch<T>(
+    fn launch<T: 'static>(
         &self,
         ev: Option<&Event>,
         p: Pending<T>,
         op: impl FnOnce(&mut Scheduler) -> TaskId,
     ) -> Result<Pending<T>> {
+        let slot = p.slot();
         let r = {
             let mut eq = self.eq.borrow_mut();
-            call(&mut eq, ev, |s| Ok(op(s)))
+            call(&mut eq, ev, |s| {
+                let task = op(s);
+                // an operation that ends without its output (aborted,
+                // cancelled with the EQ) leaves the reason in the slot
+                s.register_comp_cb(task, move |_, _, r| {
+                    if let Err(e) = r {
+                        let mut g = slot.borrow_mut();
+                        if g.is_none() {
+                            *g = Some(Err(e.into()));
+                        }
+                    }
+                    r
+                })?;
+                Ok(task)
+            })
         };
         match r {
             Ok(()) => Ok(p),

@@ -21,7 +21,7 @@
 //! rejoin the allocator at commit. Extents are dropped whole, never rewritten or
 //! merged (DAOS also merges partially covered extents; not done here).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::extent::{self, Ext};
 use super::keys::{self, Kind, Ver};
@@ -84,24 +84,31 @@ fn akey_drops(a: &AkeyRecs, upper: &[Ver], pts: &Points, drops: &mut Vec<(Vec<u8
             drops.push((k.clone(), Some(loc.clone())));
         }
     }
+    // per bucket: which extents supply a record at its read point
+    let mut vis_at: HashMap<usize, Vec<bool>> = HashMap::new();
     for (i, (x, k, loc)) in a.exts.iter().enumerate() {
         let Some(b) = pts.bucket(x.ver.epoch) else {
             continue;
         };
         let r = pts.pts[b];
-        if Some(x.ver) <= floor_at(&all, r) {
+        let floor = floor_at(&all, r);
+        if Some(x.ver) <= floor {
             drops.push((k.clone(), Some(loc.clone())));
             continue;
         }
-        let mut cand: Vec<Ext> = vec![*x];
-        cand.extend(
-            a.exts
-                .iter()
-                .enumerate()
-                .filter(|(j, y)| *j != i && y.0.ver.epoch <= r)
-                .map(|(_, y)| y.0),
-        );
-        if !extent::any_visible(&cand, 0) {
+        let vis = vis_at.entry(b).or_insert_with(|| {
+            // candidates: extents ≤ r above the floor (the others hide nothing)
+            let cand: Vec<usize> = (0..a.exts.len())
+                .filter(|&j| a.exts[j].0.ver.epoch <= r && Some(a.exts[j].0.ver) > floor)
+                .collect();
+            let exts: Vec<Ext> = cand.iter().map(|&j| a.exts[j].0).collect();
+            let mut vis = vec![false; a.exts.len()];
+            for (j, on) in cand.into_iter().zip(extent::visible_set(&exts)) {
+                vis[j] = on;
+            }
+            vis
+        });
+        if !vis[i] {
             drops.push((k.clone(), Some(loc.clone())));
         }
     }

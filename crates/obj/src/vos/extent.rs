@@ -2,6 +2,8 @@
 //! (newest version wins per index; indices no extent covers are holes).
 //! Pure functions; the store feeds them the extents its index scan found.
 
+use std::collections::BinaryHeap;
+
 use super::keys::Ver;
 
 /// A stored extent as the resolver sees it.
@@ -27,56 +29,59 @@ pub(crate) struct Piece {
 }
 
 /// For `[lo, hi)`, the pieces of the newest extents covering it, ascending by
-/// index. Indices in no piece are holes.
+/// index. Indices in no piece are holes. A sweep over the extents' clipped
+/// boundaries with a max-heap of the extents covering the current point:
+/// O(n log n) for n extents.
 pub(crate) fn resolve(exts: &[Ext], lo: u64, hi: u64) -> Vec<Piece> {
+    let clip = |e: &Ext| (e.idx.max(lo), e.end().min(hi));
     let mut order: Vec<usize> = (0..exts.len())
         .filter(|&i| exts[i].idx < hi && exts[i].end() > lo)
         .collect();
-    order.sort_by(|&a, &b| exts[b].ver.cmp(&exts[a].ver));
-    let mut uncovered = vec![(lo, hi)];
-    let mut pieces = Vec::new();
-    for i in order {
-        if uncovered.is_empty() {
-            break;
+    order.sort_by_key(|&i| clip(&exts[i]).0);
+    let mut bps: Vec<u64> = order
+        .iter()
+        .flat_map(|&i| {
+            let (a, b) = clip(&exts[i]);
+            [a, b]
+        })
+        .collect();
+    bps.sort_unstable();
+    bps.dedup();
+    let mut heap: BinaryHeap<(Ver, usize)> = BinaryHeap::new();
+    let mut next = 0;
+    let mut pieces: Vec<Piece> = Vec::new();
+    for w in bps.windows(2) {
+        let (s, e) = (w[0], w[1]);
+        while next < order.len() && clip(&exts[order[next]]).0 <= s {
+            let i = order[next];
+            heap.push((exts[i].ver, i));
+            next += 1;
         }
-        let e = exts[i];
-        let mut next = Vec::with_capacity(uncovered.len() + 1);
-        for &(u0, u1) in &uncovered {
-            let a = u0.max(e.idx);
-            let b = u1.min(e.end());
-            if a >= b {
-                next.push((u0, u1));
-                continue;
-            }
-            pieces.push(Piece {
-                idx: a,
-                nr: b - a,
-                src: i,
-            });
-            if u0 < a {
-                next.push((u0, a));
-            }
-            if b < u1 {
-                next.push((b, u1));
-            }
+        while heap.peek().is_some_and(|&(_, i)| clip(&exts[i]).1 <= s) {
+            heap.pop();
         }
-        uncovered = next;
+        let Some(&(_, src)) = heap.peek() else {
+            continue;
+        };
+        match pieces.last_mut() {
+            Some(p) if p.src == src && p.idx + p.nr == s => p.nr += e - s,
+            _ => pieces.push(Piece {
+                idx: s,
+                nr: e - s,
+                src,
+            }),
+        }
     }
-    pieces.sort_by_key(|p| p.idx);
     pieces
 }
 
-/// Whether any record of `exts[which]` is still visible given the others
-/// (only newer ones can hide it).
-pub(crate) fn any_visible(exts: &[Ext], which: usize) -> bool {
-    let x = exts[which];
-    let newer: Vec<Ext> = exts
-        .iter()
-        .filter(|e| e.ver > x.ver && e.idx < x.end() && e.end() > x.idx)
-        .copied()
-        .collect();
-    let covered: u64 = resolve(&newer, x.idx, x.end()).iter().map(|p| p.nr).sum();
-    covered < x.nr
+/// Which of `exts` supply at least one record (are visible anywhere).
+pub(crate) fn visible_set(exts: &[Ext]) -> Vec<bool> {
+    let mut vis = vec![false; exts.len()];
+    for p in resolve(exts, 0, u64::MAX) {
+        vis[p.src] = true;
+    }
+    vis
 }
 
 /// Merge pieces into maximal runs of written records.
@@ -94,6 +99,7 @@ pub(crate) fn runs(pieces: &[Piece]) -> Vec<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn e(epoch: u64, idx: u64, nr: u64) -> Ext {
         Ext {
@@ -133,8 +139,41 @@ mod tests {
             ]
         );
         assert_eq!(runs(&p), vec![(0, 10), (20, 5)]);
-        assert!(!any_visible(&[e(1, 4, 2), e(2, 0, 10)], 0));
-        assert!(any_visible(&[e(1, 4, 2), e(2, 0, 5)], 0));
-        assert!(any_visible(&[e(3, 4, 2), e(2, 0, 10)], 0));
+        assert_eq!(visible_set(&[e(1, 4, 2), e(2, 0, 10)]), [false, true]);
+        assert_eq!(visible_set(&[e(1, 4, 2), e(2, 0, 5)]), [true, true]);
+        assert_eq!(visible_set(&[e(3, 4, 2), e(2, 0, 10)]), [true, true]);
+        assert_eq!(
+            visible_set(&[e(3, 4, 2), e(2, 0, 10), e(4, 0, 3), e(5, 3, 7)]),
+            [false, false, true, true]
+        );
+    }
+
+    /// The sweep agrees with painting record by record.
+    fn naive(exts: &[Ext], lo: u64, hi: u64) -> Vec<Option<usize>> {
+        (lo..hi)
+            .map(|x| {
+                (0..exts.len())
+                    .filter(|&i| exts[i].idx <= x && x < exts[i].end())
+                    .max_by_key(|&i| exts[i].ver)
+            })
+            .collect()
+    }
+
+    proptest! {
+        #[test]
+        fn sweep_matches_naive(raw in proptest::collection::vec((0u64..40, 1u64..12), 0..12), lo in 0u64..30, len in 0u64..30) {
+            let exts: Vec<Ext> = raw.iter().enumerate().map(|(i, &(idx, nr))| Ext { ver: Ver { epoch: (i as u64 * 7) % 5, seq: i as u64 }, idx, nr }).collect();
+            let hi = lo + len;
+            let mut got = vec![None; len as usize];
+            let mut prev_end = lo;
+            for p in resolve(&exts, lo, hi) {
+                prop_assert!(p.idx >= prev_end && p.nr > 0);
+                prev_end = p.idx + p.nr;
+                for x in p.idx..p.idx + p.nr {
+                    got[(x - lo) as usize] = Some(p.src);
+                }
+            }
+            prop_assert_eq!(got, naive(&exts, lo, hi));
+        }
     }
 }

@@ -279,6 +279,8 @@ pub(crate) struct St {
     can_flush: bool,
     bdev_dirty: bool,
     pub(crate) seq: u64,
+    /// Highest epoch of any change (persisted: restarts an HLC above it).
+    pub(crate) max_epoch: u64,
     pub(crate) inline_bytes: u64,
 }
 
@@ -382,6 +384,8 @@ pub struct Vos {
     cfg: VosConfig,
     path: PathBuf,
     bdev: Arc<dyn BlockDevice>,
+    /// Set when an internal error rolled back an open batch.
+    lost: Option<String>,
 }
 
 impl std::fmt::Debug for Vos {
@@ -668,6 +672,7 @@ impl Vos {
             can_flush: bdev.io_type_supported(IoType::Flush),
             bdev_dirty: false,
             seq: 0,
+            max_epoch: 0,
             inline_bytes: 0,
         };
         let txn = db.begin_write().map_err(ix)?;
@@ -688,6 +693,7 @@ impl Vos {
                     meta.insert("block_size", bs).map_err(ix)?;
                     meta.insert("bdev_blocks", bdev.num_blocks()).map_err(ix)?;
                     meta.insert("seq", 0).map_err(ix)?;
+                    meta.insert("max_epoch", 0).map_err(ix)?;
                     meta.insert("inline_bytes", 0).map_err(ix)?;
                     st.alloc = Allocator::new_empty(bdev.num_blocks());
                     for (k, v) in st.alloc.take_dirty() {
@@ -708,6 +714,7 @@ impl Vos {
                         )));
                     }
                     st.seq = got(&meta, "seq")?.unwrap_or(0);
+                    st.max_epoch = got(&meta, "max_epoch")?.unwrap_or(0);
                     st.inline_bytes = got(&meta, "inline_bytes")?.unwrap_or(0);
                     let mut ext = Vec::new();
                     for r in free.iter().map_err(ix)? {
@@ -729,6 +736,7 @@ impl Vos {
             cfg,
             path,
             bdev,
+            lost: None,
         })
     }
 
@@ -753,6 +761,7 @@ impl Vos {
 
     /// Drop the changes since the last commit (their bdev blocks are free again).
     pub fn abort(&mut self) -> StoreResult<()> {
+        self.lost = None;
         if let Some(t) = self.txn.take() {
             t.abort().map_err(ix)?;
         }
@@ -764,6 +773,7 @@ impl Vos {
         let meta = rt.open_table(META).map_err(ix)?;
         let free = rt.open_table(FREE).map_err(ix)?;
         self.st.seq = meta.get("seq").map_err(ix)?.map_or(0, |g| g.value());
+        self.st.max_epoch = meta.get("max_epoch").map_err(ix)?.map_or(0, |g| g.value());
         self.st.inline_bytes = meta
             .get("inline_bytes")
             .map_err(ix)?
@@ -855,6 +865,10 @@ impl Vos {
                     e,
                     StoreError::Index(_) | StoreError::Bdev(_) | StoreError::Corrupt(_)
                 );
+                if internal && !self.cfg.auto_commit {
+                    // the whole batch is gone: make the batch's commit fail too
+                    self.lost = Some(e.to_string());
+                }
                 if internal || self.cfg.auto_commit {
                     self.abort()?;
                 }
@@ -934,19 +948,10 @@ impl Vos {
         })
     }
 
-    /// The highest epoch of any record (to start an [`crate::types::Hlc`] after a
-    /// restart). A full scan.
-    pub fn max_epoch(&mut self) -> StoreResult<Epoch> {
-        self.with_view(|r, _| {
-            let mut m = 0;
-            r.scan(&[], None, &mut |k, _| {
-                if let Some(p) = keys::parse(k) {
-                    m = m.max(p.ver.epoch);
-                }
-                true
-            })?;
-            Ok(Epoch(m))
-        })
+    /// The highest epoch of any change made (committed, or pending in the open
+    /// batch): start an [`crate::types::Hlc`] above it after a restart.
+    pub fn max_epoch(&self) -> Epoch {
+        Epoch(self.st.max_epoch)
     }
 }
 
@@ -1005,6 +1010,7 @@ impl<'t> W<'t> {
     fn next_ver(&mut self, e: Epoch) -> StoreResult<Ver> {
         let st = self.st()?;
         st.seq += 1;
+        st.max_epoch = st.max_epoch.max(e.0);
         Ok(Ver {
             epoch: e.0,
             seq: st.seq,
@@ -1038,6 +1044,13 @@ struct Placed {
 
 impl Vos {
     fn commit_inner(&mut self) -> StoreResult<()> {
+        if let Some(why) = self.lost.take() {
+            // an internal error rolled back part of this batch: commit none of it
+            self.abort()?;
+            return Err(StoreError::Index(format!(
+                "batch rolled back by an earlier error: {why}"
+            )));
+        }
         let Some(txn) = self.txn.take() else {
             return Ok(());
         };
@@ -1059,6 +1072,7 @@ impl Vos {
             }
             let mut meta = txn.open_table(META).map_err(ix)?;
             meta.insert("seq", self.st.seq).map_err(ix)?;
+            meta.insert("max_epoch", self.st.max_epoch).map_err(ix)?;
             meta.insert("inline_bytes", self.st.inline_bytes)
                 .map_err(ix)?;
             Ok(())

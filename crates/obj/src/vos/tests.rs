@@ -74,6 +74,7 @@ fn group_commit_abort_and_reopen() {
     };
     let mut v = Vos::open(dir.path().join("i"), bdev.clone(), cfg.clone()).unwrap();
     assert_eq!(get(&mut v, EPOCH_MAX.0, "k1").unwrap(), vec![3; 1000]);
+    assert_eq!(v.max_epoch(), Epoch(6));
     assert_eq!(v.space().unwrap().bdev_free, free0 - 1024);
     assert_eq!(v.check().unwrap().used_blocks, 2);
     drop(v);
@@ -254,4 +255,80 @@ fn numeric_max_dkey_for_uint64_objects() {
         v.query_max_dkey(C, o, Epoch(1)).unwrap(),
         Some(DKey::from_u64(3))
     );
+}
+
+fn setup_inject(auto_commit: bool) -> (tempfile::TempDir, Arc<bdev::inject::Injector>, Vos) {
+    let dir = tempfile::tempdir().unwrap();
+    let inner: Arc<dyn BlockDevice> = Arc::new(MallocBdev::new("m", 256, 512).unwrap());
+    let dev = bdev::inject::ErrorInjectBdev::new("inj", inner);
+    let inj = dev.injector();
+    let cfg = VosConfig {
+        inline_max: 100,
+        auto_commit,
+        ..VosConfig::default()
+    };
+    let mut v = Vos::open(dir.path().join("i"), Arc::new(dev), cfg).unwrap();
+    v.cont_create(C).unwrap();
+    v.commit().unwrap();
+    (dir, inj, v)
+}
+
+fn rule(t: IoType) -> bdev::inject::Rule {
+    bdev::inject::Rule {
+        io_type: Some(t),
+        offset_blocks: 0,
+        num_blocks: u64::MAX,
+        fault: bdev::inject::Fault::Fail(bdev::IoError::Os(5)),
+        count: 1,
+    }
+}
+
+#[test]
+fn failed_flush_fails_the_batch_and_keeps_the_space_map() {
+    let (_dir, inj, mut v) = setup_inject(false);
+    put(&mut v, 5, "a", &[1; 700]).unwrap();
+    put(&mut v, 6, "b", &[2; 10]).unwrap();
+    inj.arm(rule(IoType::Flush));
+    assert!(matches!(v.commit(), Err(StoreError::Bdev(_))));
+    assert_eq!(get(&mut v, EPOCH_MAX.0, "a"), None);
+    assert_eq!(get(&mut v, EPOCH_MAX.0, "b"), None);
+    let rep = v.check().unwrap();
+    assert_eq!((rep.records, rep.used_blocks, rep.free_blocks), (0, 0, 256));
+    assert_eq!(v.max_epoch(), Epoch(0));
+    // the next batch works
+    put(&mut v, 7, "a", &[3; 700]).unwrap();
+    v.commit().unwrap();
+    assert_eq!(get(&mut v, EPOCH_MAX.0, "a").unwrap(), vec![3; 700]);
+    assert_eq!(v.max_epoch(), Epoch(7));
+}
+
+#[test]
+fn failed_bdev_write_fails_only_that_update() {
+    let (_dir, inj, mut v) = setup_inject(false);
+    put(&mut v, 5, "a", &[1; 700]).unwrap();
+    inj.arm(rule(IoType::Write));
+    assert!(matches!(
+        put(&mut v, 6, "b", &[2; 700]),
+        Err(StoreError::Bdev(_))
+    ));
+    put(&mut v, 7, "c", &[3; 700]).unwrap();
+    v.commit().unwrap();
+    assert_eq!(get(&mut v, EPOCH_MAX.0, "a").unwrap(), vec![1; 700]);
+    assert_eq!(get(&mut v, EPOCH_MAX.0, "b"), None);
+    assert_eq!(get(&mut v, EPOCH_MAX.0, "c").unwrap(), vec![3; 700]);
+    assert_eq!(v.check().unwrap().used_blocks, 4);
+    // a failed read is an error, not zeroes
+    inj.arm(rule(IoType::Read));
+    let mut s = [SgList::one(vec![0; 4096])];
+    assert!(matches!(
+        v.fetch(
+            C,
+            oid(),
+            EPOCH_MAX,
+            &DKey::from("a"),
+            &[Iod::single("a", 0)],
+            &mut s
+        ),
+        Err(StoreError::Bdev(_))
+    ));
 }
