@@ -28,7 +28,9 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 pub use cm_agent::CmAgent;
-pub use config::{CmConfig, Config, NodeConfig, NvmfConfig, RdmaConfig, SwitchConfig, TseConfig};
+pub use config::{
+    CmConfig, Config, NodeConfig, NvmfConfig, ObjConfig, RdmaConfig, SwitchConfig, TseConfig,
+};
 
 /// Errors of starting a part.
 #[derive(Debug, thiserror::Error)]
@@ -168,6 +170,11 @@ impl Node {
     /// The NVMe-oF target (the nvmf part), while it runs.
     pub fn nvmf(&self) -> Option<&nvmf::NvmfServer> {
         self.nvmf.as_ref()
+    }
+
+    /// The object-store engine (the obj part), while it runs.
+    pub fn obj(&self) -> Option<&obj::engine::Engine> {
+        self.obj.as_ref()
     }
 
     /// Stops what runs, dependents first: obj, switch, nvmf, cm, then the device

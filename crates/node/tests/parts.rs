@@ -161,6 +161,8 @@ fn obj_part_runs_an_engine() {
         other => panic!("obj part not running: {other:?}"),
     }
     assert_eq!(n.missing(), 0);
+    let eng = n.obj().expect("the node's engine");
+    assert_ne!(eng.addr().port(), 0, "the engine's real port");
     n.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
