@@ -31,6 +31,9 @@ pub struct ObjConfig {
     pub targets: usize,
     /// The engine's data directory (default: `<node data_dir>/obj`).
     pub data_dir: Option<PathBuf>,
+    /// Also serve RPC over RDMA (soft RoCE on this IP, RDMA CM on this
+    /// port), e.g. `127.0.0.1:7480`; empty = TCP only.
+    pub rdma_listen: String,
 }
 
 impl Default for ObjConfig {
@@ -40,6 +43,7 @@ impl Default for ObjConfig {
             listen: "127.0.0.1:10001".into(),
             targets: 0,
             data_dir: None,
+            rdma_listen: String::new(),
         }
     }
 }
@@ -100,24 +104,23 @@ pub struct EngineArgs {
     /// Stop by itself after this many seconds.
     #[arg(long = "for", value_name = "SECS")]
     pub for_secs: Option<f64>,
-    /// RPC transport (only TCP is built).
-    #[arg(long, value_enum, default_value = "tcp")]
-    pub transport: Transport,
-}
-
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
-    Tcp,
-    /// RPC over RDMA SEND/RECV + READ/WRITE (not built yet).
-    Rdma,
+    /// Also serve RPC over RDMA (soft RoCE device on this IP, RDMA CM on
+    /// this port; default `[obj] rdma_listen`).
+    #[arg(long, value_name = "IP:PORT")]
+    pub rdma_listen: Option<String>,
 }
 
 /// Which engine the tools talk to.
 #[derive(Args, Debug, Clone)]
 pub struct At {
-    /// Engine address (default: `[obj] listen`).
+    /// Engine address (default: `[obj] listen`); `rdma://IP:PORT` for RPC
+    /// over RDMA (with --rdma-src).
     #[arg(short = 'a', long = "engine", env = "DPUSTACK_ENGINE", global = true)]
     pub engine: Option<String>,
+    /// Local IP of the soft RoCE device for `rdma://` engines (UDP 4791 of
+    /// that address must be free).
+    #[arg(long, env = "DPUSTACK_RDMA_SRC", global = true)]
+    pub rdma_src: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -284,11 +287,23 @@ fn engine_config(
     let listen: SocketAddr = listen
         .parse()
         .with_context(|| format!("bad listen address {listen:?} (want IP:PORT)"))?;
+    let rdma_listen = if o.rdma_listen.is_empty() {
+        None
+    } else {
+        Some(parse_rdma(&o.rdma_listen)?)
+    };
     Ok(EngineConfig {
         listen,
         data_dir: dir.unwrap_or_else(|| o.data_dir(cfg)),
         targets: targets.unwrap_or(o.targets),
+        rdma_listen,
     })
+}
+
+fn parse_rdma(s: &str) -> Result<SocketAddr> {
+    s.trim_start_matches("rdma://")
+        .parse()
+        .with_context(|| format!("bad RDMA listen address {s:?} (want IP:PORT)"))
 }
 
 fn start_engine(ec: &EngineConfig) -> Result<Engine> {
@@ -301,17 +316,16 @@ fn start_engine(ec: &EngineConfig) -> Result<Engine> {
 }
 
 fn engine(a: &EngineArgs, cfg: &Config) -> Result<()> {
-    if a.transport == Transport::Rdma {
-        bail!(
-            "RPC over RDMA (SEND/RECV on RC QPs via the RDMA CM, bulk by RDMA READ/WRITE) is NOT BUILT yet; \
-             the engine speaks the same protocol over TCP only (--transport tcp)"
-        );
+    let mut ec = engine_config(cfg, a.listen.as_deref(), a.data_dir.clone(), a.targets)?;
+    if let Some(r) = &a.rdma_listen {
+        ec.rdma_listen = Some(parse_rdma(r)?);
     }
-    let ec = engine_config(cfg, a.listen.as_deref(), a.data_dir.clone(), a.targets)?;
     let eng = start_engine(&ec)?;
     println!(
-        "object engine on {} — {} target(s), data dir {}; Ctrl-C to stop",
+        "object engine on {}{} — {} target(s), data dir {}; Ctrl-C to stop",
         eng.addr(),
+        ec.rdma_listen
+            .map_or(String::new(), |r| format!(" and rdma://{r}")),
         eng.targets(),
         ec.data_dir.display()
     );
@@ -345,9 +359,13 @@ pub fn up(cfg: &Config) -> Result<Part> {
     let ec = engine_config(cfg, None, None, None)?;
     let eng = start_engine(&ec)?;
     let detail = format!(
-        "object engine on {} ({} targets, TCP; RDMA transport not built), data {}",
+        "object engine on {} ({} targets; {}), data {}",
         eng.addr(),
         eng.targets(),
+        ec.rdma_listen
+            .map_or("RDMA off: [obj] rdma_listen".to_string(), |r| format!(
+                "RDMA on {r}"
+            )),
         ec.data_dir.display()
     );
     Ok(Part::Running {
@@ -359,6 +377,15 @@ pub fn up(cfg: &Config) -> Result<Part> {
 
 fn connect(at: &At, cfg: &Config) -> Result<Client> {
     let addr = at.engine.clone().unwrap_or_else(|| cfg.obj.listen.clone());
+    if let Some(r) = addr.strip_prefix("rdma://") {
+        let server: SocketAddr = r
+            .parse()
+            .with_context(|| format!("bad engine address {addr:?}"))?;
+        let src = at.rdma_src.as_deref().context(
+            "an rdma:// engine needs --rdma-src IP (the local soft RoCE device's address)",
+        )?;
+        return Client::connect_rdma(server, src).map_err(|e| explain(e, "engine"));
+    }
     Client::connect(&addr).map_err(|e| explain(e, "engine"))
 }
 
@@ -922,6 +949,7 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
             listen: "127.0.0.1:0".parse()?,
             data_dir: dir.join("engine"),
             targets: 0,
+            rdma_listen: None,
         };
         let eng = start_engine(&ec)?;
         let c = Client::connect(&eng.addr().to_string()).map_err(|e| explain(e, "engine"))?;
