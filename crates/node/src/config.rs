@@ -197,6 +197,9 @@ pub struct ObjConfig {
     pub targets: usize,
     /// The engine's data directory (default: `<node data_dir>/obj`).
     pub data_dir: Option<PathBuf>,
+    /// Also serve RPC over RDMA (soft RoCE on this IP, RDMA CM on this
+    /// port), e.g. `127.0.0.1:7480`; empty = TCP only.
+    pub rdma_listen: String,
 }
 
 impl Default for ObjConfig {
@@ -206,6 +209,7 @@ impl Default for ObjConfig {
             listen: "127.0.0.1:10001".into(),
             targets: 0,
             data_dir: None,
+            rdma_listen: String::new(),
         }
     }
 }

@@ -276,9 +276,13 @@ impl Node {
         let ec = objstore::engine_config(cfg, None, None, None)?;
         let eng = objstore::start_engine(&ec)?;
         let detail = format!(
-            "object engine on {} ({} targets, TCP; RDMA transport not built), data {}",
+            "object engine on {} ({} targets; {}), data {}",
             eng.addr(),
             eng.targets(),
+            ec.rdma_listen
+                .map_or("RDMA off: [obj] rdma_listen".to_string(), |r| format!(
+                    "RDMA on {r}"
+                )),
             ec.data_dir.display()
         );
         self.obj = Some(eng);

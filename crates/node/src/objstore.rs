@@ -23,11 +23,27 @@ pub fn engine_config(
         what: format!("bad listen address {listen:?} (want IP:PORT)"),
         source: Box::new(e),
     })?;
+    let rdma_listen = if o.rdma_listen.is_empty() {
+        None
+    } else {
+        Some(parse_rdma(&o.rdma_listen)?)
+    };
     Ok(EngineConfig {
         listen,
         data_dir: dir.unwrap_or_else(|| o.data_dir(cfg)),
         targets: targets.unwrap_or(o.targets),
+        rdma_listen,
     })
+}
+
+/// An RDMA listen address, `IP:PORT` or `rdma://IP:PORT`.
+pub fn parse_rdma(s: &str) -> Result<SocketAddr> {
+    s.trim_start_matches("rdma://")
+        .parse()
+        .map_err(|e| Error::Context {
+            what: format!("bad RDMA listen address {s:?} (want IP:PORT)"),
+            source: Box::new(e),
+        })
 }
 
 /// Starts an engine on the VOS backend.

@@ -2,6 +2,7 @@
 //! `kv`, `bench obj` (the object store's part of `dpustack up` is `node::objstore`).
 
 use std::io::{Read, Write};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use obj::rpc::Status;
 use obj::types::{AKey, Anchor, DKey, Epoch, Iod, ObjClass, ObjType, ObjectId, SgList};
 
 use crate::config::Config;
-use node::objstore::{engine_config, start_engine};
+use node::objstore::{engine_config, parse_rdma, start_engine};
 
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
@@ -65,24 +66,23 @@ pub struct EngineArgs {
     /// Stop by itself after this many seconds.
     #[arg(long = "for", value_name = "SECS")]
     pub for_secs: Option<f64>,
-    /// RPC transport (only TCP is built).
-    #[arg(long, value_enum, default_value = "tcp")]
-    pub transport: Transport,
-}
-
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
-    Tcp,
-    /// RPC over RDMA SEND/RECV + READ/WRITE (not built yet).
-    Rdma,
+    /// Also serve RPC over RDMA (soft RoCE device on this IP, RDMA CM on
+    /// this port; default `[obj] rdma_listen`).
+    #[arg(long, value_name = "IP:PORT")]
+    pub rdma_listen: Option<String>,
 }
 
 /// Which engine the tools talk to.
 #[derive(Args, Debug, Clone)]
 pub struct At {
-    /// Engine address (default: `[obj] listen`).
+    /// Engine address (default: `[obj] listen`); `rdma://IP:PORT` for RPC
+    /// over RDMA (with --rdma-src).
     #[arg(short = 'a', long = "engine", env = "DPUSTACK_ENGINE", global = true)]
     pub engine: Option<String>,
+    /// Local IP of the soft RoCE device for `rdma://` engines (UDP 4791 of
+    /// that address must be free).
+    #[arg(long, env = "DPUSTACK_RDMA_SRC", global = true)]
+    pub rdma_src: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -239,17 +239,16 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
 }
 
 fn engine(a: &EngineArgs, cfg: &Config) -> Result<()> {
-    if a.transport == Transport::Rdma {
-        bail!(
-            "RPC over RDMA (SEND/RECV on RC QPs via the RDMA CM, bulk by RDMA READ/WRITE) is NOT BUILT yet; \
-             the engine speaks the same protocol over TCP only (--transport tcp)"
-        );
+    let mut ec = engine_config(cfg, a.listen.as_deref(), a.data_dir.clone(), a.targets)?;
+    if let Some(r) = &a.rdma_listen {
+        ec.rdma_listen = Some(parse_rdma(r)?);
     }
-    let ec = engine_config(cfg, a.listen.as_deref(), a.data_dir.clone(), a.targets)?;
     let eng = start_engine(&ec)?;
     println!(
-        "object engine on {} — {} target(s), data dir {}; Ctrl-C to stop",
+        "object engine on {}{} — {} target(s), data dir {}; Ctrl-C to stop",
         eng.addr(),
+        ec.rdma_listen
+            .map_or(String::new(), |r| format!(" and rdma://{r}")),
         eng.targets(),
         ec.data_dir.display()
     );
@@ -271,6 +270,15 @@ fn engine(a: &EngineArgs, cfg: &Config) -> Result<()> {
 
 fn connect(at: &At, cfg: &Config) -> Result<Client> {
     let addr = at.engine.clone().unwrap_or_else(|| cfg.obj.listen.clone());
+    if let Some(r) = addr.strip_prefix("rdma://") {
+        let server: SocketAddr = r
+            .parse()
+            .with_context(|| format!("bad engine address {addr:?}"))?;
+        let src = at.rdma_src.as_deref().context(
+            "an rdma:// engine needs --rdma-src IP (the local soft RoCE device's address)",
+        )?;
+        return Client::connect_rdma(server, src).map_err(|e| explain(e, "engine"));
+    }
     Client::connect(&addr).map_err(|e| explain(e, "engine"))
 }
 
@@ -834,6 +842,7 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
             listen: "127.0.0.1:0".parse()?,
             data_dir: dir.join("engine"),
             targets: 0,
+            rdma_listen: None,
         };
         let eng = start_engine(&ec)?;
         let c = Client::connect(&eng.addr().to_string()).map_err(|e| explain(e, "engine"))?;
