@@ -110,11 +110,23 @@ pub enum Action {
     DecTtl,
     /// Send to the controller (`controller`, `controller:max_len`).
     Controller(u16),
+    /// `resubmit(PORT,TABLE)` / `resubmit(,TABLE)` / `resubmit:PORT` (Nicira extension):
+    /// look the packet up again in `table` (None: the current table) with `in_port`
+    /// replaced by `port` for that lookup (None: the packet's in_port), run the matched
+    /// rule's actions, then continue here. A miss does nothing.
+    Resubmit {
+        port: Option<u32>,
+        table: Option<u8>,
+    },
+    /// `goto_table:N` (OpenFlow 1.1+ instruction, always last; N > the rule's table).
+    GotoTable(u8),
 }
 
 /// A flow rule.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Rule {
+    /// OpenFlow table (0–254).
+    pub table: u8,
     pub priority: u16,
     pub cookie: u64,
     pub idle_timeout: u16,
@@ -122,6 +134,9 @@ pub struct Rule {
     pub m: Match,
     pub actions: Vec<Action>,
 }
+
+/// The highest OpenFlow table id (255 means "all tables" / "current table").
+pub const MAX_TABLE: u8 = 254;
 
 /// OpenFlow's default priority.
 pub const DEFAULT_PRIORITY: u16 = 32768;
@@ -646,6 +661,7 @@ pub fn parse_rule(line: &str) -> Result<Rule, ParseError> {
     };
     let acts = acts.ok_or_else(|| perr("actions", "missing `actions=`"))?;
     let mut r = Rule {
+        table: 0,
         priority: DEFAULT_PRIORITY,
         cookie: 0,
         idle_timeout: 0,
@@ -673,9 +689,10 @@ pub fn parse_rule(line: &str) -> Result<Rule, ParseError> {
             }
             "table" => {
                 let t = num(k, v.ok_or_else(|| perr(k, "needs a value"))?)?;
-                if t != 0 {
-                    return Err(perr(k, "only table 0 is supported"));
+                if t > MAX_TABLE as u64 {
+                    return Err(perr(k, format!("table {t} out of range (0–{MAX_TABLE})")));
                 }
+                r.table = t as u8;
             }
             _ => {
                 if !match_item(&mut r.m, k, v)? {
@@ -701,6 +718,21 @@ pub fn parse_rule(line: &str) -> Result<Rule, ParseError> {
         }
     }
     r.actions = parse_actions(acts, &r.m)?;
+    // OpenFlow: goto_table is the last instruction and only goes forward (OVS
+    // `ofpacts_check`: OFPBRC_BAD_TABLE_ID otherwise).
+    for (i, a) in r.actions.iter().enumerate() {
+        if let Action::GotoTable(t) = *a {
+            if t <= r.table {
+                return Err(perr(
+                    "goto_table",
+                    format!("goto_table:{t} must go to a later table than {}", r.table),
+                ));
+            }
+            if i + 1 != r.actions.len() {
+                return Err(perr("goto_table", "must be the last action"));
+            }
+        }
+    }
     Ok(r)
 }
 
@@ -874,6 +906,11 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
                 out.push(Action::SetField(sf, v as u128));
             }
             "dec_ttl" => out.push(Action::DecTtl),
+            "goto_table" => {
+                let t = num_max(name, argv(name)?, MAX_TABLE as u64)?;
+                out.push(Action::GotoTable(t as u8));
+            }
+            "resubmit" => out.push(parse_resubmit(item)?),
             "set_field" => {
                 let a = argv(name)?;
                 let (val, field) = a
@@ -951,6 +988,48 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
         }
     }
     Ok(out)
+}
+
+/// `resubmit:PORT`, `resubmit(PORT,TABLE)`, `resubmit(,TABLE)` (PORT may be empty or
+/// `in_port`; TABLE may be empty or 255 = the current table).
+fn parse_resubmit(item: &str) -> Result<Action, ParseError> {
+    let n = "resubmit";
+    let item = item.trim();
+    let port_of = |s: &str| -> Result<Option<u32>, ParseError> {
+        match s.trim() {
+            "" | "in_port" | "IN_PORT" => Ok(None),
+            p => Ok(Some(num_max(n, p, 0xffff_ff00)? as u32)),
+        }
+    };
+    if let Some(p) = item.strip_prefix("resubmit:") {
+        return Ok(Action::Resubmit {
+            port: port_of(p)?,
+            table: None,
+        });
+    }
+    let inner = item
+        .strip_prefix("resubmit(")
+        .and_then(|s| s.strip_suffix(')'))
+        .ok_or_else(|| perr(n, "expected resubmit:PORT or resubmit(PORT,TABLE)"))?;
+    let mut parts = inner.split(',');
+    let port = port_of(parts.next().unwrap_or(""))?;
+    let table = match parts.next().map(str::trim) {
+        None | Some("") => None,
+        Some(t) => match num_max(n, t, 255)? {
+            255 => None,
+            t => Some(t as u8),
+        },
+    };
+    if let Some(extra) = parts.next() {
+        return Err(perr(
+            n,
+            format!("unsupported resubmit argument `{extra}` (ct)"),
+        ));
+    }
+    if port.is_none() && table.is_none() {
+        return Err(perr(n, "needs a port or a table"));
+    }
+    Ok(Action::Resubmit { port, table })
 }
 
 /// Whether the match requires IPv4 fragments handling (`nw_frag` in the mask).

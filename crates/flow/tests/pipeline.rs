@@ -1,0 +1,183 @@
+//! Multi-table pipelines (issue 20): `table=N`, `goto_table`, `resubmit`, OVS's resubmit
+//! limits, per-table misses and rule statistics across tables. The exact megaflows and
+//! actions are checked against OVS by `ovs_oracle.rs` (ignored tests); these tests
+//! check the semantics that do not need the oracle.
+
+use flow::dp::Datapath;
+use flow::ofctl::{parse_rule, Action};
+use flow::xlate::{MAX_DEPTH, MAX_RESUBMITS};
+use flow::{parse_exact_flow, parse_flows, trace, FlowTable, XlateError};
+
+fn table(text: &str) -> FlowTable {
+    FlowTable::from_rules(parse_flows(text).unwrap())
+}
+
+fn run(t: &FlowTable, flow: &str) -> flow::Trace {
+    trace(t, &parse_exact_flow(flow).unwrap(), false)
+}
+
+fn id_of(t: &FlowTable, table: u8, prio: u16) -> u32 {
+    *t.rules
+        .iter()
+        .find(|(_, r)| r.table == table && r.priority == prio)
+        .unwrap()
+        .0
+}
+
+#[test]
+fn parse_tables_goto_and_resubmit() {
+    let r = parse_rule(
+        "table=3,priority=5,ip,actions=resubmit(,7),resubmit:2,resubmit(4,9),resubmit(in_port,5),goto_table:9",
+    )
+    .unwrap();
+    assert_eq!(r.table, 3);
+    let rs = |port, table| Action::Resubmit { port, table };
+    assert_eq!(
+        r.actions,
+        vec![
+            rs(None, Some(7)),
+            rs(Some(2), None),
+            rs(Some(4), Some(9)),
+            rs(None, Some(5)),
+            Action::GotoTable(9),
+        ]
+    );
+    assert_eq!(
+        flow::ofproto::format_ofpacts(&r.actions),
+        "resubmit(,7),resubmit:2,resubmit(4,9),resubmit(,5),goto_table:9"
+    );
+}
+
+#[test]
+fn bad_pipelines_are_load_time_errors() {
+    for (line, field) in [
+        ("table=255,actions=drop", "table"),
+        ("table=300,actions=drop", "table"),
+        ("table=3,actions=goto_table:3", "goto_table"),
+        ("table=3,actions=goto_table:1", "goto_table"),
+        ("actions=goto_table:2,output:1", "goto_table"),
+        ("actions=goto_table:255", "goto_table"),
+        ("actions=resubmit(,256)", "resubmit"),
+        ("actions=resubmit(x,1)", "resubmit"),
+        ("actions=resubmit(,1,ct)", "resubmit"),
+        ("actions=resubmit(in_port,255)", "resubmit"),
+    ] {
+        let e = parse_rule(line).unwrap_err();
+        assert_eq!(e.field, field, "{line}: {e:?}");
+    }
+}
+
+#[test]
+fn goto_table_and_resubmit_walk_the_tables() {
+    let t = table(
+        "table=0,priority=10,tcp,actions=set_field:10.1.1.1->ip_dst,goto_table:2\n\
+         table=0,priority=5,udp,actions=output:4,resubmit(,1),output:3\n\
+         table=1,priority=1,udp,tp_dst=53,actions=output:2\n\
+         table=2,priority=1,ip,nw_dst=10.1.1.1,actions=output:2\n\
+         table=2,priority=0,actions=output:3\n",
+    );
+    // goto_table sees the rewritten destination.
+    let x = run(&t, "in_port=1,tcp,nw_dst=9.9.9.9,tp_dst=80");
+    assert!(x.actions.ends_with(",2"), "{}", x.actions);
+    assert!(x.actions.starts_with("set(ipv4("), "{}", x.actions);
+    // resubmit continues after the resubmitted table's actions; a miss there does nothing.
+    assert_eq!(run(&t, "in_port=1,udp,tp_dst=53").actions, "4,2,3");
+    assert_eq!(run(&t, "in_port=1,udp,tp_dst=54").actions, "4,3");
+    // The resubmitted lookup un-wildcards (some bits of) tp_dst, which only the table-1
+    // rule matches on.
+    assert!(run(&t, "in_port=1,udp,tp_dst=54")
+        .megaflow
+        .contains("tp_dst="));
+    assert!(!run(&t, "in_port=1,tcp,tp_dst=54")
+        .megaflow
+        .contains("tp_dst="));
+    // goto_table to a table without a match: drop (table miss, no controller).
+    assert_eq!(run(&t, "in_port=1,icmp").actions, "drop");
+}
+
+#[test]
+fn resubmit_with_port_looks_up_that_port_but_outputs_see_the_real_one() {
+    let t = table(
+        "table=0,in_port=1,actions=resubmit(7,1)\n\
+         table=1,in_port=7,actions=output:1,output:2,in_port\n\
+         table=1,in_port=1,actions=output:3\n",
+    );
+    // Output to the packet's own in_port (1) is skipped, output:in_port sends there.
+    assert_eq!(run(&t, "in_port=1,ip").actions, "2,1");
+}
+
+#[test]
+fn resubmit_loop_is_dropped_as_recursion_too_deep() {
+    let t = table("table=0,actions=output:2,resubmit(,0)\n");
+    let x = run(&t, "in_port=1,ip");
+    assert_eq!(x.error, Some(XlateError::RecursionTooDeep));
+    assert_eq!(x.actions, "drop");
+    assert_eq!(MAX_DEPTH, 64);
+    // A loop across two tables that goes back deepens at each return to table 0.
+    let t = table(
+        "table=0,actions=goto_table:1\n\
+         table=1,actions=resubmit(,0)\n",
+    );
+    assert_eq!(
+        run(&t, "in_port=1,ip").error,
+        Some(XlateError::RecursionTooDeep)
+    );
+}
+
+#[test]
+fn wide_resubmit_fanout_hits_the_total_limit() {
+    // Each table resubmits twice to the next one: 2 + 4 + ... + 2^12 lookups > 4096,
+    // all going forward, so the depth stays 0 and the total limit is what stops it.
+    let mut s = String::new();
+    for i in 0..12 {
+        s += &format!(
+            "table={i},actions=resubmit(,{n}),resubmit(,{n})\n",
+            n = i + 1
+        );
+    }
+    s += "table=12,actions=output:2\n";
+    let t = table(&s);
+    let x = run(&t, "in_port=1,ip");
+    assert_eq!(x.error, Some(XlateError::TooManyResubmits));
+    assert_eq!(x.actions, "drop");
+    assert_eq!(MAX_RESUBMITS, 4096);
+    // 11 levels: 2 + ... + 2^11 = 4094 lookups, under the limit: 2^11 outputs to port 2.
+    let mut s = String::new();
+    for i in 0..11 {
+        s += &format!(
+            "table={i},actions=resubmit(,{n}),resubmit(,{n})\n",
+            n = i + 1
+        );
+    }
+    s += "table=11,actions=output:2\n";
+    let x = run(&table(&s), "in_port=1,ip");
+    assert_eq!(x.error, None);
+    assert_eq!(x.actions.split(',').count(), 2048);
+}
+
+#[test]
+fn stats_credit_every_rule_the_pipeline_executed() {
+    let mut t = table(
+        "table=0,priority=10,udp,actions=resubmit(,1),goto_table:2\n\
+         table=1,priority=10,udp,tp_dst=53,actions=output:2\n\
+         table=1,priority=5,udp,actions=output:4\n\
+         table=2,priority=1,actions=output:3\n",
+    );
+    let mut dp = Datapath::new();
+    let k = parse_exact_flow("in_port=1,udp,tp_dst=53").unwrap();
+    for i in 0..5 {
+        dp.process(&t, &k, 100, i);
+    }
+    dp.push_stats(&mut t);
+    let pk = |t: &FlowTable, tb, p| t.rule_stats(id_of(t, tb, p)).unwrap().packets;
+    assert_eq!(pk(&t, 0, 10), 5);
+    assert_eq!(pk(&t, 1, 10), 5);
+    assert_eq!(pk(&t, 1, 5), 0, "looked at, not matched: not credited");
+    assert_eq!(pk(&t, 2, 1), 5);
+    assert_eq!((t.table_len(0), t.table_len(1), t.table_len(2)), (1, 2, 1));
+    let dump = t.dump_rules(0);
+    assert!(dump[0].contains("table=0, n_packets=5"), "{dump:?}");
+    assert!(dump[1].contains("table=1, n_packets=5"), "{dump:?}");
+    assert!(dump[3].contains("table=2, n_packets=5"), "{dump:?}");
+    assert!(dump[0].ends_with("actions=resubmit(,1),goto_table:2"));
+}
