@@ -481,7 +481,8 @@ impl Classifier {
             let before = wc.ports();
             let ports = before | (st.ports_mask & prefix_mask32(mbits));
             st.fold_stages(wc, n);
-            wc.w[14] = (wc.w[14] & 0xffff_ffff) | ((ports as u64) << 32);
+            let pw = f::TP_SRC.word as usize;
+            wc.w[pw] = (wc.w[pw] & 0xffff_ffff) | ((ports as u64) << 32);
             return None;
         }
         for i in 0..NW {

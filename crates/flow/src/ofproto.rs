@@ -213,6 +213,35 @@ pub fn format_ofpacts(actions: &[Action]) -> String {
             Action::DecTtl => "dec_ttl".into(),
             Action::Controller(ml) => format!("CONTROLLER:{ml}"),
             Action::GotoTable(t) => format!("goto_table:{t}"),
+            Action::WriteMetadata { value, mask } => {
+                if mask == u64::MAX {
+                    format!("write_metadata:{value:#x}")
+                } else {
+                    format!("write_metadata:{value:#x}/{mask:#x}")
+                }
+            }
+            Action::Load { dst, value, mask } => {
+                if mask == dst.fd().ones() {
+                    format!("set_field:{value:#x}->{}", dst.name())
+                } else {
+                    format!("set_field:{value:#x}/{mask:#x}->{}", dst.name())
+                }
+            }
+            Action::Move {
+                src,
+                src_ofs,
+                dst,
+                dst_ofs,
+                n_bits,
+            } => format!(
+                "move:{}[{}..{}]->{}[{}..{}]",
+                src.name(),
+                src_ofs,
+                src_ofs + n_bits - 1,
+                dst.name(),
+                dst_ofs,
+                dst_ofs + n_bits - 1
+            ),
             Action::Resubmit { port, table } => match (port, table) {
                 (Some(p), None) => format!("resubmit:{p}"),
                 (p, t) => format!(

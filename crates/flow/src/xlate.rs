@@ -4,7 +4,7 @@
 
 use crate::classifier::Classifier;
 use crate::key::{f, FlowKey, FRAG_ANY, FRAG_LATER, FRAG_MASK, VLAN_CFI, VLAN_PCP_MASK};
-use crate::ofctl::{tcp_flag_name, Action, Match, Rule, SetField};
+use crate::ofctl::{tcp_flag_name, Action, Match, Rule, SetField, SrcField};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -406,7 +406,10 @@ impl FlowTable {
             x.out.clear();
         }
         let mut wc = x.wc;
-        // xlate_wc_finish
+        // xlate_wc_finish: registers and metadata are not part of a megaflow.
+        for i in crate::key::META_WORDS {
+            wc.w[i] = 0;
+        }
         if flow.is_icmp_any() {
             let w = wc.get(f::TP_SRC) & 0xff;
             wc.set(f::TP_SRC, w);
@@ -493,6 +496,15 @@ impl FlowTable {
                     self.table_action(x, p, table.unwrap_or(x.table_id));
                 }
                 Action::GotoTable(t) => self.table_action(x, in_port, t),
+                Action::Load { dst, value, mask } => x.load(dst.fd(), value, mask),
+                Action::WriteMetadata { value, mask } => x.load(f::METADATA, value, mask),
+                Action::Move {
+                    src,
+                    src_ofs,
+                    dst,
+                    dst_ofs,
+                    n_bits,
+                } => x.move_bits(src, src_ofs, dst.fd(), dst_ofs, n_bits),
                 Action::Output(p) => {
                     let exists = self.ports.as_ref().is_none_or(|ps| ps.contains(&p));
                     if p != in_port && exists {
@@ -672,6 +684,47 @@ struct Ctx {
 }
 
 impl Ctx {
+    /// `mf_set_flow_value_masked` + `mf_mask_field_masked` on a pipeline field.
+    fn load(&mut self, fd: crate::key::Fd, value: u64, mask: u64) {
+        self.wc.or(fd, mask);
+        let old = self.flow.get(fd);
+        self.flow.set(fd, (old & !mask) | (value & mask));
+    }
+
+    /// OVS `mf_subfield_copy`: only when the source's prerequisites hold (checking them
+    /// un-wildcards `nw_proto` for TCP/UDP sources); un-wildcards the source and
+    /// destination bits.
+    fn move_bits(&mut self, src: SrcField, sofs: u8, dst: crate::key::Fd, dofs: u8, n: u8) {
+        let fl = &self.flow;
+        let ok = match src {
+            SrcField::IpSrc | SrcField::IpDst => fl.is_ipv4(),
+            SrcField::TcpSrc | SrcField::TcpDst | SrcField::UdpSrc | SrcField::UdpDst => {
+                if fl.is_ip_any() {
+                    self.wc.full(f::NW_PROTO);
+                    let want = if matches!(src, SrcField::TcpSrc | SrcField::TcpDst) {
+                        ipproto::TCP
+                    } else {
+                        ipproto::UDP
+                    };
+                    fl.nw_proto() == want && fl.nw_frag() & FRAG_LATER == 0
+                } else {
+                    false
+                }
+            }
+            _ => true,
+        };
+        if !ok {
+            return;
+        }
+        let ones = if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
+        let (sfd, _) = src.fd();
+        self.wc.or(sfd, ones << sofs);
+        self.wc.or(dst, ones << dofs);
+        let v = (self.flow.get(sfd) >> sofs) & ones;
+        let old = self.flow.get(dst);
+        self.flow.set(dst, (old & !(ones << dofs)) | (v << dofs));
+    }
+
     /// commit_odp_actions: emit set/push/pop actions for what changed since `base`.
     fn commit(&mut self) {
         let b0 = self.base;
@@ -881,6 +934,22 @@ fn match_items(flow: &FlowKey, wc: &FlowKey, megaflow: bool) -> Vec<String> {
     }
     if megaflow {
         o.push("eth".into());
+    }
+    if wc.get(f::METADATA) != 0 {
+        let (v, m) = (fv.get(f::METADATA), wc.get(f::METADATA));
+        o.push(if m == u64::MAX {
+            format!("metadata={v:#x}")
+        } else {
+            format!("metadata={v:#x}/{m:#x}")
+        });
+    }
+    for (i, fd) in f::REGS.iter().enumerate() {
+        let (v, m) = (fv.get(*fd), wc.get(*fd));
+        if m == 0xffff_ffff {
+            o.push(format!("reg{i}={v:#x}"));
+        } else if m != 0 {
+            o.push(format!("reg{i}={v:#x}/{m:#x}"));
+        }
     }
     let dl_type = fv.dl_type();
     let mut skip_type = false;

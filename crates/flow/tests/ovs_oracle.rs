@@ -499,7 +499,34 @@ fn gen_pipeline(r: &mut SmallRng, n_tables: u8, per_table: usize) -> String {
                 let at = outs.choose(r).copied().unwrap_or(acts.len());
                 acts.insert(at, res);
             }
-            if t + 1 < n_tables && r.gen_bool(0.5) {
+            // Registers and metadata: set here (before the resubmits/outputs or at the
+            // front), matched in later tables.
+            let v4 = m.contains("tcp,")
+                || m.contains("udp,")
+                || m.contains(",ip,")
+                || m.ends_with(",ip")
+                || m.contains("icmp,")
+                || m.ends_with("tcp")
+                || m.ends_with("udp")
+                || m.ends_with("icmp");
+            let v4 = v4 && !m.contains("6");
+            for _ in 0..r.gen_range(0..3) {
+                let reg = r.gen_range(0..3);
+                let op = match r.gen_range(0..6) {
+                    0 => format!("load:{}->NXM_NX_REG{reg}[0..3]", r.gen_range(0..4)),
+                    1 => format!("set_field:{}->reg{reg}", r.gen_range(0..3)),
+                    2 => format!("set_field:{:#x}/0xf0->reg{reg}", r.gen_range(0..3) << 4),
+                    3 => format!("move:NXM_OF_ETH_SRC[0..7]->NXM_NX_REG{reg}[0..7]"),
+                    4 if v4 => format!("move:NXM_OF_IP_DST[0..3]->NXM_NX_REG{reg}[4..7]"),
+                    _ => format!("move:NXM_OF_IN_PORT[0..3]->NXM_NX_REG{reg}[0..3]"),
+                };
+                acts.insert(0, op);
+            }
+            let goto = t + 1 < n_tables && r.gen_bool(0.5);
+            if goto && r.gen_bool(0.3) {
+                acts.push(format!("write_metadata:{:#x}/0xff", r.gen_range(0..3)));
+            }
+            if goto {
                 let to = r.gen_range(t + 1..n_tables);
                 if acts.last().is_some_and(|x| x.starts_with("output:")) {
                     acts.pop();
@@ -511,6 +538,16 @@ fn gen_pipeline(r: &mut SmallRng, n_tables: u8, per_table: usize) -> String {
             } else {
                 acts.join(",")
             };
+            let mut m = m.to_string();
+            if t > 0 && r.gen_bool(0.4) {
+                let reg = r.gen_range(0..3);
+                m += &match r.gen_range(0..4) {
+                    0 => format!(",reg{reg}={}", r.gen_range(0..4)),
+                    1 => format!(",reg{reg}={:#x}/0xf", r.gen_range(0..4)),
+                    2 => format!(",reg{reg}={:#x}/0xf0", r.gen_range(0..3) << 4),
+                    _ => format!(",metadata={:#x}/0xff", r.gen_range(0..3)),
+                };
+            }
             flows.push_str(&format!("table={t},{m},actions={a}\n"));
         }
         if r.gen_bool(0.5) {

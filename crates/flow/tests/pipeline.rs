@@ -181,3 +181,51 @@ fn stats_credit_every_rule_the_pipeline_executed() {
     assert!(dump[3].contains("table=2, n_packets=5"), "{dump:?}");
     assert!(dump[0].ends_with("actions=resubmit(,1),goto_table:2"));
 }
+
+#[test]
+fn registers_and_metadata_carry_state_between_tables_and_stay_out_of_megaflows() {
+    let t = table(
+        "table=0,priority=10,tcp,actions=load:0x5->NXM_NX_REG0[0..7],move:NXM_OF_TCP_DST[]->reg1[16..31],write_metadata:0xa0/0xf0,goto_table:1\n\
+         table=0,priority=5,actions=set_field:0x7/0xf->reg0,resubmit(,1)\n\
+         table=1,priority=30,reg0=0x5/0xff,reg1=0x500000/0xffff0000,metadata=0xa0/0xf0,actions=output:2\n\
+         table=1,priority=20,reg0=0x5/0xff,actions=output:3\n\
+         table=1,priority=10,reg0=0x7,actions=output:4\n",
+    );
+    // tcp_dst=80 (0x50): moved into reg1's high half; all three matches hold.
+    let x = run(&t, "in_port=1,tcp,tp_dst=80");
+    assert_eq!(x.actions, "2");
+    // The move un-wildcards the whole tcp_dst; no register or metadata in the megaflow.
+    assert!(x.megaflow.contains("tp_dst=80"), "{}", x.megaflow);
+    assert!(!x.megaflow.contains("reg") && !x.megaflow.contains("metadata"));
+    assert_eq!(run(&t, "in_port=1,tcp,tp_dst=81").actions, "3");
+    // The other path: reg0=7 (masked set_field on a zero register).
+    assert_eq!(run(&t, "in_port=1,udp").actions, "4");
+}
+
+#[test]
+fn register_errors_at_load_time() {
+    for (line, field) in [
+        ("reg16=1,actions=drop", "reg16"),
+        ("xxreg0=1,actions=drop", "xxreg0"),
+        ("actions=load:0x1ff->reg0[0..7]", "load"),
+        ("actions=load:1->reg0[30..40]", "load"),
+        ("actions=load:1->reg16[]", "load"),
+        ("actions=move:reg0[0..7]->reg1[0..15]", "move"),
+        ("actions=move:NXM_OF_IP_SRC[]->reg1[]", "move"),
+        ("actions=move:reg0[]->NXM_OF_ETH_DST[0..31]", "move"),
+        ("actions=write_metadata:1,output:2", "write_metadata"),
+    ] {
+        let e = parse_rule(line).unwrap_err();
+        assert_eq!(e.field, field, "{line}: {e:?}");
+    }
+    let r = parse_rule("table=2,reg3=0x10/0xf0,metadata=0x1,actions=move:eth_src[0..15]->xreg1[8..23],set_field:0x3->reg2,write_metadata:0x1/0x1,goto_table:3").unwrap();
+    assert_eq!(
+        flow::ofproto::format_ofpacts(&r.actions),
+        "move:eth_src[0..15]->xreg1[8..23],set_field:0x3->reg2,write_metadata:0x1/0x1,goto_table:3"
+    );
+    let d = flow::xlate::format_rule_match(&r.m, r.priority);
+    assert!(
+        d.contains("metadata=0x1") && d.contains("reg3=0x10/0xf0"),
+        "{d}"
+    );
+}
