@@ -738,3 +738,67 @@ fn malformed_frames_with_ovs() {
     eprintln!("OVS conformance on malformed frames (seed {seed}): {agree}/{n} agree");
     assert!(fails.is_empty(), "disagreements:\n{}", fails.join("\n"));
 }
+
+/// OVS's resubmit limits on purpose-built pipelines: a resubmit loop (depth), a
+/// two-table loop through goto_table, a binary fan-out past 4096 lookups (total) and
+/// one just under it (2048 outputs, which must then be equal to OVS's).
+#[test]
+#[ignore = "needs openvswitch-switch (the OVS oracle): run with --ignored"]
+fn resubmit_limits_with_ovs() {
+    let o = Oracle::start();
+    let fan = |levels: usize| {
+        let mut s = String::new();
+        for i in 0..levels {
+            s += &format!(
+                "table={i},actions=resubmit(,{n}),resubmit(,{n})\n",
+                n = i + 1
+            );
+        }
+        s += &format!("table={levels},actions=output:2\n");
+        s
+    };
+    let cases = [
+        (
+            "table=0,actions=output:2,resubmit(,0)\n".to_string(),
+            "in_port=1,ip",
+        ),
+        (
+            "table=0,actions=load:1->reg0[0..3],goto_table:1\ntable=1,actions=resubmit(,0)\n"
+                .to_string(),
+            "in_port=1,tcp",
+        ),
+        (fan(12), "in_port=1,udp"),
+        (fan(11), "in_port=1,udp"),
+    ];
+    let mut bad = Vec::new();
+    for (flows, pkt) in cases.iter() {
+        o.load(flows);
+        let mut table = FlowTable::from_rules(parse_flows(flows).unwrap());
+        table.ports = Some((1..=4).collect());
+        let ours = flow::trace(&table, &flow::parse_exact_flow(pkt).unwrap(), false);
+        let theirs = o.trace_or_error(pkt, None);
+        let ok = match (&theirs, ours.error) {
+            (Err(e), Some(oe)) => *e == oe.to_string(),
+            (Ok((m, a)), None) => {
+                canonical_megaflow(&ours.megaflow) == canonical_megaflow(m)
+                    && canonical_actions(&ours.actions) == canonical_actions(a)
+            }
+            _ => false,
+        };
+        eprintln!(
+            "limits: {} lines, {pkt}: OVS {:?}, ours {:?}",
+            flows.lines().count(),
+            theirs.as_ref().map(|(_, a)| a.split(',').count()),
+            ours.error
+        );
+        if !ok {
+            bad.push(format!(
+                "{pkt} on\n{flows}\n  ours {:?} {}\n  ovs {:?}",
+                ours.error,
+                ours.actions.len(),
+                theirs.map(|(m, a)| (m, a.len()))
+            ));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
