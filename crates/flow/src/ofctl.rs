@@ -159,6 +159,14 @@ impl MetaField {
             MetaField::Metadata => f::METADATA,
         }
     }
+    /// OVS's NXM/OXM name (as `load` / `move` print it).
+    pub fn nxm_name(self) -> String {
+        match self {
+            MetaField::Reg(i) => format!("NXM_NX_REG{i}"),
+            MetaField::Xreg(i) => format!("OXM_OF_PKT_REG{i}"),
+            MetaField::Metadata => "OXM_OF_METADATA".into(),
+        }
+    }
     /// OVS's (OpenFlow 1.3 dump) name.
     pub fn name(self) -> String {
         match self {
@@ -211,18 +219,19 @@ impl SrcField {
             SrcField::TcpDst | SrcField::UdpDst => (f::TP_DST, 16),
         }
     }
-    pub fn name(self) -> String {
+    /// OVS's NXM name (as `move` prints it).
+    pub fn nxm_name(self) -> String {
         match self {
-            SrcField::Meta(m) => m.name(),
-            SrcField::InPort => "in_port".into(),
-            SrcField::EthSrc => "eth_src".into(),
-            SrcField::EthDst => "eth_dst".into(),
-            SrcField::IpSrc => "ip_src".into(),
-            SrcField::IpDst => "ip_dst".into(),
-            SrcField::TcpSrc => "tcp_src".into(),
-            SrcField::TcpDst => "tcp_dst".into(),
-            SrcField::UdpSrc => "udp_src".into(),
-            SrcField::UdpDst => "udp_dst".into(),
+            SrcField::Meta(m) => m.nxm_name(),
+            SrcField::InPort => "NXM_OF_IN_PORT".into(),
+            SrcField::EthSrc => "NXM_OF_ETH_SRC".into(),
+            SrcField::EthDst => "NXM_OF_ETH_DST".into(),
+            SrcField::IpSrc => "NXM_OF_IP_SRC".into(),
+            SrcField::IpDst => "NXM_OF_IP_DST".into(),
+            SrcField::TcpSrc => "NXM_OF_TCP_SRC".into(),
+            SrcField::TcpDst => "NXM_OF_TCP_DST".into(),
+            SrcField::UdpSrc => "NXM_OF_UDP_SRC".into(),
+            SrcField::UdpDst => "NXM_OF_UDP_DST".into(),
         }
     }
     fn parse(s: &str) -> Option<SrcField> {

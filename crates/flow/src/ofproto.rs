@@ -221,8 +221,21 @@ pub fn format_ofpacts(actions: &[Action]) -> String {
                 }
             }
             Action::Load { dst, value, mask } => {
-                if mask == dst.fd().ones() {
+                // OVS holds a whole-field write as set_field and a contiguous part as
+                // an NXM load (OpenFlow 1.3 dump).
+                let ones = dst.fd().ones();
+                let (ofs, n) = (mask.trailing_zeros(), mask.count_ones());
+                let contiguous = mask != 0 && (mask >> ofs).wrapping_add(1) & (mask >> ofs) == 0;
+                if mask == ones {
                     format!("set_field:{value:#x}->{}", dst.name())
+                } else if contiguous {
+                    format!(
+                        "load:{:#x}->{}[{}..{}]",
+                        value >> ofs,
+                        dst.nxm_name(),
+                        ofs,
+                        ofs + n - 1
+                    )
                 } else {
                     format!("set_field:{value:#x}/{mask:#x}->{}", dst.name())
                 }
@@ -233,15 +246,20 @@ pub fn format_ofpacts(actions: &[Action]) -> String {
                 dst,
                 dst_ofs,
                 n_bits,
-            } => format!(
-                "move:{}[{}..{}]->{}[{}..{}]",
-                src.name(),
-                src_ofs,
-                src_ofs + n_bits - 1,
-                dst.name(),
-                dst_ofs,
-                dst_ofs + n_bits - 1
-            ),
+            } => {
+                let sub = |name: String, ofs: u8, width: u8| {
+                    if ofs == 0 && n_bits == width {
+                        format!("{name}[]")
+                    } else {
+                        format!("{name}[{}..{}]", ofs, ofs + n_bits - 1)
+                    }
+                };
+                format!(
+                    "move:{}->{}",
+                    sub(src.nxm_name(), src_ofs, src.fd().1),
+                    sub(dst.nxm_name(), dst_ofs, dst.fd().bits)
+                )
+            }
             Action::Resubmit { port, table } => match (port, table) {
                 (Some(p), None) => format!("resubmit:{p}"),
                 (p, t) => format!(

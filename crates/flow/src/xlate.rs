@@ -401,9 +401,17 @@ impl FlowTable {
             }
         }
         if let Some(e) = x.error {
-            // OVS returns a drop flow on a translation error.
+            // OVS returns a drop flow on a translation error, with the mask as it was
+            // when translation stopped: `goto exit` skips xlate_wc_finish (so registers
+            // looked at stay in it, at their initial value 0).
             tracing::warn!(error = %e, "translation failed, packet is dropped");
-            x.out.clear();
+            return Xlated {
+                wc: x.wc,
+                actions: Vec::new(),
+                rule,
+                rules: x.rules,
+                error: x.error,
+            };
         }
         let mut wc = x.wc;
         // xlate_wc_finish: registers and metadata are not part of a megaflow.
@@ -935,22 +943,7 @@ fn match_items(flow: &FlowKey, wc: &FlowKey, megaflow: bool) -> Vec<String> {
     if megaflow {
         o.push("eth".into());
     }
-    if wc.get(f::METADATA) != 0 {
-        let (v, m) = (fv.get(f::METADATA), wc.get(f::METADATA));
-        o.push(if m == u64::MAX {
-            format!("metadata={v:#x}")
-        } else {
-            format!("metadata={v:#x}/{m:#x}")
-        });
-    }
-    for (i, fd) in f::REGS.iter().enumerate() {
-        let (v, m) = (fv.get(*fd), wc.get(*fd));
-        if m == 0xffff_ffff {
-            o.push(format!("reg{i}={v:#x}"));
-        } else if m != 0 {
-            o.push(format!("reg{i}={v:#x}/{m:#x}"));
-        }
-    }
+
     let dl_type = fv.dl_type();
     let mut skip_type = false;
     let mut skip_proto = false;
@@ -1005,6 +998,22 @@ fn match_items(flow: &FlowKey, wc: &FlowKey, megaflow: bool) -> Vec<String> {
         if !s.is_empty() {
             o.push(s.into());
         }
+    }
+    // OVS match_format: registers (an xreg shows as its two registers), then
+    // metadata, then in_port.
+    for (i, fd) in f::REGS.iter().enumerate() {
+        let (v, m) = (fv.get(*fd), wc.get(*fd));
+        if m == 0xffff_ffff {
+            o.push(format!("reg{i}={}", hash_x(v)));
+        } else if m != 0 {
+            o.push(format!("reg{i}={}/{m:#x}", hash_x(v)));
+        }
+    }
+    let (v, m) = (fv.get(f::METADATA), wc.get(f::METADATA));
+    if m == u64::MAX {
+        o.push(format!("metadata={}", hash_x(v)));
+    } else if m != 0 {
+        o.push(format!("metadata={}/{m:#x}", hash_x(v)));
     }
     if wc.get(f::IN_PORT) != 0 {
         o.push(format!("in_port={}", fv.in_port()));

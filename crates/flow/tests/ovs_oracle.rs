@@ -586,9 +586,10 @@ fn pipeline_conformance_with_ovs() {
             let theirs = o.trace_or_error(&p, None);
             n += 1;
             let ok = match (&theirs, ours.error) {
-                (Err(e), Some(oe)) => {
+                (Err((e, m)), Some(oe)) => {
                     errors += 1;
                     *e == oe.to_string()
+                        && canonical_megaflow(&ours.megaflow) == canonical_megaflow(m)
                 }
                 (Ok((m, a)), None) => {
                     canonical_megaflow(&ours.megaflow) == canonical_megaflow(m)
@@ -778,7 +779,9 @@ fn resubmit_limits_with_ovs() {
         let ours = flow::trace(&table, &flow::parse_exact_flow(pkt).unwrap(), false);
         let theirs = o.trace_or_error(pkt, None);
         let ok = match (&theirs, ours.error) {
-            (Err(e), Some(oe)) => *e == oe.to_string(),
+            (Err((e, m)), Some(oe)) => {
+                *e == oe.to_string() && canonical_megaflow(&ours.megaflow) == canonical_megaflow(m)
+            }
             (Ok((m, a)), None) => {
                 canonical_megaflow(&ours.megaflow) == canonical_megaflow(m)
                     && canonical_actions(&ours.actions) == canonical_actions(a)
@@ -788,7 +791,10 @@ fn resubmit_limits_with_ovs() {
         eprintln!(
             "limits: {} lines, {pkt}: OVS {:?}, ours {:?}",
             flows.lines().count(),
-            theirs.as_ref().map(|(_, a)| a.split(',').count()),
+            theirs
+                .as_ref()
+                .map(|(_, a)| a.split(',').count())
+                .map_err(|e| &e.0),
             ours.error
         );
         if !ok {

@@ -221,11 +221,37 @@ fn register_errors_at_load_time() {
     let r = parse_rule("table=2,reg3=0x10/0xf0,metadata=0x1,actions=move:eth_src[0..15]->xreg1[8..23],set_field:0x3->reg2,write_metadata:0x1/0x1,goto_table:3").unwrap();
     assert_eq!(
         flow::ofproto::format_ofpacts(&r.actions),
-        "move:eth_src[0..15]->xreg1[8..23],set_field:0x3->reg2,write_metadata:0x1/0x1,goto_table:3"
+        "move:NXM_OF_ETH_SRC[0..15]->OXM_OF_PKT_REG1[8..23],set_field:0x3->reg2,write_metadata:0x1/0x1,goto_table:3"
     );
     let d = flow::xlate::format_rule_match(&r.m, r.priority);
     assert!(
         d.contains("metadata=0x1") && d.contains("reg3=0x10/0xf0"),
         "{d}"
+    );
+}
+
+#[test]
+fn dump_rules_text_is_ovs() {
+    // Expected lines recorded from OVS 3.1 (`ovs.sh flows` of these rules, then
+    // `OVS_ORACLE_OF=OpenFlow13 ovs.sh ofctl dump-flows`; durations as ours at t=0).
+    let t = table(
+        "table=0,priority=10,tcp,actions=load:0x5->NXM_NX_REG0[0..7],move:NXM_OF_TCP_DST[]->NXM_NX_REG1[16..31],set_field:0x3->reg2,set_field:0x30/0xf0->reg3,resubmit(,2),resubmit:3,resubmit(4,2),write_metadata:0xa0/0xf0,goto_table:1\n\
+         table=1,priority=30,reg0=0x5/0xff,reg1=0x500000/0xffff0000,metadata=0xa0/0xf0,actions=move:NXM_OF_ETH_SRC[0..7]->NXM_NX_REG2[0..7],output:2\n\
+         table=1,reg0=7,metadata=0x1,actions=set_field:0x1234->xreg1,write_metadata:0x5,goto_table:2\n\
+         table=2,xreg1=0x55,actions=drop\n",
+    );
+    let ours: Vec<String> = t
+        .dump_rules(0)
+        .into_iter()
+        .map(|l| l.replace("idle_age=0, ", ""))
+        .collect();
+    assert_eq!(
+        ours,
+        [
+            " cookie=0x0, duration=0s, table=0, n_packets=0, n_bytes=0, priority=10,tcp actions=load:0x5->NXM_NX_REG0[0..7],move:NXM_OF_TCP_DST[]->NXM_NX_REG1[16..31],set_field:0x3->reg2,load:0x3->NXM_NX_REG3[4..7],resubmit(,2),resubmit:3,resubmit(4,2),write_metadata:0xa0/0xf0,goto_table:1",
+            " cookie=0x0, duration=0s, table=1, n_packets=0, n_bytes=0, reg0=0x7,metadata=0x1 actions=set_field:0x1234->xreg1,write_metadata:0x5,goto_table:2",
+            " cookie=0x0, duration=0s, table=1, n_packets=0, n_bytes=0, priority=30,reg0=0x5/0xff,reg1=0x500000/0xffff0000,metadata=0xa0/0xf0 actions=move:NXM_OF_ETH_SRC[0..7]->NXM_NX_REG2[0..7],output:2",
+            " cookie=0x0, duration=0s, table=2, n_packets=0, n_bytes=0, reg2=0,reg3=0x55 actions=drop",
+        ]
     );
 }

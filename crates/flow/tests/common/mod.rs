@@ -60,15 +60,15 @@ impl Oracle {
     /// (megaflow, actions) from `ofproto/trace`.
     pub fn trace(&self, flow: &str, hex: Option<&str>) -> (String, String) {
         self.trace_or_error(flow, hex)
-            .unwrap_or_else(|e| panic!("trace {flow}: translation failed ({e})"))
+            .unwrap_or_else(|e| panic!("trace {flow}: translation failed ({})", e.0))
     }
-    /// (megaflow, actions) from `ofproto/trace`, or the reason of "Translation failed
-    /// (REASON), packet is dropped." (OVS then prints no megaflow).
+    /// (megaflow, actions) from `ofproto/trace`, or (REASON, megaflow) for "Translation
+    /// failed (REASON), packet is dropped.".
     pub fn trace_or_error(
         &self,
         flow: &str,
         hex: Option<&str>,
-    ) -> Result<(String, String), String> {
+    ) -> Result<(String, String), (String, String)> {
         let mut c = Command::new("ovs-appctl");
         c.arg("--timeout=10")
             .arg("-t")
@@ -86,12 +86,6 @@ impl Oracle {
             "trace {flow}: {}",
             String::from_utf8_lossy(&o.stderr)
         );
-        if let Some(l) = out
-            .lines()
-            .find_map(|l| l.strip_prefix("Translation failed ("))
-        {
-            return Err(l.split(')').next().unwrap_or(l).to_string());
-        }
         let get = |p: &str| {
             out.lines()
                 .find_map(|l| l.strip_prefix(p))
@@ -99,6 +93,15 @@ impl Oracle {
                 .trim()
                 .to_string()
         };
+        if let Some(l) = out
+            .lines()
+            .find_map(|l| l.split("Translation failed (").nth(1))
+        {
+            return Err((
+                l.split(')').next().unwrap_or(l).to_string(),
+                get("Megaflow:"),
+            ));
+        }
         Ok((get("Megaflow:"), get("Datapath actions:")))
     }
 }
