@@ -1,7 +1,8 @@
 //! Figures for the closing note of issue 20 (`#[ignore]`d: a benchmark, run on demand):
 //! a 4-table pipeline of 1 k rules per table (goto_table + a register load per table)
 //! next to a 1 k-rule table 0 in the same run — upcalls/s (translate + install) and
-//! megaflow hits/s (EMC off) on the megaflows those upcalls installed.
+//! megaflow hits/s (EMC off) on the megaflows those upcalls installed; first the EMC hit
+//! rate next to the flow-key hash baseline (the key grew to 24 words with the registers).
 //!
 //! ```sh
 //! cargo test -p flow --test pipeline_bench -- --ignored --nocapture   # test profile is optimized
@@ -17,6 +18,15 @@ fn pipeline_vs_table0() {
     let one = random_table(&mut Rng::new(5), 1000);
     let four = random_pipeline(&mut Rng::new(6), 4, 1000);
     let runs = 3;
+    for _ in 0..runs {
+        let h = flow::bench::baseline_hash(t);
+        let (emc, pct) = flow::bench::emc_hits(t, 1000);
+        eprintln!(
+            "run: hash of flow key {:.1} M/s | EMC hits (1k flows) {:.1} M/s ({pct:.0}% EMC)",
+            h / 1e6,
+            emc / 1e6
+        );
+    }
     let mut rows: Vec<[f64; 4]> = Vec::new();
     for _ in 0..runs {
         let (u1, h1, f1, m1) = table_rates(t, &one);
