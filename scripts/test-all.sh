@@ -32,6 +32,25 @@ cargo clippy --workspace --all-targets -- -D warnings || { echo "clippy failed";
 cargo check -p bdev -p cm -p flow -p nvmf --no-default-features || { echo "build without drivers failed"; echo "total: 0 passed, 1 failed"; exit 1; }
 cargo test --workspace 2>&1 | tee $log/cargo-test.txt
 cargo_rc=${PIPESTATUS[0]}
+# Tests that need root (network namespaces, AF_XDP) or Open vSwitch are #[ignore]d so a
+# plain `cargo test` does not count them as passes; here they run with --ignored where
+# their prerequisites exist, and there a failure to set up is a test failure. CI runs
+# as root with OVS installed (step 1). The OVS oracle tests run in the interop stage
+# (tests/interop/07-*.sh, with bigger random tables), or here when it is skipped.
+ignored() { echo "--- $* -- --ignored"; cargo test "$@" -- --ignored 2>&1 | tee -a $log/cargo-test.txt; [ ${PIPESTATUS[0]} = 0 ] || cargo_rc=1; }
+if [ "$(id -u)" = 0 ]; then
+  ignored -p netio --lib xdp::tests
+  ignored -p cm --test removal
+elif [ "${CI:-}" = true ]; then
+  echo "FAIL: CI must run as root (the netio AF_XDP and cm namespace tests need it)"; cargo_rc=1
+  echo "test result: FAILED. 0 passed; 1 failed;" >> $log/cargo-test.txt
+else
+  echo "not root: the netio AF_XDP and cm network-namespace tests (#[ignore]d) do not run"
+fi
+if [ -n "${DPUSTACK_SKIP_INTEROP:-}" ]; then
+  if command -v ovs-vswitchd >/dev/null; then ignored -p flow --test ovs_oracle --test ovs_rules
+  else echo "openvswitch-switch missing: the OVS oracle tests (#[ignore]d) do not run"; fi
+fi
 read cp cf < <(awk '/^test result:/ {for(i=1;i<=NF;i++){if($(i)~/^passed/)p+=$(i-1); if($(i)~/^failed/)f+=$(i-1)}} END{print p+0, f+0}' $log/cargo-test.txt)
 [ $cargo_rc != 0 ] && [ "$cf" = 0 ] && cf=1
 echo "cargo test: $cp passed, $cf failed"
@@ -41,8 +60,11 @@ if [ -z "${DPUSTACK_SKIP_INTEROP:-}" ]; then
   step "3. interop stage (real peers)"
   cargo build --release -p dpustack || { echo "release build failed"; echo "total: $cp passed, $((cf+1)) failed"; exit 1; }
   bash tests/interop/run.sh 2>&1 | tee $log/interop.txt
+  irc=${PIPESTATUS[0]}
   read ip if < <(tail -1 $log/interop.txt | awk '/passed,/ {print $1, $3}')
   ip=${ip:-0}; if=${if:-1}
+  # run.sh also fails on HARNESS failures, which are outside its counts
+  [ $irc != 0 ] && [ "$if" = 0 ] && { echo "interop stage failed (harness), exit $irc"; if=1; }
 fi
 
 step "done"

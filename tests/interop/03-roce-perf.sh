@@ -10,10 +10,13 @@
 #   rxe:  perftest `ib_write_bw` / `ib_write_lat` between rxe_a and rxe_b
 #         (guest/rxe-pair.sh: a real veth between them)
 # 64 KiB WRITEs for bandwidth, 2-byte WRITEs for latency (perftest's defaults).
-# Prints every figure, the medians and the ratios; "PASS roce-perf-measured" when
-# all figures were measured (a measurement that gives no figure is retried up to
-# 3 times and each retry is reported with its output). The goal (bw >= 2x rxe, latency <= rxe) is
-# reported on its own "GOAL met" / "GOAL not met" line: it is not a PASS/FAIL.
+# Prints every figure, the medians and the ratios as INFO lines: measurements are not
+# checks, so the script plans none (PLAN 0) and adds nothing to the stage's total. A
+# round where our figures could not be measured is a FAIL (dpustack's perf tool did
+# not run); one where rxe's could not is a HARNESS FAIL (a measurement that gives no
+# figure is retried up to 3 times and each retry is reported with its output). The
+# issue's goal (bw >= 2x rxe, latency <= rxe) is reported on its own "GOAL met" /
+# "GOAL not met" line: it is not a PASS/FAIL.
 #
 # Host side (run.sh): bash 03-roce-perf.sh      (uses $V, $BIN, $ROOT)
 #   knobs: ROCE_PERF_ROUNDS (3) ROCE_PERF_SECS (3) ROCE_PERF_ITERS (1000)
@@ -30,12 +33,13 @@ if [ "${1:-}" = guest ]; then
   ok()  { echo "PASS $1${2:+  ($2)}"; }
   bad() { echo "FAIL $1${2:+  ($2)}"; }
   [ -x "$BIN" ] || { bad roce-perf-binary "$BIN not visible in the guest"; exit 1; }
-  sh $ROOT/tests/peers/guest/rxe-pair.sh > $L/rxe-pair 2>&1 || { bad rxe-pair "$(tail -1 $L/rxe-pair)"; exit 1; }
+  sh $ROOT/tests/peers/guest/rxe-pair.sh > $L/rxe-pair 2>&1 || { echo "HARNESS FAIL rxe-pair ($(tail -1 $L/rxe-pair))"; exit 1; }
   ip netns list | grep -qw rp || { ip netns add rp; ip -n rp link set lo up; }
   # perftest pair: server in the background, client prints the result table
   ptest() {  # TOOL ARGS... -> client output on stdout
     timeout 60 "$@" -d rxe_b -x 1 -F > $L/ptest.srv 2>&1 & local s=$!
-    sleep 2   # the emulated guest is slow: give the server time to listen
+    # until the server listens on perftest's TCP exchange port
+    for i in $(seq 200); do ss -Hltn "sport = :18515" | grep -q . && break; sleep 0.05; done
     timeout 60 "$@" -d rxe_a -x 1 -F 10.99.1.2; local c=$?
     wait $s; return $c
   }
@@ -107,9 +111,14 @@ if udp:
     print(f"UDP busy-poll half round trip in the guest (the floor under a UDP-socket provider): median {floor:.1f} us over {len(udp)} rounds")
 for m in modes:
     o = load(f"{L}/ours.{m}")
-    good = [k for k in o if k in rxe and not any(math.isnan(x) for x in o[k] + rxe[k])]
+    ours_ok = [k for k in o if not any(math.isnan(x) for x in o[k])]
+    rxe_ok = [k for k in rxe if not any(math.isnan(x) for x in rxe[k])]
+    good = [k for k in ours_ok if k in rxe_ok]
+    if len(ours_ok) < rounds:
+        print(f"FAIL roce-perf-runs.{m}  (our perf gave every figure in {len(ours_ok)} of {rounds} rounds)")
+    if len(rxe_ok) < rounds:
+        print(f"HARNESS FAIL rxe-perf-baseline.{m}  (perftest on rxe gave every figure in {len(rxe_ok)} of {rounds} rounds)")
     if len(good) < rounds:
-        print(f"FAIL roce-perf-measured.{m}  ({len(good)} of {rounds} rounds gave every figure)")
         continue
     med = statistics.median
     bw, p50, avg = (med(o[k][i] for k in good) for i in range(3))
@@ -121,7 +130,7 @@ for m in modes:
     fl = [o[k][1] / udp[k][0] for k in good if k in udp]
     if fl:
         print(f"[{m}] write-lat p50 / UDP busy-poll half RTT of the same round: {statistics.median(fl):.2f} (rxe: {statistics.median(rxe[k][1] / udp[k][0] for k in good if k in udp):.2f})")
-    print(f"PASS roce-perf-measured.{m}  ({len(good)} rounds, --mode {m}, extra flags {ours}: bw {bw_ratio:.2f}x rxe, lat p50 {lat_ratio:.2f}x rxe)")
+    print(f"INFO roce-perf-measured.{m}  ({len(good)} rounds, --mode {m}, extra flags {ours}: bw {bw_ratio:.2f}x rxe, lat p50 {lat_ratio:.2f}x rxe)")
     met = bw_ratio >= 2.0 and lat_ratio <= 1.0
     print(f"GOAL [{m}] {'met' if met else 'not met'}: bandwidth {bw_ratio:.2f}x rxe (goal >= 2x), latency {lat_ratio:.2f}x rxe (goal <= 1x)")
 EOF
@@ -129,6 +138,7 @@ EOF
 fi
 
 # host side
+echo "PLAN 0"
 : "${V:?run from tests/interop/run.sh (needs V, BIN, ROOT)}"
 [ -x "$BIN" ] || { echo "FAIL roce-perf-binary (build it: cargo build --release -p dpustack)"; exit 1; }
 bash $V exec -t 800 "bash $ROOT/tests/interop/03-roce-perf.sh guest $BIN $ROOT ${ROCE_PERF_ROUNDS:-3} ${ROCE_PERF_SECS:-3} ${ROCE_PERF_ITERS:-1000} ${ROCE_PERF_MODES:-single,manual,xdp-single} ${ROCE_PERF_OURS:-}"

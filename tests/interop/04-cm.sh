@@ -7,9 +7,13 @@
 #   3. rdma_client -> our cm-server, our cm-client -> rdma_server
 #   4. tshark decodes our capture of all that as IB CM (REQ/REP/RTU/DREQ/DREP/REJ/SIDR)
 #   5. cmtime, 100 connections: ours (host) against the guest's cmtime server, and
-#      librdmacm against itself on rxe_a <-> rxe_b in the guest, same run (INFO lines)
-# Prints PASS/FAIL lines. Needs $V (vm.sh), $BIN (dpustack), $ROOT.
+#      librdmacm against itself on rxe_a <-> rxe_b in the guest, same run (INFO lines;
+#      the librdmacm-vs-librdmacm baseline is a HARNESS line, not a check of dpustack)
+# Servers are waited for by polling (a Linux CM listener in `rdma res`, or our tool's
+# own "listening" line), not by sleeping.
+# Prints PLAN and PASS/FAIL lines. Needs $V (vm.sh), $BIN (dpustack), $ROOT.
 set -u
+echo "PLAN 17"
 TAP=${VMH_TAP:-vmhtap0}
 W=$(mktemp -d /tmp/cm-interop.XXXXXX)
 H=10.99.0.1 G=10.99.0.2
@@ -18,6 +22,15 @@ pass() { echo "PASS $*"; }
 fail() { echo "FAIL $*"; }
 g() { bash $V exec -t ${GT:-60} "$1"; }              # run in the guest
 ours() { timeout ${OT:-60} bash $V hostns $BIN "$@"; }  # run dpustack in the host netns
+# a Linux CM listener on PORT in the guest (rdma res: state LISTEN, src-addr *:PORT)
+glisten() {
+  g "for i in \$(seq 200); do rdma res show cm_id 2>/dev/null | grep LISTEN | grep -q ':$1 ' && exit 0; sleep 0.1; done; echo 'no CM listener on port $1'; rdma res show cm_id; exit 1"
+}
+# our server's own readiness line PATTERN in FILE
+olisten() {
+  for i in $(seq 200); do grep -q "$2" $1 2>/dev/null && return 0; sleep 0.1; done
+  echo "no '$2' in $1 after 20 s:"; tail -n 3 $1; return 1
+}
 
 CAP=
 cleanup() {
@@ -30,19 +43,20 @@ trap cleanup EXIT
 g "modprobe -a rdma_rxe rdma_ucm; rdma link show rxe0 >/dev/null 2>&1 || rdma link add rxe0 type rxe netdev eth0" >/dev/null 2>&1
 bash $V hostns dumpcap -q -i $TAP -f "udp port 4791" -w $W/cm.pcap > $W/cap.log 2>&1 &
 CAP=$!
-sleep 1
+for i in $(seq 100); do grep -q "^Capturing on" $W/cap.log && break; sleep 0.1; done
+grep -q "^Capturing on" $W/cap.log || echo "dumpcap did not start: $(cat $W/cap.log)"
 
 # --- 1. rping ------------------------------------------------------------------------
 (GT=60 g "rping -s -a $G -C 5 -V -v") > $W/g.log 2>&1 < /dev/null &
-sleep 2
+glisten 7174
 ours rping -c -a $G -I $H -C 5 -V -v > $W/o.log 2>&1; rc=$?
 wait $!
 if [ $rc = 0 ] && [ $(grep -c "^ping data: rdma-ping-" $W/o.log) = 5 ] && [ $(grep -c "server ping data: rdma-ping-" $W/g.log) = 5 ]; then
   pass "cm-rping-ours-client-linux-server (5 pings, READ+WRITE, validated)"
 else fail "cm-rping-ours-client-linux-server (rc $rc)"; tail -n 5 $W/o.log $W/g.log; fi
 
-(ours rping -s -a $H -v; echo "rc=$?") > $W/o.log 2>&1 < /dev/null &
-sleep 2
+(ours rping -s -a $H -v -d; echo "rc=$?") > $W/o.log 2>&1 < /dev/null &
+olisten $W/o.log "rping: listening on"
 out=$(g "rping -c -a $H -C 5 -V -v; echo rc=\$?" 2>&1)
 wait $!
 if echo "$out" | grep -q "rc=0" && [ $(echo "$out" | grep -c "^ping data: rdma-ping-") = 5 ] \
@@ -54,8 +68,8 @@ else fail "cm-rping-linux-client-ours-server"; echo "$out" | tail -5; tail -n 5 
 ours rping -c -a $G -I $H -p 9999 -C 1 > $W/o.log 2>&1
 grep -q "RDMA_CM_EVENT_REJECTED, error 8" $W/o.log && pass "cm-rej8-from-linux (no listener on 9999)" \
   || { fail "cm-rej8-from-linux"; tail -n 3 $W/o.log; }
-(ours rping -s -a $H) > $W/o.log 2>&1 < /dev/null &
-sleep 2
+(ours rping -s -a $H -d) > $W/o.log 2>&1 < /dev/null &
+olisten $W/o.log "rping: listening on"
 out=$(g "rping -c -a $H -p 9999 -C 1; rping -c -a $H -C 1 -V" 2>&1)
 wait $!
 echo "$out" | grep -q "RDMA_CM_EVENT_REJECTED, error 8" && pass "cm-rej8-to-linux (our CM answers a REQ for an unused port)" \
@@ -63,7 +77,7 @@ echo "$out" | grep -q "RDMA_CM_EVENT_REJECTED, error 8" && pass "cm-rej8-to-linu
 
 # --- 2. ucmatose / udaddy ------------------------------------------------------------------
 (ours ucmatose -b $H -c 2 -m; echo "rc=$?") > $W/o.log 2>&1 < /dev/null &
-sleep 2
+olisten $W/o.log "cmatose: starting server"
 out=$(g "ucmatose -b $G -s $H -c 2" 2>&1)
 wait $!
 echo "$out" | grep -q "return status 0" && grep -q "rc=0" $W/o.log && grep -q "^disconnected" $W/o.log \
@@ -71,14 +85,14 @@ echo "$out" | grep -q "return status 0" && grep -q "rc=0" $W/o.log && grep -q "^
   || { fail "cm-ucmatose-linux-client-ours-server"; echo "$out" | tail -3; tail -n 3 $W/o.log; }
 
 (GT=60 g "ucmatose -b $G -c 2") > $W/g.log 2>&1 < /dev/null &
-sleep 2
+glisten 7471
 ours ucmatose -b $H -s $G -c 2 > $W/o.log 2>&1; rc=$?
 wait $!
 [ $rc = 0 ] && grep -q "return status 0" $W/g.log && pass "cm-ucmatose-ours-client-linux-server" \
   || { fail "cm-ucmatose-ours-client-linux-server (rc $rc)"; tail -n 3 $W/o.log $W/g.log; }
 
 (ours udaddy -b $H; echo "rc=$?") > $W/o.log 2>&1 < /dev/null &
-sleep 2
+olisten $W/o.log "udaddy: starting server"
 out=$(g "udaddy -b $G -s $H" 2>&1)
 wait $!
 echo "$out" | grep -q "return status 0" && grep -q "rc=0" $W/o.log \
@@ -86,7 +100,7 @@ echo "$out" | grep -q "return status 0" && grep -q "rc=0" $W/o.log \
   || { fail "cm-udaddy-linux-client-ours-server"; echo "$out" | tail -3; tail -n 3 $W/o.log; }
 
 (GT=60 g "udaddy -b $G") > $W/g.log 2>&1 < /dev/null &
-sleep 2
+glisten 7174
 ours udaddy -b $H -s $G > $W/o.log 2>&1; rc=$?
 wait $!
 [ $rc = 0 ] && grep -q "return status 0" $W/g.log && pass "cm-udaddy-ours-client-linux-server" \
@@ -94,13 +108,13 @@ wait $!
 
 # --- 3. rdma_client / rdma_server --------------------------------------------------------------
 (ours cm-server -b $H; echo "rc=$?") > $W/o.log 2>&1 < /dev/null &
-sleep 2
+olisten $W/o.log "rdma_server: start"
 out=$(g "rdma_client -s $H; echo rc=\$?" 2>&1)
 wait $!
 echo "$out" | grep -q "rc=0" && grep -q "rc=0" $W/o.log && pass "cm-rdma_client-to-our-cm-server" \
   || { fail "cm-rdma_client-to-our-cm-server"; echo "$out" | tail -3; tail -n 3 $W/o.log; }
 (GT=40 g "rdma_server; echo rc=\$?") > $W/g.log 2>&1 < /dev/null &
-sleep 2
+glisten 7471
 ours cm-client -s $G -b $H > $W/o.log 2>&1; rc=$?
 wait $!
 [ $rc = 0 ] && grep -q "rc=0" $W/g.log && pass "cm-our-cm-client-to-rdma_server" \
@@ -121,19 +135,19 @@ mal=$(tshark -r $W/cm.pcap -Y "_ws.malformed || _ws.expert.severity >= error" 2>
 g "sh $ROOT/tests/peers/guest/rxe-pair.sh" >/dev/null 2>&1
 # cmtime's server never exits by itself: bound it with timeout in the guest.
 (GT=200 g "timeout 150 cmtime -b $G -c $N") > $W/g.log 2>&1 < /dev/null &
-sleep 2
+glisten 7471
 OT=140 ours cmtime -b $H -s $G -c $N > $W/o.log 2>&1; rc=$?
 if [ $rc = 0 ] && grep -q "^connect" $W/o.log; then
   pass "cm-cmtime-ours-vs-linux-server ($N connections)"
   sed -n '/^step/,$p' $W/o.log | sed 's/^/INFO ours->linux /'
 else fail "cm-cmtime-ours-vs-linux-server (rc $rc)"; tail -n 5 $W/o.log $W/g.log; fi
 (GT=200 g "timeout 150 cmtime -b 10.99.1.2 -p 7472 -c $N") > $W/g2.log 2>&1 < /dev/null &
-sleep 2
+glisten 7472
 out=$(GT=140 g "cmtime -b 10.99.1.1 -s 10.99.1.2 -p 7472 -c $N" 2>&1)
 if echo "$out" | grep -q "^connect"; then
-  pass "cm-cmtime-librdmacm-baseline ($N connections, rxe_a -> rxe_b in the guest)"
+  echo "HARNESS PASS cm-cmtime-librdmacm-baseline ($N connections, rxe_a -> rxe_b in the guest)"
   echo "$out" | sed -n '/^step/,$p' | sed 's/^/INFO linux->linux /'
-else fail "cm-cmtime-librdmacm-baseline"; echo "$out" | tail -5; fi
+else echo "HARNESS FAIL cm-cmtime-librdmacm-baseline"; echo "$out" | tail -5; fi
 
 # --- 6. the CM as a node service: `dpustack up` (rdma + cm parts) on the host-netns address ----
 # As the cm-rping-linux-client-ours-server check places our server: $H in the harness netns.
@@ -151,7 +165,7 @@ rping_port = 7174
 EOT
 (timeout 120 bash $V hostns sh -c "echo \$\$ > $W/up.pid; exec $BIN --config $W/up.toml up"; echo "rc=$?") > $W/up.log 2>&1 < /dev/null &
 UP=$!
-sleep 3
+olisten $W/up.log "running  cm .*rping echo server on $H:7174"
 out=$(g "rping -c -a $H -C 3 -v -V; echo rc=\$?; rping -c -a $H -p 9998 -C 1; udaddy -b $G -s $H" 2>&1)
 [ -s $W/up.pid ] && kill -INT $(cat $W/up.pid) 2>/dev/null
 wait $UP

@@ -3,11 +3,12 @@
 # (tests/oracles/ovs.sh, the project's copy of ../shared/oracles/ovs.sh): the sample table plus random tables, traced through both;
 # megaflows and datapath actions must agree on every packet. Runs on the host.
 set -u
+echo "PLAN 1"
 cd "${ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}"
 command -v ovs-vswitchd >/dev/null || { echo "FAIL ovs-oracle (openvswitch-switch not installed)"; exit 0; }
-out=$(DPUSTACK_OVS_ORACLE=1 DPUSTACK_OVS_TABLES=${DPUSTACK_OVS_TABLES:-40} \
+out=$(DPUSTACK_OVS_TABLES=${DPUSTACK_OVS_TABLES:-40} \
       DPUSTACK_OVS_PACKETS=${DPUSTACK_OVS_PACKETS:-80} \
-      cargo test -q -p flow --test ovs_oracle -- --nocapture 2>&1)
+      cargo test -q -p flow --test ovs_oracle -- --ignored --nocapture 2>&1)
 line=$(echo "$out" | grep "OVS conformance" | sed 's/^OVS conformance//' | tr '\n' ';')
 if echo "$out" | grep -q "test result: ok. 2 passed"; then
   echo "PASS ovs-oracle $line"

@@ -5,16 +5,24 @@
 //! the I/O, from [`IoChannel::poll`](crate::IoChannel::poll). Nothing else can
 //! touch the memory while the device (a memcpy, or the kernel through io_uring)
 //! is using it, so there is no `unsafe` contract for callers and no lifetime to
-//! thread through a poller. A caller that keeps a pool of `Vec<u8>` (the NVMe/TCP
+//! thread through a poller (only implementers of [`ExternalBuf`] promise, in an
+//! `unsafe impl`, that their memory stays put). A caller that keeps a pool of `Vec<u8>` (the NVMe/TCP
 //! target keeps one per connection) moves a pooled vector in, and takes the same
 //! allocation back out: no copy and, in steady state, no allocation.
 //!
-//! [`IoBuf`] is either a plain `Vec<u8>` or an [`AlignedBuf`] (for O_DIRECT,
-//! which needs addresses and lengths aligned to the logical block size). Devices
-//! that need alignment bounce unaligned `Vec` buffers through an aligned copy; so
+//! [`IoBuf`] is a plain `Vec<u8>`, an [`AlignedBuf`] (for O_DIRECT, which needs
+//! addresses and lengths aligned to the logical block size), or memory that
+//! belongs to someone else ([`ExternalBuf`]: a transport's registered memory, so
+//! that an RDMA NIC can READ/WRITE straight into the bdev I/O's buffer). Devices
+//! that need alignment bounce unaligned buffers through an aligned copy; so
 //! alignment is an optimisation, never a correctness requirement.
+//!
+//! An external buffer travels as `Box<dyn ExternalBuf>`: its owner keeps the
+//! boxes in a pool and gets its own type back with [`IoBuf::into_external`] and
+//! `into_any` + `downcast`, so moving one through an I/O allocates nothing.
 
 use std::alloc::{self, Layout};
+use std::any::Any;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 
@@ -25,6 +33,25 @@ pub enum IoBuf {
     Vec(Vec<u8>),
     /// A buffer with a guaranteed start alignment.
     Aligned(AlignedBuf),
+    /// Memory owned by someone else (a transport's registered memory).
+    External(Box<dyn ExternalBuf>),
+}
+
+/// Memory that an I/O borrows from its owner for the I/O's lifetime, e.g. a slice
+/// of an RDMA memory region that a NIC reads or writes directly.
+///
+/// # Safety
+///
+/// Devices hand the address of these bytes to the kernel (io_uring) and rely on
+/// it while the I/O is in flight, so an implementation must guarantee that
+/// `as_slice` and `as_mut_slice` always return the same memory (same address and
+/// length) for as long as the value lives, that this memory stays valid until the
+/// value is dropped, and that nothing else writes it while the value is alive.
+pub unsafe trait ExternalBuf: Send + std::fmt::Debug + 'static {
+    fn as_slice(&self) -> &[u8];
+    fn as_mut_slice(&mut self) -> &mut [u8];
+    /// The owner's own type back (`downcast` it) when the I/O returns.
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
 }
 
 impl IoBuf {
@@ -37,11 +64,19 @@ impl IoBuf {
         IoBuf::Aligned(AlignedBuf::zeroed(len, align))
     }
     /// Take the bytes back as a `Vec` (free for the `Vec` variant; copies an
-    /// aligned buffer).
+    /// aligned or external buffer).
     pub fn into_vec(self) -> Vec<u8> {
         match self {
             IoBuf::Vec(v) => v,
             IoBuf::Aligned(a) => a.to_vec(),
+            IoBuf::External(e) => e.as_slice().to_vec(),
+        }
+    }
+    /// The external buffer, or `self` back if it is not one.
+    pub fn into_external(self) -> Result<Box<dyn ExternalBuf>, IoBuf> {
+        match self {
+            IoBuf::External(e) => Ok(e),
+            other => Err(other),
         }
     }
     /// Whether the start address is a multiple of `align`.
@@ -62,6 +97,7 @@ impl Deref for IoBuf {
         match self {
             IoBuf::Vec(v) => v,
             IoBuf::Aligned(a) => a,
+            IoBuf::External(e) => e.as_slice(),
         }
     }
 }
@@ -71,6 +107,7 @@ impl DerefMut for IoBuf {
         match self {
             IoBuf::Vec(v) => v,
             IoBuf::Aligned(a) => a,
+            IoBuf::External(e) => e.as_mut_slice(),
         }
     }
 }
@@ -161,6 +198,54 @@ mod tests {
         }
         let z = AlignedBuf::zeroed(0, 4096);
         assert!(z.is_empty());
+    }
+
+    /// An owner's buffer: a fixed heap slice that is never resized.
+    #[derive(Debug)]
+    struct Owned(Box<[u8]>);
+    // SAFETY: the boxed slice is never reallocated or shared, so both accessors
+    // return the same memory for the value's whole life.
+    unsafe impl ExternalBuf for Owned {
+        fn as_slice(&self) -> &[u8] {
+            &self.0
+        }
+        fn as_mut_slice(&mut self) -> &mut [u8] {
+            &mut self.0
+        }
+        fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+            self
+        }
+    }
+
+    #[test]
+    fn external_buffer_goes_through_malloc_io_and_comes_back() {
+        use crate::{BdevIo, BlockDevice};
+        let d = crate::malloc::MallocBdev::new("m", 16, 512).unwrap();
+        let mut ch = d.open_channel().unwrap();
+        let ext = Box::new(Owned(vec![0x6bu8; 1024].into_boxed_slice()));
+        let p = ext.0.as_ptr();
+        ch.submit(BdevIo::write(2, 2, vec![IoBuf::External(ext)], 1))
+            .unwrap();
+        let mut done = Vec::new();
+        while done.is_empty() {
+            ch.poll(&mut done);
+        }
+        let mut io = done.pop().unwrap();
+        assert!(io.is_success());
+        // the owner gets its own allocation back
+        let back = io.bufs.pop().unwrap().into_external().unwrap();
+        let back = back.into_any().downcast::<Owned>().unwrap();
+        assert_eq!(back.0.as_ptr(), p);
+        // and a read into an external buffer sees the data
+        let ext = Box::new(Owned(vec![0u8; 512].into_boxed_slice()));
+        ch.submit(BdevIo::read(3, 1, vec![IoBuf::External(ext)], 2))
+            .unwrap();
+        let mut done = Vec::new();
+        while done.is_empty() {
+            ch.poll(&mut done);
+        }
+        assert!(done[0].bufs[0].iter().all(|&b| b == 0x6b));
+        assert!(IoBuf::zeroed(4).into_external().is_err());
     }
 
     #[test]

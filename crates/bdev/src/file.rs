@@ -251,6 +251,8 @@ impl UringChannel {
             // SAFETY: every SQE points only at memory owned by a Slot (buffers,
             // iovec arrays, bounce buffers) or by the channel (zero buffer); slots
             // are kept until their CQEs arrive, and Drop waits for all of them.
+            // An external buffer's memory stays put and valid while the Slot owns
+            // it: that is the `unsafe trait ExternalBuf` contract.
             let pushed = unsafe { self.ring.submission().push(&e) }.is_ok();
             if pushed {
                 self.queued += 1;

@@ -36,7 +36,7 @@ mod sync_channel;
 
 use std::sync::Arc;
 
-pub use buf::{AlignedBuf, IoBuf};
+pub use buf::{AlignedBuf, ExternalBuf, IoBuf};
 pub use stats::{OpStats, Stats, StatsCell};
 
 /// The operation an I/O performs.

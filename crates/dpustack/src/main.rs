@@ -1,6 +1,8 @@
-//! `dpustack` — the command-line front end of the stack. The only crate that uses
-//! `anyhow`; each area of the stack has its own module under `cmd/` that owns its
-//! subcommands, its config section, its part of `dpustack up` and its benchmark.
+//! `dpustack` — the command-line front end of the stack: argument parsing, output
+//! and exit codes. The only crate that uses `anyhow`; each area of the stack has
+//! its own module under `cmd/` that owns its subcommands and its benchmark; the
+//! engines are library crates (`verbs-tools`, `cm-tools`, `switch`, `node`), the
+//! node's parts and their config sections are the `node` runtime's.
 
 mod cmd;
 mod config;
@@ -8,6 +10,7 @@ mod up;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use config::ConfigFile;
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
@@ -55,6 +58,8 @@ enum Command {
     Tse(cmd::tse::Cmd),
     #[command(flatten)]
     Switch(cmd::switch::Cmd),
+    #[command(flatten)]
+    Obj(cmd::obj::Cmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -81,8 +86,8 @@ fn init_tracing(verbose: u8) {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     init_tracing(cli.verbose);
-    let cfg = config::Config::load(cli.config.as_deref())?;
-    cmd::devices::select(cli.provider, &cfg)?;
+    let mut cfg = config::Config::load(cli.config.as_deref())?;
+    cmd::devices::select(cli.provider, &mut cfg)?;
     match cli.command {
         Command::Up(args) => up::run(&cfg, &args),
         Command::Config {
@@ -98,5 +103,6 @@ fn main() -> Result<()> {
         Command::Storage(c) => cmd::nvmf::run(c, &cfg),
         Command::Tse(c) => cmd::tse::run(c, &cfg),
         Command::Switch(c) => cmd::switch::run(c, &cfg),
+        Command::Obj(c) => cmd::obj::run(c, &cfg),
     }
 }

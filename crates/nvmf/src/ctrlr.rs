@@ -13,8 +13,8 @@ use nvme::{AdminOpcode, FabricsType, Sqe, Status};
 use tracing::{debug, info};
 
 use crate::subsystem::{Subsystem, SubsystemType};
-use crate::tgt::Tgt;
-use nvme::identify::{cntrltype, oncs, sgls, ActiveNsList, Cns, IdentifyController, IDENTIFY_LEN};
+use crate::transport::TransportLimits;
+use nvme::identify::{cntrltype, oncs, ActiveNsList, Cns, IdentifyController, IDENTIFY_LEN};
 use nvme::log::{firmware_slot_log, page_slice, LogPageId, SmartLog, ERROR_LOG_ENTRY_LEN};
 
 /// Property offsets.
@@ -68,6 +68,12 @@ pub enum AdminOutcome {
     Aer,
 }
 
+/// What a controller asks of its target (implemented by [`crate::Tgt`]): the
+/// discovery log page for a host.
+pub trait DiscoveryService {
+    fn discovery_log_page(&self, hostnqn: &str) -> Vec<u8>;
+}
+
 /// A controller.
 #[derive(Debug)]
 pub struct Ctrlr {
@@ -86,6 +92,8 @@ pub struct Ctrlr {
     io_qids: AtomicU64,
     pub max_io_queues: u16,
     aer_outstanding: AtomicU16,
+    /// The limits of the transport its admin queue connected over.
+    pub limits: TransportLimits,
 }
 
 impl Ctrlr {
@@ -115,7 +123,14 @@ impl Ctrlr {
             io_qids: AtomicU64::new(0),
             max_io_queues,
             aer_outstanding: AtomicU16::new(0),
+            limits: TransportLimits::default(),
         }
+    }
+
+    /// The transport's limits (Identify MDTS/IOCCSZ, largest log page read).
+    pub fn with_limits(mut self, limits: TransportLimits) -> Self {
+        self.limits = limits;
+        self
     }
 
     pub fn is_discovery(&self) -> bool {
@@ -241,7 +256,13 @@ impl Ctrlr {
     }
 
     /// Executes an admin (or admin-queue fabrics) command other than Connect.
-    pub fn exec_admin(&self, tgt: &Tgt, sqe: &Sqe, _data: &[u8], now_ms: u64) -> AdminOutcome {
+    pub fn exec_admin(
+        &self,
+        tgt: &dyn DiscoveryService,
+        sqe: &Sqe,
+        _data: &[u8],
+        now_ms: u64,
+    ) -> AdminOutcome {
         // any admin command counts as keep-alive traffic (TBKAS-like leniency)
         self.keep_alive(now_ms);
         if sqe.is_fabrics() {
@@ -275,7 +296,7 @@ impl Ctrlr {
         }
         let op = sqe.admin_opcode();
         match op {
-            AdminOpcode::Identify => self.identify(tgt, sqe),
+            AdminOpcode::Identify => self.identify(sqe),
             AdminOpcode::GetLogPage => self.get_log_page(tgt, sqe),
             AdminOpcode::GetFeatures => self.get_features(sqe),
             AdminOpcode::SetFeatures => self.set_features(sqe),
@@ -303,7 +324,7 @@ impl Ctrlr {
     }
 
     /// Identify Controller (CNS 01h) for this controller.
-    fn identify_controller(&self, tgt: &Tgt) -> IdentifyController {
+    fn identify_controller(&self) -> IdentifyController {
         let disc = self.is_discovery();
         let mut c = IdentifyController::new();
         // VID/SSVID 0: none (as Linux nvmet)
@@ -312,7 +333,7 @@ impl Ctrlr {
         c.set_fr(env!("CARGO_PKG_VERSION"));
         c.set_rab(6);
         c.set_cmic(0x3); // multi-port, multi-controller subsystem
-        c.set_mdts((tgt.params.tcp.max_xfer / 4096).trailing_zeros() as u8);
+        c.set_mdts((self.limits.max_xfer / 4096).trailing_zeros() as u8);
         c.set_cntlid(self.cntlid);
         c.set_ver(NVME_VS);
         // OAES: namespace attribute notices (bit 8) on I/O controllers, discovery
@@ -339,27 +360,27 @@ impl Ctrlr {
             c.set_oncs(oncs::COMPARE | oncs::DSM | oncs::WRITE_ZEROES);
             c.set_vwc(0x1);
         }
-        // SGLs supported (no alignment), offset-based in-capsule data
-        c.set_sgls(sgls::SUPPORTED | sgls::OFFSET);
+        // the transport's SGL support (TCP: no alignment, offset-based in-capsule data)
+        c.set_sgls(self.limits.sgls);
         c.set_subnqn(&self.subsys.nqn);
         // fabrics: IOCCSZ in 16-byte units (SQE + in-capsule data), IORCSZ, ICDOFF,
         // FCATT 0 (dynamic controller model), MSDBD
-        c.set_ioccsz((64 + tgt.params.tcp.in_capsule) / 16);
+        c.set_ioccsz((64 + self.limits.in_capsule) / 16);
         c.set_iorcsz(1);
         c.set_icdoff(0);
         c.set_fcatt(0);
-        c.set_msdbd(1);
+        c.set_msdbd(self.limits.msdbd);
         // power state 0: max power 0 (not reported), entry/exit latency 0
         c
     }
 
-    fn identify(&self, tgt: &Tgt, sqe: &Sqe) -> AdminOutcome {
+    fn identify(&self, sqe: &Sqe) -> AdminOutcome {
         let cns = sqe.identify_cns();
         let nsid = sqe.nsid();
         let disc = self.is_discovery();
         let ok = |d: &[u8]| AdminOutcome::Done(Status::SUCCESS, 0, d.to_vec());
         match cns {
-            Cns::Controller => ok(self.identify_controller(tgt).as_bytes()),
+            Cns::Controller => ok(self.identify_controller().as_bytes()),
             Cns::Namespace | Cns::NsDescriptorList if !disc => {
                 if nsid == 0 || nsid == u32::MAX {
                     return done(
@@ -393,10 +414,10 @@ impl Ctrlr {
         }
     }
 
-    fn get_log_page(&self, tgt: &Tgt, sqe: &Sqe) -> AdminOutcome {
+    fn get_log_page(&self, tgt: &dyn DiscoveryService, sqe: &Sqe) -> AdminOutcome {
         let len = sqe.log_len();
         let off = sqe.log_offset();
-        if off & 3 != 0 || len > tgt.params.tcp.max_xfer as u64 {
+        if off & 3 != 0 || len > self.limits.max_xfer as u64 {
             return done(Status::generic(GenericStatus::InvalidField).with_dnr(true));
         }
         let page: Vec<u8> = match (sqe.log_lid(), self.is_discovery()) {
@@ -523,7 +544,7 @@ mod tests {
     //! before it used the `nvme` crate's builders; the Linux initiator is picky
     //! about these fields). Re-record with `NVMF_BLESS=1 cargo test -p nvmf golden`.
     use super::*;
-    use crate::tgt::TgtParams;
+    use crate::tgt::{Tgt, TgtParams};
     use std::fmt::Write as _;
 
     fn admin(c: &Ctrlr, t: &Tgt, opc: AdminOpcode, nsid: u32, dw: [u32; 4]) -> Vec<u8> {
@@ -576,9 +597,15 @@ mod tests {
         let mut other = Subsystem::new("nqn.2024-01.io.dpustack:other", "SN2", "m").unwrap();
         other.add_host("nqn.2024-01.io.dpustack:somebody-else");
         t.add_subsystem(other).unwrap();
-        t.add_listener("127.0.0.1:4420".parse().unwrap(), false);
-        t.add_listener("127.0.0.1:8009".parse().unwrap(), true);
-        t.add_listener("[::1]:4421".parse().unwrap(), false);
+        for (a, discovery_only) in [
+            ("127.0.0.1:4420", false),
+            ("127.0.0.1:8009", true),
+            ("[::1]:4421", false),
+        ] {
+            let trid = crate::transport::TransportId::tcp(a.parse().unwrap());
+            let e = crate::tcp::discovery_entry(&trid);
+            t.add_listener(trid, discovery_only, e, TransportLimits::default());
+        }
         let host = "nqn.2024-01.io.dpustack:host";
         let io = Ctrlr::new(7, s, host, [1; 16], 10_000, 16, 0);
         let disc = Ctrlr::new(

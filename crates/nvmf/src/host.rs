@@ -1,25 +1,26 @@
-//! The NVMe/TCP host library: discover, connect an admin queue and I/O queues,
+//! The NVMe-oF host library: discover, connect an admin queue and I/O queues,
 //! identify, read/write with buffers (SGL: in-capsule or transport data blocks),
 //! queue depth (pipelined submissions), keep-alive, orderly shutdown.
 //!
-//! Each [`Queue`] is one TCP connection driven by a [`HostConn`]; the socket is
-//! nonblocking and [`Queue::progress`] moves bytes both ways (so a large write
-//! never deadlocks against responses the target is sending).
+//! Each [`Queue`] is one connection of a host transport
+//! ([`crate::transport::HostTransport`]; NVMe/TCP's is
+//! [`crate::tcp::TcpHostTransport`], the default of the `SocketAddr` entry
+//! points); [`Queue::progress`] moves data both ways.
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::os::fd::AsRawFd;
+use std::io;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use nvme::cmd::ConnectData;
 use nvme::identify::{ActiveNsList, Cns, IdentifyController, IdentifyNamespace};
 use nvme::log::{DiscoveryEntry, DiscoveryLog, LogPageId, DISC_ENTRY_LEN, DISC_HDR_LEN};
-use nvme::{AdminOpcode, Cqe, IoOpcode, Sqe, Status};
+use nvme::{AdminOpcode, IoOpcode, Sqe, Status};
 use tracing::debug;
 
 use crate::subsystem::DISCOVERY_NQN;
-use crate::tcp::{HostConn, HostEvent, HostParams};
+use crate::tcp::TcpHostTransport;
+use crate::transport::{HostQueue, HostQueueParams, HostTransport, QueueError, TransportId};
 
 /// Host errors.
 #[derive(Debug, thiserror::Error)]
@@ -91,16 +92,22 @@ pub fn default_hostnqn() -> String {
 }
 
 /// A completed command.
-#[derive(Debug)]
-pub struct Completion {
-    pub cqe: Cqe,
-    pub data: Vec<u8>,
+pub use crate::transport::HostCompletion as Completion;
+
+impl From<QueueError> for HostError {
+    fn from(e: QueueError) -> Self {
+        match e {
+            QueueError::Io(e) => HostError::Io(e),
+            QueueError::Terminated(w) => HostError::Terminated(w),
+            QueueError::Timeout(w) => HostError::Timeout(w),
+        }
+    }
 }
 
-/// One queue (admin or I/O): a TCP connection.
+/// One queue (admin or I/O): a transport connection ([`HostQueue`]) plus the
+/// command ids and completions of the host library.
 pub struct Queue {
-    sock: TcpStream,
-    conn: HostConn,
+    tq: Box<dyn HostQueue>,
     pub qid: u16,
     free_cids: Vec<u16>,
     depth: u16,
@@ -117,43 +124,41 @@ impl std::fmt::Debug for Queue {
 }
 
 impl Queue {
-    /// Opens the TCP connection and completes ICReq/ICResp.
+    /// Opens an NVMe/TCP connection to `addr` and completes ICReq/ICResp.
     pub fn open(addr: SocketAddr, opts: &HostOpts, qid: u16, depth: u16) -> Result<Queue> {
-        let sock = TcpStream::connect_timeout(&addr, opts.timeout)?;
-        sock.set_nodelay(true)?;
-        sock.set_nonblocking(true)?;
-        let conn = HostConn::new(HostParams {
-            hdgst: opts.hdgst,
-            ddgst: opts.ddgst,
-            hpda: 0,
-            maxr2t: 0,
-        });
-        let mut q = Queue {
-            sock,
-            conn,
+        Self::open_with(&TcpHostTransport, &TransportId::tcp(addr), opts, qid, depth)
+    }
+
+    /// Opens a queue's connection over `transport` to `trid`.
+    pub fn open_with(
+        transport: &dyn HostTransport,
+        trid: &TransportId,
+        opts: &HostOpts,
+        qid: u16,
+        depth: u16,
+    ) -> Result<Queue> {
+        let tq = transport.connect(
+            trid,
+            &HostQueueParams {
+                hdgst: opts.hdgst,
+                ddgst: opts.ddgst,
+                timeout: opts.timeout,
+            },
+        )?;
+        Ok(Queue {
+            tq,
             qid,
             free_cids: (0..depth).rev().collect(),
             depth,
             in_capsule: 8192,
             done: VecDeque::new(),
             timeout: opts.timeout,
-        };
-        let deadline = Instant::now() + opts.timeout;
-        while !q.conn.is_established() {
-            if q.conn.is_terminated() {
-                return Err(HostError::Terminated("during ICReq"));
-            }
-            if Instant::now() > deadline {
-                return Err(HostError::Timeout("ICResp"));
-            }
-            q.progress(true)?;
-        }
-        Ok(q)
+        })
     }
 
     /// Negotiated digests.
     pub fn digests(&self) -> wire::nvme_tcp::Digests {
-        self.conn.digests()
+        self.tq.digests()
     }
     pub fn depth(&self) -> u16 {
         self.depth
@@ -173,10 +178,7 @@ impl Queue {
             return Err(HostError::Protocol("queue full"));
         };
         sqe.set_cid(cid);
-        if let Err(e) = self
-            .conn
-            .submit(*sqe.as_bytes(), write, read_len, self.in_capsule)
-        {
+        if let Err(e) = self.tq.submit(sqe, write, read_len, self.in_capsule) {
             self.free_cids.push(cid);
             debug!(%e, "submit refused");
             return Err(HostError::Protocol("submit refused by the transport"));
@@ -184,83 +186,19 @@ impl Queue {
         Ok(cid)
     }
 
-    /// Moves bytes both ways; with `block`, waits (up to 100 ms) for something to
+    /// Moves data both ways; with `block`, waits (up to 100 ms) for something to
     /// happen first. Returns the number of new completions.
     pub fn progress(&mut self, block: bool) -> Result<usize> {
         let before = self.done.len();
-        let moved = self.pump()?;
-        if !moved && block && self.done.len() == before {
-            let mut fds = [libc::pollfd {
-                fd: self.sock.as_raw_fd(),
-                events: libc::POLLIN
-                    | if self.conn.tx_backlog() > 0 {
-                        libc::POLLOUT
-                    } else {
-                        0
-                    },
-                revents: 0,
-            }];
-            // SAFETY: one valid pollfd for the duration of the call.
-            unsafe { libc::poll(fds.as_mut_ptr(), 1, 100) };
-            self.pump()?;
+        let r = self.tq.progress(block, &mut self.done);
+        for c in self.done.range(before..) {
+            let cid = c.cqe.cid();
+            if cid < self.depth && !self.free_cids.contains(&cid) {
+                self.free_cids.push(cid);
+            }
         }
+        r?;
         Ok(self.done.len() - before)
-    }
-
-    fn pump(&mut self) -> Result<bool> {
-        let mut moved = false;
-        while self.conn.tx_backlog() > 0 {
-            match self.sock.write(self.conn.poll_transmit()) {
-                Ok(0) => return Err(HostError::Terminated("peer closed")),
-                Ok(n) => {
-                    self.conn.advance_tx(n);
-                    moved = true;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        for _ in 0..8 {
-            let buf = self.conn.recv_buf();
-            match self.sock.read(buf) {
-                Ok(0) => {
-                    self.drain_events();
-                    return Err(HostError::Terminated("peer closed the connection"));
-                }
-                Ok(n) => {
-                    self.conn.handle_received(n);
-                    moved = true;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        self.drain_events();
-        if self.conn.is_terminated() {
-            // flush our term request, if any
-            let _ = self.sock.write(self.conn.poll_transmit());
-            return Err(HostError::Terminated("NVMe/TCP term request"));
-        }
-        Ok(moved)
-    }
-
-    fn drain_events(&mut self) {
-        while let Some(ev) = self.conn.poll_event() {
-            match ev {
-                HostEvent::Established => {}
-                HostEvent::Completion { cqe, data, .. } => {
-                    let cqe = Cqe::from_bytes(&cqe).unwrap_or_else(|_| Cqe::zeroed());
-                    let cid = cqe.cid();
-                    if cid < self.depth && !self.free_cids.contains(&cid) {
-                        self.free_cids.push(cid);
-                    }
-                    self.done.push_back(Completion { cqe, data });
-                }
-                HostEvent::Terminated { .. } => {}
-            }
-        }
     }
 
     /// Takes one completion, if any arrived.
@@ -269,7 +207,7 @@ impl Queue {
     }
     /// Returns a completion's buffer to the connection's pool.
     pub fn recycle(&mut self, v: Vec<u8>) {
-        self.conn.recycle(v);
+        self.tq.recycle(v);
     }
 
     /// Submits and waits for this command's completion.
@@ -359,7 +297,7 @@ fn text(s: Option<&str>) -> String {
 /// A connected controller: an admin queue and I/O queues.
 #[derive(Debug)]
 pub struct Controller {
-    pub addr: SocketAddr,
+    pub trid: TransportId,
     pub subnqn: String,
     pub cntlid: u16,
     pub admin: Queue,
@@ -371,8 +309,7 @@ pub struct Controller {
 }
 
 impl Controller {
-    /// Connects the admin queue, enables the controller and identifies it; then
-    /// connects `io_queues` I/O queues of `depth` entries each.
+    /// Connects over NVMe/TCP to `addr`: see [`Controller::connect_with`].
     pub fn connect(
         addr: SocketAddr,
         subnqn: &str,
@@ -380,10 +317,25 @@ impl Controller {
         io_queues: u16,
         depth: u16,
     ) -> Result<Controller> {
-        let mut admin = Queue::open(addr, opts, 0, 32)?;
+        let trid = TransportId::tcp(addr);
+        Self::connect_with(&TcpHostTransport, &trid, subnqn, opts, io_queues, depth)
+    }
+
+    /// Connects the admin queue over `transport` to `trid`, enables the
+    /// controller and identifies it; then connects `io_queues` I/O queues of
+    /// `depth` entries each.
+    pub fn connect_with(
+        transport: &dyn HostTransport,
+        trid: &TransportId,
+        subnqn: &str,
+        opts: &HostOpts,
+        io_queues: u16,
+        depth: u16,
+    ) -> Result<Controller> {
+        let mut admin = Queue::open_with(transport, trid, opts, 0, 32)?;
         let cntlid = admin.connect(opts, subnqn, 0xffff, 31, opts.kato_ms)?;
         let mut c = Controller {
-            addr,
+            trid: trid.clone(),
             subnqn: subnqn.to_string(),
             cntlid,
             admin,
@@ -425,7 +377,7 @@ impl Controller {
             let mqes = (c.cap & 0xffff) as u16 + 1;
             let depth = depth.clamp(1, mqes.saturating_sub(1).max(1));
             for qid in 1..=io_queues.min(granted) {
-                let mut q = Queue::open(addr, opts, qid, depth)?;
+                let mut q = Queue::open_with(transport, trid, opts, qid, depth)?;
                 q.in_capsule = in_capsule;
                 // SQSIZE (0's based) one larger than our depth, as Linux does
                 q.connect(opts, subnqn, cntlid, depth.min(mqes - 1), 0)?;
@@ -613,7 +565,16 @@ pub fn write_sqe(nsid: u32, slba: u64, nlb: u32) -> Sqe {
 /// Discovery: connects to the discovery subsystem at `addr`, reads the whole
 /// discovery log page (header first, then all records), disconnects.
 pub fn discover(addr: SocketAddr, opts: &HostOpts) -> Result<(u64, Vec<DiscoveryEntry>)> {
-    let mut c = Controller::connect(addr, DISCOVERY_NQN, opts, 0, 0)?;
+    discover_with(&TcpHostTransport, &TransportId::tcp(addr), opts)
+}
+
+/// [`discover`] over any host transport.
+pub fn discover_with(
+    transport: &dyn HostTransport,
+    trid: &TransportId,
+    opts: &HostOpts,
+) -> Result<(u64, Vec<DiscoveryEntry>)> {
+    let mut c = Controller::connect_with(transport, trid, DISCOVERY_NQN, opts, 0, 0)?;
     let hdr = c.get_log_page(LogPageId::Discovery, 0, DISC_HDR_LEN as u32)?;
     let (genctr, numrec, _) =
         DiscoveryLog::parse_header(&hdr).map_err(|_| HostError::Protocol("bad discovery log"))?;

@@ -2,17 +2,30 @@
 //!
 //! Owns: target ([`tgt::Tgt`]), subsystems and namespaces on bdevs
 //! ([`subsystem`]), controllers with dynamic cntlid ([`ctrlr`]), queue pairs
-//! ([`qpair`]), poll groups and the TCP driver ([`poll_group`]), the discovery
-//! subsystem and log page ([`tgt`]; the Identify structures and log pages are the
-//! `nvme` crate's, filled by [`ctrlr`] and [`subsystem`]), the sans-IO NVMe/TCP transport cores
-//! ([`tcp::TargetConn`], [`tcp::HostConn`]) and the host library ([`host`]).
+//! ([`qpair`]), poll groups ([`poll_group`]), the discovery subsystem and log
+//! page ([`tgt`]; the Identify structures and log pages are the `nvme` crate's,
+//! filled by [`ctrlr`] and [`subsystem`]), the transport interface
+//! ([`transport`]: [`transport::Transport`], [`transport::TransportPollGroup`],
+//! [`transport::TransportQpair`] on the target side,
+//! [`transport::HostTransport`] / [`transport::HostQueue`] on the host side),
+//! NVMe/TCP as its first implementation ([`tcp`]: sans-IO
+//! [`tcp::TargetConn`] / [`tcp::HostConn`] over one PDU framer, and the socket
+//! driver [`tcp::TcpTransport`] / [`tcp::TcpHostTransport`]) and the host
+//! library ([`host`]).
 //!
-//! Does not: RDMA (later, over `verbs`), authentication (DH-HMAC-CHAP), TLS,
-//! reservations, ANA, namespace management at run time.
+//! Does not: RDMA (the next transport, over `verbs`; docs/nvmf.md sketches how
+//! it fills the interface), authentication (DH-HMAC-CHAP), TLS, reservations,
+//! ANA, namespace management at run time.
 //!
 //! Depends on `wire` (NVMe/TCP PDUs), `nvme` (SQE/CQE/status), `bdev`. The socket
-//! glue (poll groups, host library, perf) is behind the default `driver` feature;
-//! the rest builds and tests with `--no-default-features`.
+//! glue (the TCP driver, poll groups, host library, perf) is behind the default
+//! `driver` feature; the rest builds and tests with `--no-default-features`.
+
+// No unsafe code: forbidden outright in the core (built without `driver`); with
+// the driver, the one libc call (`poll(2)`, tcp/driver.rs) has its own `allow`
+// and SAFETY comment.
+#![cfg_attr(not(feature = "driver"), forbid(unsafe_code))]
+#![deny(unsafe_code)]
 
 pub mod ctrlr;
 #[cfg(feature = "driver")]
@@ -25,8 +38,12 @@ pub mod qpair;
 pub mod subsystem;
 pub mod tcp;
 pub mod tgt;
+pub mod transport;
 
 #[cfg(feature = "driver")]
-pub use poll_group::{ListenSpec, NvmfServer};
+pub use poll_group::{Listen, ListenSpec, NvmfServer};
 pub use subsystem::{Subsystem, DISCOVERY_NQN};
 pub use tgt::{Tgt, TgtParams};
+pub use transport::{
+    HostQueue, HostTransport, Request, Transport, TransportId, TransportPollGroup, TransportQpair,
+};

@@ -1,36 +1,28 @@
-//! Poll groups and the TCP driver (SPDK `spdk_nvmf_poll_group` + the TCP
-//! transport's socket handling): one thread per poll group runs its qpairs to
-//! completion over nonblocking sockets. New connections are handed out
-//! round-robin by the acceptor thread; nothing on the I/O path takes a lock.
+//! Poll groups (SPDK `spdk_nvmf_poll_group`): one thread per poll group runs its
+//! qpairs to completion; an acceptor thread owns the [`Transport`] and hands new
+//! qpairs out round-robin. Nothing on the I/O path takes a lock. The transport's
+//! part of a poll group ([`TransportPollGroup`]) moves the bytes; this loop runs
+//! the core: commands, bdev I/O, timers.
 //!
-//! A poll group busy-polls while it has work and sleeps in `poll(2)` (1 ms at most)
-//! after `TgtParams::idle_spins` idle iterations, so an idle target costs no CPU.
+//! A poll group busy-polls while it has work and sleeps in the transport's `wait`
+//! (1 ms at most) after `TgtParams::idle_spins` idle iterations, so an idle target
+//! costs no CPU.
 
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::io;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
-use tracing::{debug, info, warn};
+use nvme::log::DiscoveryEntry;
+use tracing::{debug, info};
 
 use crate::qpair::Qpair;
-use crate::tcp::TargetConn;
+use crate::tcp::{TargetParams, TcpTransport};
 use crate::tgt::Tgt;
-
-/// Above this many queued transmit bytes a qpair stops reading new commands.
-const TX_HIGH_WATER: usize = 4 * 1024 * 1024;
-
-struct Conn {
-    sock: TcpStream,
-    qp: Qpair,
-    /// Worth a read(2): poll(2) said so, or the last read filled the buffer. Only
-    /// consulted in event-driven mode (idle_spins 0), where a read that would
-    /// return EAGAIN is a wasted syscall.
-    readable: bool,
-}
+use crate::transport::{Accepted, Transport, TransportId, TransportPollGroup, TransportQpair};
 
 /// A running target: acceptor + poll group threads.
 pub struct NvmfServer {
@@ -38,74 +30,118 @@ pub struct NvmfServer {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     addrs: Vec<SocketAddr>,
+    trids: Vec<TransportId>,
 }
 
 impl std::fmt::Debug for NvmfServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NvmfServer")
-            .field("addrs", &self.addrs)
+            .field("trids", &self.trids)
             .finish()
     }
 }
 
-/// A listen request: address and whether it is a discovery-only port.
+/// An NVMe/TCP listen request: address and whether it is a discovery-only port.
 #[derive(Debug, Clone, Copy)]
 pub struct ListenSpec {
     pub addr: SocketAddr,
     pub discovery_only: bool,
 }
 
+/// A listen request for any transport.
+#[derive(Debug, Clone)]
+pub struct Listen {
+    pub trid: TransportId,
+    pub discovery_only: bool,
+}
+
+/// A new qpair on its way to a poll group: (transport qpair, port id).
+type NewQpair<Q> = (Q, u16);
+
 impl NvmfServer {
-    /// Binds every listener, starts `poll_groups` poll group threads (0 = one per
-    /// available CPU) and the acceptor.
+    /// NVMe/TCP on every listener of `listen` (digests as `tgt.params.digests`):
+    /// see [`NvmfServer::start_with`].
     pub fn start(tgt: Tgt, listen: &[ListenSpec], poll_groups: usize) -> io::Result<NvmfServer> {
+        let params = TargetParams {
+            hdgst: tgt.params.digests,
+            ddgst: tgt.params.digests,
+            ..TargetParams::default()
+        };
+        let listen: Vec<Listen> = listen
+            .iter()
+            .map(|l| Listen {
+                trid: TransportId::tcp(l.addr),
+                discovery_only: l.discovery_only,
+            })
+            .collect();
+        Self::start_with(tgt, TcpTransport::new(params), &listen, poll_groups)
+    }
+
+    /// Listens with `transport` on every listener, starts `poll_groups` poll
+    /// group threads (0 = one per available CPU) and the acceptor.
+    pub fn start_with<T: Transport>(
+        tgt: Tgt,
+        mut transport: T,
+        listen: &[Listen],
+        poll_groups: usize,
+    ) -> io::Result<NvmfServer> {
         let poll_groups = if poll_groups == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         } else {
             poll_groups
         };
         let tgt = Arc::new(tgt);
-        let mut socks = Vec::new();
+        let mut portids = Vec::new();
         let mut addrs = Vec::new();
+        let mut trids = Vec::new();
         for l in listen {
-            let s = TcpListener::bind(l.addr)?;
-            s.set_nonblocking(true)?;
-            let a = s.local_addr()?;
-            let portid = tgt.add_listener(a, l.discovery_only);
-            info!(addr = %a, portid, discovery_only = l.discovery_only, "nvmf listening (NVMe/TCP)");
-            addrs.push(a);
-            socks.push((s, portid));
+            let bound = transport.listen(&l.trid)?;
+            let mut entry = DiscoveryEntry::default();
+            transport.listener_discover(&bound, &mut entry);
+            let portid =
+                tgt.add_listener(bound.clone(), l.discovery_only, entry, transport.limits());
+            info!(trid = %bound.uri(), portid, discovery_only = l.discovery_only, "nvmf listening");
+            addrs.extend(bound.socket_addr());
+            trids.push(bound);
+            portids.push(portid);
         }
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
         let mut txs = Vec::new();
+        let event_driven = tgt.params.idle_spins == 0;
         for i in 0..poll_groups.max(1) {
-            let (tx, rx) = channel::<(TcpStream, u16)>();
+            let (tx, rx) = channel::<NewQpair<T::Qpair>>();
             txs.push(tx);
             let (tgt, stop) = (tgt.clone(), stop.clone());
+            let group = transport.poll_group_create(event_driven);
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("nvmf-pg{i}"))
-                    .spawn(move || poll_group_loop(i, tgt, rx, stop))?,
+                    .spawn(move || poll_group_loop(i, tgt, group, rx, stop))?,
             );
         }
         let stop2 = stop.clone();
         threads.push(
             std::thread::Builder::new()
                 .name("nvmf-accept".into())
-                .spawn(move || acceptor(socks, txs, stop2))?,
+                .spawn(move || acceptor(transport, portids, txs, stop2))?,
         );
         Ok(NvmfServer {
             tgt,
             stop,
             threads,
             addrs,
+            trids,
         })
     }
 
-    /// Bound listener addresses, in the order given.
+    /// Bound listener addresses of IP transports, in the order given.
     pub fn addrs(&self) -> &[SocketAddr] {
         &self.addrs
+    }
+    /// Bound listener transport ids, in the order given.
+    pub fn trids(&self) -> &[TransportId] {
+        &self.trids
     }
     pub fn tgt(&self) -> &Arc<Tgt> {
         &self.tgt
@@ -130,60 +166,37 @@ impl Drop for NvmfServer {
     }
 }
 
-fn acceptor(
-    socks: Vec<(TcpListener, u16)>,
-    txs: Vec<Sender<(TcpStream, u16)>>,
+fn acceptor<T: Transport>(
+    mut transport: T,
+    portids: Vec<u16>,
+    txs: Vec<Sender<NewQpair<T::Qpair>>>,
     stop: Arc<AtomicBool>,
 ) {
     let mut rr = 0usize;
-    let mut fds: Vec<libc::pollfd> = socks
-        .iter()
-        .map(|(s, _)| libc::pollfd {
-            fd: s.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
+    let mut new: Vec<Accepted<T::Qpair>> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
-        // SAFETY: fds is a valid array of pollfd for the duration of the call.
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 50) };
-        for (s, portid) in &socks {
-            loop {
-                match s.accept() {
-                    Ok((c, peer)) => {
-                        debug!(%peer, portid, "accepted");
-                        let _ = c.set_nodelay(true);
-                        if c.set_nonblocking(true).is_err() {
-                            continue;
-                        }
-                        if txs.is_empty() || txs[rr % txs.len()].send((c, *portid)).is_err() {
-                            return;
-                        }
-                        rr += 1;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) => {
-                        warn!(%e, "accept failed");
-                        break;
-                    }
-                }
-            }
+        if let Err(e) = transport.accept(Duration::from_millis(50), &mut new) {
+            debug!(%e, "accept");
         }
-        for f in fds.iter_mut() {
-            f.revents = 0;
+        for a in new.drain(..) {
+            let portid = portids.get(a.listener).copied().unwrap_or(0);
+            if txs.is_empty() || txs[rr % txs.len()].send((a.qpair, portid)).is_err() {
+                return;
+            }
+            rr += 1;
         }
     }
 }
 
-fn poll_group_loop(
+fn poll_group_loop<G: TransportPollGroup>(
     id: usize,
     tgt: Arc<Tgt>,
-    rx: Receiver<(TcpStream, u16)>,
+    mut group: G,
+    rx: Receiver<NewQpair<G::Qpair>>,
     stop: Arc<AtomicBool>,
 ) {
-    let mut conns: Vec<Conn> = Vec::new();
+    let mut qpairs: Vec<Qpair<G::Qpair>> = Vec::new();
     let mut idle = 0u32;
-    let mut fds: Vec<libc::pollfd> = Vec::new();
     let mut last_timer = 0u64;
     let mut passes = 0u32;
     let mut slept = false;
@@ -191,14 +204,9 @@ fn poll_group_loop(
     debug!(id, "poll group started");
     while !stop.load(Ordering::Relaxed) {
         let mut progress = false;
-        while let Ok((sock, portid)) = rx.try_recv() {
-            let peer = sock.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-            let conn = TargetConn::new(tgt.params.tcp);
-            conns.push(Conn {
-                sock,
-                qp: Qpair::new(conn, portid, peer),
-                readable: true,
-            });
+        while let Ok((tq, portid)) = rx.try_recv() {
+            let peer = tq.peer();
+            qpairs.push(Qpair::new(tq, portid, peer));
             progress = true;
         }
         // reading the clock can be a syscall (an emulated HPET, say): not every pass
@@ -214,131 +222,45 @@ fn poll_group_loop(
             (false, 0)
         };
         slept = false;
-        for c in conns.iter_mut() {
-            if !event_mode {
-                c.readable = true;
+        progress |= group.poll(&mut qpairs);
+        for qp in qpairs.iter_mut() {
+            progress |= qp.process_events(&tgt);
+            progress |= qp.poll_bdev();
+            if timers {
+                qp.check_timers(now);
             }
-            progress |= poll_conn(&tgt, c, timers, now);
         }
-        let before = conns.len();
-        conns.retain_mut(|c| {
-            let dead = c.qp.is_closing();
-            if dead {
-                // best effort: flush what is queued (a term request) before closing
-                let _ = c.sock.set_nonblocking(false);
-                let _ = c
-                    .sock
-                    .set_write_timeout(Some(std::time::Duration::from_millis(100)));
-                let pending = c.qp.conn.drain_tx();
-                let _ = c.sock.write_all(&pending);
-                let _ = c.sock.shutdown(std::net::Shutdown::Both);
-                c.qp.teardown(&tgt);
-                debug!(peer = %c.qp.peer, "qpair closed");
+        progress |= group.flush(&mut qpairs);
+        let before = qpairs.len();
+        let mut i = 0;
+        while i < qpairs.len() {
+            if qpairs[i].is_closing() {
+                let mut qp = qpairs.remove(i);
+                qp.teardown(&tgt);
+                debug!(peer = %qp.peer, "qpair closed");
+                group.remove(qp.into_transport());
+            } else {
+                i += 1;
             }
-            !dead
-        });
-        progress |= conns.len() != before;
+        }
+        progress |= qpairs.len() != before;
         if progress {
             idle = 0;
             continue;
         }
         idle += 1;
-        if idle < tgt.params.idle_spins || conns.iter().any(|c| c.qp.in_flight() > 0) {
+        if idle < tgt.params.idle_spins || qpairs.iter().any(|c| c.in_flight() > 0) {
             std::hint::spin_loop();
             continue;
         }
-        fds.clear();
-        fds.extend(conns.iter().map(|c| libc::pollfd {
-            fd: c.sock.as_raw_fd(),
-            events: libc::POLLIN
-                | if c.qp.conn.tx_backlog() > 0 {
-                    libc::POLLOUT
-                } else {
-                    0
-                },
-            revents: 0,
-        }));
-        // SAFETY: fds is a valid array of pollfd for the duration of the call.
         // event-driven mode sleeps longer: new connections wait for at most 10 ms
-        let timeout = if event_mode { 10 } else { 1 };
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+        let timeout = Duration::from_millis(if event_mode { 10 } else { 1 });
         // woken by traffic: the clock can wait for the next 256 passes
-        slept = ready <= 0;
-        for (c, f) in conns.iter_mut().zip(fds.iter()) {
-            if f.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
-                c.readable = true;
-            }
-        }
+        slept = !group.wait(&mut qpairs, timeout);
     }
-    for mut c in conns {
-        c.qp.teardown(&tgt);
+    for mut qp in qpairs {
+        qp.teardown(&tgt);
+        group.remove(qp.into_transport());
     }
     debug!(id, "poll group stopped");
-}
-
-/// One pass over a connection: read, execute, poll the bdevs, write.
-fn poll_conn(tgt: &Tgt, c: &mut Conn, timers: bool, now: u64) -> bool {
-    let mut progress = false;
-    if c.readable && !c.qp.is_closing() && c.qp.conn.tx_backlog() < TX_HIGH_WATER {
-        // read a bounded amount per pass so one connection cannot starve the others
-        c.readable = false;
-        for _ in 0..4 {
-            let mut iov = [(); 3].map(|_| io::IoSliceMut::new(&mut []));
-            let k = c.qp.conn.recv_iovecs(&mut iov);
-            let cap: usize = iov[..k].iter().map(|v| v.len()).sum();
-            match c.sock.read_vectored(&mut iov[..k]) {
-                Ok(0) => {
-                    debug!(peer = %c.qp.peer, "peer closed");
-                    c.qp.close();
-                    break;
-                }
-                Ok(n) => {
-                    c.qp.conn.handle_received(n);
-                    progress = true;
-                    if n < cap {
-                        break;
-                    }
-                    c.readable = true;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    debug!(peer = %c.qp.peer, %e, "read error");
-                    c.qp.close();
-                    break;
-                }
-            }
-        }
-    }
-    progress |= c.qp.process_events(tgt);
-    progress |= c.qp.poll_bdev();
-    if timers {
-        c.qp.check_timers(now);
-    }
-    while c.qp.conn.tx_backlog() > 0 {
-        // headers and read data leave in one writev, the data without a copy
-        let r = {
-            let mut iov = [io::IoSlice::new(&[]); 64];
-            let n = c.qp.conn.poll_transmit_vectored(&mut iov);
-            c.sock.write_vectored(&iov[..n])
-        };
-        match r {
-            Ok(0) => break,
-            Ok(n) => {
-                c.qp.conn.advance_tx(n);
-                progress = true;
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                debug!(peer = %c.qp.peer, %e, "write error");
-                c.qp.close();
-                // drop what cannot be sent
-                let n = c.qp.conn.tx_backlog();
-                c.qp.conn.advance_tx(n);
-                break;
-            }
-        }
-    }
-    progress
 }

@@ -1,6 +1,6 @@
-//! Queue pairs (SPDK `spdk_nvmf_qpair` + the TCP transport's qpair): one NVMe/TCP
-//! connection, its [`TargetConn`], its controller once connected, and the
-//! commands it has in flight on bdev channels.
+//! Queue pairs (SPDK `spdk_nvmf_qpair`): one connection's transport side (a
+//! [`TransportQpair`]), its controller once connected, and the commands it has in
+//! flight on bdev channels.
 //!
 //! A qpair is owned by one poll group and never shared: the I/O path touches only
 //! the qpair, its own bdev channels and atomics of its controller.
@@ -14,15 +14,15 @@ use tracing::{debug, info, warn};
 
 use crate::ctrlr::{AdminOutcome, Ctrlr};
 use crate::subsystem::Namespace;
-use crate::tcp::{Request, TargetConn, TargetEvent};
 use crate::tgt::Tgt;
+use crate::transport::{QpairEvent, Request, TransportQpair};
 
 /// What an in-flight bdev I/O is for.
 #[derive(Debug)]
 enum IoKind {
     Read,
     Write,
-    Compare(Vec<u8>),
+    Compare(IoBuf),
     /// Flush, write zeroes, one or more unmaps: count of bdev I/Os left, any failure.
     Simple {
         left: u32,
@@ -43,9 +43,14 @@ pub struct QpairStats {
     pub errors: u64,
 }
 
-/// One queue pair.
-pub struct Qpair {
-    pub conn: TargetConn,
+/// No data.
+fn no_data() -> IoBuf {
+    IoBuf::Vec(Vec::new())
+}
+
+/// One queue pair over the transport qpair `Q`.
+pub struct Qpair<Q: TransportQpair> {
+    tq: Q,
     portid: u16,
     ctrlr: Option<Arc<Ctrlr>>,
     qid: u16,
@@ -65,7 +70,7 @@ pub struct Qpair {
     pub peer: String,
 }
 
-impl std::fmt::Debug for Qpair {
+impl<Q: TransportQpair> std::fmt::Debug for Qpair<Q> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Qpair")
             .field("peer", &self.peer)
@@ -79,10 +84,16 @@ fn st(g: GenericStatus) -> Status {
     Status::generic(g)
 }
 
-impl Qpair {
-    pub fn new(conn: TargetConn, portid: u16, peer: String) -> Self {
+impl<Q: TransportQpair> AsMut<Q> for Qpair<Q> {
+    fn as_mut(&mut self) -> &mut Q {
+        &mut self.tq
+    }
+}
+
+impl<Q: TransportQpair> Qpair<Q> {
+    pub fn new(tq: Q, portid: u16, peer: String) -> Self {
         Qpair {
-            conn,
+            tq,
             portid,
             ctrlr: None,
             qid: 0,
@@ -102,6 +113,18 @@ impl Qpair {
         }
     }
 
+    /// The transport side.
+    pub fn transport(&self) -> &Q {
+        &self.tq
+    }
+    pub fn transport_mut(&mut self) -> &mut Q {
+        &mut self.tq
+    }
+    /// The transport side back, after [`Qpair::teardown`] (for `qpair_fini`).
+    pub fn into_transport(self) -> Q {
+        self.tq
+    }
+
     pub fn qid(&self) -> u16 {
         self.qid
     }
@@ -110,7 +133,7 @@ impl Qpair {
     }
     /// Whether the qpair should be closed (after flushing its transmit buffer).
     pub fn is_closing(&self) -> bool {
-        self.closing || self.conn.is_terminated()
+        self.closing || self.tq.is_terminated()
     }
     pub fn close(&mut self) {
         self.closing = true;
@@ -123,18 +146,18 @@ impl Qpair {
     /// Drains transport events and executes commands. Returns whether anything happened.
     pub fn process_events(&mut self, tgt: &Tgt) -> bool {
         let mut progress = false;
-        while let Some(ev) = self.conn.poll_event() {
+        while let Some(ev) = self.tq.poll_event() {
             progress = true;
             match ev {
-                TargetEvent::Established => {
-                    debug!(peer = %self.peer, dg = ?self.conn.digests(), "ICReq/ICResp done");
+                QpairEvent::Established => {
+                    debug!(peer = %self.peer, "transport connection established");
                 }
-                TargetEvent::Command(req) => self.dispatch(tgt, req),
-                TargetEvent::Terminated { fes, by_peer } => {
+                QpairEvent::Command(req) => self.dispatch(tgt, req),
+                QpairEvent::Terminated { by_peer } => {
                     if by_peer {
-                        info!(peer = %self.peer, ?fes, "host terminated the connection");
+                        info!(peer = %self.peer, "host terminated the connection");
                     } else {
-                        warn!(peer = %self.peer, ?fes, "terminated the connection (protocol error)");
+                        warn!(peer = %self.peer, "terminated the connection (protocol error)");
                     }
                     self.closing = true;
                 }
@@ -157,7 +180,7 @@ impl Qpair {
 
     /// Called once when the qpair is removed.
     pub fn teardown(&mut self, tgt: &Tgt) {
-        debug!(peer = %self.peer, qid = self.qid, stats = ?self.conn.stats(), "qpair closed");
+        debug!(peer = %self.peer, qid = self.qid, stats = %self.tq.describe_stats(), "qpair closed");
         if let Some(c) = self.ctrlr.take() {
             for _ in self.aers.drain(..) {
                 c.aer_done();
@@ -172,7 +195,7 @@ impl Qpair {
         }
     }
 
-    fn respond(&mut self, cid: u16, status: Status, result: u64, data: Vec<u8>) {
+    fn respond(&mut self, cid: u16, status: Status, result: u64, data: IoBuf) {
         let mut cqe = Cqe::new(cid, status);
         cqe.set_result64(result);
         cqe.set_sqid(self.qid);
@@ -184,18 +207,18 @@ impl Qpair {
         if !status.is_success() {
             self.stats.errors += 1;
         }
-        self.conn.complete(cqe.as_bytes(), data);
+        self.tq.complete(&cqe, data);
     }
 
     /// Completes `cid` with an error status and no data, and gives the command's
     /// (unused) data buffer back to the pool.
-    fn fail(&mut self, cid: u16, status: Status, data: Vec<u8>) {
-        self.respond(cid, status, 0, Vec::new());
-        self.conn.recycle(data);
+    fn fail(&mut self, cid: u16, status: Status, data: IoBuf) {
+        self.respond(cid, status, 0, no_data());
+        self.tq.put_buf(data);
     }
 
     fn dispatch(&mut self, tgt: &Tgt, req: Request) {
-        let sqe = Sqe::from_array(req.sqe);
+        let sqe = req.sqe;
         let cid = sqe.cid();
         self.stats.commands += 1;
         if self.sqsize > 0 {
@@ -228,11 +251,11 @@ impl Qpair {
             match ctrlr.exec_admin(tgt, &sqe, &req.data, tgt.now_ms()) {
                 AdminOutcome::Done(s, r, mut data) => {
                     data.truncate(req.c2h_len as usize);
-                    self.respond(cid, s, r, data);
+                    self.respond(cid, s, r, IoBuf::Vec(data));
                 }
                 AdminOutcome::Aer => self.aers.push(cid),
             }
-            self.conn.recycle(req.data);
+            self.tq.put_buf(req.data);
             return;
         }
         self.exec_io(ctrlr, sqe, req);
@@ -245,7 +268,7 @@ impl Qpair {
                 cid,
                 st(GenericStatus::CommandSequenceError).with_dnr(true),
                 0,
-                Vec::new(),
+                no_data(),
             );
             return;
         }
@@ -255,18 +278,18 @@ impl Qpair {
                 self.sqsize = c.sqsize;
                 self.sqhd = 1 % (c.sqsize + 1);
                 self.sqflow_disabled = c.sqflow_disabled;
-                self.conn.set_c2h_success(c.sqflow_disabled);
+                self.tq.connected(c.sqflow_disabled);
                 let cntlid = c.ctrlr.cntlid;
                 debug!(peer = %self.peer, cntlid, qid = c.qid, sqsize = c.sqsize, "queue connected");
                 self.ctrlr = Some(c.ctrlr);
-                self.respond(cid, Status::SUCCESS, cntlid as u64, Vec::new());
+                self.respond(cid, Status::SUCCESS, cntlid as u64, no_data());
             }
             Err(e) => {
                 warn!(peer = %self.peer, status = e.status.fabrics_name(), dw0 = e.dw0, "connect refused");
-                self.respond(cid, e.status, e.dw0 as u64, Vec::new());
+                self.respond(cid, e.status, e.dw0 as u64, no_data());
             }
         }
-        self.conn.recycle(req.data);
+        self.tq.put_buf(req.data);
     }
 
     fn channel(&mut self, ns: &Namespace) -> Option<usize> {
@@ -285,9 +308,9 @@ impl Qpair {
         }
     }
 
-    fn iov(&mut self, buf: Vec<u8>) -> Vec<IoBuf> {
+    fn iov(&mut self, buf: IoBuf) -> Vec<IoBuf> {
         let mut v = self.iov_pool.pop().unwrap_or_default();
-        v.push(IoBuf::Vec(buf));
+        v.push(buf);
         v
     }
 
@@ -323,8 +346,8 @@ impl Qpair {
     fn exec_io(&mut self, ctrlr: Arc<Ctrlr>, sqe: Sqe, req: Request) {
         let cid = sqe.cid();
         if !ctrlr.is_ready() {
-            self.respond(cid, st(GenericStatus::CommandSequenceError), 0, Vec::new());
-            self.conn.recycle(req.data);
+            self.respond(cid, st(GenericStatus::CommandSequenceError), 0, no_data());
+            self.tq.put_buf(req.data);
             return;
         }
         if sqe.is_fabrics() {
@@ -340,7 +363,7 @@ impl Qpair {
         if op == IoOpcode::Flush && nsid == u32::MAX {
             // broadcast flush: every namespace of this controller is RAM/null or
             // written through; nothing to write back
-            self.respond(cid, Status::SUCCESS, 0, Vec::new());
+            self.respond(cid, Status::SUCCESS, 0, no_data());
             return;
         }
         let Some(ns) = ctrlr.subsys.ns(nsid).cloned() else {
@@ -356,8 +379,8 @@ impl Qpair {
         let slba = sqe.slba();
         let in_range = |n: u64| slba.checked_add(n).is_some_and(|e| e <= ns.num_blocks());
         let Some(ch) = self.channel(&ns) else {
-            self.respond(cid, st(GenericStatus::InternalError), 0, Vec::new());
-            self.conn.recycle(req.data);
+            self.respond(cid, st(GenericStatus::InternalError), 0, no_data());
+            self.tq.put_buf(req.data);
             return;
         };
         match op {
@@ -384,9 +407,9 @@ impl Qpair {
                     );
                     return;
                 }
-                let buf = self.conn.alloc_buf(bytes as usize);
+                let buf = self.tq.get_buf(bytes as usize);
                 let kind = if op == IoOpcode::Read {
-                    self.conn.recycle(req.data);
+                    self.tq.put_buf(req.data);
                     IoKind::Read
                 } else {
                     IoKind::Compare(req.data)
@@ -413,10 +436,8 @@ impl Qpair {
                     return;
                 }
                 let ctx = self.alloc_io(cid, IoKind::Write);
-                self.submit(
-                    ch,
-                    BdevIo::write(slba, nlb, vec![IoBuf::Vec(req.data)], ctx),
-                );
+                let iov = self.iov(req.data);
+                self.submit(ch, BdevIo::write(slba, nlb, iov, ctx));
             }
             IoOpcode::Flush => {
                 let ctx = self.alloc_io(
@@ -434,7 +455,7 @@ impl Qpair {
                         cid,
                         st(GenericStatus::LbaOutOfRange).with_dnr(true),
                         0,
-                        Vec::new(),
+                        no_data(),
                     );
                     return;
                 }
@@ -443,7 +464,7 @@ impl Qpair {
                         cid,
                         st(GenericStatus::InvalidOpcode).with_dnr(true),
                         0,
-                        Vec::new(),
+                        no_data(),
                     );
                     return;
                 }
@@ -464,15 +485,15 @@ impl Qpair {
                         cid,
                         st(GenericStatus::DataSglLengthInvalid).with_dnr(true),
                         0,
-                        Vec::new(),
+                        no_data(),
                     );
-                    self.conn.recycle(data);
+                    self.tq.put_buf(data);
                     return;
                 }
                 if !sqe.dsm_deallocate() || !ns.bdev.io_type_supported(IoType::Unmap) {
                     // only deallocate has an effect; attributes alone are hints
-                    self.respond(cid, Status::SUCCESS, 0, Vec::new());
-                    self.conn.recycle(data);
+                    self.respond(cid, Status::SUCCESS, 0, no_data());
+                    self.tq.put_buf(data);
                     return;
                 }
                 let mut ranges = Vec::with_capacity(nr);
@@ -486,18 +507,18 @@ impl Qpair {
                             cid,
                             st(GenericStatus::LbaOutOfRange).with_dnr(true),
                             0,
-                            Vec::new(),
+                            no_data(),
                         );
-                        self.conn.recycle(data);
+                        self.tq.put_buf(data);
                         return;
                     }
                     if len > 0 {
                         ranges.push((start, len));
                     }
                 }
-                self.conn.recycle(data);
+                self.tq.put_buf(data);
                 if ranges.is_empty() {
-                    self.respond(cid, Status::SUCCESS, 0, Vec::new());
+                    self.respond(cid, Status::SUCCESS, 0, no_data());
                     return;
                 }
                 let ctx = self.alloc_io(
@@ -572,7 +593,7 @@ impl Qpair {
             return;
         };
         self.free_ios.push(slot);
-        let buf = io.bufs.pop().map(IoBuf::into_vec).unwrap_or_default();
+        let buf = io.bufs.pop().unwrap_or_else(no_data);
         if io.bufs.capacity() > 0 && self.iov_pool.len() < 256 {
             io.bufs.clear();
             self.iov_pool.push(std::mem::take(&mut io.bufs));
@@ -583,12 +604,12 @@ impl Qpair {
                 if ok {
                     self.respond(cid, Status::SUCCESS, 0, buf);
                 } else {
-                    self.conn.recycle(buf);
+                    self.tq.put_buf(buf);
                     self.respond(
                         cid,
                         Status::media(MediaStatus::UnrecoveredReadError),
                         0,
-                        Vec::new(),
+                        no_data(),
                     );
                 }
             }
@@ -598,20 +619,20 @@ impl Qpair {
                 } else {
                     Status::media(MediaStatus::WriteFault)
                 };
-                self.respond(cid, s, 0, Vec::new());
-                self.conn.recycle(buf);
+                self.respond(cid, s, 0, no_data());
+                self.tq.put_buf(buf);
             }
             IoKind::Compare(want) => {
                 let s = if !ok {
                     Status::media(MediaStatus::UnrecoveredReadError)
-                } else if buf == want {
+                } else if buf[..] == want[..] {
                     Status::SUCCESS
                 } else {
                     Status::media(MediaStatus::CompareFailure)
                 };
-                self.respond(cid, s, 0, Vec::new());
-                self.conn.recycle(buf);
-                self.conn.recycle(want);
+                self.respond(cid, s, 0, no_data());
+                self.tq.put_buf(buf);
+                self.tq.put_buf(want);
             }
             IoKind::Simple { failed, .. } => {
                 let s = if failed {
@@ -619,7 +640,7 @@ impl Qpair {
                 } else {
                     Status::SUCCESS
                 };
-                self.respond(cid, s, 0, Vec::new());
+                self.respond(cid, s, 0, no_data());
             }
         }
     }
@@ -630,7 +651,7 @@ mod tests {
     //! The target core without sockets: a `HostConn` and qpairs joined in memory.
     use super::*;
     use crate::subsystem::Subsystem;
-    use crate::tcp::{HostConn, HostEvent, HostParams, TargetParams};
+    use crate::tcp::{HostConn, HostEvent, HostParams, TargetConn, TargetParams};
     use crate::tgt::TgtParams;
     use nvme::cmd::ConnectData;
     use nvme::AdminOpcode;
@@ -639,7 +660,7 @@ mod tests {
 
     struct Link {
         h: HostConn,
-        q: Qpair,
+        q: Qpair<TargetConn>,
     }
 
     impl Link {
@@ -655,21 +676,19 @@ mod tests {
             for _ in 0..16 {
                 let b = self.h.poll_transmit().to_vec();
                 self.h.advance_tx(b.len());
-                self.q.conn.handle_bytes(&b);
+                self.q.transport_mut().handle_bytes(&b);
                 self.q.process_events(tgt);
                 self.q.poll_bdev();
-                let b = self.q.conn.drain_tx();
+                let b = self.q.transport_mut().drain_tx();
                 self.h.handle_bytes(&b);
             }
         }
         fn exec(&mut self, tgt: &Tgt, sqe: Sqe, write: &[u8], read: u32) -> (Cqe, Vec<u8>) {
-            self.h.submit(*sqe.as_bytes(), write, read, 8192).unwrap();
+            self.h.submit(sqe, write, read, 8192).unwrap();
             self.step(tgt);
             loop {
                 match self.h.poll_event() {
-                    Some(HostEvent::Completion { cqe, data, .. }) => {
-                        return (Cqe::from_bytes(&cqe).unwrap(), data)
-                    }
+                    Some(HostEvent::Completion { cqe, data, .. }) => return (cqe, data),
                     Some(_) => continue,
                     None => panic!("no completion"),
                 }
@@ -775,7 +794,7 @@ mod tests {
             admin
                 .h
                 .submit(
-                    *Sqe::admin(AdminOpcode::AsyncEventRequest, cid, 0).as_bytes(),
+                    Sqe::admin(AdminOpcode::AsyncEventRequest, cid, 0),
                     &[],
                     0,
                     0,

@@ -1,7 +1,6 @@
 //! The target (SPDK `spdk_nvmf_tgt`): subsystems, listeners, the controller
 //! registry (dynamic cntlid), Fabrics Connect, and the discovery log page.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -11,15 +10,16 @@ use nvme::status::{FabricsStatus, GenericStatus};
 use nvme::{Sqe, Status};
 use tracing::{info, warn};
 
-use crate::ctrlr::{Ctrlr, MAX_QUEUE_DEPTH};
+use crate::ctrlr::{Ctrlr, DiscoveryService, MAX_QUEUE_DEPTH};
 use crate::subsystem::{Subsystem, SubsystemError, SubsystemType, DISCOVERY_NQN};
-use crate::tcp::TargetParams;
-use nvme::log::{treq, DiscoveryEntry, DiscoveryLog, SubType};
+use crate::transport::{TransportId, TransportLimits};
+use nvme::log::{DiscoveryEntry, DiscoveryLog, SubType};
 
 /// Target-wide parameters.
 #[derive(Debug, Clone, Copy)]
 pub struct TgtParams {
-    pub tcp: TargetParams,
+    /// Grant header/data digests when a host asks (transports that have them).
+    pub digests: bool,
     /// I/O queues a controller may have.
     pub max_io_queues: u16,
     /// Idle passes a poll group spins before sleeping in poll(2); 0 = sleep at once
@@ -30,7 +30,7 @@ pub struct TgtParams {
 impl Default for TgtParams {
     fn default() -> Self {
         TgtParams {
-            tcp: TargetParams::default(),
+            digests: true,
             max_io_queues: 16,
             idle_spins: 200,
         }
@@ -40,10 +40,16 @@ impl Default for TgtParams {
 /// A listening address (SPDK `spdk_nvmf_listener`).
 #[derive(Debug, Clone)]
 pub struct Listener {
-    pub addr: SocketAddr,
+    /// Transport type, address family and address.
+    pub trid: TransportId,
     pub portid: u16,
     /// Serves only the discovery subsystem (the 8009 discovery port).
     pub discovery_only: bool,
+    /// The transport's part of this listener's discovery log entries
+    /// (`listener_discover`): TRTYPE, ADRFAM, TRADDR, TRSVCID, TREQ, TSAS.
+    pub entry: DiscoveryEntry,
+    /// What controllers connected here report (`cdata_init`).
+    pub limits: TransportLimits,
 }
 
 /// Connect parameters that a new queue pair takes on.
@@ -124,16 +130,25 @@ impl Tgt {
             .filter(|s| s.subtype == SubsystemType::Nvme)
     }
 
-    /// Registers a bound listener; returns its port id.
-    pub fn add_listener(&self, addr: SocketAddr, discovery_only: bool) -> u16 {
+    /// Registers a bound listener with its transport's discovery entry template
+    /// and limits; returns its port id.
+    pub fn add_listener(
+        &self,
+        trid: TransportId,
+        discovery_only: bool,
+        entry: DiscoveryEntry,
+        limits: TransportLimits,
+    ) -> u16 {
         let Ok(mut l) = self.listeners.lock() else {
             return 0;
         };
         let portid = l.len() as u16 + 1;
         l.push(Listener {
-            addr,
+            trid,
             portid,
             discovery_only,
+            entry,
+            limits,
         });
         self.genctr.fetch_add(1, Ordering::Relaxed);
         portid
@@ -141,10 +156,17 @@ impl Tgt {
     pub fn listeners(&self) -> Vec<Listener> {
         self.listeners.lock().map(|l| l.clone()).unwrap_or_default()
     }
-    fn listener_discovery_only(&self, portid: u16) -> bool {
-        self.listeners()
-            .iter()
-            .any(|l| l.portid == portid && l.discovery_only)
+    /// (discovery only, limits) of listener `portid`; a qpair without a
+    /// listener (joined in memory) gets the defaults.
+    fn listener_info(&self, portid: u16) -> (bool, TransportLimits) {
+        let Ok(l) = self.listeners.lock() else {
+            return (false, TransportLimits::default());
+        };
+        l.iter()
+            .find(|l| l.portid == portid)
+            .map_or((false, TransportLimits::default()), |l| {
+                (l.discovery_only, l.limits)
+            })
     }
 
     /// Milliseconds since the target was created (the time base of keep-alive).
@@ -167,17 +189,11 @@ impl Tgt {
                 continue;
             }
             for l in listeners.iter().filter(|l| !l.discovery_only) {
-                let mut e = DiscoveryEntry::tcp(
-                    SubType::Nvme,
-                    &s.nqn,
-                    &l.addr.ip().to_string(),
-                    &l.addr.port().to_string(),
-                    l.portid,
-                    l.addr.is_ipv6(),
-                );
-                // secure channel not specified; SQ flow control disable supported
-                e.treq = treq::SECURE_NOT_SPECIFIED | treq::DISABLE_SQFLOW;
-                entries.push(e); // CNTLID 0xffff (dynamic), ASQSZ 32, TSAS none
+                let mut e = l.entry.clone();
+                e.subtype = SubType::Nvme;
+                e.subnqn = s.nqn.clone();
+                e.portid = l.portid;
+                entries.push(e);
             }
         }
         DiscoveryLog {
@@ -216,7 +232,8 @@ impl Tgt {
             warn!(subnqn, hostnqn, "connect: unknown subsystem");
             return Err(refuse_data(256));
         };
-        if subsys.subtype == SubsystemType::Nvme && self.listener_discovery_only(portid) {
+        let (discovery_only, limits) = self.listener_info(portid);
+        if subsys.subtype == SubsystemType::Nvme && discovery_only {
             warn!(subnqn, "connect: NVM subsystem on the discovery-only port");
             return Err(refuse_data(256));
         }
@@ -245,19 +262,22 @@ impl Tgt {
                 return Err(generic(GenericStatus::InternalError));
             };
             let cntlid = self.alloc_cntlid(&reg);
-            let ctrlr = Arc::new(Ctrlr::new(
-                cntlid,
-                subsys.clone(),
-                hostnqn,
-                cd.hostid(),
-                kato,
-                if subsys.subtype == SubsystemType::Discovery {
-                    0
-                } else {
-                    self.params.max_io_queues
-                },
-                self.now_ms(),
-            ));
+            let ctrlr = Arc::new(
+                Ctrlr::new(
+                    cntlid,
+                    subsys.clone(),
+                    hostnqn,
+                    cd.hostid(),
+                    kato,
+                    if subsys.subtype == SubsystemType::Discovery {
+                        0
+                    } else {
+                        self.params.max_io_queues
+                    },
+                    self.now_ms(),
+                )
+                .with_limits(limits),
+            );
             reg.push(ctrlr.clone());
             info!(
                 cntlid,
@@ -329,6 +349,12 @@ impl Tgt {
     /// Live controllers.
     pub fn ctrlr_count(&self) -> usize {
         self.ctrlrs.lock().map(|r| r.len()).unwrap_or(0)
+    }
+}
+
+impl DiscoveryService for Tgt {
+    fn discovery_log_page(&self, hostnqn: &str) -> Vec<u8> {
+        Tgt::discovery_log_page(self, hostnqn)
     }
 }
 

@@ -1,16 +1,20 @@
-//! # obj — DAOS-style object store (later issue)
+//! # obj — DAOS-style object store (one engine)
 //!
-//! Will own: pools, containers, objects (dkey/akey, single values and arrays,
-//! epochs, snapshots) on a versioned store over `bdev`, an async client on `tse`,
-//! RPC and bulk over RDMA, placement, replication and a Raft pool service.
+//! Owns: the data model ([`types`]), the versioned store of one target
+//! ([`vos`]), the RPC layer ([`rpc`]: typed wire messages, sans-IO cores, TCP
+//! drivers), the engine ([`engine`]: targets owning their shards, management
+//! of pools/containers/snapshots) and the client library ([`client`]: libdaos
+//! calls on TSE events, KV and array conveniences).
 //!
-//! Depends on `tse` and `bdev` (and, later, `verbs`/`cm`). Nothing is implemented
-//! yet: `dpustack up` reports the object store as not present.
+//! Depends on `tse` and `bdev`. Not yet: RPC over RDMA (`verbs`/`cm`),
+//! placement over several engines, replication, a Raft pool service. See
+//! `docs/obj.md`.
 
 /// Whether this crate has a working implementation yet. `dpustack up` reads it.
-pub const IMPLEMENTED: bool = false;
+pub const IMPLEMENTED: bool = true;
 
-pub mod types;
-pub mod rpc;
 pub mod client;
 pub mod engine;
+pub mod rpc;
+pub mod types;
+pub mod vos;

@@ -121,7 +121,7 @@ impl ObjClass {
             c if c & 0xf0 == 0x20 && (2..=15).contains(&(c & 0x0f)) => {
                 Redundancy::Replicas(c & 0x0f)
             }
-            c if c & 0x80 != 0 && c & 0x70 == 0 && matches!(c & 0x03, 1 | 2) => {
+            c if c & 0x80 != 0 && c & 0x60 == 0 && matches!(c & 0x03, 1 | 2) => {
                 let k = 1u8 << ((c >> 2) & 0x07);
                 if !matches!(k, 2 | 4 | 8 | 16) {
                     return Err(OidError::BadClass(format!("redundancy code {code:#04x}")));
@@ -228,7 +228,10 @@ impl ObjectId {
     }
     /// The object class from the top bits.
     pub fn class(&self) -> Result<ObjClass, OidError> {
-        ObjClass::from_code((self.hi >> REDUN_SHIFT) as u8, (self.hi >> GRP_SHIFT) as u16)
+        ObjClass::from_code(
+            (self.hi >> REDUN_SHIFT) as u8,
+            (self.hi >> GRP_SHIFT) as u16,
+        )
     }
     /// Check that type and class decode (what the engine does with a client's OID).
     pub fn validate(&self) -> Result<(ObjType, ObjClass), OidError> {
@@ -330,7 +333,7 @@ impl Hlc {
             self.last.saturating_add(1)
         };
         // Never reach EPOCH_MAX: it means "latest".
-        let t = t.min(u64::MAX - 1).max(1);
+        let t = t.clamp(1, u64::MAX - 1);
         self.last = t;
         Epoch(t)
     }
@@ -494,8 +497,9 @@ impl SgList {
 /// What a fetch found for each iod, in iod order.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FetchOut {
-    /// Per iod: the single value's size or the array's record size; 0 = nothing
-    /// visible at the epoch (the sgl's bytes are zeroed).
+    /// Per iod: the single value's size, or the array's record size if any
+    /// record in the requested extents is visible; 0 = nothing visible at the
+    /// epoch.
     pub sizes: Vec<u64>,
 }
 
@@ -629,7 +633,9 @@ pub trait ObjectStore {
     fn cont_list(&mut self) -> StoreResult<Vec<ContId>>;
 
     /// `daos_obj_update`: write several akeys of one dkey at `epoch`. `sgls[i]`
-    /// holds exactly `iods[i].data_len()` bytes.
+    /// holds exactly `iods[i].data_len()` bytes. `epoch` (like a punch's) must be
+    /// above the container's newest snapshot and aggregated epoch
+    /// ([`StoreError::BadEpoch`] otherwise): a snapshot's view never changes.
     fn update(
         &mut self,
         cont: ContId,
@@ -641,7 +647,9 @@ pub trait ObjectStore {
     ) -> StoreResult<()>;
 
     /// `daos_obj_fetch`: read several akeys of one dkey as of `epoch`. Fills
-    /// `sgls[i]` front to back; array holes and missing values read as zeroes.
+    /// `sgls[i]` front to back. Arrays: holes read as zeroes (the whole range
+    /// when nothing is visible, if the iod gives the record size). A missing
+    /// single value reports size 0 and leaves its buffer untouched.
     /// A single value larger than its sgl fails with [`StoreError::BufferTooSmall`];
     /// an sgl of zero bytes just asks for sizes.
     fn fetch(
@@ -739,8 +747,7 @@ pub trait ObjectStore {
 
     /// `daos_cont_create_snap`: keep the versions visible at `epoch` (which must
     /// be above the container's aggregated range).
-    fn snap_create(&mut self, cont: ContId, epoch: Epoch, name: Option<&str>)
-        -> StoreResult<()>;
+    fn snap_create(&mut self, cont: ContId, epoch: Epoch, name: Option<&str>) -> StoreResult<()>;
     /// `daos_cont_list_snap`, ascending.
     fn snap_list(&mut self, cont: ContId) -> StoreResult<Vec<Snapshot>>;
     /// `daos_cont_destroy_snap`.
@@ -785,7 +792,9 @@ mod tests {
             ObjectId::generate(1 << 40, 0, ObjType::MultiHashed, ObjClass::S1),
             Err(OidError::ReservedBits(_))
         ));
-        for bad in ["", "S0", "RP_1G1", "RP_16G1", "EC_3P1G1", "EC_4P3G1", "Q1", "RP_2"] {
+        for bad in [
+            "", "S0", "RP_1G1", "RP_16G1", "EC_3P1G1", "EC_4P3G1", "Q1", "RP_2",
+        ] {
             assert!(ObjClass::parse(bad).is_err(), "{bad}");
         }
         // An id made by hand with garbage in the class bits is rejected.

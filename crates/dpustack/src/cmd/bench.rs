@@ -60,6 +60,8 @@ pub enum Area {
     Tse,
     /// Flow lookup rates (EMC, megaflow classifier, upcall).
     Flow,
+    /// Object store, IO500-style (ior-easy/hard, mdtest-easy/hard) over TCP.
+    Obj,
 }
 
 pub fn run(args: &BenchArgs, cfg: &Config) -> Result<()> {
@@ -70,6 +72,7 @@ pub fn run(args: &BenchArgs, cfg: &Config) -> Result<()> {
         Area::Nvmf => cmd::nvmf::bench(args, cfg)?,
         Area::Tse => cmd::tse::bench(args, cfg)?,
         Area::Flow => cmd::switch::bench(args, cfg)?,
+        Area::Obj => cmd::obj::bench(args, cfg)?,
     };
     if args.json {
         println!("{}", report.to_json());

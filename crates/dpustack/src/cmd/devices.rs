@@ -7,68 +7,29 @@
 //! when this build has the provider; with no spec, the first kernel device if
 //! there is one; anything else is a soft device. `rdma-core` forces kernel
 //! devices (and fails loudly on a build without the feature); `soft` never
-//! touches them.
+//! touches them. The choice and the device opening are `verbs_tools`'
+//! (`ProviderChoice`, `open_device`): the engines open their devices.
 
-use std::sync::OnceLock;
-
-use anyhow::{bail, Context as _, Result};
-use clap::{Args, ValueEnum};
-use serde::{Deserialize, Serialize};
-use verbs::{Context, Gid};
+use anyhow::{bail, Result};
+use clap::Args;
+use serde::Serialize;
+use verbs::Gid;
 
 use crate::config::Config;
 
-/// Which verbs provider serves the tools' devices.
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum ProviderChoice {
-    /// rdma-core for kernel RDMA devices when built with it, soft otherwise.
-    #[default]
-    Auto,
-    /// The software RoCEv2 provider.
-    Soft,
-    /// Kernel RDMA devices through libibverbs (cargo feature `rdma-core`).
-    RdmaCore,
-}
+/// Which verbs provider serves the tools' devices (`verbs_tools`' type: the
+/// engines open the devices).
+pub use verbs_tools::ProviderChoice;
 
-static CHOSEN: OnceLock<ProviderChoice> = OnceLock::new();
-
-/// Fixes the process's provider choice: the command line's, else the config's.
-pub fn select(cli: Option<ProviderChoice>, cfg: &Config) -> Result<()> {
+/// Fixes the run's provider choice in `cfg.rdma.provider`: the command
+/// line's, else the config's; `rdma-core` on a build without it is an error.
+pub fn select(cli: Option<ProviderChoice>, cfg: &mut Config) -> Result<()> {
     let c = cli.unwrap_or(cfg.rdma.provider);
     if c == ProviderChoice::RdmaCore && !verbs::rdma_core::BUILT {
         bail!("--provider rdma-core: {}", verbs::rdma_core::NOT_BUILT);
     }
-    let _ = CHOSEN.set(c);
+    cfg.rdma.provider = c;
     Ok(())
-}
-
-/// The choice in effect (`auto` when `select` was not called, as in tests).
-pub fn chosen() -> ProviderChoice {
-    CHOSEN.get().copied().unwrap_or_default()
-}
-
-/// Opens `spec` on a kernel device when the choice says so: `Ok(None)` means
-/// "use a soft device". `auto` falls back to soft when no kernel device
-/// matches (or the build has no rdma-core provider).
-pub fn open_kernel(spec: Option<&str>) -> Result<Option<Context>> {
-    let spec = spec.unwrap_or("");
-    match chosen() {
-        ProviderChoice::Soft => Ok(None),
-        ProviderChoice::RdmaCore => verbs::rdma_core::open(spec)
-            .map(Some)
-            .with_context(|| format!("opening kernel RDMA device {spec:?} through rdma-core")),
-        ProviderChoice::Auto => {
-            if !verbs::rdma_core::BUILT || !verbs::rdma_core::kernel_has_devices() {
-                return Ok(None);
-            }
-            match verbs::rdma_core::open(spec) {
-                Ok(c) => Ok(Some(c)),
-                Err(verbs::Error::NoDev) => Ok(None),
-                Err(e) => Err(e).with_context(|| format!("opening kernel RDMA device {spec:?}")),
-            }
-        }
-    }
 }
 
 /// `dpustack devices`.
@@ -149,6 +110,7 @@ fn soft_rows() -> Vec<DeviceRow> {
 
 #[cfg(feature = "rdma-core")]
 fn kernel_rows() -> Result<Vec<DeviceRow>> {
+    use anyhow::Context as _;
     let mut rows = Vec::new();
     for name in verbs::rdma_core::device_names()? {
         let ctx = verbs::rdma_core::open(&name).with_context(|| format!("opening {name}"))?;

@@ -126,7 +126,6 @@ impl Client {
         md.extend_from_slice(&chunk.to_le_bytes());
         let (req, bulk) = update_req(
             &a.oh,
-            None,
             &md_dkey(),
             &[Iod::single(MD_AKEY, 16)],
             &[SgList::one(md)],
@@ -193,7 +192,6 @@ impl Client {
             );
             reqs.push(update_req(
                 &a.oh,
-                None,
                 &chunk_dkey(c),
                 &[iod],
                 &[SgList::one(bytes.to_vec())],
@@ -347,7 +345,6 @@ fn set_size_from(
         );
         let r = update_req(
             &a.oh,
-            None,
             &chunk_dkey((size - 1) / a.chunk),
             &[iod],
             &[SgList::one(vec![0u8; a.cell as usize])],
@@ -398,7 +395,7 @@ fn set_size_from(
                 if let Err(e) = r {
                     return arrive(&g, s, Err(e));
                 }
-                match update_req(&a.oh, None, &chunk_dkey(c), &[iod], &[SgList::one(data)]) {
+                match update_req(&a.oh, &chunk_dkey(c), &[iod], &[SgList::one(data)]) {
                     Ok((req, bulk)) => send_rpc(&net3, req, bulk, move |s, r| {
                         arrive(&g, s, r.and_then(decode_update).map(|_| ()))
                     }),

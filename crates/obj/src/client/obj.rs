@@ -93,18 +93,17 @@ impl Client {
     }
 
     /// `daos_obj_update`: writes several akeys of `dkey`; `sgls[i]` (any
-    /// number of buffers) holds exactly iod `i`'s bytes. `epoch` `None` =
-    /// now. Returns the epoch the update was written at.
+    /// number of buffers) holds exactly iod `i`'s bytes. The engine picks the
+    /// epoch (its clock); returns it.
     pub fn obj_update(
         &self,
         oh: &ObjHandle,
-        epoch: Option<Epoch>,
         dkey: &DKey,
         iods: &[Iod],
         sgls: &[SgList],
         ev: Option<&Event>,
     ) -> Result<Pending<Epoch>> {
-        let (req, bulk) = update_req(oh, epoch, dkey, iods, sgls)?;
+        let (req, bulk) = update_req(oh, dkey, iods, sgls)?;
         self.rpc(ev, req, bulk, decode_update)
     }
 
@@ -285,7 +284,6 @@ impl Client {
 /// The request of an update and its bulk region (each SGL buffer a part).
 pub(crate) fn update_req(
     oh: &ObjHandle,
-    epoch: Option<Epoch>,
     dkey: &DKey,
     iods: &[Iod],
     sgls: &[SgList],
@@ -328,7 +326,7 @@ pub(crate) fn update_req(
     }
     Ok((
         Request::ObjUpdate {
-            t: oh.target(epoch),
+            t: oh.target(None),
             dkey: dkey.0.clone(),
             iods: wiods,
         },

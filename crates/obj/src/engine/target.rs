@@ -388,15 +388,14 @@ impl Target {
         } else {
             Epoch(t.epoch)
         };
+        // writes take their epoch from the engine's clock: an explicit one
+        // could rewrite history under a snapshot, or push the clock to its end
+        let writes = matches!(req, Request::ObjUpdate { .. } | Request::ObjPunch { .. });
+        if writes && t.epoch != 0 {
+            return (None, Err(Status::Invalid));
+        }
         let hlc = self.hlc.clone();
-        let write_epoch = || {
-            if t.epoch == 0 || t.epoch == EPOCH_MAX.0 {
-                hlc.now()
-            } else {
-                hlc.observe(Epoch(t.epoch));
-                Epoch(t.epoch)
-            }
-        };
+        let write_epoch = || hlc.now();
         let Some(store) = self.stores.get_mut(&pool) else {
             return (None, Err(Status::NoHandle));
         };
@@ -644,7 +643,7 @@ fn fetch(
     for i in &iods {
         let n = i.data_len();
         total = total.saturating_add(n);
-        if total > crate::rpc::MAX_BODY as u64 / 2 {
+        if total > (crate::rpc::MAX_BODY - 64 * 1024) as u64 {
             return Err(Status::RecTooBig);
         }
         sgls.push(SgList::one(vec![0u8; n as usize]));

@@ -1,0 +1,69 @@
+//! The engine's default [`StoreBackend`]: the versioned store ([`crate::vos`])
+//! over an io_uring file bdev.
+
+use std::path::Path;
+
+use super::backend::StoreBackend;
+use crate::types::{ObjectStore, StoreResult};
+
+/// The engine's default backend: each shard is a [`crate::vos::Vos`] whose
+/// index is `dir/index.redb` and whose large values live on an io_uring
+/// file bdev `dir/data.bdev` of the shard's size (group commit: the target
+/// calls `commit` once per batch).
+#[derive(Debug, Clone)]
+pub struct VosBackend {
+    /// Bdev block size.
+    pub block_size: u32,
+    /// Index page cache per shard (bytes).
+    pub cache_bytes: usize,
+}
+
+impl Default for VosBackend {
+    fn default() -> Self {
+        VosBackend {
+            block_size: 4096,
+            cache_bytes: 16 << 20,
+        }
+    }
+}
+
+impl StoreBackend for VosBackend {
+    fn open(&self, dir: &Path, size: u64, create: bool) -> StoreResult<Box<dyn ObjectStore>> {
+        use crate::types::StoreError;
+        use crate::vos::{Vos, VosConfig};
+        use bdev::file::{FileBdev, FileOptions};
+        if create {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Bdev(format!("{}: {e}", dir.display())))?;
+        } else if !dir.is_dir() {
+            return Err(StoreError::Bdev(format!(
+                "pool shard {} is missing",
+                dir.display()
+            )));
+        }
+        let name = dir
+            .file_name()
+            .map_or_else(|| "shard".into(), |n| n.to_string_lossy().into_owned());
+        let bdev = FileBdev::open(
+            &name,
+            dir.join("data.bdev"),
+            FileOptions {
+                block_size: self.block_size,
+                size: create.then_some(size),
+                ..Default::default()
+            },
+        )
+        .map_err(|e| StoreError::Bdev(e.to_string()))?;
+        let cfg = VosConfig {
+            auto_commit: false,
+            cache_bytes: self.cache_bytes,
+            ..Default::default()
+        };
+        let v = Vos::open(dir.join("index.redb"), std::sync::Arc::new(bdev), cfg)?;
+        Ok(Box::new(v))
+    }
+
+    fn name(&self) -> &'static str {
+        "vos (redb index + io_uring file bdev)"
+    }
+}

@@ -1,0 +1,1860 @@
+//! # vos — the versioned object store of one target (DAOS VOS's role)
+//!
+//! An index in [redb](https://docs.rs/redb) (an embedded ACID store: copy-on-write
+//! B-trees, checksummed pages, fsync'd commits) keyed
+//! `(container, oid, dkey, akey, epoch)` (layout in [`keys`]), with MVCC: a read
+//! at epoch `e` sees exactly the versions with epoch ≤ `e`; punches are
+//! tombstones; single values are replaced whole; arrays are extents, newest wins
+//! per record index, holes read as zeroes. Values larger than
+//! [`VosConfig::inline_max`] live on a [`bdev`] in blocks handed out by an extent
+//! allocator whose free map is persisted in the same index ([`alloc`]); smaller
+//! values are inline in the index. Snapshots are epochs kept by aggregation
+//! ([`Vos::aggregate`], semantics in `aggregate.rs`).
+//!
+//! ## Durability
+//! Large values are written to the bdev (into blocks no committed index
+//! references) as the update runs; [`ObjectStore::commit`] then (1) flushes the
+//! bdev, (2) writes the allocator's changed extents and counters into the open
+//! index transaction, (3) commits it with `Durability::Immediate` (fsync). A crash
+//! before (3) leaves the old index, which neither references the new blocks nor
+//! counts them as used, so they are free again at restart; a crash after (3) has
+//! the data flushed already. With `auto_commit` every mutating call commits
+//! before it returns; without it the engine applies a batch of requests, calls
+//! `commit` once (group commit: one bdev flush and one index fsync for the
+//! batch) and replies only then. Reads inside an open batch see its changes.
+
+pub(crate) mod aggregate;
+pub(crate) mod alloc;
+pub(crate) mod extent;
+pub(crate) mod keys;
+
+use std::collections::HashMap;
+use std::fmt::Display;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bdev::{BdevIo, BlockDevice, IoBuf, IoChannel, IoType};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
+
+use crate::types::{
+    AKey, AggregateStats, Anchor, ContId, DKey, Epoch, FetchOut, Iod, IodType, ObjType, ObjectId,
+    ObjectStore, Recx, SgList, Snapshot, SpaceInfo, StoreError, StoreResult, EPOCH_MAX,
+    MAX_KEY_LEN,
+};
+use alloc::Allocator;
+use extent::Ext;
+use keys::{Ver, T_AFTER, T_CHILD, T_EXT, T_PUNCH, T_SV};
+
+const IDX: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idx");
+const FREE: TableDefinition<u64, u64> = TableDefinition::new("free");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// container → aggregated-up-to epoch
+const CONTS: TableDefinition<&[u8], u64> = TableDefinition::new("conts");
+/// container ‖ epoch (BE) → name (empty = unnamed)
+const SNAPS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("snaps");
+/// akey prefix → longest extent (records) ever written there: bounds the
+/// backwards reach of an overlap scan.
+const EXTMAX: TableDefinition<&[u8], u64> = TableDefinition::new("extmax");
+
+const FORMAT_VERSION: u64 = 1;
+
+/// Store configuration.
+#[derive(Debug, Clone)]
+pub struct VosConfig {
+    /// Values (single values, array extents) larger than this many bytes go to the
+    /// bdev; smaller ones are inline in the index.
+    pub inline_max: usize,
+    /// Commit (durably) at the end of every mutating call. Off: the caller batches
+    /// and calls [`ObjectStore::commit`] (group commit).
+    pub auto_commit: bool,
+    /// The index's page cache (bytes).
+    pub cache_bytes: usize,
+    /// Largest value one iod may carry (bytes).
+    pub max_value: u64,
+}
+
+impl Default for VosConfig {
+    fn default() -> Self {
+        VosConfig {
+            inline_max: 4096,
+            auto_commit: true,
+            cache_bytes: 64 << 20,
+            max_value: 64 << 20,
+        }
+    }
+}
+
+/// Where a value's bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Loc {
+    Inline(Vec<u8>),
+    Bdev {
+        off: u64,
+        blocks: u64,
+        len: u64,
+        crc: u32,
+    },
+}
+
+impl Loc {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Loc::Inline(d) => {
+                out.push(0);
+                out.extend_from_slice(d);
+            }
+            Loc::Bdev {
+                off,
+                blocks,
+                len,
+                crc,
+            } => {
+                out.push(1);
+                out.extend_from_slice(&off.to_le_bytes());
+                out.extend_from_slice(&blocks.to_le_bytes());
+                out.extend_from_slice(&len.to_le_bytes());
+                out.extend_from_slice(&crc.to_le_bytes());
+            }
+        }
+    }
+    fn decode(b: &[u8]) -> StoreResult<Loc> {
+        let bad = || StoreError::Corrupt("bad value record".into());
+        let (&t, rest) = b.split_first().ok_or_else(bad)?;
+        let u = |r: std::ops::Range<usize>| -> StoreResult<u64> {
+            Ok(u64::from_le_bytes(
+                rest.get(r).ok_or_else(bad)?.try_into().map_err(|_| bad())?,
+            ))
+        };
+        match t {
+            0 => Ok(Loc::Inline(rest.to_vec())),
+            1 => Ok(Loc::Bdev {
+                off: u(0..8)?,
+                blocks: u(8..16)?,
+                len: u(16..24)?,
+                crc: u32::from_le_bytes(
+                    rest.get(24..28)
+                        .ok_or_else(bad)?
+                        .try_into()
+                        .map_err(|_| bad())?,
+                ),
+            }),
+            _ => Err(bad()),
+        }
+    }
+    pub(crate) fn len(&self) -> u64 {
+        match self {
+            Loc::Inline(d) => d.len() as u64,
+            Loc::Bdev { len, .. } => *len,
+        }
+    }
+    fn inline_len(&self) -> u64 {
+        match self {
+            Loc::Inline(d) => d.len() as u64,
+            Loc::Bdev { .. } => 0,
+        }
+    }
+    fn bdev_extent(&self) -> Option<(u64, u64)> {
+        match self {
+            Loc::Bdev { off, blocks, .. } => Some((*off, *blocks)),
+            Loc::Inline(_) => None,
+        }
+    }
+}
+
+/// An array extent record: `[rec_size u64][nr u64]` then the [`Loc`].
+pub(crate) fn decode_ext(b: &[u8]) -> StoreResult<(u64, u64, Loc)> {
+    let bad = || StoreError::Corrupt("bad extent record".into());
+    let rs = u64::from_le_bytes(b.get(..8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+    let nr = u64::from_le_bytes(
+        b.get(8..16)
+            .ok_or_else(bad)?
+            .try_into()
+            .map_err(|_| bad())?,
+    );
+    Ok((rs, nr, Loc::decode(&b[16..])?))
+}
+
+/// The value of any record kind: its [`Loc`] (punches have none).
+pub(crate) fn record_loc(kind: keys::Kind, v: &[u8]) -> StoreResult<Option<Loc>> {
+    Ok(match kind {
+        keys::Kind::Single => Some(Loc::decode(v)?),
+        keys::Kind::Extent(_) => Some(decode_ext(v)?.2),
+        _ => None,
+    })
+}
+
+pub(crate) fn ix<E: Display>(e: E) -> StoreError {
+    StoreError::Index(e.to_string())
+}
+
+/// Read access to the index, from a read transaction or from the open write
+/// transaction (object-safe, so the logic is written once).
+pub(crate) trait Reader {
+    /// Visit `[lo, hi)` in order while `f` returns true.
+    fn scan(
+        &self,
+        lo: &[u8],
+        hi: Option<&[u8]>,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> StoreResult<()>;
+    fn extmax(&self, akey_prefix: &[u8]) -> StoreResult<u64>;
+    fn cont(&self, cont: ContId) -> StoreResult<Option<u64>>;
+    fn snaps(&self, cont: ContId) -> StoreResult<Vec<Snapshot>>;
+    /// The lowest epoch a change may have: above the aggregated epoch and above
+    /// the newest snapshot (a snapshot's view never changes).
+    fn write_floor(&self, cont: ContId) -> StoreResult<u64>;
+}
+
+pub(crate) struct View<'a, I, X, C, S> {
+    idx: &'a I,
+    extmax: &'a X,
+    conts: &'a C,
+    snaps: &'a S,
+}
+
+impl<I, X, C, S> Reader for View<'_, I, X, C, S>
+where
+    I: ReadableTable<&'static [u8], &'static [u8]>,
+    X: ReadableTable<&'static [u8], u64>,
+    C: ReadableTable<&'static [u8], u64>,
+    S: ReadableTable<&'static [u8], &'static [u8]>,
+{
+    fn scan(
+        &self,
+        lo: &[u8],
+        hi: Option<&[u8]>,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> StoreResult<()> {
+        let it = match hi {
+            Some(h) => self.idx.range::<&[u8]>(lo..h),
+            None => self.idx.range::<&[u8]>(lo..),
+        }
+        .map_err(ix)?;
+        for r in it {
+            let (k, v) = r.map_err(ix)?;
+            if !f(k.value(), v.value()) {
+                break;
+            }
+        }
+        Ok(())
+    }
+    fn extmax(&self, ap: &[u8]) -> StoreResult<u64> {
+        Ok(self.extmax.get(ap).map_err(ix)?.map_or(0, |g| g.value()))
+    }
+    fn cont(&self, cont: ContId) -> StoreResult<Option<u64>> {
+        Ok(self
+            .conts
+            .get(&cont.as_bytes()[..])
+            .map_err(ix)?
+            .map(|g| g.value()))
+    }
+    fn write_floor(&self, cont: ContId) -> StoreResult<u64> {
+        let hwm = self.cont(cont)?.ok_or(StoreError::NoContainer(cont))?;
+        let p = keys::cont_prefix(cont);
+        let end = keys::prefix_end(&p);
+        let last = match &end {
+            Some(e) => self.snaps.range::<&[u8]>(p.as_slice()..e.as_slice()),
+            None => self.snaps.range::<&[u8]>(p.as_slice()..),
+        }
+        .map_err(ix)?
+        .next_back();
+        let snap = match last {
+            Some(r) => {
+                let (k, _) = r.map_err(ix)?;
+                k.value()
+                    .get(16..24)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u64::from_be_bytes)
+                    .ok_or_else(|| StoreError::Corrupt("bad snapshot key".into()))?
+            }
+            None => 0,
+        };
+        Ok(hwm.max(snap))
+    }
+    fn snaps(&self, cont: ContId) -> StoreResult<Vec<Snapshot>> {
+        let p = keys::cont_prefix(cont);
+        let mut out = Vec::new();
+        for r in self.snaps.range::<&[u8]>(p.as_slice()..).map_err(ix)? {
+            let (k, v) = r.map_err(ix)?;
+            if !k.value().starts_with(&p) {
+                break;
+            }
+            let e = u64::from_be_bytes(
+                k.value()
+                    .get(16..24)
+                    .and_then(|b| b.try_into().ok())
+                    .ok_or_else(|| StoreError::Corrupt("bad snapshot key".into()))?,
+            );
+            let name =
+                (!v.value().is_empty()).then(|| String::from_utf8_lossy(v.value()).into_owned());
+            out.push(Snapshot {
+                epoch: Epoch(e),
+                name,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Mutable state next to the index: allocator, bdev channel, counters.
+pub(crate) struct St {
+    pub(crate) alloc: Allocator,
+    chan: Box<dyn IoChannel>,
+    done: Vec<BdevIo>,
+    bs: u64,
+    can_flush: bool,
+    bdev_dirty: bool,
+    pub(crate) seq: u64,
+    /// Highest epoch of any change (persisted: restarts an HLC above it).
+    pub(crate) max_epoch: u64,
+    pub(crate) inline_bytes: u64,
+}
+
+impl St {
+    fn io(&mut self, io: BdevIo) -> StoreResult<BdevIo> {
+        let mut io = io;
+        loop {
+            match self.chan.submit(io) {
+                Ok(()) => break,
+                Err(r) if matches!(r.error, bdev::Error::Busy) => {
+                    io = r.io;
+                    self.done.clear();
+                    self.chan.poll(&mut self.done);
+                    std::thread::yield_now();
+                }
+                Err(r) => return Err(StoreError::Bdev(r.error.to_string())),
+            }
+        }
+        loop {
+            self.done.clear();
+            if self.chan.poll(&mut self.done) > 0 {
+                let io = self
+                    .done
+                    .pop()
+                    .ok_or_else(|| StoreError::Bdev("lost I/O".into()))?;
+                return match io.status {
+                    bdev::IoStatus::Success => Ok(io),
+                    bdev::IoStatus::Failed(e) => Err(StoreError::Bdev(e.to_string())),
+                    bdev::IoStatus::Pending => Err(StoreError::Bdev("I/O not completed".into())),
+                };
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Write `data` into `blocks` blocks at `off` (padded with zeroes).
+    fn write(&mut self, off: u64, blocks: u64, data: &[u8]) -> StoreResult<()> {
+        let mut buf = vec![0u8; (blocks * self.bs) as usize];
+        buf[..data.len()].copy_from_slice(data);
+        self.io(BdevIo::write(off, blocks, vec![IoBuf::Vec(buf)], 0))?;
+        self.bdev_dirty = true;
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StoreResult<()> {
+        if self.bdev_dirty && self.can_flush {
+            self.io(BdevIo::flush(0))?;
+        }
+        self.bdev_dirty = false;
+        Ok(())
+    }
+
+    /// A value's bytes (bdev values are checked against their CRC-32C).
+    pub(crate) fn load(&mut self, loc: &Loc) -> StoreResult<Vec<u8>> {
+        match loc {
+            Loc::Inline(d) => Ok(d.clone()),
+            Loc::Bdev {
+                off,
+                blocks,
+                len,
+                crc,
+            } => {
+                let buf = IoBuf::zeroed((blocks * self.bs) as usize);
+                let io = self.io(BdevIo::read(*off, *blocks, vec![buf], 0))?;
+                let mut v = io
+                    .bufs
+                    .into_iter()
+                    .next()
+                    .map(IoBuf::into_vec)
+                    .unwrap_or_default();
+                v.truncate(*len as usize);
+                if crc32c::crc32c(&v) != *crc {
+                    return Err(StoreError::Corrupt(format!(
+                        "checksum mismatch in bdev blocks {off}+{blocks}"
+                    )));
+                }
+                Ok(v)
+            }
+        }
+    }
+}
+
+/// What [`Vos::check`] found (it fails with [`StoreError::Corrupt`] otherwise).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckReport {
+    /// Index records.
+    pub records: u64,
+    /// Blocks referenced by records.
+    pub used_blocks: u64,
+    /// Blocks in the free map.
+    pub free_blocks: u64,
+    /// Inline bytes counted by walking the index.
+    pub inline_bytes: u64,
+}
+
+/// The versioned store of one target.
+pub struct Vos {
+    db: Database,
+    txn: Option<WriteTransaction>,
+    st: St,
+    cfg: VosConfig,
+    path: PathBuf,
+    bdev: Arc<dyn BlockDevice>,
+    /// Set when an internal error rolled back an open batch.
+    lost: Option<String>,
+}
+
+impl std::fmt::Debug for Vos {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vos")
+            .field("path", &self.path)
+            .field("bdev", &self.bdev.name())
+            .finish()
+    }
+}
+
+/// A read epoch: `EPOCH_MAX` and anything above are "latest".
+fn read_epoch(e: Epoch) -> StoreResult<u64> {
+    if e.0 == 0 {
+        return Err(StoreError::BadEpoch(e, "epoch 0 is never valid"));
+    }
+    Ok(e.0)
+}
+
+fn key_ok(k: &[u8], what: &str) -> StoreResult<()> {
+    if k.is_empty() {
+        return Err(StoreError::InvalidArg(format!("empty {what}")));
+    }
+    if k.len() > MAX_KEY_LEN {
+        return Err(StoreError::TooLarge {
+            size: k.len() as u64,
+            limit: MAX_KEY_LEN as u64,
+        });
+    }
+    Ok(())
+}
+
+// ---- read logic over any Reader ------------------------------------------------
+
+/// The newest punch at `prefix` with epoch ≤ `e`.
+pub(crate) fn newest_punch(r: &dyn Reader, prefix: &[u8], e: u64) -> StoreResult<Option<Ver>> {
+    let lo = keys::ver_key(prefix, T_PUNCH, Ver::top(e));
+    let hi = keys::with_tag(prefix, T_PUNCH + 1);
+    let mut found = None;
+    r.scan(&lo, Some(&hi), &mut |k, _| {
+        found = Ver::parse(&k[k.len() - Ver::LEN..]);
+        false
+    })?;
+    Ok(found)
+}
+
+/// The newest single value at `ap` with epoch ≤ `e` and newer than `floor`.
+fn sv_at(r: &dyn Reader, ap: &[u8], e: u64, floor: Option<Ver>) -> StoreResult<Option<Loc>> {
+    let lo = keys::ver_key(ap, T_SV, Ver::top(e));
+    let hi = keys::with_tag(ap, T_SV + 1);
+    let mut found = None;
+    r.scan(&lo, Some(&hi), &mut |k, v| {
+        found = Some((Ver::parse(&k[k.len() - Ver::LEN..]), v.to_vec()));
+        false
+    })?;
+    match found {
+        Some((Some(ver), v)) if Some(ver) > floor => Ok(Some(Loc::decode(&v)?)),
+        _ => Ok(None),
+    }
+}
+
+/// An extent found by a scan.
+struct ExtRec {
+    ext: Ext,
+    rec_size: u64,
+    loc: Loc,
+}
+
+/// Extents at `ap` visible candidates at `e` (epoch ≤ e, newer than `floor`)
+/// overlapping `[lo, hi)`.
+fn extents_in(
+    r: &dyn Reader,
+    ap: &[u8],
+    e: u64,
+    floor: Option<Ver>,
+    lo: u64,
+    hi: u64,
+) -> StoreResult<Vec<ExtRec>> {
+    let reach = r.extmax(ap)?;
+    if reach == 0 {
+        return Ok(Vec::new());
+    }
+    let start = lo.saturating_sub(reach - 1);
+    let k_lo = keys::ext_key(ap, start, Ver::top(u64::MAX));
+    let k_hi = if hi == u64::MAX {
+        keys::with_tag(ap, T_EXT + 1)
+    } else {
+        let mut k = keys::with_tag(ap, T_EXT);
+        k.extend_from_slice(&hi.to_be_bytes());
+        k
+    };
+    let mut out = Vec::new();
+    let mut err = None;
+    r.scan(&k_lo, Some(&k_hi), &mut |k, v| {
+        let tail = &k[ap.len() + 1..];
+        let (Some(idx), Some(ver)) = (
+            tail.get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes),
+            tail.get(8..).and_then(Ver::parse),
+        ) else {
+            err = Some(StoreError::Corrupt("bad extent key".into()));
+            return false;
+        };
+        if ver.epoch > e || Some(ver) <= floor {
+            return true;
+        }
+        match decode_ext(v) {
+            Ok((rec_size, nr, loc)) => {
+                let ext = Ext { ver, idx, nr };
+                if ext.idx < hi && ext.end() > lo {
+                    out.push(ExtRec { ext, rec_size, loc });
+                }
+                true
+            }
+            Err(e) => {
+                err = Some(e);
+                false
+            }
+        }
+    })?;
+    match err {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// Whether the akey at `ap` has anything visible at `e` above `floor`.
+fn akey_visible(r: &dyn Reader, ap: &[u8], e: u64, floor: Option<Ver>) -> StoreResult<bool> {
+    if sv_at(r, ap, e, floor)?.is_some() {
+        return Ok(true);
+    }
+    let lo = keys::with_tag(ap, T_EXT);
+    let hi = keys::with_tag(ap, T_EXT + 1);
+    let mut vis = false;
+    r.scan(&lo, Some(&hi), &mut |k, _| {
+        if let Some(ver) = Ver::parse(&k[k.len() - Ver::LEN..]) {
+            if ver.epoch <= e && Some(ver) > floor {
+                vis = true;
+                return false;
+            }
+        }
+        true
+    })?;
+    Ok(vis)
+}
+
+/// The first key in `[lo, hi)`.
+fn first_key(r: &dyn Reader, lo: &[u8], hi: Option<&[u8]>) -> StoreResult<Option<Vec<u8>>> {
+    let mut out = None;
+    r.scan(lo, hi, &mut |k, _| {
+        out = Some(k.to_vec());
+        false
+    })?;
+    Ok(out)
+}
+
+/// A visitor of [`walk_children`]: `(encoded child, child prefix)` → go on?
+type ChildFn<'a> = dyn FnMut(&[u8], &[u8]) -> StoreResult<bool> + 'a;
+
+/// Walk the children (dkeys under an object, akeys under a dkey) of `parent`
+/// from the encoded child `after` (exclusive), calling `f(encoded child,
+/// child prefix)` until it returns false. Returns whether the walk reached the end.
+fn walk_children(
+    r: &dyn Reader,
+    parent: &[u8],
+    after: Option<&[u8]>,
+    f: &mut ChildFn<'_>,
+) -> StoreResult<bool> {
+    let base = keys::with_tag(parent, T_CHILD);
+    let hi = keys::with_tag(parent, T_CHILD + 1);
+    let mut lo = base.clone();
+    if let Some(a) = after {
+        lo.extend_from_slice(a);
+        lo.push(T_AFTER);
+    }
+    loop {
+        let Some(k) = first_key(r, &lo, Some(&hi))? else {
+            return Ok(true);
+        };
+        let (_, n) = keys::dec(&k[base.len()..])
+            .ok_or_else(|| StoreError::Corrupt("bad key encoding".into()))?;
+        let child_prefix = &k[..base.len() + n];
+        let enc = &k[base.len()..base.len() + n];
+        if !f(enc, child_prefix)? {
+            return Ok(false);
+        }
+        lo = child_prefix.to_vec();
+        lo.push(T_AFTER);
+    }
+}
+
+fn dkey_visible(r: &dyn Reader, dp: &[u8], e: u64, ofloor: Option<Ver>) -> StoreResult<bool> {
+    let dfloor = ofloor.max(newest_punch(r, dp, e)?);
+    let mut vis = false;
+    walk_children(r, dp, None, &mut |_, ap| {
+        let floor = dfloor.max(newest_punch(r, ap, e)?);
+        vis = akey_visible(r, ap, e, floor)?;
+        Ok(!vis)
+    })?;
+    Ok(vis)
+}
+
+/// List children of `parent` visible at `e` (dkeys if `dkeys`, else akeys).
+fn list_children(
+    r: &dyn Reader,
+    parent: &[u8],
+    e: u64,
+    floor: Option<Ver>,
+    dkeys: bool,
+    anchor: &mut Anchor,
+    limit: usize,
+) -> StoreResult<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    if anchor.eof || limit == 0 {
+        return Ok(out);
+    }
+    let after = anchor.started.then(|| anchor.after.clone());
+    let mut last = None;
+    let done = walk_children(r, parent, after.as_deref(), &mut |enc, cp| {
+        let vis = if dkeys {
+            dkey_visible(r, cp, e, floor)?
+        } else {
+            let f = floor.max(newest_punch(r, cp, e)?);
+            akey_visible(r, cp, e, f)?
+        };
+        if vis {
+            let (raw, _) =
+                keys::dec(enc).ok_or_else(|| StoreError::Corrupt("bad key encoding".into()))?;
+            out.push(raw);
+            last = Some(enc.to_vec());
+        }
+        Ok(out.len() < limit)
+    })?;
+    anchor.started = true;
+    if let Some(l) = last {
+        anchor.after = l;
+    }
+    anchor.eof = done;
+    Ok(out)
+}
+
+/// Visible runs of an array at `e` and the newest visible extent's record size.
+fn visible_runs(
+    r: &dyn Reader,
+    ap: &[u8],
+    e: u64,
+    floor: Option<Ver>,
+) -> StoreResult<(Vec<(u64, u64)>, u64)> {
+    let recs = extents_in(r, ap, e, floor, 0, u64::MAX)?;
+    let exts: Vec<Ext> = recs.iter().map(|x| x.ext).collect();
+    let pieces = extent::resolve(&exts, 0, u64::MAX);
+    let rec_size = pieces
+        .iter()
+        .map(|p| &recs[p.src])
+        .max_by_key(|x| x.ext.ver)
+        .map_or(0, |x| x.rec_size);
+    Ok((extent::runs(&pieces), rec_size))
+}
+
+impl Vos {
+    /// Open (or create) the store whose index is the file `index_path`, its large
+    /// values on `bdev`. A new index claims the whole bdev; an existing one must
+    /// be reopened with a bdev of the same geometry.
+    pub fn open(
+        index_path: impl AsRef<Path>,
+        bdev: Arc<dyn BlockDevice>,
+        cfg: VosConfig,
+    ) -> StoreResult<Vos> {
+        let path = index_path.as_ref().to_path_buf();
+        let db = Database::builder()
+            .set_cache_size(cfg.cache_bytes)
+            .create(&path)
+            .map_err(ix)?;
+        let chan = bdev
+            .open_channel()
+            .map_err(|e| StoreError::Bdev(e.to_string()))?;
+        let bs = u64::from(bdev.block_size());
+        let mut st = St {
+            alloc: Allocator::new_empty(0),
+            chan,
+            done: Vec::new(),
+            bs,
+            can_flush: bdev.io_type_supported(IoType::Flush),
+            bdev_dirty: false,
+            seq: 0,
+            max_epoch: 0,
+            inline_bytes: 0,
+        };
+        let txn = db.begin_write().map_err(ix)?;
+        {
+            // create every table
+            txn.open_table(IDX).map_err(ix)?;
+            txn.open_table(CONTS).map_err(ix)?;
+            txn.open_table(SNAPS).map_err(ix)?;
+            txn.open_table(EXTMAX).map_err(ix)?;
+            let mut meta = txn.open_table(META).map_err(ix)?;
+            let mut free = txn.open_table(FREE).map_err(ix)?;
+            let got = |m: &redb::Table<&str, u64>, k: &str| -> StoreResult<Option<u64>> {
+                Ok(m.get(k).map_err(ix)?.map(|g| g.value()))
+            };
+            match got(&meta, "format")? {
+                None => {
+                    meta.insert("format", FORMAT_VERSION).map_err(ix)?;
+                    meta.insert("block_size", bs).map_err(ix)?;
+                    meta.insert("bdev_blocks", bdev.num_blocks()).map_err(ix)?;
+                    meta.insert("seq", 0).map_err(ix)?;
+                    meta.insert("max_epoch", 0).map_err(ix)?;
+                    meta.insert("inline_bytes", 0).map_err(ix)?;
+                    st.alloc = Allocator::new_empty(bdev.num_blocks());
+                    for (k, v) in st.alloc.take_dirty() {
+                        if let Some(l) = v {
+                            free.insert(k, l).map_err(ix)?;
+                        }
+                    }
+                }
+                Some(FORMAT_VERSION) => {
+                    let obs = got(&meta, "block_size")?.unwrap_or(0);
+                    let onb = got(&meta, "bdev_blocks")?.unwrap_or(0);
+                    if obs != bs || onb != bdev.num_blocks() {
+                        return Err(StoreError::InvalidArg(format!(
+                            "bdev {} has {}×{} B blocks, the index was made for {onb}×{obs} B",
+                            bdev.name(),
+                            bdev.num_blocks(),
+                            bs
+                        )));
+                    }
+                    st.seq = got(&meta, "seq")?.unwrap_or(0);
+                    st.max_epoch = got(&meta, "max_epoch")?.unwrap_or(0);
+                    st.inline_bytes = got(&meta, "inline_bytes")?.unwrap_or(0);
+                    let mut ext = Vec::new();
+                    for r in free.iter().map_err(ix)? {
+                        let (k, v) = r.map_err(ix)?;
+                        ext.push((k.value(), v.value()));
+                    }
+                    st.alloc = Allocator::from_extents(onb, ext);
+                }
+                Some(v) => {
+                    return Err(StoreError::Corrupt(format!("unknown index format {v}")));
+                }
+            }
+        }
+        txn.commit().map_err(ix)?;
+        Ok(Vos {
+            db,
+            txn: None,
+            st,
+            cfg,
+            path,
+            bdev,
+            lost: None,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &VosConfig {
+        &self.cfg
+    }
+
+    /// Switch auto-commit (see [`VosConfig::auto_commit`]); turning it on commits.
+    pub fn set_auto_commit(&mut self, on: bool) -> StoreResult<()> {
+        self.cfg.auto_commit = on;
+        if on {
+            self.commit()?;
+        }
+        Ok(())
+    }
+
+    /// Whether changes are waiting for [`ObjectStore::commit`].
+    pub fn has_pending(&self) -> bool {
+        self.txn.is_some()
+    }
+
+    /// Drop the changes since the last commit (their bdev blocks are free again).
+    pub fn abort(&mut self) -> StoreResult<()> {
+        self.lost = None;
+        if let Some(t) = self.txn.take() {
+            t.abort().map_err(ix)?;
+        }
+        self.reload_state()
+    }
+
+    fn reload_state(&mut self) -> StoreResult<()> {
+        let rt = self.db.begin_read().map_err(ix)?;
+        let meta = rt.open_table(META).map_err(ix)?;
+        let free = rt.open_table(FREE).map_err(ix)?;
+        self.st.seq = meta.get("seq").map_err(ix)?.map_or(0, |g| g.value());
+        self.st.max_epoch = meta.get("max_epoch").map_err(ix)?.map_or(0, |g| g.value());
+        self.st.inline_bytes = meta
+            .get("inline_bytes")
+            .map_err(ix)?
+            .map_or(0, |g| g.value());
+        let total = self.st.alloc.total_blocks();
+        let mut ext = Vec::new();
+        for r in free.iter().map_err(ix)? {
+            let (k, v) = r.map_err(ix)?;
+            ext.push((k.value(), v.value()));
+        }
+        self.st.alloc = Allocator::from_extents(total, ext);
+        self.st.bdev_dirty = false;
+        Ok(())
+    }
+
+    /// Run `f` with read access (through the open batch if there is one).
+    pub(crate) fn with_view<R>(
+        &mut self,
+        f: impl FnOnce(&dyn Reader, &mut St) -> StoreResult<R>,
+    ) -> StoreResult<R> {
+        if let Some(txn) = &self.txn {
+            let idx = txn.open_table(IDX).map_err(ix)?;
+            let extmax = txn.open_table(EXTMAX).map_err(ix)?;
+            let conts = txn.open_table(CONTS).map_err(ix)?;
+            let snaps = txn.open_table(SNAPS).map_err(ix)?;
+            let v = View {
+                idx: &idx,
+                extmax: &extmax,
+                conts: &conts,
+                snaps: &snaps,
+            };
+            f(&v, &mut self.st)
+        } else {
+            let rt = self.db.begin_read().map_err(ix)?;
+            let idx = rt.open_table(IDX).map_err(ix)?;
+            let extmax = rt.open_table(EXTMAX).map_err(ix)?;
+            let conts = rt.open_table(CONTS).map_err(ix)?;
+            let snaps = rt.open_table(SNAPS).map_err(ix)?;
+            let v = View {
+                idx: &idx,
+                extmax: &extmax,
+                conts: &conts,
+                snaps: &snaps,
+            };
+            f(&v, &mut self.st)
+        }
+    }
+
+    /// Run a mutation in the open transaction (begun if needed). `f` must
+    /// validate before it changes anything: an error from it aborts the whole
+    /// transaction only if it is an internal one (index, bdev, corruption).
+    pub(crate) fn with_write<R>(
+        &mut self,
+        f: impl FnOnce(&mut W<'_>) -> StoreResult<R>,
+    ) -> StoreResult<R> {
+        if self.txn.is_none() {
+            self.txn = Some(self.db.begin_write().map_err(ix)?);
+        }
+        let res = {
+            let Some(txn) = self.txn.as_ref() else {
+                return Err(StoreError::Index("no transaction".into()));
+            };
+            let open = || -> StoreResult<W<'_>> {
+                Ok(W {
+                    idx: txn.open_table(IDX).map_err(ix)?,
+                    extmax: txn.open_table(EXTMAX).map_err(ix)?,
+                    conts: txn.open_table(CONTS).map_err(ix)?,
+                    snaps: txn.open_table(SNAPS).map_err(ix)?,
+                    st: None,
+                })
+            };
+            match open() {
+                Ok(mut w) => {
+                    w.st = Some(&mut self.st);
+                    f(&mut w)
+                }
+                Err(e) => Err(e),
+            }
+        };
+        match res {
+            Ok(v) => {
+                if self.cfg.auto_commit {
+                    self.commit()?;
+                }
+                Ok(v)
+            }
+            Err(e) => {
+                let internal = matches!(
+                    e,
+                    StoreError::Index(_) | StoreError::Bdev(_) | StoreError::Corrupt(_)
+                );
+                if internal && !self.cfg.auto_commit {
+                    // the whole batch is gone: make the batch's commit fail too
+                    self.lost = Some(e.to_string());
+                }
+                if internal || self.cfg.auto_commit {
+                    self.abort()?;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Verify the store: every bdev extent referenced by a record and every free
+    /// extent are disjoint and together cover the device exactly; the inline
+    /// byte counter matches the index. (A full scan: for tests and tools.)
+    pub fn check(&mut self) -> StoreResult<CheckReport> {
+        self.commit()?;
+        let total = self.st.alloc.total_blocks();
+        let mut spans: Vec<(u64, u64, bool)> =
+            self.st.alloc.extents().map(|(o, n)| (o, n, true)).collect();
+        let free_blocks = self.st.alloc.free_blocks();
+        let counted_inline = self.st.inline_bytes;
+        let (records, inline) = self.with_view(|r, _| {
+            let mut records = 0u64;
+            let mut inline = 0u64;
+            let mut err = None;
+            r.scan(&[], None, &mut |k, v| {
+                records += 1;
+                let res = keys::parse(k)
+                    .ok_or_else(|| StoreError::Corrupt("unparsable key".into()))
+                    .and_then(|p| record_loc(p.kind, v));
+                match res {
+                    Ok(Some(loc)) => {
+                        inline += loc.inline_len();
+                        if let Some((o, n)) = loc.bdev_extent() {
+                            spans.push((o, n, false));
+                        }
+                        true
+                    }
+                    Ok(None) => true,
+                    Err(e) => {
+                        err = Some(e);
+                        false
+                    }
+                }
+            })?;
+            match err {
+                Some(e) => Err(e),
+                None => Ok((records, inline)),
+            }
+        })?;
+        spans.sort_unstable();
+        let mut pos = 0u64;
+        let mut used = 0u64;
+        for &(o, n, is_free) in &spans {
+            if o != pos {
+                return Err(StoreError::Corrupt(format!(
+                    "space map: blocks {pos}..{o} neither free nor used, or overlap at {o}"
+                )));
+            }
+            pos = o + n;
+            if !is_free {
+                used += n;
+            }
+        }
+        if pos != total {
+            return Err(StoreError::Corrupt(format!(
+                "space map ends at block {pos}, device has {total}"
+            )));
+        }
+        if inline != counted_inline {
+            return Err(StoreError::Corrupt(format!(
+                "inline bytes: index holds {inline}, counter says {counted_inline}"
+            )));
+        }
+        Ok(CheckReport {
+            records,
+            used_blocks: used,
+            free_blocks,
+            inline_bytes: inline,
+        })
+    }
+
+    /// The highest epoch of any change made (committed, or pending in the open
+    /// batch): start an [`crate::types::Hlc`] above it after a restart.
+    pub fn max_epoch(&self) -> Epoch {
+        Epoch(self.st.max_epoch)
+    }
+}
+
+/// The open write transaction's tables plus the store state.
+pub(crate) struct W<'t> {
+    pub(crate) idx: redb::Table<'t, &'static [u8], &'static [u8]>,
+    pub(crate) extmax: redb::Table<'t, &'static [u8], u64>,
+    pub(crate) conts: redb::Table<'t, &'static [u8], u64>,
+    pub(crate) snaps: redb::Table<'t, &'static [u8], &'static [u8]>,
+    st: Option<&'t mut St>,
+}
+
+type WView<'a, 't> = View<
+    'a,
+    redb::Table<'t, &'static [u8], &'static [u8]>,
+    redb::Table<'t, &'static [u8], u64>,
+    redb::Table<'t, &'static [u8], u64>,
+    redb::Table<'t, &'static [u8], &'static [u8]>,
+>;
+
+impl<'t> W<'t> {
+    pub(crate) fn view(&self) -> WView<'_, 't> {
+        View {
+            idx: &self.idx,
+            extmax: &self.extmax,
+            conts: &self.conts,
+            snaps: &self.snaps,
+        }
+    }
+    pub(crate) fn st(&mut self) -> StoreResult<&mut St> {
+        self.st
+            .as_deref_mut()
+            .ok_or_else(|| StoreError::Index("store state not lent".into()))
+    }
+    /// The container's aggregated-up-to epoch, or `NoContainer`.
+    fn cont_hwm(&self, cont: ContId) -> StoreResult<u64> {
+        self.view().cont(cont)?.ok_or(StoreError::NoContainer(cont))
+    }
+    /// Check an update epoch against the container.
+    fn write_epoch(&self, cont: ContId, e: Epoch) -> StoreResult<()> {
+        if e.0 == 0 || e == EPOCH_MAX {
+            return Err(StoreError::BadEpoch(
+                e,
+                "updates need an epoch in 1..EPOCH_MAX",
+            ));
+        }
+        if e.0 <= self.view().write_floor(cont)? {
+            return Err(StoreError::BadEpoch(
+                e,
+                "at or below the container's newest snapshot or aggregated epoch",
+            ));
+        }
+        Ok(())
+    }
+    fn next_ver(&mut self, e: Epoch) -> StoreResult<Ver> {
+        let st = self.st()?;
+        st.seq += 1;
+        st.max_epoch = st.max_epoch.max(e.0);
+        Ok(Ver {
+            epoch: e.0,
+            seq: st.seq,
+        })
+    }
+    fn put(&mut self, k: &[u8], v: &[u8]) -> StoreResult<()> {
+        self.idx.insert(k, v).map_err(ix)?;
+        Ok(())
+    }
+    /// Delete a record and release what it holds (bdev space after commit).
+    pub(crate) fn delete(&mut self, k: &[u8], loc: Option<&Loc>) -> StoreResult<()> {
+        self.idx.remove(k).map_err(ix)?;
+        if let Some(loc) = loc {
+            let st = self.st()?;
+            st.inline_bytes = st.inline_bytes.saturating_sub(loc.inline_len());
+            if let Some((o, n)) = loc.bdev_extent() {
+                st.alloc.defer_free(o, n);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One value of an update, placed.
+struct Placed {
+    key: Vec<u8>,
+    rec: Vec<u8>,
+    extmax: Option<(Vec<u8>, u64)>,
+    inline: u64,
+}
+
+impl Vos {
+    fn commit_inner(&mut self) -> StoreResult<()> {
+        if let Some(why) = self.lost.take() {
+            // an internal error rolled back part of this batch: commit none of it
+            self.abort()?;
+            return Err(StoreError::Index(format!(
+                "batch rolled back by an earlier error: {why}"
+            )));
+        }
+        let Some(txn) = self.txn.take() else {
+            return Ok(());
+        };
+        // 1. the data the index will reference is durable first
+        if let Err(e) = self.st.flush() {
+            let _ = txn.abort();
+            self.reload_state()?;
+            return Err(e);
+        }
+        // 2. allocator and counters into the same transaction
+        self.st.alloc.apply_deferred();
+        let r = (|| -> StoreResult<()> {
+            let mut free = txn.open_table(FREE).map_err(ix)?;
+            for (k, v) in self.st.alloc.take_dirty() {
+                match v {
+                    Some(l) => free.insert(k, l).map_err(ix)?,
+                    None => free.remove(k).map_err(ix)?,
+                };
+            }
+            let mut meta = txn.open_table(META).map_err(ix)?;
+            meta.insert("seq", self.st.seq).map_err(ix)?;
+            meta.insert("max_epoch", self.st.max_epoch).map_err(ix)?;
+            meta.insert("inline_bytes", self.st.inline_bytes)
+                .map_err(ix)?;
+            Ok(())
+        })();
+        // 3. one fsync'd commit
+        let r = r.and_then(|()| txn.commit().map_err(ix));
+        if let Err(e) = r {
+            self.reload_state()?;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Allocate and write the large values of an update; undo on failure.
+    fn place_values(&mut self, vals: &[(Vec<u8>, &[u8])]) -> StoreResult<Vec<Loc>> {
+        let bs = self.st.bs;
+        let mut locs = Vec::with_capacity(vals.len());
+        let mut taken: Vec<(u64, u64)> = Vec::new();
+        let mut fail = None;
+        for (_, data) in vals {
+            if data.len() <= self.cfg.inline_max {
+                locs.push(Loc::Inline(data.to_vec()));
+                continue;
+            }
+            let blocks = (data.len() as u64).div_ceil(bs);
+            let Some(off) = self.st.alloc.alloc(blocks) else {
+                fail = Some(StoreError::NoSpace {
+                    need: blocks * bs,
+                    free: self.st.alloc.free_blocks() * bs,
+                });
+                break;
+            };
+            taken.push((off, blocks));
+            if let Err(e) = self.st.write(off, blocks, data) {
+                fail = Some(e);
+                break;
+            }
+            locs.push(Loc::Bdev {
+                off,
+                blocks,
+                len: data.len() as u64,
+                crc: crc32c::crc32c(data),
+            });
+        }
+        if let Some(e) = fail {
+            for (o, n) in taken {
+                self.st.alloc.release_now(o, n);
+            }
+            return Err(e);
+        }
+        Ok(locs)
+    }
+}
+
+impl ObjectStore for Vos {
+    fn cont_create(&mut self, cont: ContId) -> StoreResult<()> {
+        self.with_write(|w| {
+            if w.view().cont(cont)?.is_some() {
+                return Err(StoreError::ContainerExists(cont));
+            }
+            w.conts.insert(&cont.as_bytes()[..], 0).map_err(ix)?;
+            Ok(())
+        })
+    }
+
+    fn cont_destroy(&mut self, cont: ContId) -> StoreResult<()> {
+        self.with_write(|w| {
+            w.cont_hwm(cont)?;
+            let p = keys::cont_prefix(cont);
+            let end = keys::prefix_end(&p);
+            let mut recs = Vec::new();
+            w.view().scan(&p, end.as_deref(), &mut |k, v| {
+                recs.push((k.to_vec(), v.to_vec()));
+                true
+            })?;
+            for (k, v) in recs {
+                let p = keys::parse(&k).ok_or_else(|| StoreError::Corrupt("bad key".into()))?;
+                let loc = record_loc(p.kind, &v)?;
+                w.delete(&k, loc.as_ref())?;
+            }
+            let mut ks = Vec::new();
+            for r in w.extmax.range::<&[u8]>(p.as_slice()..).map_err(ix)? {
+                let k = r.map_err(ix)?.0.value().to_vec();
+                if !k.starts_with(&p) {
+                    break;
+                }
+                ks.push(k);
+            }
+            for k in ks {
+                w.extmax.remove(k.as_slice()).map_err(ix)?;
+            }
+            for s in w.view().snaps(cont)? {
+                let mut k = p.clone();
+                k.extend_from_slice(&s.epoch.0.to_be_bytes());
+                w.snaps.remove(k.as_slice()).map_err(ix)?;
+            }
+            w.conts.remove(&cont.as_bytes()[..]).map_err(ix)?;
+            Ok(())
+        })
+    }
+
+    fn cont_list(&mut self) -> StoreResult<Vec<ContId>> {
+        let db_list = |it: &mut dyn Iterator<Item = Vec<u8>>| -> Vec<ContId> {
+            it.filter_map(|b| <[u8; 16]>::try_from(b.as_slice()).ok())
+                .map(ContId::from_bytes)
+                .collect()
+        };
+        if let Some(txn) = &self.txn {
+            let t = txn.open_table(CONTS).map_err(ix)?;
+            let v: Vec<Vec<u8>> = t
+                .iter()
+                .map_err(ix)?
+                .filter_map(|r| r.ok().map(|(k, _)| k.value().to_vec()))
+                .collect();
+            Ok(db_list(&mut v.into_iter()))
+        } else {
+            let rt = self.db.begin_read().map_err(ix)?;
+            let t = rt.open_table(CONTS).map_err(ix)?;
+            let v: Vec<Vec<u8>> = t
+                .iter()
+                .map_err(ix)?
+                .filter_map(|r| r.ok().map(|(k, _)| k.value().to_vec()))
+                .collect();
+            Ok(db_list(&mut v.into_iter()))
+        }
+    }
+
+    fn update(
+        &mut self,
+        cont: ContId,
+        oid: ObjectId,
+        epoch: Epoch,
+        dkey: &DKey,
+        iods: &[Iod],
+        sgls: &[SgList],
+    ) -> StoreResult<()> {
+        // ---- validate everything before touching anything
+        oid.validate()?;
+        key_ok(&dkey.0, "dkey")?;
+        if iods.is_empty() || iods.len() != sgls.len() {
+            return Err(StoreError::InvalidArg(format!(
+                "{} iods, {} sgls",
+                iods.len(),
+                sgls.len()
+            )));
+        }
+        let dp = keys::dkey_prefix(cont, oid, &dkey.0);
+        // (key prefix, data) per stored value; extents carry their recx
+        let mut vals: Vec<(Vec<u8>, &[u8])> = Vec::new();
+        let mut metas: Vec<(Vec<u8>, IodType, u64, Recx)> = Vec::new();
+        let mut datas: Vec<Vec<u8>> = Vec::with_capacity(iods.len());
+        for (iod, sgl) in iods.iter().zip(sgls) {
+            key_ok(&iod.akey.0, "akey")?;
+            let n = iod.data_len();
+            if n != sgl.len() {
+                return Err(StoreError::InvalidArg(format!(
+                    "akey {:?}: iod describes {n} bytes, sgl holds {}",
+                    String::from_utf8_lossy(&iod.akey.0),
+                    sgl.len()
+                )));
+            }
+            if n > self.cfg.max_value {
+                return Err(StoreError::TooLarge {
+                    size: n,
+                    limit: self.cfg.max_value,
+                });
+            }
+            match iod.iod_type {
+                IodType::Single => {
+                    if n == 0 || !iod.recxs.is_empty() {
+                        return Err(StoreError::InvalidArg(
+                            "a single value needs a size > 0 and no recxs".into(),
+                        ));
+                    }
+                }
+                IodType::Array => {
+                    if iod.rec_size == 0 || iod.recxs.is_empty() {
+                        return Err(StoreError::InvalidArg(
+                            "an array iod needs rec_size > 0 and recxs".into(),
+                        ));
+                    }
+                    for r in &iod.recxs {
+                        if r.nr == 0 || r.idx.checked_add(r.nr).is_none_or(|e| e == u64::MAX) {
+                            return Err(StoreError::InvalidArg(format!("bad recx {r:?}")));
+                        }
+                    }
+                }
+            }
+            datas.push(sgl.concat());
+        }
+        for (iod, data) in iods.iter().zip(&datas) {
+            let ap = keys::akey_prefix(&dp, &iod.akey.0);
+            match iod.iod_type {
+                IodType::Single => {
+                    vals.push((ap.clone(), data.as_slice()));
+                    metas.push((ap, IodType::Single, iod.rec_size, Recx::default()));
+                }
+                IodType::Array => {
+                    let mut pos = 0usize;
+                    for r in &iod.recxs {
+                        let len = (r.nr * iod.rec_size) as usize;
+                        vals.push((ap.clone(), &data[pos..pos + len]));
+                        metas.push((ap.clone(), IodType::Array, iod.rec_size, *r));
+                        pos += len;
+                    }
+                }
+            }
+        }
+        // container and epoch checks need the index
+        self.with_view(|r, _| {
+            let floor = r.write_floor(cont)?;
+            if epoch.0 == 0 || epoch == EPOCH_MAX {
+                return Err(StoreError::BadEpoch(
+                    epoch,
+                    "updates need an epoch in 1..EPOCH_MAX",
+                ));
+            }
+            if epoch.0 <= floor {
+                return Err(StoreError::BadEpoch(
+                    epoch,
+                    "at or below the container's newest snapshot or aggregated epoch",
+                ));
+            }
+            Ok(())
+        })?;
+        // ---- bdev first (blocks nobody committed references), then the index
+        let locs = self.place_values(&vals)?;
+        let mut placed = Vec::with_capacity(locs.len());
+        for ((ap, t, rec_size, recx), loc) in metas.into_iter().zip(locs) {
+            let mut rec = Vec::with_capacity(32);
+            let inline = loc.inline_len();
+            match t {
+                IodType::Single => {
+                    loc.encode(&mut rec);
+                    placed.push(Placed {
+                        key: ap,
+                        rec,
+                        extmax: None,
+                        inline,
+                    });
+                }
+                IodType::Array => {
+                    rec.extend_from_slice(&rec_size.to_le_bytes());
+                    rec.extend_from_slice(&recx.nr.to_le_bytes());
+                    loc.encode(&mut rec);
+                    let mut k = ap.clone();
+                    k.extend_from_slice(&recx.idx.to_be_bytes());
+                    placed.push(Placed {
+                        key: k,
+                        rec,
+                        extmax: Some((ap, recx.nr)),
+                        inline,
+                    });
+                }
+            }
+        }
+        self.with_write(|w| {
+            for p in placed {
+                let ver = w.next_ver(epoch)?;
+                let key = match &p.extmax {
+                    None => keys::ver_key(&p.key, T_SV, ver),
+                    Some((ap, _)) => {
+                        let idx = u64::from_be_bytes(
+                            p.key[ap.len()..]
+                                .try_into()
+                                .map_err(|_| StoreError::Corrupt("extent key".into()))?,
+                        );
+                        keys::ext_key(ap, idx, ver)
+                    }
+                };
+                w.put(&key, &p.rec)?;
+                if let Some((ap, nr)) = &p.extmax {
+                    let cur = w.view().extmax(ap)?;
+                    if *nr > cur {
+                        w.extmax.insert(ap.as_slice(), *nr).map_err(ix)?;
+                    }
+                }
+                let st = w.st()?;
+                st.inline_bytes += p.inline;
+            }
+            Ok(())
+        })
+    }
+
+    fn fetch(
+        &mut self,
+        cont: ContId,
+        oid: ObjectId,
+        epoch: Epoch,
+        dkey: &DKey,
+        iods: &[Iod],
+        sgls: &mut [SgList],
+    ) -> StoreResult<FetchOut> {
+        oid.validate()?;
+        key_ok(&dkey.0, "dkey")?;
+        let e = read_epoch(epoch)?;
+        if iods.len() != sgls.len() {
+            return Err(StoreError::InvalidArg(format!(
+                "{} iods, {} sgls",
+                iods.len(),
+                sgls.len()
+            )));
+        }
+        for iod in iods {
+            key_ok(&iod.akey.0, "akey")?;
+        }
+        let dp = keys::dkey_prefix(cont, oid, &dkey.0);
+        self.with_view(|r, st| {
+            r.cont(cont)?.ok_or(StoreError::NoContainer(cont))?;
+            let op = keys::obj_prefix(cont, oid);
+            let dfloor = newest_punch(r, &op, e)?.max(newest_punch(r, &dp, e)?);
+            let mut out = FetchOut::default();
+            for (iod, sgl) in iods.iter().zip(sgls.iter_mut()) {
+                let ap = keys::akey_prefix(&dp, &iod.akey.0);
+                let floor = dfloor.max(newest_punch(r, &ap, e)?);
+                match iod.iod_type {
+                    IodType::Single => {
+                        let Some(loc) = sv_at(r, &ap, e, floor)? else {
+                            out.sizes.push(0);
+                            continue;
+                        };
+                        let cap = sgl.len();
+                        out.sizes.push(loc.len());
+                        if cap == 0 {
+                            continue;
+                        }
+                        if cap < loc.len() {
+                            return Err(StoreError::BufferTooSmall {
+                                need: loc.len(),
+                                have: cap,
+                            });
+                        }
+                        let data = st.load(&loc)?;
+                        scatter(&data, sgl);
+                    }
+                    IodType::Array => {
+                        let cap = sgl.len();
+                        let mut size = 0u64;
+                        let mut buf: Vec<u8> = Vec::new();
+                        let mut cache: HashMap<usize, Vec<u8>> = HashMap::new();
+                        let mut recs_all: Vec<Vec<ExtRec>> = Vec::new();
+                        let mut pieces_all = Vec::new();
+                        for rx in &iod.recxs {
+                            if rx.nr == 0 {
+                                pieces_all.push(Vec::new());
+                                recs_all.push(Vec::new());
+                                continue;
+                            }
+                            let recs = extents_in(r, &ap, e, floor, rx.idx, rx.end())?;
+                            let exts: Vec<Ext> = recs.iter().map(|x| x.ext).collect();
+                            let pieces = extent::resolve(&exts, rx.idx, rx.end());
+                            for p in &pieces {
+                                let rs = recs[p.src].rec_size;
+                                if size == 0 {
+                                    size = rs;
+                                } else if size != rs {
+                                    return Err(StoreError::InvalidArg(
+                                        "extents of different record sizes".into(),
+                                    ));
+                                }
+                            }
+                            pieces_all.push(pieces);
+                            recs_all.push(recs);
+                        }
+                        if iod.rec_size != 0 && size != 0 && iod.rec_size != size {
+                            return Err(StoreError::InvalidArg(format!(
+                                "record size {} asked, {} stored",
+                                iod.rec_size, size
+                            )));
+                        }
+                        out.sizes.push(size);
+                        let rs = if iod.rec_size != 0 {
+                            iod.rec_size
+                        } else {
+                            size
+                        };
+                        if cap == 0 || rs == 0 {
+                            continue;
+                        }
+                        let total: u64 = iod.recxs.iter().map(|x| x.nr * rs).sum();
+                        if cap < total {
+                            return Err(StoreError::BufferTooSmall {
+                                need: total,
+                                have: cap,
+                            });
+                        }
+                        buf.resize(total as usize, 0);
+                        let mut base = 0u64;
+                        for ((rx, pieces), recs) in iod.recxs.iter().zip(&pieces_all).zip(&recs_all)
+                        {
+                            cache.clear();
+                            for p in pieces {
+                                let x = &recs[p.src];
+                                if let std::collections::hash_map::Entry::Vacant(slot) =
+                                    cache.entry(p.src)
+                                {
+                                    slot.insert(st.load(&x.loc)?);
+                                }
+                                let d = &cache[&p.src];
+                                let so = ((p.idx - x.ext.idx) * rs) as usize;
+                                let dofs = (base + (p.idx - rx.idx) * rs) as usize;
+                                let n = (p.nr * rs) as usize;
+                                let src = d.get(so..so + n).ok_or_else(|| {
+                                    StoreError::Corrupt("extent shorter than its records".into())
+                                })?;
+                                buf[dofs..dofs + n].copy_from_slice(src);
+                            }
+                            base += rx.nr * rs;
+                        }
+                        scatter(&buf, sgl);
+                    }
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn punch_obj(&mut self, cont: ContId, oid: ObjectId, epoch: Epoch) -> StoreResult<()> {
+        oid.validate()?;
+        self.with_write(|w| {
+            w.write_epoch(cont, epoch)?;
+            let ver = w.next_ver(epoch)?;
+            w.put(
+                &keys::ver_key(&keys::obj_prefix(cont, oid), T_PUNCH, ver),
+                &[],
+            )
+        })
+    }
+
+    fn punch_dkeys(
+        &mut self,
+        cont: ContId,
+        oid: ObjectId,
+        epoch: Epoch,
+        dkeys: &[DKey],
+    ) -> StoreResult<()> {
+        oid.validate()?;
+        for d in dkeys {
+            key_ok(&d.0, "dkey")?;
+        }
+        self.with_write(|w| {
+            w.write_epoch(cont, epoch)?;
+            for d in dkeys {
+                let ver = w.next_ver(epoch)?;
+                w.put(
+                    &keys::ver_key(&keys::dkey_prefix(cont, oid, &d.0), T_PUNCH, ver),
+                    &[],
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    fn punch_akeys(
+        &mut self,
+        cont: ContId,
+        oid: ObjectId,
+        epoch: Epoch,
+        dkey: &DKey,
+        akeys: &[AKey],
+    ) -> StoreResult<()> {
+        oid.validate()?;
+        key_ok(&dkey.0, "dkey")?;
+        for a in akeys {
+            key_ok(&a.0, "akey")?;
+        }
+        let dp = keys::dkey_prefix(cont, oid, &dkey.0);
+        self.with_write(|w| {
+            w.write_epoch(cont, epoch)?;
+            for a in akeys {
+                let ver = w.next_ver(epoch)?;
+                w.put(
+                    &keys::ver_key(&keys::akey_prefix(&dp, &a.0), T_PUNCH, ver),
+                    &[],
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    fn list_obj(
+        &mut self,
+        cont: ContId,
+        epoch: Epoch,
+        anchor: &mut Anchor,
+        limit: usize,
+    ) -> StoreResult<Vec<ObjectId>> {
+        let e = read_epoch(epoch)?;
+        self.with_view(|r, _| {
+            r.cont(cont)?.ok_or(StoreError::NoContainer(cont))?;
+            let cp = keys::cont_prefix(cont);
+            let hi = keys::prefix_end(&cp);
+            let mut out = Vec::new();
+            if anchor.eof || limit == 0 {
+                return Ok(out);
+            }
+            let mut lo = cp.clone();
+            if anchor.started {
+                match keys::prefix_end(&[cp.as_slice(), &anchor.after].concat()) {
+                    Some(k) => lo = k,
+                    None => {
+                        anchor.eof = true;
+                        return Ok(out);
+                    }
+                }
+            }
+            anchor.started = true;
+            loop {
+                let Some(k) = first_key(r, &lo, hi.as_deref())? else {
+                    anchor.eof = true;
+                    return Ok(out);
+                };
+                let ob: [u8; 16] = k
+                    .get(16..32)
+                    .and_then(|b| b.try_into().ok())
+                    .ok_or_else(|| StoreError::Corrupt("short key".into()))?;
+                let oid = ObjectId::from_bytes(ob);
+                let op = keys::obj_prefix(cont, oid);
+                let ofloor = newest_punch(r, &op, e)?;
+                let mut vis = false;
+                walk_children(r, &op, None, &mut |_, dp| {
+                    vis = dkey_visible(r, dp, e, ofloor)?;
+                    Ok(!vis)
+                })?;
+                if vis {
+                    out.push(oid);
+                    anchor.after = ob.to_vec();
+                }
+                match keys::prefix_end(&op) {
+                    Some(n) => lo = n,
+                    None => {
+                        anchor.eof = true;
+                        return Ok(out);
+                    }
+                }
+                if out.len() >= limit {
+                    anchor.after = ob.to_vec();
+                    return Ok(out);
+                }
+            }
+        })
+    }
+
+    fn list_dkey(
+        &mut self,
+        cont: ContId,
+        oid: ObjectId,
+        epoch: Epoch,
+        anchor: &mut Anchor,
+        limit: usize,
+    ) -> StoreResult<Vec<DKey>> {
+        oid.validate()?;
+        let e = read_epoch(epoch)?;
+        self.with_view(|r, _| {
+            r.cont(cont)?.ok_or(StoreError::NoContainer(cont))?;
+            let op = keys::obj_prefix(cont, oid);
+            let ofloor = newest_punch(r, &op, e)?;
+            Ok(list_children(r, &op, e, ofloor, true, anchor, limit)?
+                .into_iter()
+                .map(DKey)
+                .collect())
+        })
+    }
+
+    fn list_akey(
+        &mut self,
+        cont: ContId,
+        oid: ObjectId,
+        epoch: Epoch,
+        dkey: &DKey,
+        anchor: &mut Anchor,
+        limit: usize,
+    ) -> StoreResult<Vec<AKey>> {
+        oid.validate()?;
+        key_ok(&dkey.0, "dkey")?;
+        let e = read_epoch(epoch)?;
+        self.with_view(|r, _| {
+            r.cont(cont)?.ok_or(StoreError::NoContainer(cont))?;
+            let op = keys::obj_prefix(cont, oid);
+            let dp = keys::dkey_prefix(cont, oid, &dkey.0);
+            let floor = newest_punch(r, &op, e)?.max(newest_punch(r, &dp, e)?);
+            Ok(list_children(r, &dp, e, floor, false, anchor, limit)?
+                .into_iter()
+                .map(AKey)
+                .collect())
+        })
+    }
+
+    fn list_recx(
+        &mut self,
+        cont: ContId,
+        oid: ObjectId,
+        epoch: Epoch,
+        dkey: &DKey,
+        akey: &AKey,
+        anchor: &mut Anchor,
+        limit: usize,
+    ) -> StoreResult<(Vec<Recx>, u64)> {
+        oid.validate()?;
+        key_ok(&dkey.0, "dkey")?;
+        key_ok(&akey.0, "akey")?;
+        let e = read_epoch(epoch)?;
+        self.with_view(|r, _| {
+            r.cont(cont)?.ok_or(StoreError::NoContainer(cont))?;
+            if anchor.eof || limit == 0 {
+                return Ok((Vec::new(), 0));
+            }
+            let op = keys::obj_prefix(cont, oid);
+            let dp = keys::dkey_prefix(cont, oid, &dkey.0);
+            let ap = keys::akey_prefix(&dp, &akey.0);
+            let floor = newest_punch(r, &op, e)?
+                .max(newest_punch(r, &dp, e)?)
+                .max(newest_punch(r, &ap, e)?);
+            let (runs, rs) = visible_runs(r, &ap, e, floor)?;
+            let from = if anchor.started {
+                anchor
+                    .after
+                    .as_slice()
+                    .try_into()
+                    .map(u64::from_be_bytes)
+                    .map_err(|_| StoreError::InvalidArg("bad anchor".into()))?
+            } else {
+                0
+            };
+            let rest: Vec<Recx> = runs
+                .into_iter()
+                .filter(|&(i, _)| i >= from)
+                .map(|(idx, nr)| Recx { idx, nr })
+                .collect();
+            anchor.started = true;
+            let page: Vec<Recx> = rest.iter().take(limit).copied().collect();
+            anchor.eof = page.len() == rest.len();
+            if let Some(l) = page.last() {
+                anchor.after = l.end().to_be_bytes().to_vec();
+            }
+            Ok((page, rs))
+        })
+    }
+
+    fn query_max_dkey(
+        &mut self,
+        cont: ContId,
+        oid: ObjectId,
+        epoch: Epoch,
+    ) -> StoreResult<Option<DKey>> {
+        let (otype, _) = oid.validate()?;
+        let numeric = matches!(otype, ObjType::DkeyUint64 | ObjType::Array);
+        let mut anchor = Anchor::default();
+        let mut best: Option<DKey> = None;
+        while !anchor.is_eof() {
+            for d in self.list_dkey(cont, oid, epoch, &mut anchor, 1024)? {
+                let better = match (&best, numeric, d.as_u64()) {
+                    (None, _, _) => true,
+                    (Some(b), true, Some(v)) => b.as_u64().is_none_or(|bv| v > bv),
+                    (Some(b), _, _) => d > *b,
+                };
+                if better {
+                    best = Some(d);
+                }
+            }
+        }
+        Ok(best)
+    }
+
+    fn query_max_recx(
+        &mut self,
+        cont: ContId,
+        oid: ObjectId,
+        epoch: Epoch,
+        dkey: &DKey,
+        akey: &AKey,
+    ) -> StoreResult<Option<Recx>> {
+        let mut anchor = Anchor::default();
+        let (all, _) = self.list_recx(cont, oid, epoch, dkey, akey, &mut anchor, usize::MAX)?;
+        Ok(all.last().copied())
+    }
+
+    fn snap_create(&mut self, cont: ContId, epoch: Epoch, name: Option<&str>) -> StoreResult<()> {
+        if epoch.0 == 0 || epoch == EPOCH_MAX {
+            return Err(StoreError::BadEpoch(
+                epoch,
+                "a snapshot needs an epoch in 1..EPOCH_MAX",
+            ));
+        }
+        self.with_write(|w| {
+            let hwm = w.cont_hwm(cont)?;
+            if epoch.0 <= hwm {
+                return Err(StoreError::BadEpoch(
+                    epoch,
+                    "at or below the container's aggregated epoch",
+                ));
+            }
+            let mut k = keys::cont_prefix(cont);
+            k.extend_from_slice(&epoch.0.to_be_bytes());
+            w.snaps
+                .insert(k.as_slice(), name.unwrap_or("").as_bytes())
+                .map_err(ix)?;
+            Ok(())
+        })
+    }
+
+    fn snap_list(&mut self, cont: ContId) -> StoreResult<Vec<Snapshot>> {
+        self.with_view(|r, _| {
+            r.cont(cont)?.ok_or(StoreError::NoContainer(cont))?;
+            r.snaps(cont)
+        })
+    }
+
+    fn snap_destroy(&mut self, cont: ContId, epoch: Epoch) -> StoreResult<()> {
+        self.with_write(|w| {
+            w.cont_hwm(cont)?;
+            let mut k = keys::cont_prefix(cont);
+            k.extend_from_slice(&epoch.0.to_be_bytes());
+            if w.snaps.remove(k.as_slice()).map_err(ix)?.is_none() {
+                return Err(StoreError::NoSnapshot(epoch));
+            }
+            Ok(())
+        })
+    }
+
+    fn aggregate(&mut self, cont: ContId, upto: Epoch) -> StoreResult<AggregateStats> {
+        if upto.0 == 0 || upto == EPOCH_MAX {
+            return Err(StoreError::BadEpoch(
+                upto,
+                "aggregation needs an epoch in 1..EPOCH_MAX (updates at or below it are refused afterwards)",
+            ));
+        }
+        self.with_write(|w| aggregate::run(w, cont, upto.0))
+    }
+
+    fn space(&mut self) -> StoreResult<SpaceInfo> {
+        let bs = self.st.bs;
+        Ok(SpaceInfo {
+            bdev_total: self.st.alloc.total_blocks() * bs,
+            bdev_free: self.st.alloc.free_blocks() * bs,
+            inline_bytes: self.st.inline_bytes,
+            index_file_bytes: std::fs::metadata(&self.path).map_or(0, |m| m.len()),
+        })
+    }
+
+    fn commit(&mut self) -> StoreResult<()> {
+        self.commit_inner()
+    }
+}
+
+/// Copy `data` into the sgl's buffers front to back.
+fn scatter(data: &[u8], sgl: &mut SgList) {
+    let mut pos = 0;
+    for iov in &mut sgl.iovs {
+        if pos >= data.len() {
+            break;
+        }
+        let n = iov.len().min(data.len() - pos);
+        iov[..n].copy_from_slice(&data[pos..pos + n]);
+        pos += n;
+    }
+}
+
+#[cfg(test)]
+mod tests;

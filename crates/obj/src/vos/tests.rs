@@ -1,0 +1,361 @@
+use std::sync::Arc;
+
+use bdev::malloc::MallocBdev;
+use bdev::{BdevIo, BlockDevice, IoBuf};
+
+use super::*;
+use crate::types::{ObjClass, ObjType, Uuid};
+
+const C: Uuid = Uuid::from_u128(1);
+
+fn oid() -> ObjectId {
+    ObjectId::generate(0, 1, ObjType::MultiHashed, ObjClass::S1).unwrap()
+}
+
+fn setup(blocks: u64, auto_commit: bool) -> (tempfile::TempDir, Arc<dyn BlockDevice>, Vos) {
+    let dir = tempfile::tempdir().unwrap();
+    let bdev: Arc<dyn BlockDevice> = Arc::new(MallocBdev::new("m", blocks, 512).unwrap());
+    let cfg = VosConfig {
+        inline_max: 100,
+        auto_commit,
+        ..VosConfig::default()
+    };
+    let mut v = Vos::open(dir.path().join("i"), bdev.clone(), cfg).unwrap();
+    v.cont_create(C).unwrap();
+    v.commit().unwrap();
+    (dir, bdev, v)
+}
+
+fn put(v: &mut Vos, e: u64, k: &str, val: &[u8]) -> StoreResult<()> {
+    v.update(
+        C,
+        oid(),
+        Epoch(e),
+        &DKey::from(k),
+        &[Iod::single("a", val.len() as u64)],
+        &[SgList::one(val.to_vec())],
+    )
+}
+
+fn get(v: &mut Vos, e: u64, k: &str) -> Option<Vec<u8>> {
+    let mut s = [SgList::one(vec![0; 4096])];
+    let out = v
+        .fetch(
+            C,
+            oid(),
+            Epoch(e),
+            &DKey::from(k),
+            &[Iod::single("a", 0)],
+            &mut s,
+        )
+        .unwrap();
+    (out.sizes[0] > 0).then(|| s[0].iovs[0][..out.sizes[0] as usize].to_vec())
+}
+
+#[test]
+fn group_commit_abort_and_reopen() {
+    let (dir, bdev, mut v) = setup(256, false);
+    let free0 = v.space().unwrap().bdev_free;
+    put(&mut v, 5, "k1", &[1; 1000]).unwrap();
+    put(&mut v, 5, "k2", &[2; 10]).unwrap();
+    assert!(v.has_pending());
+    // the batch reads its own writes
+    assert_eq!(get(&mut v, 9, "k1").unwrap(), vec![1; 1000]);
+    assert!(v.space().unwrap().bdev_free < free0);
+    v.abort().unwrap();
+    assert_eq!(get(&mut v, 9, "k1"), None);
+    assert_eq!(v.space().unwrap().bdev_free, free0);
+    put(&mut v, 6, "k1", &[3; 1000]).unwrap();
+    v.commit().unwrap();
+    drop(v);
+    let cfg = VosConfig {
+        inline_max: 100,
+        ..VosConfig::default()
+    };
+    let mut v = Vos::open(dir.path().join("i"), bdev.clone(), cfg.clone()).unwrap();
+    assert_eq!(get(&mut v, EPOCH_MAX.0, "k1").unwrap(), vec![3; 1000]);
+    assert_eq!(v.max_epoch(), Epoch(6));
+    assert_eq!(v.space().unwrap().bdev_free, free0 - 1024);
+    assert_eq!(v.check().unwrap().used_blocks, 2);
+    drop(v);
+    // another geometry is refused
+    let other: Arc<dyn BlockDevice> = Arc::new(MallocBdev::new("m", 512, 512).unwrap());
+    assert!(matches!(
+        Vos::open(dir.path().join("i"), other, cfg),
+        Err(StoreError::InvalidArg(_))
+    ));
+}
+
+#[test]
+fn bdev_corruption_is_detected() {
+    let (_dir, bdev, mut v) = setup(64, true);
+    put(&mut v, 5, "k", &[7; 600]).unwrap();
+    let mut ch = bdev.open_channel().unwrap();
+    ch.submit(BdevIo::write(0, 1, vec![IoBuf::zeroed(512)], 0))
+        .unwrap();
+    let mut done = Vec::new();
+    while ch.poll(&mut done) == 0 {}
+    let mut s = [SgList::one(vec![0; 4096])];
+    let r = v.fetch(
+        C,
+        oid(),
+        EPOCH_MAX,
+        &DKey::from("k"),
+        &[Iod::single("a", 0)],
+        &mut s,
+    );
+    assert!(matches!(r, Err(StoreError::Corrupt(_))), "{r:?}");
+}
+
+#[test]
+fn out_of_space_leaks_nothing() {
+    let (_dir, _bdev, mut v) = setup(16, true);
+    let mut n = 0;
+    let err = loop {
+        match put(&mut v, 10 + n, &format!("k{n}"), &[n as u8; 1500]) {
+            Ok(()) => n += 1,
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, StoreError::NoSpace { .. }), "{err}");
+    assert_eq!(n, 5); // 16 blocks / 3 per value
+                      // a two-value update that fits only half way changes nothing
+    let r = v.update(
+        C,
+        oid(),
+        Epoch(100),
+        &DKey::from("two"),
+        &[Iod::single("a", 600), Iod::single("b", 600)],
+        &[SgList::one(vec![1; 600]), SgList::one(vec![2; 600])],
+    );
+    assert!(matches!(r, Err(StoreError::NoSpace { .. })));
+    assert_eq!(get(&mut v, EPOCH_MAX.0, "two"), None);
+    let rep = v.check().unwrap();
+    assert_eq!((rep.used_blocks, rep.free_blocks), (15, 1));
+    // aggregation after punches gives the space back
+    v.punch_obj(C, oid(), Epoch(200)).unwrap();
+    v.aggregate(C, Epoch(300)).unwrap();
+    assert_eq!(v.check().unwrap().free_blocks, 16);
+    assert_eq!(v.check().unwrap().records, 0);
+}
+
+#[test]
+fn caller_errors() {
+    let (_dir, _bdev, mut v) = setup(64, true);
+    let d = DKey::from("d");
+    let bad = ObjectId { hi: 0, lo: 1 };
+    assert!(matches!(
+        v.update(
+            C,
+            bad,
+            Epoch(1),
+            &d,
+            &[Iod::single("a", 1)],
+            &[SgList::one(vec![1])]
+        ),
+        Err(StoreError::Oid(_))
+    ));
+    assert!(matches!(
+        put(&mut v, 0, "d", b"x"),
+        Err(StoreError::BadEpoch(..))
+    ));
+    assert!(matches!(
+        put(&mut v, u64::MAX, "d", b"x"),
+        Err(StoreError::BadEpoch(..))
+    ));
+    assert!(matches!(
+        v.update(
+            Uuid::from_u128(9),
+            oid(),
+            Epoch(1),
+            &d,
+            &[Iod::single("a", 1)],
+            &[SgList::one(vec![1])]
+        ),
+        Err(StoreError::NoContainer(_))
+    ));
+    assert!(matches!(
+        v.update(
+            C,
+            oid(),
+            Epoch(1),
+            &d,
+            &[Iod::single("a", 2)],
+            &[SgList::one(vec![1])]
+        ),
+        Err(StoreError::InvalidArg(_))
+    ));
+    assert!(matches!(
+        v.update(
+            C,
+            oid(),
+            Epoch(1),
+            &DKey(vec![1; MAX_KEY_LEN + 1]),
+            &[Iod::single("a", 1)],
+            &[SgList::one(vec![1])]
+        ),
+        Err(StoreError::TooLarge { .. })
+    ));
+    assert!(matches!(
+        v.update(
+            C,
+            oid(),
+            Epoch(1),
+            &DKey::default(),
+            &[Iod::single("a", 1)],
+            &[SgList::one(vec![1])]
+        ),
+        Err(StoreError::InvalidArg(_))
+    ));
+    put(&mut v, 3, "d", &[5; 50]).unwrap();
+    let mut small = [SgList::one(vec![0; 10])];
+    assert!(matches!(
+        v.fetch(C, oid(), EPOCH_MAX, &d, &[Iod::single("a", 0)], &mut small),
+        Err(StoreError::BufferTooSmall { need: 50, have: 10 })
+    ));
+    // size query with an empty sgl
+    let mut none = [SgList::default()];
+    let out = v
+        .fetch(C, oid(), EPOCH_MAX, &d, &[Iod::single("a", 0)], &mut none)
+        .unwrap();
+    assert_eq!(out.sizes, vec![50]);
+    assert!(matches!(
+        v.cont_create(C),
+        Err(StoreError::ContainerExists(_))
+    ));
+    assert!(matches!(
+        v.aggregate(C, EPOCH_MAX),
+        Err(StoreError::BadEpoch(..))
+    ));
+    // nothing above changed the store
+    assert_eq!(v.check().unwrap().records, 1);
+}
+
+#[test]
+fn numeric_max_dkey_for_uint64_objects() {
+    let (_dir, _bdev, mut v) = setup(64, true);
+    let o = ObjectId::generate(0, 2, ObjType::DkeyUint64, ObjClass::S1).unwrap();
+    for (e, k) in [(1u64, 3u64), (2, 256), (3, 255)] {
+        v.update(
+            C,
+            o,
+            Epoch(e),
+            &DKey::from_u64(k),
+            &[Iod::single("a", 1)],
+            &[SgList::one(vec![1])],
+        )
+        .unwrap();
+    }
+    // bytewise, 255 (ff 00..) would beat 256 (00 01 ..); numerically 256 wins
+    assert_eq!(
+        v.query_max_dkey(C, o, EPOCH_MAX).unwrap(),
+        Some(DKey::from_u64(256))
+    );
+    assert_eq!(
+        v.query_max_dkey(C, o, Epoch(1)).unwrap(),
+        Some(DKey::from_u64(3))
+    );
+}
+
+fn setup_inject(auto_commit: bool) -> (tempfile::TempDir, Arc<bdev::inject::Injector>, Vos) {
+    let dir = tempfile::tempdir().unwrap();
+    let inner: Arc<dyn BlockDevice> = Arc::new(MallocBdev::new("m", 256, 512).unwrap());
+    let dev = bdev::inject::ErrorInjectBdev::new("inj", inner);
+    let inj = dev.injector();
+    let cfg = VosConfig {
+        inline_max: 100,
+        auto_commit,
+        ..VosConfig::default()
+    };
+    let mut v = Vos::open(dir.path().join("i"), Arc::new(dev), cfg).unwrap();
+    v.cont_create(C).unwrap();
+    v.commit().unwrap();
+    (dir, inj, v)
+}
+
+fn rule(t: IoType) -> bdev::inject::Rule {
+    bdev::inject::Rule {
+        io_type: Some(t),
+        offset_blocks: 0,
+        num_blocks: u64::MAX,
+        fault: bdev::inject::Fault::Fail(bdev::IoError::Os(5)),
+        count: 1,
+    }
+}
+
+#[test]
+fn failed_flush_fails_the_batch_and_keeps_the_space_map() {
+    let (_dir, inj, mut v) = setup_inject(false);
+    put(&mut v, 5, "a", &[1; 700]).unwrap();
+    put(&mut v, 6, "b", &[2; 10]).unwrap();
+    inj.arm(rule(IoType::Flush));
+    assert!(matches!(v.commit(), Err(StoreError::Bdev(_))));
+    assert_eq!(get(&mut v, EPOCH_MAX.0, "a"), None);
+    assert_eq!(get(&mut v, EPOCH_MAX.0, "b"), None);
+    let rep = v.check().unwrap();
+    assert_eq!((rep.records, rep.used_blocks, rep.free_blocks), (0, 0, 256));
+    assert_eq!(v.max_epoch(), Epoch(0));
+    // the next batch works
+    put(&mut v, 7, "a", &[3; 700]).unwrap();
+    v.commit().unwrap();
+    assert_eq!(get(&mut v, EPOCH_MAX.0, "a").unwrap(), vec![3; 700]);
+    assert_eq!(v.max_epoch(), Epoch(7));
+}
+
+#[test]
+fn failed_bdev_write_fails_only_that_update() {
+    let (_dir, inj, mut v) = setup_inject(false);
+    put(&mut v, 5, "a", &[1; 700]).unwrap();
+    inj.arm(rule(IoType::Write));
+    assert!(matches!(
+        put(&mut v, 6, "b", &[2; 700]),
+        Err(StoreError::Bdev(_))
+    ));
+    put(&mut v, 7, "c", &[3; 700]).unwrap();
+    v.commit().unwrap();
+    assert_eq!(get(&mut v, EPOCH_MAX.0, "a").unwrap(), vec![1; 700]);
+    assert_eq!(get(&mut v, EPOCH_MAX.0, "b"), None);
+    assert_eq!(get(&mut v, EPOCH_MAX.0, "c").unwrap(), vec![3; 700]);
+    assert_eq!(v.check().unwrap().used_blocks, 4);
+    // a failed read is an error, not zeroes
+    inj.arm(rule(IoType::Read));
+    let mut s = [SgList::one(vec![0; 4096])];
+    assert!(matches!(
+        v.fetch(
+            C,
+            oid(),
+            EPOCH_MAX,
+            &DKey::from("a"),
+            &[Iod::single("a", 0)],
+            &mut s
+        ),
+        Err(StoreError::Bdev(_))
+    ));
+}
+
+#[test]
+fn snapshots_are_immutable() {
+    let (_dir, _bdev, mut v) = setup(64, true);
+    put(&mut v, 10, "k", b"old").unwrap();
+    v.snap_create(C, Epoch(20), Some("s")).unwrap();
+    // a change at or below the snapshot would alter what it shows
+    assert!(matches!(
+        put(&mut v, 15, "k", b"new"),
+        Err(StoreError::BadEpoch(..))
+    ));
+    assert!(matches!(
+        v.punch_obj(C, oid(), Epoch(20)),
+        Err(StoreError::BadEpoch(..))
+    ));
+    put(&mut v, 21, "k", b"new").unwrap();
+    assert_eq!(get(&mut v, 20, "k").unwrap(), b"old");
+    assert_eq!(v.snap_list(C).unwrap()[0].name.as_deref(), Some("s"));
+    // once the snapshot is gone, the past is open again (until aggregated)
+    v.snap_destroy(C, Epoch(20)).unwrap();
+    put(&mut v, 15, "k", b"mid").unwrap();
+    assert_eq!(get(&mut v, 16, "k").unwrap(), b"mid");
+    assert!(matches!(
+        v.snap_destroy(C, Epoch(20)),
+        Err(StoreError::NoSnapshot(_))
+    ));
+}
