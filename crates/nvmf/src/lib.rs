@@ -41,7 +41,7 @@ pub mod tgt;
 pub mod transport;
 
 #[cfg(feature = "driver")]
-pub use poll_group::{Listen, ListenSpec, NvmfServer};
+pub use poll_group::{Listen, ListenSpec, ListenerHandle, NvmfServer};
 pub use subsystem::{Subsystem, DISCOVERY_NQN};
 pub use tgt::{Tgt, TgtParams};
 pub use transport::{
