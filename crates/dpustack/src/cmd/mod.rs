@@ -8,5 +8,6 @@ pub mod cm;
 pub mod nvmf;
 pub mod obj;
 pub mod rdma;
+pub mod rpc;
 pub mod switch;
 pub mod tse;

@@ -78,6 +78,12 @@ pub struct ServeArgs {
     /// Stop after this many seconds.
     #[arg(long = "for", value_name = "SECS")]
     pub for_secs: Option<f64>,
+    /// Start with no subsystem and no listener (SPDK's nvmf_tgt: configure by JSON-RPC
+    /// or --json); implied by --json.
+    #[arg(long)]
+    pub empty: bool,
+    #[command(flatten)]
+    pub rpc: crate::cmd::rpc::ServerArgs,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -231,7 +237,9 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
 }
 
 fn start_server(a: &ServeArgs) -> Result<NvmfServer> {
-    let (tgt, listen, groups) = if let Some(p) = &a.target_config {
+    let (tgt, listen, groups) = if a.empty || a.rpc.json.is_some() {
+        (Tgt::new(TgtParams::default()), Vec::new(), a.poll_groups)
+    } else if let Some(p) = &a.target_config {
         let f = TargetFile::load(p)?;
         let (t, l) = f.build()?;
         (t, l, f.poll_groups.unwrap_or(a.poll_groups))
@@ -254,6 +262,15 @@ fn start_server(a: &ServeArgs) -> Result<NvmfServer> {
 
 fn serve(a: ServeArgs, _cfg: &Config) -> Result<()> {
     let srv = start_server(&a)?;
+    let kinds: Vec<(String, mgmt::methods::BdevKind)> = match &a.target_config {
+        Some(p) if !a.empty && a.rpc.json.is_none() => TargetFile::load(p)?
+            .bdev
+            .iter()
+            .map(|b| (b.name.clone(), crate::cmd::rpc::kind_of_spec(&b.kind)))
+            .collect(),
+        _ => vec![("bdev0".into(), crate::cmd::rpc::kind_of_spec(&a.bdev))],
+    };
+    let rpc = crate::cmd::rpc::start_server(&a.rpc, Some(&srv), &kinds)?;
     for s in srv.tgt().subsystems() {
         println!("subsystem {}", s.nqn);
         for ns in s.namespaces() {
@@ -286,6 +303,9 @@ fn serve(a: ServeArgs, _cfg: &Config) -> Result<()> {
         .map(|s| std::time::Instant::now() + Duration::from_secs_f64(s));
     while !stop.load(Ordering::SeqCst) && deadline.is_none_or(|d| std::time::Instant::now() < d) {
         std::thread::sleep(Duration::from_millis(50));
+    }
+    if let Some(r) = rpc {
+        r.stop();
     }
     srv.stop();
     Ok(())
