@@ -906,6 +906,13 @@ impl Mgmt {
                 }
             }
         }
+        if let Some((tgt, _)) = &st.nvmf {
+            for l in tgt.listeners().iter().filter(|l| l.discovery_only) {
+                nv.push(json!({"method": "nvmf_subsystem_add_listener", "params": {
+                    "nqn": nvmf::DISCOVERY_NQN, "listen_address": Self::addr_json(&l.trid)
+                }}));
+            }
+        }
         Ok(json!({"subsystems": [
             {"subsystem": "bdev", "config": bdevs},
             {"subsystem": "nvmf", "config": nv}

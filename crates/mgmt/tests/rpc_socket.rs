@@ -116,7 +116,14 @@ fn build_a_target_from_nothing_connect_save_and_reload() {
         "nvmf_subsystem_add_listener",
         json!({"nqn": NQN, "listen_address": la}),
     );
+    // a discovery-only port (saved and reloaded too)
+    call(
+        &mut c,
+        "nvmf_subsystem_add_listener",
+        json!({"nqn": nvmf::DISCOVERY_NQN, "listen_address": la}),
+    );
     let subs = call(&mut c, "nvmf_get_subsystems", Value::Null);
+    assert_eq!(subs[0]["listen_addresses"].as_array().unwrap().len(), 2);
     let s = subs
         .as_array()
         .unwrap()
