@@ -433,14 +433,18 @@ impl Mgmt {
         Ok(json!(true))
     }
 
-    fn claimed(st: &State, name: &str) -> bool {
-        st.nvmf.as_ref().is_some_and(|(t, _)| {
-            t.subsystems()
-                .any(|s| s.namespaces().iter().any(|n| n.bdev.name() == name))
-        })
+    /// Names of the bdevs that are namespaces (one pass over the subsystems).
+    fn claimed(st: &State) -> std::collections::HashSet<String> {
+        let mut set = std::collections::HashSet::new();
+        if let Some((t, _)) = &st.nvmf {
+            for s in t.subsystems() {
+                set.extend(s.namespaces().iter().map(|n| n.bdev.name().to_string()));
+            }
+        }
+        set
     }
 
-    fn bdev_json(st: &State, b: &BdevEntry) -> Value {
+    fn bdev_json(claimed: &std::collections::HashSet<String>, b: &BdevEntry) -> Value {
         let d = &b.dev;
         let sup = |t| d.io_type_supported(t);
         json!({
@@ -458,7 +462,7 @@ impl Mgmt {
                 "rw_ios_per_sec": 0, "rw_mbytes_per_sec": 0,
                 "r_mbytes_per_sec": 0, "w_mbytes_per_sec": 0
             },
-            "claimed": Self::claimed(st, d.name()),
+            "claimed": claimed.contains(d.name()),
             "zoned": false,
             "supported_io_types": {
                 "read": sup(bdev::IoType::Read),
@@ -487,11 +491,17 @@ impl Mgmt {
                     .iter()
                     .find(|b| b.dev.name() == n || b.uuid == n)
                     .ok_or_else(|| RpcError::no_device("No such device"))?;
-                Ok(json!([Self::bdev_json(&st, b)]))
+                Ok(json!([Self::bdev_json(&Self::claimed(&st), b)]))
             }
-            None => Ok(Value::Array(
-                st.bdevs.iter().map(|b| Self::bdev_json(&st, b)).collect(),
-            )),
+            None => {
+                let claimed = Self::claimed(&st);
+                Ok(Value::Array(
+                    st.bdevs
+                        .iter()
+                        .map(|b| Self::bdev_json(&claimed, b))
+                        .collect(),
+                ))
+            }
         }
     }
 
