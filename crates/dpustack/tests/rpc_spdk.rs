@@ -1,8 +1,8 @@
 //! SPDK's own JSON-RPC client (PyPI package `spdk`, `python3 -m spdk.spdk_rpc`)
 //! against `dpustack nvmf serve`: a target built from nothing, dpustack's host
 //! connecting to it, save_config → a restart with --json → the same
-//! nvmf_get_subsystems / bdev_get_bdevs. Ignored by default (needs the `spdk`
-//! package: `pip install spdk`); says so loudly when the package is absent.
+//! nvmf_get_subsystems / bdev_get_bdevs; spdkcli's `ls` shows the tree. Ignored by
+//! default (needs `pip install spdk configshell-fb`); says so loudly when absent.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -15,7 +15,7 @@ const NQN: &str = "nqn.2016-06.io.spdk:cnode1";
 
 fn spdk_present() -> bool {
     Command::new("python3")
-        .args(["-c", "import spdk.spdk_rpc"])
+        .args(["-c", "import spdk.spdk_rpc, configshell_fb"])
         .status()
         .is_ok_and(|s| s.success())
 }
@@ -76,10 +76,10 @@ fn free_port() -> u16 {
 }
 
 #[test]
-#[ignore = "needs SPDK's Python client: pip install spdk"]
+#[ignore = "needs SPDK's Python client: pip install spdk configshell-fb"]
 fn spdk_rpc_builds_saves_and_reloads_a_target() {
     if !spdk_present() {
-        panic!("SKIPPED LOUDLY: the PyPI package `spdk` is not installed (pip install spdk); this test cannot run");
+        panic!("SKIPPED LOUDLY: the PyPI packages `spdk` and `configshell-fb` are not installed (pip install spdk configshell-fb); this test cannot run");
     }
     let dir: PathBuf = std::env::temp_dir().join(format!("dpustack-spdk-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -152,6 +152,22 @@ fn spdk_rpc_builds_saves_and_reloads_a_target() {
     assert!(
         said.contains("-19") && said.contains("No such device"),
         "{said}"
+    );
+    // spdkcli's tree (needs configshell-fb beside spdk)
+    let ls = Command::new("python3")
+        .args(["-m", "spdk.spdk_cli", "-s"])
+        .arg(&sock)
+        .arg("ls")
+        .output()
+        .unwrap();
+    let tree = String::from_utf8_lossy(&ls.stdout);
+    assert!(
+        ls.status.success()
+            && tree.contains(NQN)
+            && tree.contains("Malloc0")
+            && tree.contains("[TCP]"),
+        "spdkcli ls: {tree}{}",
+        String::from_utf8_lossy(&ls.stderr)
     );
     let cfg = rpc(&sock, &["save_config"]);
     let file = dir.join("config.json");
