@@ -14,6 +14,8 @@
 //! * [`dp`]: the datapath cache: EMC + megaflow classifier (tuple space search), upcalls.
 //! * [`ofproto`]: OpenFlow rule statistics and idle/hard timeouts, `ovs-ofctl dump-flows` text.
 
+/// Workloads of `dpustack bench flow` (not library API: only with the `bench` feature).
+#[cfg(any(test, feature = "bench"))]
 pub mod bench;
 pub mod classifier;
 pub mod dp;

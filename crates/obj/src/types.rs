@@ -633,7 +633,9 @@ pub trait ObjectStore {
     fn cont_list(&mut self) -> StoreResult<Vec<ContId>>;
 
     /// `daos_obj_update`: write several akeys of one dkey at `epoch`. `sgls[i]`
-    /// holds exactly `iods[i].data_len()` bytes.
+    /// holds exactly `iods[i].data_len()` bytes. `epoch` (like a punch's) must be
+    /// above the container's newest snapshot and aggregated epoch
+    /// ([`StoreError::BadEpoch`] otherwise): a snapshot's view never changes.
     fn update(
         &mut self,
         cont: ContId,

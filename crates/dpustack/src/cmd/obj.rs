@@ -1,5 +1,5 @@
 //! Object store tools (issue #12): `dpustack engine`, `pool`, `cont`, `obj`,
-//! `kv`, and the object store's part of `dpustack up`.
+//! `kv`, `bench obj` (the object store's part of `dpustack up` is `node::objstore`).
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -11,50 +11,12 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use obj::client::{Client, ContHandle, Error as ObjError, PoolHandle};
-use obj::engine::vos_backend::VosBackend;
-use obj::engine::{Engine, EngineConfig};
+use obj::engine::EngineConfig;
 use obj::rpc::Status;
 use obj::types::{AKey, Anchor, DKey, Epoch, Iod, ObjClass, ObjType, ObjectId, SgList};
-use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
-use crate::up::Part;
-
-/// The `[obj]` section of the config file.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ObjConfig {
-    pub enabled: bool,
-    /// Where the engine listens (and where the tools connect): `IP:PORT`.
-    pub listen: String,
-    /// Targets (poller threads); 0 = one per core.
-    pub targets: usize,
-    /// The engine's data directory (default: `<node data_dir>/obj`).
-    pub data_dir: Option<PathBuf>,
-    /// Also serve RPC over RDMA (soft RoCE on this IP, RDMA CM on this
-    /// port), e.g. `127.0.0.1:7480`; empty = TCP only.
-    pub rdma_listen: String,
-}
-
-impl Default for ObjConfig {
-    fn default() -> Self {
-        ObjConfig {
-            enabled: true,
-            listen: "127.0.0.1:10001".into(),
-            targets: 0,
-            data_dir: None,
-            rdma_listen: String::new(),
-        }
-    }
-}
-
-impl ObjConfig {
-    fn data_dir(&self, cfg: &Config) -> PathBuf {
-        self.data_dir
-            .clone()
-            .unwrap_or_else(|| cfg.node.data_dir.join("obj"))
-    }
-}
+use node::objstore::{engine_config, parse_rdma, start_engine};
 
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
@@ -276,45 +238,6 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
     }
 }
 
-fn engine_config(
-    cfg: &Config,
-    listen: Option<&str>,
-    dir: Option<PathBuf>,
-    targets: Option<usize>,
-) -> Result<EngineConfig> {
-    let o = &cfg.obj;
-    let listen = listen.unwrap_or(&o.listen);
-    let listen: SocketAddr = listen
-        .parse()
-        .with_context(|| format!("bad listen address {listen:?} (want IP:PORT)"))?;
-    let rdma_listen = if o.rdma_listen.is_empty() {
-        None
-    } else {
-        Some(parse_rdma(&o.rdma_listen)?)
-    };
-    Ok(EngineConfig {
-        listen,
-        data_dir: dir.unwrap_or_else(|| o.data_dir(cfg)),
-        targets: targets.unwrap_or(o.targets),
-        rdma_listen,
-    })
-}
-
-fn parse_rdma(s: &str) -> Result<SocketAddr> {
-    s.trim_start_matches("rdma://")
-        .parse()
-        .with_context(|| format!("bad RDMA listen address {s:?} (want IP:PORT)"))
-}
-
-fn start_engine(ec: &EngineConfig) -> Result<Engine> {
-    Engine::start(ec, Arc::new(VosBackend::default())).with_context(|| {
-        format!(
-            "starting the object engine (data dir {})",
-            ec.data_dir.display()
-        )
-    })
-}
-
 fn engine(a: &EngineArgs, cfg: &Config) -> Result<()> {
     let mut ec = engine_config(cfg, a.listen.as_deref(), a.data_dir.clone(), a.targets)?;
     if let Some(r) = &a.rdma_listen {
@@ -343,36 +266,6 @@ fn engine(a: &EngineArgs, cfg: &Config) -> Result<()> {
     eng.stop();
     println!("engine stopped");
     Ok(())
-}
-
-/// The object store's part of `dpustack up`: an engine on the node's defaults.
-pub fn up(cfg: &Config) -> Result<Part> {
-    if !cfg.obj.enabled {
-        return Ok(Part::Disabled {
-            name: "obj",
-            why: "[obj] enabled = false",
-        });
-    }
-    if !obj::IMPLEMENTED {
-        return Ok(Part::not_yet("obj", Some(12), "DAOS-style object store"));
-    }
-    let ec = engine_config(cfg, None, None, None)?;
-    let eng = start_engine(&ec)?;
-    let detail = format!(
-        "object engine on {} ({} targets; {}), data {}",
-        eng.addr(),
-        eng.targets(),
-        ec.rdma_listen
-            .map_or("RDMA off: [obj] rdma_listen".to_string(), |r| format!(
-                "RDMA on {r}"
-            )),
-        ec.data_dir.display()
-    );
-    Ok(Part::Running {
-        name: "obj",
-        detail,
-        stop: Some(Box::new(move || eng.stop())),
-    })
 }
 
 fn connect(at: &At, cfg: &Config) -> Result<Client> {
