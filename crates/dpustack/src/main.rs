@@ -53,6 +53,8 @@ enum Command {
     Switch(cmd::switch::Cmd),
     #[command(flatten)]
     Obj(cmd::obj::Cmd),
+    #[command(flatten)]
+    System(cmd::system::Cmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -95,5 +97,6 @@ fn main() -> Result<()> {
         Command::Tse(c) => cmd::tse::run(c, &cfg),
         Command::Switch(c) => cmd::switch::run(c, &cfg),
         Command::Obj(c) => cmd::obj::run(c, &cfg),
+        Command::System(c) => cmd::system::run(c, &cfg),
     }
 }

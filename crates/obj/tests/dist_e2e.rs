@@ -200,3 +200,56 @@ fn heartbeats_find_a_dead_engine_within_the_bound() {
     assert_eq!(dc.map().target(2).unwrap().state, TargetState::Down);
     assert_eq!(dc.map().target(0).unwrap().state, TargetState::UpIn);
 }
+
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Aggregate KV put bandwidth with 1, 2, 3 engines (S1 objects, 64 KiB values,
+/// 3 client threads each with its own `DistClient`), next to the CPU time per
+/// GiB of the whole process (clients + engines: all in this process).
+/// `cargo test -p obj --release --test dist_e2e -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn bench_aggregate_put_bandwidth() {
+    const VALUE: usize = 64 << 10;
+    const PER_THREAD: u64 = 256; // 16 MiB per thread, 48 MiB per run
+    for n in 1..=3usize {
+        let (_dirs, _engines, addrs) = system(n, 60 + 5 * n as u8);
+        DistClient::create(&addrs, "dp", 256 << 20, "dc").unwrap();
+        let (t0, c0) = (Instant::now(), cpu_time());
+        std::thread::scope(|s| {
+            for th in 0..3u64 {
+                let addrs = addrs.clone();
+                s.spawn(move || {
+                    let mut dc = DistClient::connect(
+                        &addrs,
+                        "dp",
+                        "dc",
+                        Duration::from_secs(10),
+                        DetectorConfig::default(),
+                    )
+                    .unwrap();
+                    let v = vec![th as u8; VALUE];
+                    for i in 0..PER_THREAD {
+                        dc.kv_put(kv_oid(th * 1_000_000 + i, ObjClass::S1), b"v", &v)
+                            .unwrap();
+                    }
+                });
+            }
+        });
+        let (wall, cpu) = (t0.elapsed(), cpu_time() - c0);
+        let gib = (3 * PER_THREAD * VALUE as u64) as f64 / f64::from(1u32 << 30);
+        println!(
+            "{n} engine(s): {:.1} MiB/s aggregate put ({} x 64 KiB S1 values, 3 clients), CPU {:.2} s per GiB (wall {:.2} s)",
+            gib * 1024.0 / wall.as_secs_f64(),
+            3 * PER_THREAD,
+            cpu.as_secs_f64() / gib,
+            wall.as_secs_f64()
+        );
+    }
+}

@@ -9,4 +9,5 @@ pub mod nvmf;
 pub mod obj;
 pub mod rdma;
 pub mod switch;
+pub mod system;
 pub mod tse;
