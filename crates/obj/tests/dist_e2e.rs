@@ -179,8 +179,10 @@ fn heartbeats_find_a_dead_engine_within_the_bound() {
         assert!(dc.heartbeat(Instant::now()).unwrap().is_empty());
         std::thread::sleep(Duration::from_millis(10));
     }
-    engines[2].take().unwrap().stop();
+    // from the moment the engine starts going away (stop closes its
+    // connections, then joins its threads)
     let killed = Instant::now();
+    engines[2].take().unwrap().stop();
     let detected = loop {
         let down = dc.heartbeat(Instant::now()).unwrap();
         if !down.is_empty() {
