@@ -1,6 +1,7 @@
 //! `dpustack system start|query|create|kv|stop`: three engine processes on
 //! 127.0.0.70–72, an RP_2 KV value, kill -9 of one of its replicas, the value
-//! still read, `system query` showing the dead engine.
+//! still read, `system query` showing the dead engine; the engine restarted
+//! after missing writes is kept DOWN by the shared pool map (no stale read).
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -137,6 +138,9 @@ fn three_engine_processes_rp2_value_survives_kill_9() {
         .find(|l| l.starts_with(&ranks[0].to_string()))
         .unwrap();
     assert!(line.contains("NOT ANSWERING"), "{q}");
+    // the shared pool map (DIR/poolmap.txt) has it DOWN, version 2
+    assert!(line.contains("DOWN"), "{q}");
+    assert!(q.starts_with("pool map version 2"), "{q}");
     assert_eq!(q.matches("answers").count(), 2, "{q}");
     // a write during the outage, read back
     ok(
@@ -152,6 +156,59 @@ fn three_engine_processes_rp2_value_survives_kill_9() {
         ),
         "during\n"
     );
+    // the victim comes back (same data dir, same address) having missed the
+    // writes above: the shared map keeps it DOWN, so nothing stale is read
+    ok(
+        &dir,
+        &[
+            "kv", "dp", "dc", "7", "--class", "RP_2G1", "put", "k0", "newer",
+        ],
+    );
+    let victim_addr = w
+        .split(&format!("rank {} (", ranks[0]))
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .unwrap()
+        .to_string();
+    let mut back = Command::new(BIN)
+        .args([
+            "engine",
+            "--listen",
+            &victim_addr,
+            "--targets",
+            "1",
+            "--data-dir",
+        ])
+        .arg(dir.join(format!("engine{}", ranks[0])))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while ok(&dir, &["query"]).matches("answers").count() < 3 {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(20),
+            "engine did not come back"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    for _ in 0..3 {
+        assert_eq!(
+            ok(
+                &dir,
+                &["kv", "dp", "dc", "7", "--class", "RP_2G1", "get", "k0"]
+            ),
+            "newer\n"
+        );
+    }
+    let q = ok(&dir, &["query"]);
+    let line = q
+        .lines()
+        .find(|l| l.starts_with(&ranks[0].to_string()))
+        .unwrap();
+    assert!(line.contains("DOWN") && line.contains("answers"), "{q}");
+    let _ = back.kill();
+    let _ = back.wait();
     let s = ok(&dir, &["stop"]);
     assert_eq!(s.matches("stopped").count(), 2, "{s}");
     assert!(!dir.join("system.txt").exists());

@@ -40,6 +40,8 @@ pub enum Error {
     NoReplica,
     #[error("no engine is reachable")]
     NoEngine,
+    #[error("the pool map does not have one single-target domain for each of the {0} engines")]
+    MapShape(usize),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -100,9 +102,37 @@ impl DistClient {
         timeout: Duration,
         detector: DetectorConfig,
     ) -> Result<DistClient> {
-        let mut map = PoolMap::uniform(addrs.len() as u32, 1);
+        Self::connect_with_map(addrs, pool, cont, timeout, detector, None)
+    }
+
+    /// [`DistClient::connect`] starting from a known map (one single-target
+    /// domain per engine): engines not `UP-IN` in it are not contacted and
+    /// stay as they are (a DOWN engine that came back is not trusted: it may
+    /// have missed writes, and there is no reintegration yet).
+    pub fn connect_with_map(
+        addrs: &[String],
+        pool: &str,
+        cont: &str,
+        timeout: Duration,
+        detector: DetectorConfig,
+        map: Option<PoolMap>,
+    ) -> Result<DistClient> {
+        let mut map = map.unwrap_or_else(|| PoolMap::uniform(addrs.len() as u32, 1));
+        if map.domains() != addrs.len()
+            || map.targets().len() != addrs.len()
+            || map.targets().iter().any(|t| t.id != t.domain)
+        {
+            return Err(Error::MapShape(addrs.len()));
+        }
         let mut conns = Vec::with_capacity(addrs.len());
         for (rank, a) in addrs.iter().enumerate() {
+            if !map.target(rank as u32)?.state.is_serving() {
+                conns.push(Conn {
+                    addr: a.clone(),
+                    client: None,
+                });
+                continue;
+            }
             let opened = (|| -> std::result::Result<_, ClientError> {
                 let c = Client::connect_with(a, timeout)?;
                 let poh = c.pool_connect(pool, None)?.get()?;
@@ -156,7 +186,12 @@ impl DistClient {
         if self.conns[rank].client.take().is_some() {
             tracing::warn!(rank, addr = %self.conns[rank].addr, "engine marked DOWN");
         }
-        self.map.set_domain_state(rank as u32, TargetState::Down)?;
+        if matches!(
+            self.map.target(rank as u32)?.state,
+            TargetState::UpIn | TargetState::Up
+        ) {
+            self.map.set_domain_state(rank as u32, TargetState::Down)?;
+        }
         Ok(())
     }
 

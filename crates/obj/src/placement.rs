@@ -93,6 +93,8 @@ pub enum MapError {
     },
     #[error("the pool map has no targets")]
     Empty,
+    #[error("bad pool map line {0:?}")]
+    BadText(String),
 }
 
 /// The pool map: fault domains and their targets, with a version bumped by
@@ -201,6 +203,64 @@ impl PoolMap {
             self.set_state(id, to)?;
         }
         Ok(self.version)
+    }
+
+    /// The map as text: `version V`, then one `target ID DOMAIN STATE` line
+    /// per target (what `dpustack system` keeps between commands).
+    pub fn to_text(&self) -> String {
+        let mut s = format!("version {}\n", self.version);
+        for t in &self.targets {
+            s.push_str(&format!(
+                "target {} {} {}\n",
+                t.id,
+                t.domain,
+                t.state.name()
+            ));
+        }
+        s
+    }
+
+    /// Inverse of [`PoolMap::to_text`]; targets must come in id order and
+    /// domains be numbered from 0 without gaps.
+    pub fn from_text(text: &str) -> Result<PoolMap, MapError> {
+        let bad = |l: &str| MapError::BadText(l.to_string());
+        let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+        let first = lines.next().ok_or_else(|| bad(""))?;
+        let version = first
+            .strip_prefix("version ")
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| bad(first))?;
+        let mut m = PoolMap {
+            version,
+            targets: Vec::new(),
+            domains: Vec::new(),
+        };
+        for l in lines {
+            let p: Vec<&str> = l.split_whitespace().collect();
+            let (id, domain, state) = match p.as_slice() {
+                ["target", id, d, st] => (
+                    id.parse::<u32>().map_err(|_| bad(l))?,
+                    d.parse::<u32>().map_err(|_| bad(l))?,
+                    match *st {
+                        "UP" => TargetState::Up,
+                        "UP-IN" => TargetState::UpIn,
+                        "DOWN" => TargetState::Down,
+                        "EXCLUDED" => TargetState::Excluded,
+                        _ => return Err(bad(l)),
+                    },
+                ),
+                _ => return Err(bad(l)),
+            };
+            if id as usize != m.targets.len() || domain as usize > m.domains.len() {
+                return Err(bad(l));
+            }
+            if domain as usize == m.domains.len() {
+                m.domains.push(Vec::new());
+            }
+            m.domains[domain as usize].push(id);
+            m.targets.push(Target { id, domain, state });
+        }
+        Ok(m)
     }
 
     /// The same map with every target serving (same version): the layout
@@ -667,6 +727,25 @@ mod tests {
                 .filter(|&&t| m.target(t).unwrap().state.is_serving())
                 .count();
             assert_eq!(serving, 2);
+        }
+    }
+
+    #[test]
+    fn map_text_round_trip() {
+        let mut m = PoolMap::uniform(3, 2);
+        m.set_state(3, TargetState::Down).unwrap();
+        m.add_domain(1, TargetState::Up);
+        let t = m.to_text();
+        assert_eq!(PoolMap::from_text(&t).unwrap(), m);
+        for bad in [
+            "",
+            "version x\n",
+            "version 2\ntarget 1 0 UP-IN\n",
+            "version 2\ntarget 0 1 UP-IN\n",
+            "version 2\ntarget 0 0 SLEEPY\n",
+            "version 2\ntarget 0 0\n",
+        ] {
+            assert!(PoolMap::from_text(bad).is_err(), "{bad:?}");
         }
     }
 

@@ -18,7 +18,7 @@ use clap::Subcommand;
 use obj::client::Client;
 use obj::dist::DistClient;
 use obj::membership::DetectorConfig;
-use obj::placement::layout;
+use obj::placement::{layout, PoolMap};
 use obj::types::ObjType;
 
 use crate::cmd::obj::parse_oid;
@@ -86,6 +86,32 @@ struct Member {
 
 fn system_file(dir: &Path) -> PathBuf {
     dir.join("system.txt")
+}
+
+/// The pool map the `kv` commands share (`DIR/poolmap.txt`): an engine once
+/// found DOWN stays DOWN for later commands (no reintegration yet). A file,
+/// not a replicated pool service: two commands racing keep the last write.
+fn map_file(dir: &Path) -> PathBuf {
+    dir.join("poolmap.txt")
+}
+
+fn load_map(dir: &Path) -> Result<Option<PoolMap>> {
+    match std::fs::read_to_string(map_file(dir)) {
+        Ok(t) => {
+            Ok(Some(PoolMap::from_text(&t).with_context(|| {
+                format!("reading {}", map_file(dir).display())
+            })?))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn save_map(dir: &Path, m: &PoolMap) -> Result<()> {
+    let tmp = dir.join("poolmap.txt.tmp");
+    std::fs::write(&tmp, m.to_text())?;
+    std::fs::rename(&tmp, map_file(dir))?;
+    Ok(())
 }
 
 fn load(dir: &Path) -> Result<Vec<Member>> {
@@ -173,6 +199,9 @@ fn start(dir: &Path, n: usize, first_ip: Ipv4Addr, port: u16, targets: usize) ->
         }
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    // a new system starts with every engine in the map (data dirs are reused:
+    // an earlier system's map would not say what the engines now hold)
+    let _ = std::fs::remove_file(map_file(dir));
     let exe = std::env::current_exe()?;
     let base = u32::from(first_ip);
     let mut members = Vec::new();
@@ -265,14 +294,27 @@ fn stop(dir: &Path) -> Result<()> {
 
 fn query(dir: &Path) -> Result<()> {
     let ms = load(dir)?;
-    println!("{:<5} {:<22} {:<8} STATE", "RANK", "ADDRESS", "PID");
+    let map = load_map(dir)?;
+    match &map {
+        Some(m) => println!("pool map version {}", m.version()),
+        None => println!("pool map version 1 (no failure seen yet)"),
+    }
+    println!(
+        "{:<5} {:<22} {:<8} {:<9} PROCESS",
+        "RANK", "ADDRESS", "PID", "MAP"
+    );
     for m in &ms {
         let up = Client::connect_with(&m.addr, Duration::from_millis(500)).is_ok();
+        let st = map
+            .as_ref()
+            .and_then(|p| p.target(m.rank as u32).ok())
+            .map_or("UP-IN", |t| t.state.name());
         println!(
-            "{:<5} {:<22} {:<8} {}",
+            "{:<5} {:<22} {:<8} {:<9} {}",
             m.rank,
             m.addr,
             m.pid,
+            st,
             if up { "answers" } else { "NOT ANSWERING" }
         );
     }
@@ -282,12 +324,14 @@ fn query(dir: &Path) -> Result<()> {
 fn kv(dir: &Path, pool: &str, cont: &str, oid: &str, class: &str, args: &[String]) -> Result<()> {
     let addrs: Vec<String> = load(dir)?.into_iter().map(|m| m.addr).collect();
     let oid = parse_oid(oid, ObjType::KvHashed, class)?;
-    let mut dc = DistClient::connect(
+    let known = load_map(dir)?;
+    let mut dc = DistClient::connect_with_map(
         &addrs,
         pool,
         cont,
         Duration::from_secs(2),
         DetectorConfig::default(),
+        known.clone(),
     )?;
     match args {
         [op, key, value] if op == "put" => {
@@ -313,6 +357,9 @@ fn kv(dir: &Path, pool: &str, cont: &str, oid: &str, class: &str, args: &[String
             }
         }
         _ => bail!("want `put KEY VALUE`, `get KEY` or `where`"),
+    }
+    if known.as_ref() != Some(dc.map()) {
+        save_map(dir, dc.map())?;
     }
     let down: Vec<usize> = (0..addrs.len())
         .filter(|&r| {
