@@ -55,6 +55,8 @@ enum Command {
     Obj(cmd::obj::Cmd),
     #[command(flatten)]
     Rpc(cmd::rpc::Cmd),
+    #[command(flatten)]
+    System(cmd::system::Cmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -98,5 +100,6 @@ fn main() -> Result<()> {
         Command::Switch(c) => cmd::switch::run(c, &cfg),
         Command::Obj(c) => cmd::obj::run(c, &cfg),
         Command::Rpc(c) => cmd::rpc::run(c),
+        Command::System(c) => cmd::system::run(c, &cfg),
     }
 }

@@ -10,4 +10,5 @@ pub mod obj;
 pub mod rdma;
 pub mod rpc;
 pub mod switch;
+pub mod system;
 pub mod tse;
