@@ -182,7 +182,6 @@ fn cm_reject_with_nvme_rdma_status() {
     }
     // the REJ private data bytes as Linux nvme-rdma parses them
     assert_eq!(CmRej::new(CmRejStatus::InvalidHsqsize).emit(), [0, 0, 4, 0]);
-    let _ = CmReq::parse;
     // no listener on another port: the CM's own REJ (reason 8)
     let other = TransportId::ip(TrType::Rdma, "127.0.0.43:4421".parse().unwrap());
     match host.connect(&other, &HostQueueParams { depth: 8, ..p }) {
@@ -216,5 +215,87 @@ fn peer_disappears_others_carry_on() {
     b.write(1, 1, 128, &d, 512).unwrap();
     assert_eq!(b.read(0, 1, 128, 128, 512).unwrap(), d);
     b.shutdown().unwrap();
+    srv.stop();
+}
+
+/// A keyed SGL that reaches past the host's registered region: the target's RDMA
+/// READ fails with a remote access error, the queue is torn down (the host sees
+/// the CM disconnect), and the target carries on serving other hosts.
+#[test]
+fn keyed_sgl_past_the_registered_region_tears_the_queue_down() {
+    use cm::{ConnParam, EventType, PortSpace};
+    use verbs::{AccessFlags, QpCap, SendWr, WrOpcode};
+
+    let (srv, trid) = start("127.0.0.48", 4420, 2048);
+    let d = dev("127.0.0.49");
+    let t = Duration::from_secs(5);
+    let mut id = d.create_id(None, PortSpace::Tcp);
+    id.resolve_addr(None, trid.socket_addr().unwrap(), t)
+        .unwrap();
+    id.resolve_route(t).unwrap();
+    let cq = d.context().create_cq(32, None).unwrap();
+    id.create_qp(&cq, &cq, QpCap::default()).unwrap();
+    let req = CmReq {
+        recfmt: 0,
+        qid: 0,
+        hrqsize: 8,
+        hsqsize: 7,
+        cntlid: 0,
+    };
+    let ev = id
+        .connect(
+            &ConnParam {
+                private_data: req.emit().to_vec(),
+                responder_resources: 16,
+                initiator_depth: 16,
+                rnr_retry_count: 7,
+                ..ConnParam::default()
+            },
+            t,
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(ev.event, EventType::Established);
+    // REP private data: CRQSIZE = our 8-entry queue
+    let rep = wire::nvme_rdma::CmRep::parse(&ev.param.private_data).unwrap();
+    assert_eq!(rep.crqsize, 8);
+    let data = d
+        .pd()
+        .reg_mr(
+            4096,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
+        )
+        .unwrap();
+    let cap = d.pd().reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+    // Fabrics Connect: 1024 bytes of data, but the SGL starts 512 bytes before the end
+    let mut sqe = nvme::Sqe::connect(0, 0, 31, 0);
+    sqe.set_cid(1);
+    sqe.set_sgl(nvme::sgl::SglDescriptor::keyed_data_block(
+        data.addr() + 4096 - 512,
+        1024,
+        data.rkey(),
+        false,
+    ));
+    cap.write(0, sqe.as_bytes());
+    let sge = [cap.sge(0, 64)];
+    id.qp()
+        .unwrap()
+        .post_send(&[SendWr::new(1, WrOpcode::Send, &sge)])
+        .unwrap();
+    let ev = id.get_event(Some(t)).unwrap();
+    assert_eq!(
+        ev.event,
+        EventType::Disconnected,
+        "the target drops the queue"
+    );
+    drop(id);
+
+    // other hosts are served
+    let host = RdmaHostTransport::new(dev("127.0.0.50"));
+    let mut c = Controller::connect_with(&host, &trid, NQN, &opts(), 1, 8).unwrap();
+    let p = pattern(4096, 4);
+    c.write(0, 1, 8, &p, 512).unwrap();
+    assert_eq!(c.read(0, 1, 8, 8, 512).unwrap(), p);
+    c.shutdown().unwrap();
     srv.stop();
 }

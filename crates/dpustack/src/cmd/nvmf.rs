@@ -11,9 +11,11 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde::{Deserialize, Serialize};
 
+use nvme::log::TrType;
 use nvmf::host::{self, Controller, HostOpts};
 use nvmf::perf::{PerfOpts, Workload};
 use nvmf::subsystem::Subsystem;
+use nvmf::transport::TransportId;
 use nvmf::{ListenSpec, NvmfServer, Tgt, TgtParams, DISCOVERY_NQN};
 
 use crate::cmd::bench::BenchArgs;
@@ -215,6 +217,14 @@ pub fn parse_size(s: &str) -> Result<u64> {
     let n: u64 = num.parse().with_context(|| format!("bad size {s:?}"))?;
     n.checked_mul(mul)
         .ok_or_else(|| anyhow!("size {s:?} overflows"))
+}
+
+/// `rdma://IP[:PORT]` → its address; other schemes → `None`.
+pub fn rdma_addr(s: &str, default_port: u16) -> Result<Option<SocketAddr>> {
+    match s.strip_prefix("rdma://") {
+        Some(rest) => parse_addr(rest, default_port).map(Some),
+        None => Ok(None),
+    }
 }
 
 /// Parses `tcp://IP:PORT`, `IP:PORT`, or `IP` (with `default_port`).
@@ -421,6 +431,10 @@ pub struct TargetArgs {
     /// Keep-alive timeout to ask for, ms.
     #[arg(long, default_value_t = 15000)]
     pub kato: u32,
+    /// rdma:// only: the host's own address (its soft RoCE device); default: the
+    /// kernel's source address towards the target.
+    #[arg(long = "host-traddr")]
+    pub host_traddr: Option<std::net::IpAddr>,
 }
 
 impl TargetArgs {
@@ -440,6 +454,12 @@ impl TargetArgs {
         parse_addr(&self.addr, default_port)
     }
     fn connect(&self, queues: u16, depth: u16) -> Result<Controller> {
+        if let Some(a) = rdma_addr(&self.addr, 4420)? {
+            let h = nvmf::rdma::host_transport(a, self.host_traddr)?;
+            let trid = TransportId::ip(TrType::Rdma, a);
+            return Controller::connect_with(&h, &trid, &self.nqn, &self.opts(), queues, depth)
+                .with_context(|| format!("connecting to {} at rdma://{a}", self.nqn));
+        }
         let a = self.addr(4420)?;
         Controller::connect(a, &self.nqn, &self.opts(), queues, depth)
             .with_context(|| format!("connecting to {} at {a}", self.nqn))
@@ -455,6 +475,9 @@ pub enum NvmeCmd {
         addr: String,
         #[arg(long)]
         hostnqn: Option<String>,
+        /// rdma:// only: the host's own address (see `connect`).
+        #[arg(long = "host-traddr")]
+        host_traddr: Option<std::net::IpAddr>,
     },
     /// Connect admin + I/O queues, print what the controller offers, optionally hold
     /// the connection (with keep-alives) for a while.
@@ -557,6 +580,9 @@ fn start_server(a: &ServeArgs) -> Result<NvmfServer> {
         let (t, l) = f.build()?;
         (t, l, f.poll_groups.unwrap_or(a.poll_groups))
     } else {
+        if a.listen.iter().any(|l| l.starts_with("rdma://")) {
+            return start_rdma_server(a);
+        }
         let listen: Vec<SocketAddr> = if a.listen.is_empty() {
             vec![parse_addr("127.0.0.1:4420", 4420)?]
         } else {
@@ -571,6 +597,29 @@ fn start_server(a: &ServeArgs) -> Result<NvmfServer> {
     let mut tgt = tgt;
     tgt.params.idle_spins = a.idle_spins;
     NvmfServer::start(tgt, &listen, groups).context("starting the NVMe/TCP target")
+}
+
+/// `serve --listen rdma://IP:PORT ...`: the quick form over NVMe/RDMA on a soft
+/// RoCE device on IP (the discovery-only port on the same address).
+fn start_rdma_server(a: &ServeArgs) -> Result<NvmfServer> {
+    let mut addrs = Vec::new();
+    for l in &a.listen {
+        match rdma_addr(l, 4420)? {
+            Some(x) => addrs.push(x),
+            None => bail!("--listen {l}: one target serves one transport; all listeners rdma://"),
+        }
+    }
+    let (mut tgt, specs) = quick_target(&a.nqn, &a.bdev, &addrs, a.discovery_port)?;
+    tgt.params.idle_spins = a.idle_spins;
+    let listen: Vec<nvmf::Listen> = specs
+        .iter()
+        .map(|l| nvmf::Listen {
+            trid: TransportId::ip(TrType::Rdma, l.addr),
+            discovery_only: l.discovery_only,
+        })
+        .collect();
+    nvmf::rdma::start_server(tgt, &listen, a.poll_groups, Default::default())
+        .context("starting the NVMe/RDMA target")
 }
 
 fn serve(a: ServeArgs, _cfg: &Config) -> Result<()> {
@@ -589,8 +638,8 @@ fn serve(a: ServeArgs, _cfg: &Config) -> Result<()> {
     }
     for l in srv.tgt().listeners() {
         println!(
-            "listening tcp://{}{}",
-            l.trid,
+            "listening {}{}",
+            l.trid.uri(),
             if l.discovery_only { " (discovery)" } else { "" }
         );
     }
@@ -614,21 +663,37 @@ fn serve(a: ServeArgs, _cfg: &Config) -> Result<()> {
 
 fn nvme(cmd: NvmeCmd) -> Result<()> {
     match cmd {
-        NvmeCmd::Discover { addr, hostnqn } => {
-            let a = parse_addr(&addr, 8009)?;
+        NvmeCmd::Discover {
+            addr,
+            hostnqn,
+            host_traddr,
+        } => {
             let mut o = HostOpts::default();
             if let Some(h) = hostnqn {
                 o.hostnqn = h;
             }
-            let (genctr, entries) =
-                host::discover(a, &o).with_context(|| format!("discovery at {a}"))?;
+            let (genctr, entries) = if let Some(a) = rdma_addr(&addr, 8009)? {
+                let h = nvmf::rdma::host_transport(a, host_traddr)?;
+                host::discover_with(&h, &TransportId::ip(TrType::Rdma, a), &o)
+                    .with_context(|| format!("discovery at rdma://{a}"))?
+            } else {
+                let a = parse_addr(&addr, 8009)?;
+                host::discover(a, &o).with_context(|| format!("discovery at {a}"))?
+            };
             println!(
                 "Discovery Log Number of Records {}, Generation counter {genctr}",
                 entries.len()
             );
             for (i, e) in entries.iter().enumerate() {
                 println!("=====Discovery Log Entry {i}======");
-                println!("trtype:  tcp");
+                println!(
+                    "trtype:  {}",
+                    match e.trtype {
+                        TrType::Rdma => "rdma",
+                        TrType::Tcp => "tcp",
+                        _ => "other",
+                    }
+                );
                 let ipv4 = e.adrfam == nvme::log::AdrFam::Ipv4;
                 println!("adrfam:  {}", if ipv4 { "ipv4" } else { "ipv6" });
                 println!(

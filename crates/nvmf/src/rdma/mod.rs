@@ -31,9 +31,86 @@ pub mod target;
 pub use host::RdmaHostTransport;
 pub use target::{RdmaParams, RdmaPollGroup, RdmaQpair, RdmaTransport};
 
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+
+use cm::driver::CmDevice;
 use nvme::log::{DiscoveryEntry, TrType};
 
+use crate::poll_group::{Listen, NvmfServer};
 use crate::transport::TransportId;
+use crate::Tgt;
+
+/// Opens the soft RoCE device on `ip` (its own UDP 4791 socket: one device per
+/// address and process) with the RDMA CM on it.
+pub fn open_device(ip: Ipv4Addr) -> io::Result<CmDevice> {
+    let ctx = verbs::Context::open(&ip.to_string())
+        .map_err(|e| io::Error::other(format!("soft RoCE device on {ip}: {e}")))?;
+    CmDevice::open(&ctx, cm::CmConfig::default())
+        .map_err(|e| io::Error::other(format!("RDMA CM on {ip}: {e}")))
+}
+
+/// The source address the kernel would use towards `dst` (nothing is sent).
+pub fn source_for(dst: SocketAddr) -> io::Result<IpAddr> {
+    let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
+    s.connect(dst)?;
+    Ok(s.local_addr()?.ip())
+}
+
+fn v4(ip: IpAddr) -> io::Result<Ipv4Addr> {
+    match ip {
+        IpAddr::V4(a) => Ok(a),
+        IpAddr::V6(_) => Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "NVMe/RDMA: the soft RoCE device is IPv4 only",
+        )),
+    }
+}
+
+/// A host transport towards `dst` from a soft device on `src` (default: the
+/// kernel's source address for `dst`, which must differ from `dst`: one device
+/// per address).
+pub fn host_transport(dst: SocketAddr, src: Option<IpAddr>) -> io::Result<RdmaHostTransport> {
+    let src = match src {
+        Some(s) => s,
+        None => source_for(dst)?,
+    };
+    if src == dst.ip() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "NVMe/RDMA host: source {src} is the target's own address; give the host \
+                 another address (--host-traddr, e.g. 127.0.0.2 for a target on 127.0.0.1)"
+            ),
+        ));
+    }
+    Ok(RdmaHostTransport::new(open_device(v4(src)?)?))
+}
+
+/// Starts a target whose listeners (TRTYPE RDMA, all on one IPv4 address) are
+/// served by one soft RoCE device on that address.
+pub fn start_server(
+    tgt: Tgt,
+    listen: &[Listen],
+    poll_groups: usize,
+    params: RdmaParams,
+) -> io::Result<NvmfServer> {
+    let first = listen
+        .first()
+        .and_then(|l| l.trid.socket_addr())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no RDMA listener"))?;
+    if listen
+        .iter()
+        .any(|l| l.trid.socket_addr().map(|a| a.ip()) != Some(first.ip()))
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "NVMe/RDMA listeners must share one address (one soft device)",
+        ));
+    }
+    let dev = open_device(v4(first.ip())?)?;
+    NvmfServer::start_with(tgt, RdmaTransport::new(dev, params), listen, poll_groups)
+}
 
 /// Size of an NVMe command (SQE) in a capsule.
 pub const SQE_LEN: usize = 64;
