@@ -984,13 +984,16 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     use benchkit::{median, Better, Figure, Report};
     let t = args.run_time();
     let runs = args.runs();
-    let mut tgt = Tgt::new(TgtParams::default());
-    let mut s = Subsystem::new(DEFAULT_NQN, "BENCH", "dpustack bench")?;
-    s.add_ns(1, make_bdev("null0", "null:4G", 512)?, None)?;
-    s.add_ns(2, make_bdev("malloc0", "malloc:256M", 512)?, None)?;
-    tgt.add_subsystem(s)?;
+    let bench_tgt = || -> Result<Tgt> {
+        let mut tgt = Tgt::new(TgtParams::default());
+        let mut s = Subsystem::new(DEFAULT_NQN, "BENCH", "dpustack bench")?;
+        s.add_ns(1, make_bdev("null0", "null:4G", 512)?, None)?;
+        s.add_ns(2, make_bdev("malloc0", "malloc:256M", 512)?, None)?;
+        tgt.add_subsystem(s)?;
+        Ok(tgt)
+    };
     let srv = NvmfServer::start(
-        tgt,
+        bench_tgt()?,
         &[ListenSpec {
             addr: "127.0.0.1:0".parse()?,
             discovery_only: false,
@@ -998,6 +1001,23 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         1,
     )?;
     let addr = srv.addrs()[0];
+    // the same target over NVMe/RDMA: soft RoCE devices on two loopback addresses
+    let rdma_addr: SocketAddr = "127.0.0.91:4420".parse()?;
+    let rdma_srv = nvmf::rdma::start_server(
+        bench_tgt()?,
+        &[nvmf::Listen {
+            trid: TransportId::ip(TrType::Rdma, rdma_addr),
+            discovery_only: false,
+        }],
+        1,
+        Default::default(),
+    )
+    .context("NVMe/RDMA bench target on 127.0.0.91")?;
+    let rdma_host = nvmf::rdma::host_transport(rdma_addr, Some("127.0.0.92".parse()?))?;
+    let transports: [(&str, &dyn nvmf::HostTransport, TransportId); 2] = [
+        ("TCP", &nvmf::tcp::TcpHostTransport, TransportId::tcp(addr)),
+        ("RDMA", &rdma_host, TransportId::ip(TrType::Rdma, rdma_addr)),
+    ];
     let mut r = Report::new("nvmf");
     let mut tcp_runs = Vec::new();
     for _ in 0..runs {
@@ -1012,7 +1032,10 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         ("128 KiB seq write", 1, "null", 128 * 1024, 8),
         ("128 KiB seq write", 2, "malloc", 128 * 1024, 8),
     ];
-    for (name, nsid, bdev_name, size, depth) in cases {
+    for ((name, nsid, bdev_name, size, depth), (tr, host_tr, trid)) in transports
+        .iter()
+        .flat_map(|t| cases.iter().map(move |c| (*c, t)))
+    {
         let workload = if name.contains("randread") {
             Workload::RandRead
         } else if name.contains("read") {
@@ -1023,7 +1046,14 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         let mut vals = Vec::new();
         let mut last = None;
         for _ in 0..runs {
-            let mut c = Controller::connect(addr, DEFAULT_NQN, &HostOpts::default(), 1, depth)?;
+            let mut c = Controller::connect_with(
+                *host_tr,
+                trid,
+                DEFAULT_NQN,
+                &HostOpts::default(),
+                1,
+                depth,
+            )?;
             let res = nvmf::perf::run(
                 &mut c,
                 &PerfOpts {
@@ -1038,7 +1068,7 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
             )?;
             let _ = c.shutdown();
             if res.errors > 0 {
-                bail!("{name} on {bdev_name}: {} I/O errors", res.errors);
+                bail!("{tr} {name} on {bdev_name}: {} I/O errors", res.errors);
             }
             let rep = report(res);
             vals.push(if name.contains("IOPS") {
@@ -1050,12 +1080,12 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         }
         let v = median(&mut vals).unwrap_or(0.0);
         let detail = serde_json::json!({
-            "bdev": bdev_name, "io_size": size, "queue_depth": depth, "queues": 1,
+            "transport": tr, "bdev": bdev_name, "io_size": size, "queue_depth": depth, "queues": 1,
             "last_run": last,
         });
         let fig = if name.contains("IOPS") {
             Figure::new(
-                format!("NVMe/TCP {name} ({bdev_name}, qd {depth})"),
+                format!("NVMe/{tr} {name} ({bdev_name}, qd {depth})"),
                 v,
                 "IOPS",
                 "TCP loopback bw / 4 KiB",
@@ -1064,7 +1094,7 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
             )
         } else {
             Figure::new(
-                format!("NVMe/TCP {name} ({bdev_name}, qd {depth})"),
+                format!("NVMe/{tr} {name} ({bdev_name}, qd {depth})"),
                 v,
                 "MB/s",
                 "TCP loopback",
@@ -1075,8 +1105,9 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         r.push(fig.with_detail(detail));
     }
     srv.stop();
+    rdma_srv.stop();
     r.note(format!(
-        "{runs} run(s) of {:.2} s each, medians; target (1 poll group) and host (1 queue, 1 thread) in one process on 127.0.0.1, no digests",
+        "{runs} run(s) of {:.2} s each, medians; target (1 poll group) and host (1 queue, 1 thread) in one process; TCP on 127.0.0.1, no digests; RDMA over two soft RoCE devices (127.0.0.91 target, 127.0.0.92 host, UDP 4791 on loopback)",
         t.as_secs_f64()
     ));
     r.note("baseline: one TCP loopback connection, 64 KiB writes (netio::baseline::tcp_loopback_bw), same run");
