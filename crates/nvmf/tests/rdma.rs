@@ -12,7 +12,7 @@ use nvme::log::{AdrFam, SubType, TrType};
 use nvme::status::FabricsStatus;
 use nvme::Status;
 use nvmf::host::{discover_with, Controller, HostError, HostOpts};
-use nvmf::rdma::{RdmaHostTransport, RdmaParams, RdmaTransport};
+use nvmf::rdma::{RdmaCounters, RdmaHostTransport, RdmaParams, RdmaTransport};
 use nvmf::subsystem::Subsystem;
 use nvmf::transport::{HostQueueParams, HostTransport, QueueError, TransportId};
 use nvmf::{Listen, NvmfServer, Tgt, TgtParams};
@@ -29,13 +29,14 @@ fn dev(ip: &str) -> CmDevice {
     CmDevice::open(&ctx, cfg).unwrap()
 }
 
-fn start(ip: &str, port: u16, blocks: u64) -> (NvmfServer, TransportId) {
+fn start(ip: &str, port: u16, blocks: u64) -> (NvmfServer, TransportId, Arc<RdmaCounters>) {
     let mut tgt = Tgt::new(TgtParams::default());
     let mut s = Subsystem::new(NQN, "SN-RDMA", "dpustack rdma").unwrap();
     let m = bdev::malloc::MallocBdev::new("m0", blocks, 512).unwrap();
     s.add_ns(1, Arc::new(m), None).unwrap();
     tgt.add_subsystem(s).unwrap();
     let transport = RdmaTransport::new(dev(ip), RdmaParams::default());
+    let counters = transport.counters();
     let addr: SocketAddr = format!("{ip}:{port}").parse().unwrap();
     let trid = TransportId::ip(TrType::Rdma, addr);
     let listen = [Listen {
@@ -43,7 +44,21 @@ fn start(ip: &str, port: u16, blocks: u64) -> (NvmfServer, TransportId) {
         discovery_only: false,
     }];
     let srv = NvmfServer::start_with(tgt, transport, &listen, 2).unwrap();
-    (srv, trid)
+    (srv, trid, counters)
+}
+
+/// Waits until the target has torn every queue down and given back every QP, MR
+/// and buffer (the CM disconnect reaches it asynchronously).
+fn assert_no_leaks(c: &RdmaCounters, what: &str) {
+    let t0 = std::time::Instant::now();
+    while c.snapshot() != (0, 0, 0) && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        c.snapshot(),
+        (0, 0, 0),
+        "{what}: (qpairs, MRs, buffers lent) left"
+    );
 }
 
 fn opts() -> HostOpts {
@@ -61,7 +76,7 @@ fn pattern(n: usize, seed: u32) -> Vec<u8> {
 
 #[test]
 fn discover_connect_io_every_size_several_queues() {
-    let (srv, trid) = start("127.0.0.41", 4420, 8192); // 4 MiB
+    let (srv, trid, tc) = start("127.0.0.41", 4420, 8192); // 4 MiB
     let host = RdmaHostTransport::new(dev("127.0.0.42"));
 
     let (_, entries) = discover_with(&host, &trid, &opts()).unwrap();
@@ -157,13 +172,21 @@ fn discover_connect_io_every_size_several_queues() {
     let data = pattern(8192, 9);
     c.write(0, 1, 100, &data, 512).unwrap();
     assert_eq!(c.read(0, 1, 100, 16, 512).unwrap(), data);
+    let (q, mrs, _) = tc.snapshot();
+    assert_eq!(q, 5, "admin + 4 I/O queues live on the target");
+    assert!(
+        mrs >= 10,
+        "receive + response regions of 5 queues, plus pool buffers"
+    );
     c.shutdown().unwrap();
+    assert_eq!(host.counters().snapshot(), (0, 0, 0), "host side");
+    assert_no_leaks(&tc, "target after shutdown");
     srv.stop();
 }
 
 #[test]
 fn cm_reject_with_nvme_rdma_status() {
-    let (srv, trid) = start("127.0.0.43", 4420, 2048);
+    let (srv, trid, tc) = start("127.0.0.43", 4420, 2048);
     let host = RdmaHostTransport::new(dev("127.0.0.44"));
     // HSQSIZE 199 (a 200-entry queue) is more than MQES + 1 = 128: REJ INVALID_HSQSIZE
     let p = HostQueueParams {
@@ -195,6 +218,7 @@ fn cm_reject_with_nvme_rdma_status() {
     c.write(0, 1, 0, &data, 512).unwrap();
     assert_eq!(c.read(0, 1, 0, 8, 512).unwrap(), data);
     c.shutdown().unwrap();
+    assert_no_leaks(&tc, "target after rejects and a shutdown");
     srv.stop();
 }
 
@@ -202,7 +226,7 @@ fn cm_reject_with_nvme_rdma_status() {
 /// i.e. a DREQ) does not disturb another controller.
 #[test]
 fn peer_disappears_others_carry_on() {
-    let (srv, trid) = start("127.0.0.45", 4420, 2048);
+    let (srv, trid, tc) = start("127.0.0.45", 4420, 2048);
     let host = RdmaHostTransport::new(dev("127.0.0.46"));
     let host2 = RdmaHostTransport::new(dev("127.0.0.47"));
     let mut a = Controller::connect_with(&host, &trid, NQN, &opts(), 2, 16).unwrap();
@@ -215,6 +239,7 @@ fn peer_disappears_others_carry_on() {
     b.write(1, 1, 128, &d, 512).unwrap();
     assert_eq!(b.read(0, 1, 128, 128, 512).unwrap(), d);
     b.shutdown().unwrap();
+    assert_no_leaks(&tc, "target after a lost host and a shutdown");
     srv.stop();
 }
 
@@ -226,7 +251,7 @@ fn keyed_sgl_past_the_registered_region_tears_the_queue_down() {
     use cm::{ConnParam, EventType, PortSpace};
     use verbs::{AccessFlags, QpCap, SendWr, WrOpcode};
 
-    let (srv, trid) = start("127.0.0.48", 4420, 2048);
+    let (srv, trid, tc) = start("127.0.0.48", 4420, 2048);
     let d = dev("127.0.0.49");
     let t = Duration::from_secs(5);
     let mut id = d.create_id(None, PortSpace::Tcp);
@@ -297,5 +322,6 @@ fn keyed_sgl_past_the_registered_region_tears_the_queue_down() {
     c.write(0, 1, 8, &p, 512).unwrap();
     assert_eq!(c.read(0, 1, 8, 8, 512).unwrap(), p);
     c.shutdown().unwrap();
+    assert_no_leaks(&tc, "target after a failed RDMA READ");
     srv.stop();
 }

@@ -6,6 +6,7 @@
 
 use std::collections::VecDeque;
 use std::io;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cm::driver::{CmDevice, CmId, EventChannel};
@@ -18,7 +19,7 @@ use verbs::{AccessFlags, Cq, Mr, Qp, QpCap, RecvWr, SendWr, Wc, WcStatus, WrOpco
 use wire::nvme_rdma::{CmRej, CmRejStatus, CmRep, CmReq, RECFMT_1_0};
 
 use super::pool::{BufPool, RdmaBuf};
-use super::{wrid, CQE_LEN, SQE_LEN};
+use super::{wrid, RdmaCounters, CQE_LEN, SQE_LEN};
 use crate::transport::{
     HostCompletion, HostQueue, HostQueueParams, HostTransport, QueueError, SubmitError, TransportId,
 };
@@ -32,6 +33,7 @@ const HOST_MAX_XFER: usize = 1024 * 1024;
 #[derive(Clone)]
 pub struct RdmaHostTransport {
     dev: CmDevice,
+    counters: Arc<RdmaCounters>,
 }
 
 impl std::fmt::Debug for RdmaHostTransport {
@@ -42,7 +44,15 @@ impl std::fmt::Debug for RdmaHostTransport {
 
 impl RdmaHostTransport {
     pub fn new(dev: CmDevice) -> Self {
-        RdmaHostTransport { dev }
+        RdmaHostTransport {
+            dev,
+            counters: Arc::default(),
+        }
+    }
+
+    /// Live queue pairs, MRs and lent buffers of this transport's queues.
+    pub fn counters(&self) -> Arc<RdmaCounters> {
+        self.counters.clone()
     }
 }
 
@@ -168,7 +178,10 @@ impl HostTransport for RdmaHostTransport {
             &pd,
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
             HOST_MAX_XFER,
+            self.counters.clone(),
         );
+        RdmaCounters::add(&self.counters.qpairs, 1);
+        RdmaCounters::add(&self.counters.mrs, 2);
         Ok(Box::new(RdmaHostQueue {
             id,
             ch,
@@ -183,6 +196,7 @@ impl HostTransport for RdmaHostTransport {
             vecs: Vec::new(),
             wcs: vec![Wc::default(); 32],
             dead: None,
+            counters: self.counters.clone(),
         }))
     }
 }
@@ -211,6 +225,7 @@ struct RdmaHostQueue {
     vecs: Vec<Vec<u8>>,
     wcs: Vec<Wc>,
     dead: Option<&'static str>,
+    counters: Arc<RdmaCounters>,
 }
 
 impl RdmaHostQueue {
@@ -404,5 +419,12 @@ impl HostQueue for RdmaHostQueue {
 impl Drop for RdmaHostQueue {
     fn drop(&mut self) {
         let _ = self.id.disconnect();
+        for s in self.slots.iter_mut() {
+            if let Some(b) = s.buf.take() {
+                self.pool.put(b);
+            }
+        }
+        RdmaCounters::add(&self.counters.qpairs, -1);
+        RdmaCounters::add(&self.counters.mrs, -2);
     }
 }

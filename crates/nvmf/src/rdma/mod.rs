@@ -112,6 +112,31 @@ pub fn start_server(
     NvmfServer::start_with(tgt, RdmaTransport::new(dev, params), listen, poll_groups)
 }
 
+/// Live resources of one transport (target or host), for leak checks: queue
+/// pairs, registered regions (each queue's receive and response regions and every
+/// pool buffer) and pool buffers lent out. All return to zero once every queue is gone.
+#[derive(Debug, Default)]
+pub struct RdmaCounters {
+    pub qpairs: std::sync::atomic::AtomicI64,
+    pub mrs: std::sync::atomic::AtomicI64,
+    pub bufs_lent: std::sync::atomic::AtomicI64,
+}
+
+impl RdmaCounters {
+    /// (qpairs, MRs, buffers lent).
+    pub fn snapshot(&self) -> (i64, i64, i64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.qpairs.load(Relaxed),
+            self.mrs.load(Relaxed),
+            self.bufs_lent.load(Relaxed),
+        )
+    }
+    pub(crate) fn add(c: &std::sync::atomic::AtomicI64, n: i64) {
+        c.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Size of an NVMe command (SQE) in a capsule.
 pub const SQE_LEN: usize = 64;
 /// Size of a response capsule (CQE).

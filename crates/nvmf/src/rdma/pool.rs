@@ -8,6 +8,9 @@
 #![allow(unsafe_code)]
 
 use std::any::Any;
+use std::sync::Arc;
+
+use super::RdmaCounters;
 
 use bdev::{ExternalBuf, IoBuf};
 use verbs::{AccessFlags, Mr, Pd};
@@ -20,6 +23,13 @@ const MIN_SHIFT: u32 = 12;
 pub struct RdmaBuf {
     mr: Mr,
     len: usize,
+    counters: Arc<RdmaCounters>,
+}
+
+impl Drop for RdmaBuf {
+    fn drop(&mut self) {
+        RdmaCounters::add(&self.counters.mrs, -1);
+    }
 }
 
 impl RdmaBuf {
@@ -78,11 +88,12 @@ pub struct BufPool {
     #[allow(clippy::vec_box)]
     free: Vec<Vec<Box<RdmaBuf>>>,
     stats: PoolStats,
+    counters: Arc<RdmaCounters>,
 }
 
 impl BufPool {
     /// Buffers up to `max_len` bytes on `pd` with `access`.
-    pub fn new(pd: &Pd, access: AccessFlags, max_len: usize) -> Self {
+    pub fn new(pd: &Pd, access: AccessFlags, max_len: usize, counters: Arc<RdmaCounters>) -> Self {
         let classes = class_of(max_len.max(1)) + 1;
         BufPool {
             pd: pd.clone(),
@@ -90,6 +101,7 @@ impl BufPool {
             max_len,
             free: (0..classes).map(|_| Vec::new()).collect(),
             stats: PoolStats::default(),
+            counters,
         }
     }
 
@@ -108,11 +120,17 @@ impl BufPool {
                     .reg_mr(1 << (c as u32 + MIN_SHIFT), self.access)
                     .ok()?;
                 self.stats.registered += 1;
-                Box::new(RdmaBuf { mr, len })
+                RdmaCounters::add(&self.counters.mrs, 1);
+                Box::new(RdmaBuf {
+                    mr,
+                    len,
+                    counters: self.counters.clone(),
+                })
             }
         };
         b.len = len;
         self.stats.outstanding += 1;
+        RdmaCounters::add(&self.counters.bufs_lent, 1);
         Some(b)
     }
 
@@ -120,6 +138,7 @@ impl BufPool {
     pub fn put(&mut self, b: Box<RdmaBuf>) {
         let c = class_of(b.mr.len());
         self.stats.outstanding = self.stats.outstanding.saturating_sub(1);
+        RdmaCounters::add(&self.counters.bufs_lent, -1);
         if let Some(l) = self.free.get_mut(c) {
             l.push(b);
         }

@@ -21,7 +21,7 @@ use verbs::{AccessFlags, Cq, Mr, Qp, QpCap, RecvWr, SendWr, Wc, WcStatus, WrDeta
 use wire::nvme_rdma::{CmRej, CmRejStatus, CmRep, CmReq, RECFMT_1_0};
 
 use super::pool::{BufPool, RdmaBuf};
-use super::{discovery_entry, wrid, CQE_LEN, SQE_LEN};
+use super::{discovery_entry, wrid, RdmaCounters, CQE_LEN, SQE_LEN};
 use crate::tcp::{data_direction, SGL_IN_CAPSULE};
 use crate::transport::{
     Accepted, DataError, QpairEvent, Request, Transport, TransportId, TransportLimits,
@@ -63,6 +63,7 @@ pub struct RdmaTransport {
     /// Termination flags of live connections by cm_id (the poll groups' qpairs
     /// hold the other reference).
     conns: HashMap<CmIdHandle, Arc<AtomicBool>>,
+    counters: Arc<RdmaCounters>,
 }
 
 impl std::fmt::Debug for RdmaTransport {
@@ -84,7 +85,13 @@ impl RdmaTransport {
             ch,
             listeners: Vec::new(),
             conns: HashMap::new(),
+            counters: Arc::default(),
         }
+    }
+
+    /// Live queue pairs, MRs and lent buffers of this transport's queues.
+    pub fn counters(&self) -> Arc<RdmaCounters> {
+        self.counters.clone()
     }
 
     fn reject(id: &CmId, sts: CmRejStatus) {
@@ -119,7 +126,14 @@ impl RdmaTransport {
             self.params.in_capsule
         };
         let flag = Arc::new(AtomicBool::new(false));
-        let qp = match RdmaQpair::new(id, qsize as u16, req.qid, icd, self.params, flag.clone()) {
+        let qp = match RdmaQpair::new(
+            id,
+            qsize as u16,
+            (req.qid, icd),
+            self.params,
+            flag.clone(),
+            self.counters.clone(),
+        ) {
             Ok(q) => q,
             Err((id, e)) => {
                 warn!(%e, "NVMe/RDMA queue set-up failed");
@@ -266,6 +280,7 @@ pub struct RdmaQpair {
     icd: u32,
     stats: RdmaQpairStats,
     wcs: Vec<Wc>,
+    counters: Arc<RdmaCounters>,
 }
 
 impl std::fmt::Debug for RdmaQpair {
@@ -283,10 +298,10 @@ impl RdmaQpair {
     fn new(
         mut id: CmId,
         qsize: u16,
-        qid: u16,
-        icd: u32,
+        (qid, icd): (u16, u32),
         params: RdmaParams,
         terminated: Arc<AtomicBool>,
+        counters: Arc<RdmaCounters>,
     ) -> Result<Self, (CmId, String)> {
         let qsize = qsize as usize;
         let rsz = SQE_LEN + icd as usize;
@@ -331,7 +346,10 @@ impl RdmaQpair {
             id.device().pd(),
             AccessFlags::LOCAL_WRITE,
             params.max_xfer as usize,
+            counters.clone(),
         );
+        RdmaCounters::add(&counters.qpairs, 1);
+        RdmaCounters::add(&counters.mrs, 2);
         let peer = id
             .peer_addr()
             .map(|a| a.to_string())
@@ -360,6 +378,7 @@ impl RdmaQpair {
             icd,
             stats: RdmaQpairStats::default(),
             wcs: vec![Wc::default(); 32],
+            counters,
         })
     }
 
@@ -682,6 +701,15 @@ impl TransportQpair for RdmaQpair {
 impl Drop for RdmaQpair {
     fn drop(&mut self) {
         let _ = self.id.disconnect();
+        // buffers still out in READs/responses go with the pool's MRs
+        for b in self.rsp_data.iter_mut().filter_map(Option::take) {
+            self.pool.put(b);
+        }
+        for (_, b) in self.reads.iter_mut().filter_map(Option::take) {
+            self.pool.put(b);
+        }
+        RdmaCounters::add(&self.counters.qpairs, -1);
+        RdmaCounters::add(&self.counters.mrs, -2);
     }
 }
 
