@@ -35,6 +35,7 @@ if [ "${1:-}" = guest ]; then
       bad $n "server not listening on TCP 18515 after 10 s"; kill $s; wait $s; tail -n 4 $L/$n.srv; return
     fi
     timeout 50 sh -c "$5" > $L/$n.cli 2>&1; local c=$?
+    [ $c != 0 ] && kill $s 2>/dev/null   # a failed client: do not wait out the server
     wait $s; local r=$?
     local chk=$(grep -h "^data check: " $ours)
     if [ $c = 0 ] && [ $r = 0 ] && ! grep -qi "invalid data" $L/$n.srv $L/$n.cli \

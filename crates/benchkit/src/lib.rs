@@ -6,6 +6,8 @@
 //!
 //! Depends on nothing inside dpustack.
 
+#![forbid(unsafe_code)]
+
 use serde::Serialize;
 use std::time::{Duration, Instant};
 

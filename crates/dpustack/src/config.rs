@@ -1,49 +1,22 @@
-//! The node configuration: TOML, every field defaulted to the embedded defaults,
-//! one section per area (each section's type lives in that area's `cmd` module).
+//! The node configuration as a file: TOML, every field defaulted to the embedded
+//! defaults, one section per part of the node. The types are the node runtime's
+//! (`node::config`); the CLI reads and prints them.
 
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use crate::cmd;
+pub use node::config::*;
 
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
-#[serde(default, deny_unknown_fields)]
-pub struct Config {
-    pub node: NodeConfig,
-    pub rdma: cmd::rdma::RdmaConfig,
-    pub cm: cmd::cm::CmConfig,
-    pub nvmf: cmd::nvmf::NvmfConfig,
-    pub tse: cmd::tse::TseConfig,
-    pub switch: cmd::switch::SwitchConfig,
-    pub obj: cmd::obj::ObjConfig,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct NodeConfig {
-    /// Where the node keeps its data (bdev files, object store, logs).
-    pub data_dir: PathBuf,
-    /// The address services listen on unless their section says otherwise.
-    pub listen_ip: String,
-}
-
-impl Default for NodeConfig {
-    fn default() -> Self {
-        let base = std::env::var_os("XDG_DATA_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
-            .unwrap_or_else(|| PathBuf::from("/tmp"));
-        NodeConfig {
-            data_dir: base.join("dpustack"),
-            listen_ip: "127.0.0.1".into(),
-        }
-    }
-}
-
-impl Config {
+/// Reading and printing the config as TOML.
+pub trait ConfigFile: Sized {
     /// Embedded defaults, overlaid with `path` if given.
-    pub fn load(path: Option<&Path>) -> Result<Config> {
+    fn load(path: Option<&Path>) -> Result<Self>;
+    /// The effective config as TOML (`dpustack config show`).
+    fn to_toml(&self) -> Result<String>;
+}
+
+impl ConfigFile for Config {
+    fn load(path: Option<&Path>) -> Result<Config> {
         match path {
             None => Ok(Config::default()),
             Some(p) => {
@@ -54,7 +27,7 @@ impl Config {
         }
     }
 
-    pub fn to_toml(&self) -> Result<String> {
+    fn to_toml(&self) -> Result<String> {
         Ok(toml::to_string_pretty(self)?)
     }
 }

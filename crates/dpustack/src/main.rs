@@ -1,6 +1,8 @@
-//! `dpustack` — the command-line front end of the stack. The only crate that uses
-//! `anyhow`; each area of the stack has its own module under `cmd/` that owns its
-//! subcommands, its config section, its part of `dpustack up` and its benchmark.
+//! `dpustack` — the command-line front end of the stack: argument parsing, output
+//! and exit codes. The only crate that uses `anyhow`; each area of the stack has
+//! its own module under `cmd/` that owns its subcommands and its benchmark; the
+//! engines are library crates (`verbs-tools`, `cm-tools`, `switch`, `node`), the
+//! node's parts and their config sections are the `node` runtime's.
 
 mod cmd;
 mod config;
@@ -8,6 +10,7 @@ mod up;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use config::ConfigFile;
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]

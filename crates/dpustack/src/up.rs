@@ -1,12 +1,14 @@
-//! `dpustack up`: start every part of the node that exists, say loudly which parts
-//! do not exist yet, and run until Ctrl-C (or `--for SECS`).
+//! `dpustack up`: start the node (`node::Node`), print each part's status —
+//! loudly for parts that failed or are not built yet — and run until Ctrl-C (or
+//! `--for SECS`).
 
 use anyhow::Result;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cmd;
+use node::{Node, Status};
+
 use crate::config::Config;
 
 #[derive(clap::Args, Debug)]
@@ -16,37 +18,6 @@ pub struct UpArgs {
     pub for_secs: Option<f64>,
 }
 
-/// One part of the node as `up` sees it.
-#[allow(dead_code)] // `Running` is constructed by each area once its service exists
-pub enum Part {
-    /// Started; `stop` is called on shutdown.
-    Running {
-        name: &'static str,
-        detail: String,
-        stop: Option<Box<dyn FnOnce() + Send>>,
-    },
-    /// Not built yet: `up` prints this loudly.
-    NotYet {
-        name: &'static str,
-        issue: Option<u32>,
-        what: &'static str,
-    },
-    /// Turned off (or given nothing to do) by the config; `why` says which setting.
-    Disabled {
-        name: &'static str,
-        why: &'static str,
-    },
-}
-
-impl Part {
-    pub fn not_yet(name: &'static str, issue: Option<u32>, what: &'static str) -> Part {
-        Part::NotYet { name, issue, what }
-    }
-}
-
-/// How an area starts its part of the node.
-type Starter = fn(&Config) -> Result<Part>;
-
 pub fn run(cfg: &Config, args: &UpArgs) -> Result<()> {
     std::fs::create_dir_all(&cfg.node.data_dir)?;
     println!(
@@ -55,37 +26,26 @@ pub fn run(cfg: &Config, args: &UpArgs) -> Result<()> {
         cfg.node.listen_ip,
         cfg.node.data_dir.display()
     );
-    let starters: [(&str, Starter); 6] = [
-        ("rdma", cmd::rdma::up),
-        ("cm", cmd::cm::up),
-        ("nvmf", cmd::nvmf::up),
-        ("tse", cmd::tse::up),
-        ("switch", cmd::switch::up),
-        ("obj", object_store_up),
-    ];
-    let mut parts = Vec::new();
-    let mut missing = 0;
-    for (name, start) in starters {
-        match start(cfg) {
-            Ok(p) => parts.push(p),
-            Err(e) => {
-                // a failing part is reported, the rest of the node carries on
-                eprintln!("  FAILED   {name:<8} {e:#}");
-                missing += 1;
-            }
+    let node = Node::start(cfg);
+    // a failing part is reported, the rest of the node carries on
+    for p in node.parts() {
+        if let Status::Failed(e) = &p.status {
+            eprintln!("  FAILED   {:<8} {e}", p.name);
         }
     }
-    for p in &parts {
-        match p {
-            Part::Running { name, detail, .. } => println!("  running  {name:<8} {detail}"),
-            Part::NotYet { name, issue, what } => {
-                missing += 1;
+    for p in node.parts() {
+        let name = p.name;
+        match &p.status {
+            Status::Running(detail) => println!("  running  {name:<8} {detail}"),
+            Status::NotYet { issue, what } => {
                 let issue = issue.map_or("a later issue".to_string(), |n| format!("issue #{n}"));
                 eprintln!("  NOT YET  {name:<8} {what} — not implemented yet ({issue})");
             }
-            Part::Disabled { name, why } => println!("  disabled {name:<8} ({why})"),
+            Status::Disabled(why) => println!("  disabled {name:<8} ({why})"),
+            Status::Failed(_) => {}
         }
     }
+    let missing = node.missing();
     if missing > 0 {
         eprintln!("WARNING: {missing} part(s) of the node are not running (see above)");
     }
@@ -102,14 +62,6 @@ pub fn run(cfg: &Config, args: &UpArgs) -> Result<()> {
         std::thread::sleep(Duration::from_millis(50));
     }
     println!("stopping");
-    for p in parts {
-        if let Part::Running { stop: Some(f), .. } = p {
-            f();
-        }
-    }
+    node.stop();
     Ok(())
-}
-
-fn object_store_up(cfg: &Config) -> Result<Part> {
-    cmd::obj::up(cfg)
 }

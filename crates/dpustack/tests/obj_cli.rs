@@ -64,7 +64,16 @@ fn engine_pool_cont_obj_kv_through_the_cli() {
     let addr = format!("127.0.0.9:{port}");
     let _eng = Engine(
         Command::new(BIN)
-            .args(["engine", "--listen", &addr, "--targets", "2", "--data-dir"])
+            .args([
+                "engine",
+                "--listen",
+                &addr,
+                "--targets",
+                "2",
+                "--rdma-listen",
+                "127.0.0.9:7481",
+                "--data-dir",
+            ])
             .arg(&dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -172,6 +181,49 @@ fn engine_pool_cont_obj_kv_through_the_cli() {
         ok(&addr, &["kv", "list", "tank", "c1", "7"], None),
         "beta\n"
     );
+
+    // the same engine over RPC over RDMA (soft RoCE on 127.0.0.19)
+    let rdma = "rdma://127.0.0.9:7481";
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+    ok(
+        rdma,
+        &[
+            "kv",
+            "put",
+            "--rdma-src",
+            "127.0.0.19",
+            "tank",
+            "c1",
+            "7",
+            "gamma",
+        ],
+        Some(&big),
+    );
+    let got = run(
+        rdma,
+        &[
+            "kv",
+            "get",
+            "--rdma-src",
+            "127.0.0.19",
+            "tank",
+            "c1",
+            "7",
+            "beta",
+        ],
+        None,
+    );
+    assert_eq!(
+        got.stdout,
+        b"two",
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    assert_eq!(
+        run(&addr, &["kv", "get", "tank", "c1", "7", "gamma"], None).stdout,
+        big
+    );
+    fails(rdma, &["pool", "list"], "--rdma-src");
 
     // clear errors
     fails(

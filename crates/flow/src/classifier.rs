@@ -406,8 +406,9 @@ impl Classifier {
         flow: &FlowKey,
         wc: &mut FlowKey,
         ctx: &mut [TrieCtx; 2],
+        use_tries: bool,
     ) -> bool {
-        if !self.use_tries {
+        if !use_tries {
             return false;
         }
         for j in 0..2 {
@@ -448,11 +449,12 @@ impl Classifier {
         flow: &FlowKey,
         wc: &mut FlowKey,
         ctx: &mut [TrieCtx; 2],
+        use_tries: bool,
     ) -> Option<(u16, u32)> {
         let n = st.stages.len();
         let n_idx = n.saturating_sub(1);
         for i in 0..n_idx {
-            if self.check_tries(st, &st.stages[i], flow, wc, ctx) {
+            if self.check_tries(st, &st.stages[i], flow, wc, ctx, use_tries) {
                 st.fold_stages(wc, i);
                 return None;
             }
@@ -461,7 +463,7 @@ impl Classifier {
                 return None;
             }
         }
-        if n > 0 && self.check_tries(st, &st.stages[n - 1], flow, wc, ctx) {
+        if n > 0 && self.check_tries(st, &st.stages[n - 1], flow, wc, ctx, use_tries) {
             st.fold_stages(wc, n_idx);
             return None;
         }
@@ -479,7 +481,8 @@ impl Classifier {
             let before = wc.ports();
             let ports = before | (st.ports_mask & prefix_mask32(mbits));
             st.fold_stages(wc, n);
-            wc.w[14] = (wc.w[14] & 0xffff_ffff) | ((ports as u64) << 32);
+            let pw = f::TP_SRC.word as usize;
+            wc.w[pw] = (wc.w[pw] & 0xffff_ffff) | ((ports as u64) << 32);
             return None;
         }
         for i in 0..NW {
@@ -491,6 +494,12 @@ impl Classifier {
     /// Looks `flow` up; ORs into `wc` every bit the lookup depended on. Returns the id of
     /// the highest-priority matching rule.
     pub fn lookup(&self, flow: &FlowKey, wc: &mut FlowKey) -> Option<u32> {
+        self.lookup_with(flow, wc, self.use_tries)
+    }
+
+    /// [`Self::lookup`] with the prefix tries used or not regardless of this
+    /// classifier's own setting (a pipeline applies one setting to all its tables).
+    pub fn lookup_with(&self, flow: &FlowKey, wc: &mut FlowKey, use_tries: bool) -> Option<u32> {
         let mut ctx = [TrieCtx::default(); 2];
         let mut best: Option<(u16, u32)> = None;
         for &si in &self.order {
@@ -500,7 +509,7 @@ impl Classifier {
                     break;
                 }
             }
-            if let Some((p, id)) = self.find_match_wc(st, flow, wc, &mut ctx) {
+            if let Some((p, id)) = self.find_match_wc(st, flow, wc, &mut ctx, use_tries) {
                 if best.is_none_or(|(bp, _)| p > bp) {
                     best = Some((p, id));
                 }

@@ -30,7 +30,9 @@ pub fn hash_words(k: &FlowKey, words: &[u8], basis: u64) -> u64 {
     h ^ (h >> 29)
 }
 
-const ALL_WORDS: [u8; NW] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14];
+/// The words a packet's key can have non-zero: all but the pipeline metadata words
+/// (registers, `metadata`), which are zero in every datapath key.
+const ALL_WORDS: [u8; NW - 9] = [0, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23];
 
 /// Hash of a full flow key (all words), used by the EMC.
 #[inline]
@@ -59,11 +61,13 @@ pub struct Megaflow {
     pub stats: FlowStats,
     /// Install time (the caller's clock, as for `stats.used`).
     pub created: u64,
-    /// The OpenFlow rule the translation went through (None: table miss). Only table 0
-    /// and no resubmit here, so a translation meets at most one rule; the rules that
-    /// were looked at and did not match are not credited (as in OVS, which credits the
-    /// rules of its xlate cache: the matched rule of each table visited).
+    /// The table-0 rule the translation went through (None: table miss).
     pub rule: Option<u32>,
+    /// The rules of later tables it went through (goto_table / resubmit), each credited
+    /// like `rule`; the rules that were looked at and did not match are not credited (as
+    /// in OVS, which credits the rules of its xlate cache: the matched rule of each
+    /// table visited).
+    pub later_rules: Box<[u32]>,
     /// `stats` packets/bytes already credited to `rule`.
     pushed: (u64, u64),
     /// The upcall's packet(s)/bytes, credited to `rule` at the next push (not part of
@@ -308,6 +312,22 @@ impl Datapath {
         self.install_for(key, mask, actions, None)
     }
 
+    /// Installs a megaflow whose traffic is credited to `rules` (in order: the table-0
+    /// rule first, then the rules of later tables).
+    pub fn install_rules(
+        &mut self,
+        key: &FlowKey,
+        mask: &FlowKey,
+        actions: Vec<OdpAction>,
+        rules: &[u32],
+    ) -> u32 {
+        let id = self.install_for(key, mask, actions, rules.first().copied());
+        if rules.len() > 1 {
+            self.flows[id as usize].later_rules = rules[1..].into();
+        }
+        id
+    }
+
     /// Installs a megaflow whose traffic is credited to OpenFlow rule `rule`.
     pub fn install_for(
         &mut self,
@@ -335,6 +355,7 @@ impl Datapath {
             stats: FlowStats::default(),
             created: self.clock,
             rule,
+            later_rules: Box::default(),
             pushed: (0, 0),
             upcall_credit: (0, 0),
             subtable: st,
@@ -362,6 +383,9 @@ impl Datapath {
                     fl.stats.used
                 };
                 table.credit(r, dp, db, used);
+                for &r in fl.later_rules.iter() {
+                    table.credit(r, dp, db, used);
+                }
             }
             fl.pushed = (fl.stats.packets, fl.stats.bytes);
             fl.upcall_credit = (0, 0);
@@ -407,6 +431,7 @@ impl Datapath {
             self.clock = fl.created;
             let id = self.install_for(&fl.key, &fl.mask, fl.actions, fl.rule);
             let n = &mut self.flows[id as usize];
+            n.later_rules = fl.later_rules;
             n.stats = fl.stats;
             n.pushed = fl.pushed;
             n.upcall_credit = fl.upcall_credit;
@@ -518,7 +543,7 @@ impl Datapath {
     pub fn upcall(&mut self, table: &FlowTable, k: &FlowKey, hash: u64) -> u32 {
         self.stats.upcalls += 1;
         let x = table.xlate(k);
-        let id = self.install_for(k, &x.wc, x.actions, x.rule);
+        let id = self.install_rules(k, &x.wc, x.actions, &x.rules);
         if self.emc_enabled {
             self.emc_insert(k, hash, id);
         }

@@ -12,7 +12,7 @@ use wire::ethernet::{
 };
 
 /// Number of 64-bit words in a [`FlowKey`].
-pub const NW: usize = 15;
+pub const NW: usize = 24;
 
 /// A field's place in the key: word index, bit shift inside the word, width in bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,35 +41,63 @@ pub mod f {
     use super::Fd;
     pub const IN_PORT: Fd = Fd::new(0, 32, 32);
     pub const RECIRC_ID: Fd = Fd::new(0, 0, 32);
-    pub const DL_DST: Fd = Fd::new(1, 16, 48);
-    pub const DL_TYPE: Fd = Fd::new(1, 0, 16);
-    pub const DL_SRC: Fd = Fd::new(2, 16, 48);
-    pub const VLAN0_TPID: Fd = Fd::new(3, 48, 16);
-    pub const VLAN0_TCI: Fd = Fd::new(3, 32, 16);
-    pub const VLAN1_TPID: Fd = Fd::new(3, 16, 16);
-    pub const VLAN1_TCI: Fd = Fd::new(3, 0, 16);
-    pub const NW_SRC: Fd = Fd::new(4, 32, 32);
-    pub const NW_DST: Fd = Fd::new(4, 0, 32);
-    pub const IPV6_SRC_HI: Fd = Fd::new(5, 0, 64);
-    pub const IPV6_SRC_LO: Fd = Fd::new(6, 0, 64);
-    pub const IPV6_DST_HI: Fd = Fd::new(7, 0, 64);
-    pub const IPV6_DST_LO: Fd = Fd::new(8, 0, 64);
-    pub const IPV6_LABEL: Fd = Fd::new(9, 32, 32);
-    pub const NW_FRAG: Fd = Fd::new(9, 24, 8);
-    pub const NW_TOS: Fd = Fd::new(9, 16, 8);
-    pub const NW_TTL: Fd = Fd::new(9, 8, 8);
-    pub const NW_PROTO: Fd = Fd::new(9, 0, 8);
-    pub const ND_TARGET_HI: Fd = Fd::new(10, 0, 64);
-    pub const ND_TARGET_LO: Fd = Fd::new(11, 0, 64);
-    pub const ARP_SHA: Fd = Fd::new(12, 16, 48);
-    pub const TCP_FLAGS: Fd = Fd::new(12, 0, 16);
-    pub const ARP_THA: Fd = Fd::new(13, 16, 48);
-    pub const TP_SRC: Fd = Fd::new(14, 48, 16);
-    pub const TP_DST: Fd = Fd::new(14, 32, 16);
+    /// Pipeline metadata (never in a packet's key nor a megaflow): reg0–reg15, two per
+    /// word (reg 2i in the high half, so word 1+i is `xreg i`), and `metadata`.
+    pub const REGS: [Fd; 16] = {
+        let mut a = [Fd::new(0, 0, 32); 16];
+        let mut i = 0;
+        while i < 16 {
+            a[i] = Fd::new(1 + (i / 2) as u8, if i % 2 == 0 { 32 } else { 0 }, 32);
+            i += 1;
+        }
+        a
+    };
+    /// `xreg0`–`xreg7`: 64-bit views of register pairs (xreg i = reg 2i << 32 | reg 2i+1).
+    pub const XREGS: [Fd; 8] = {
+        let mut a = [Fd::new(0, 0, 64); 8];
+        let mut i = 0;
+        while i < 8 {
+            a[i] = Fd::new(1 + i as u8, 0, 64);
+            i += 1;
+        }
+        a
+    };
+    pub const METADATA: Fd = Fd::new(9, 0, 64);
+    pub const DL_DST: Fd = Fd::new(10, 16, 48);
+    pub const DL_TYPE: Fd = Fd::new(10, 0, 16);
+    pub const DL_SRC: Fd = Fd::new(11, 16, 48);
+    pub const VLAN0_TPID: Fd = Fd::new(12, 48, 16);
+    pub const VLAN0_TCI: Fd = Fd::new(12, 32, 16);
+    pub const VLAN1_TPID: Fd = Fd::new(12, 16, 16);
+    pub const VLAN1_TCI: Fd = Fd::new(12, 0, 16);
+    pub const NW_SRC: Fd = Fd::new(13, 32, 32);
+    pub const NW_DST: Fd = Fd::new(13, 0, 32);
+    pub const IPV6_SRC_HI: Fd = Fd::new(14, 0, 64);
+    pub const IPV6_SRC_LO: Fd = Fd::new(15, 0, 64);
+    pub const IPV6_DST_HI: Fd = Fd::new(16, 0, 64);
+    pub const IPV6_DST_LO: Fd = Fd::new(17, 0, 64);
+    pub const IPV6_LABEL: Fd = Fd::new(18, 32, 32);
+    pub const NW_FRAG: Fd = Fd::new(18, 24, 8);
+    pub const NW_TOS: Fd = Fd::new(18, 16, 8);
+    pub const NW_TTL: Fd = Fd::new(18, 8, 8);
+    pub const NW_PROTO: Fd = Fd::new(18, 0, 8);
+    pub const ND_TARGET_HI: Fd = Fd::new(19, 0, 64);
+    pub const ND_TARGET_LO: Fd = Fd::new(20, 0, 64);
+    pub const ARP_SHA: Fd = Fd::new(21, 16, 48);
+    pub const TCP_FLAGS: Fd = Fd::new(21, 0, 16);
+    pub const ARP_THA: Fd = Fd::new(22, 16, 48);
+    pub const TP_SRC: Fd = Fd::new(23, 48, 16);
+    pub const TP_DST: Fd = Fd::new(23, 32, 16);
 }
 
 /// Word ranges of the four lookup stages (OVS: metadata, L2, L3 up to `nd_target`, L4).
-pub const STAGES: [core::ops::Range<usize>; 4] = [0..1, 1..4, 4..10, 10..15];
+/// The metadata stage holds in_port/recirc_id, the registers and `metadata`, as in
+/// OVS's `struct flow` (everything before `dl_dst`).
+pub const STAGES: [core::ops::Range<usize>; 4] = [0..10, 10..13, 13..19, 19..24];
+
+/// The words of the pipeline registers and `metadata` (zero in every packet's key;
+/// cleared from every megaflow, as OVS's `flow_wildcards_clear_non_packet_fields`).
+pub const META_WORDS: core::ops::Range<usize> = 1..10;
 
 /// `nw_frag` bits (OVS `FLOW_NW_FRAG_*`).
 pub const FRAG_ANY: u8 = 1;
@@ -158,7 +186,7 @@ impl FlowKey {
     /// tp_src << 16 | tp_dst, the value the ports trie works on.
     #[inline]
     pub fn ports(&self) -> u32 {
-        (self.w[14] >> 32) as u32
+        (self.w[f::TP_SRC.word as usize] >> 32) as u32
     }
     pub fn is_ipv4(&self) -> bool {
         self.dl_type() == ethertype::IPV4

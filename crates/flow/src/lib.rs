@@ -14,6 +14,8 @@
 //! * [`dp`]: the datapath cache: EMC + megaflow classifier (tuple space search), upcalls.
 //! * [`ofproto`]: OpenFlow rule statistics and idle/hard timeouts, `ovs-ofctl dump-flows` text.
 
+/// Workloads of `dpustack bench flow` (not library API: only with the `bench` feature).
+#[cfg(any(test, feature = "bench"))]
 pub mod bench;
 pub mod classifier;
 pub mod dp;
@@ -27,13 +29,16 @@ pub mod xlate;
 
 pub use key::FlowKey;
 pub use ofctl::{parse_exact_flow, parse_flows, Rule};
-pub use xlate::{format_actions, format_megaflow, FlowTable, OdpAction, Xlated};
+pub use xlate::{format_actions, format_megaflow, FlowTable, OdpAction, XlateError, Xlated};
 
 /// One traced packet: the OVS-format megaflow and datapath actions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Trace {
     pub megaflow: String,
     pub actions: String,
+    /// The translation failed (OVS: "Translation failed (Recursion too deep), packet is
+    /// dropped."); `actions` is then `drop`.
+    pub error: Option<xlate::XlateError>,
 }
 
 /// Traces a flow key through a table like `ovs-appctl ofproto/trace`.
@@ -44,6 +49,7 @@ pub fn trace(table: &FlowTable, flow: &FlowKey, from_bytes: bool) -> Trace {
     Trace {
         megaflow: format_megaflow(flow, &x.wc),
         actions: format_actions(&x.actions),
+        error: x.error,
     }
 }
 

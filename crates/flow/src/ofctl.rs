@@ -110,11 +110,200 @@ pub enum Action {
     DecTtl,
     /// Send to the controller (`controller`, `controller:max_len`).
     Controller(u16),
+    /// `resubmit(PORT,TABLE)` / `resubmit(,TABLE)` / `resubmit:PORT` (Nicira extension):
+    /// look the packet up again in `table` (None: the current table) with `in_port`
+    /// replaced by `port` for that lookup (None: the packet's in_port), run the matched
+    /// rule's actions, then continue here. A miss does nothing.
+    Resubmit {
+        port: Option<u32>,
+        table: Option<u8>,
+    },
+    /// `goto_table:N` (OpenFlow 1.1+ instruction, always last; N > the rule's table).
+    GotoTable(u8),
+    /// `load:V->DST[a..b]` / `set_field:V[/M]->DST` on a register or `metadata`: the
+    /// bits of `mask` (in the field's width) become those of `value`.
+    Load {
+        dst: MetaField,
+        value: u64,
+        mask: u64,
+    },
+    /// `write_metadata:V[/M]` (OpenFlow 1.1+ instruction: only goto_table may follow).
+    WriteMetadata {
+        value: u64,
+        mask: u64,
+    },
+    /// `move:SRC[a..b]->DST[c..d]` into a register or `metadata`.
+    Move {
+        src: SrcField,
+        src_ofs: u8,
+        dst: MetaField,
+        dst_ofs: u8,
+        n_bits: u8,
+    },
+}
+
+/// A pipeline field (not part of any packet): `reg0`–`reg15`, `xreg0`–`xreg7`,
+/// `metadata`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MetaField {
+    Reg(u8),
+    Xreg(u8),
+    Metadata,
+}
+
+impl MetaField {
+    pub fn fd(self) -> Fd {
+        match self {
+            MetaField::Reg(i) => f::REGS[i as usize],
+            MetaField::Xreg(i) => f::XREGS[i as usize],
+            MetaField::Metadata => f::METADATA,
+        }
+    }
+    /// OVS's NXM/OXM name (as `load` / `move` print it).
+    pub fn nxm_name(self) -> String {
+        match self {
+            MetaField::Reg(i) => format!("NXM_NX_REG{i}"),
+            MetaField::Xreg(i) => format!("OXM_OF_PKT_REG{i}"),
+            MetaField::Metadata => "OXM_OF_METADATA".into(),
+        }
+    }
+    /// OVS's (OpenFlow 1.3 dump) name.
+    pub fn name(self) -> String {
+        match self {
+            MetaField::Reg(i) => format!("reg{i}"),
+            MetaField::Xreg(i) => format!("xreg{i}"),
+            MetaField::Metadata => "metadata".into(),
+        }
+    }
+    fn parse(s: &str) -> Option<MetaField> {
+        let idx = |p: &str, n: u8| s.strip_prefix(p)?.parse::<u8>().ok().filter(|&i| i < n);
+        if s == "metadata" || s == "OXM_OF_METADATA" {
+            return Some(MetaField::Metadata);
+        }
+        if let Some(i) = idx("reg", 16).or_else(|| idx("NXM_NX_REG", 16)) {
+            return Some(MetaField::Reg(i));
+        }
+        idx("xreg", 8)
+            .or_else(|| idx("OXM_OF_PKT_REG", 8))
+            .map(MetaField::Xreg)
+    }
+}
+
+/// A source field of `move`: a pipeline field or one of the packet fields below
+/// (with their OVS prerequisites).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SrcField {
+    Meta(MetaField),
+    InPort,
+    EthSrc,
+    EthDst,
+    IpSrc,
+    IpDst,
+    TcpSrc,
+    TcpDst,
+    UdpSrc,
+    UdpDst,
+}
+
+impl SrcField {
+    /// (field, width in OVS: `in_port` is 16 bits in NXM).
+    pub fn fd(self) -> (Fd, u8) {
+        match self {
+            SrcField::Meta(m) => (m.fd(), m.fd().bits),
+            SrcField::InPort => (f::IN_PORT, 16),
+            SrcField::EthSrc => (f::DL_SRC, 48),
+            SrcField::EthDst => (f::DL_DST, 48),
+            SrcField::IpSrc => (f::NW_SRC, 32),
+            SrcField::IpDst => (f::NW_DST, 32),
+            SrcField::TcpSrc | SrcField::UdpSrc => (f::TP_SRC, 16),
+            SrcField::TcpDst | SrcField::UdpDst => (f::TP_DST, 16),
+        }
+    }
+    /// OVS's NXM name (as `move` prints it).
+    pub fn nxm_name(self) -> String {
+        match self {
+            SrcField::Meta(m) => m.nxm_name(),
+            SrcField::InPort => "NXM_OF_IN_PORT".into(),
+            SrcField::EthSrc => "NXM_OF_ETH_SRC".into(),
+            SrcField::EthDst => "NXM_OF_ETH_DST".into(),
+            SrcField::IpSrc => "NXM_OF_IP_SRC".into(),
+            SrcField::IpDst => "NXM_OF_IP_DST".into(),
+            SrcField::TcpSrc => "NXM_OF_TCP_SRC".into(),
+            SrcField::TcpDst => "NXM_OF_TCP_DST".into(),
+            SrcField::UdpSrc => "NXM_OF_UDP_SRC".into(),
+            SrcField::UdpDst => "NXM_OF_UDP_DST".into(),
+        }
+    }
+    fn parse(s: &str) -> Option<SrcField> {
+        if let Some(m) = MetaField::parse(s) {
+            return Some(SrcField::Meta(m));
+        }
+        Some(match s {
+            "in_port" | "NXM_OF_IN_PORT" => SrcField::InPort,
+            "eth_src" | "dl_src" | "NXM_OF_ETH_SRC" => SrcField::EthSrc,
+            "eth_dst" | "dl_dst" | "NXM_OF_ETH_DST" => SrcField::EthDst,
+            "ip_src" | "nw_src" | "NXM_OF_IP_SRC" => SrcField::IpSrc,
+            "ip_dst" | "nw_dst" | "NXM_OF_IP_DST" => SrcField::IpDst,
+            "tcp_src" | "NXM_OF_TCP_SRC" => SrcField::TcpSrc,
+            "tcp_dst" | "NXM_OF_TCP_DST" => SrcField::TcpDst,
+            "udp_src" | "NXM_OF_UDP_SRC" => SrcField::UdpSrc,
+            "udp_dst" | "NXM_OF_UDP_DST" => SrcField::UdpDst,
+            _ => return None,
+        })
+    }
+}
+
+/// `NAME[]`, `NAME[a..b]`, `NAME[a]` or `NAME` → (name, offset, n_bits) within `width`.
+fn subfield(
+    what: &str,
+    s: &str,
+    width: impl Fn(&str) -> Option<u8>,
+) -> Result<(String, u8, u8), ParseError> {
+    let s = s.trim();
+    let (name, range) = match s.split_once('[') {
+        Some((n, r)) => (
+            n,
+            Some(
+                r.strip_suffix(']')
+                    .ok_or_else(|| perr(what, format!("`{s}`: missing `]`")))?,
+            ),
+        ),
+        None => (s, None),
+    };
+    let w = width(name).ok_or_else(|| {
+        perr(
+            what,
+            format!("`{name}`: unknown or unsupported field (reg0-15, xreg0-7, metadata)"),
+        )
+    })?;
+    let (ofs, end) = match range {
+        None | Some("") => (0u64, w as u64 - 1),
+        Some(r) => match r.split_once("..") {
+            Some((a, b)) => (num(what, a)?, num(what, b)?),
+            None => {
+                let a = num(what, r)?;
+                (a, a)
+            }
+        },
+    };
+    if ofs > end || end >= w as u64 {
+        return Err(perr(
+            what,
+            format!("`{s}`: bits {ofs}..{end} out of range for a {w}-bit field"),
+        ));
+    }
+    Ok((name.to_string(), ofs as u8, (end - ofs + 1) as u8))
+}
+
+fn bits_mask(ofs: u8, n: u8) -> u64 {
+    (if n >= 64 { u64::MAX } else { (1u64 << n) - 1 }) << ofs
 }
 
 /// A flow rule.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Rule {
+    /// OpenFlow table (0–254).
+    pub table: u8,
     pub priority: u16,
     pub cookie: u64,
     pub idle_timeout: u16,
@@ -122,6 +311,9 @@ pub struct Rule {
     pub m: Match,
     pub actions: Vec<Action>,
 }
+
+/// The highest OpenFlow table id (255 means "all tables" / "current table").
+pub const MAX_TABLE: u8 = 254;
 
 /// OpenFlow's default priority.
 pub const DEFAULT_PRIORITY: u16 = 32768;
@@ -300,6 +492,19 @@ fn need(m: &Match, field: &str, ok: bool, what: &str) -> Result<(), ParseError> 
 
 /// Applies one `name[=value]` match item. Returns Ok(false) if `name` is not a match field.
 fn match_item(m: &mut Match, name: &str, val: Option<&str>) -> Result<bool, ParseError> {
+    if let Some(mf) = MetaField::parse(name) {
+        let fd = mf.fd();
+        let v = val.ok_or_else(|| perr(name, "needs a value"))?;
+        let (v, mk) = num_masked(name, v, fd.ones())?;
+        m.set_masked(fd, v, mk);
+        return Ok(true);
+    }
+    if name.starts_with("reg") || name.starts_with("xreg") || name.starts_with("xxreg") {
+        return Err(perr(
+            name,
+            "no such register (reg0-reg15, xreg0-xreg7; xxreg not supported)",
+        ));
+    }
     let shorthand: Option<(u16, Option<u8>)> = match name {
         "ip" => Some((ethertype::IPV4, None)),
         "ipv6" => Some((ethertype::IPV6, None)),
@@ -646,6 +851,7 @@ pub fn parse_rule(line: &str) -> Result<Rule, ParseError> {
     };
     let acts = acts.ok_or_else(|| perr("actions", "missing `actions=`"))?;
     let mut r = Rule {
+        table: 0,
         priority: DEFAULT_PRIORITY,
         cookie: 0,
         idle_timeout: 0,
@@ -673,9 +879,10 @@ pub fn parse_rule(line: &str) -> Result<Rule, ParseError> {
             }
             "table" => {
                 let t = num(k, v.ok_or_else(|| perr(k, "needs a value"))?)?;
-                if t != 0 {
-                    return Err(perr(k, "only table 0 is supported"));
+                if t > MAX_TABLE as u64 {
+                    return Err(perr(k, format!("table {t} out of range (0–{MAX_TABLE})")));
                 }
+                r.table = t as u8;
             }
             _ => {
                 if !match_item(&mut r.m, k, v)? {
@@ -701,6 +908,32 @@ pub fn parse_rule(line: &str) -> Result<Rule, ParseError> {
         }
     }
     r.actions = parse_actions(acts, &r.m)?;
+    // OpenFlow: goto_table is the last instruction and only goes forward (OVS
+    // `ofpacts_check`: OFPBRC_BAD_TABLE_ID otherwise).
+    for (i, a) in r.actions.iter().enumerate() {
+        if let Action::GotoTable(t) = *a {
+            if t <= r.table {
+                return Err(perr(
+                    "goto_table",
+                    format!("goto_table:{t} must go to a later table than {}", r.table),
+                ));
+            }
+            if i + 1 != r.actions.len() {
+                return Err(perr("goto_table", "must be the last action"));
+            }
+        }
+        if let Action::WriteMetadata { .. } = *a {
+            let rest_ok = r.actions[i + 1..]
+                .iter()
+                .all(|b| matches!(b, Action::GotoTable(_)));
+            if !rest_ok {
+                return Err(perr(
+                    "write_metadata",
+                    "an instruction: only goto_table may follow it",
+                ));
+            }
+        }
+    }
     Ok(r)
 }
 
@@ -874,12 +1107,91 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
                 out.push(Action::SetField(sf, v as u128));
             }
             "dec_ttl" => out.push(Action::DecTtl),
+            "goto_table" => {
+                let t = num_max(name, argv(name)?, MAX_TABLE as u64)?;
+                out.push(Action::GotoTable(t as u8));
+            }
+            "resubmit" => out.push(parse_resubmit(item)?),
+            "write_metadata" => {
+                let (v, mk) = num_masked(name, argv(name)?, u64::MAX)?;
+                out.push(Action::WriteMetadata {
+                    value: v & mk,
+                    mask: mk,
+                });
+            }
+            "load" => {
+                let a = argv(name)?;
+                let (val, dst) = a
+                    .split_once("->")
+                    .ok_or_else(|| perr(name, "expected VALUE->DST[a..b]"))?;
+                let (dname, ofs, n) =
+                    subfield(name, dst, |s| MetaField::parse(s).map(|m| m.fd().bits))?;
+                let dst = MetaField::parse(&dname).expect("checked by subfield");
+                let v = num(name, val)?;
+                if n < 64 && v >> n != 0 {
+                    return Err(perr(name, format!("value {v:#x} does not fit in {n} bits")));
+                }
+                let mask = bits_mask(ofs, n);
+                out.push(Action::Load {
+                    dst,
+                    value: (v << ofs) & mask,
+                    mask,
+                });
+            }
+            "move" => {
+                let a = argv(name)?;
+                let (src, dst) = a
+                    .split_once("->")
+                    .ok_or_else(|| perr(name, "expected SRC[a..b]->DST[c..d]"))?;
+                let (sname, sofs, sn) =
+                    subfield(name, src, |s| SrcField::parse(s).map(|f| f.fd().1))?;
+                let (dname, dofs, dn) =
+                    subfield(name, dst, |s| MetaField::parse(s).map(|m| m.fd().bits))?;
+                if sn != dn {
+                    return Err(perr(
+                        name,
+                        format!("source has {sn} bits, destination {dn} bits"),
+                    ));
+                }
+                let src = SrcField::parse(&sname).expect("checked by subfield");
+                let ip4 = cf.dl_type == Some(ethertype::IPV4);
+                let ip = ip4 || cf.dl_type == Some(ethertype::IPV6);
+                let ok = match src {
+                    SrcField::IpSrc | SrcField::IpDst => ip4,
+                    SrcField::TcpSrc | SrcField::TcpDst => ip && cf.proto == Some(ipproto::TCP),
+                    SrcField::UdpSrc | SrcField::UdpDst => ip && cf.proto == Some(ipproto::UDP),
+                    _ => true,
+                };
+                if !ok {
+                    return Err(perr(
+                        name,
+                        "source field prerequisites not met by the match",
+                    ));
+                }
+                out.push(Action::Move {
+                    src,
+                    src_ofs: sofs,
+                    dst: MetaField::parse(&dname).expect("checked by subfield"),
+                    dst_ofs: dofs,
+                    n_bits: sn,
+                });
+            }
             "set_field" => {
                 let a = argv(name)?;
                 let (val, field) = a
                     .split_once("->")
                     .ok_or_else(|| perr(name, "expected VALUE->FIELD"))?;
                 let (val, field) = (val.trim(), field.trim());
+                if let Some(mf) = MetaField::parse(field) {
+                    let fd = mf.fd();
+                    let (v, mk) = num_masked(field, val, fd.ones())?;
+                    out.push(Action::Load {
+                        dst: mf,
+                        value: v & mk,
+                        mask: mk,
+                    });
+                    continue;
+                }
                 let (sf, v): (SetField, u128) = match field {
                     "eth_src" | "dl_src" => (SetField::EthSrc, parse_mac(field, val)? as u128),
                     "eth_dst" | "dl_dst" => (SetField::EthDst, parse_mac(field, val)? as u128),
@@ -951,6 +1263,48 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
         }
     }
     Ok(out)
+}
+
+/// `resubmit:PORT`, `resubmit(PORT,TABLE)`, `resubmit(,TABLE)` (PORT may be empty or
+/// `in_port`; TABLE may be empty or 255 = the current table).
+fn parse_resubmit(item: &str) -> Result<Action, ParseError> {
+    let n = "resubmit";
+    let item = item.trim();
+    let port_of = |s: &str| -> Result<Option<u32>, ParseError> {
+        match s.trim() {
+            "" | "in_port" | "IN_PORT" => Ok(None),
+            p => Ok(Some(num_max(n, p, 0xffff_ff00)? as u32)),
+        }
+    };
+    if let Some(p) = item.strip_prefix("resubmit:") {
+        return Ok(Action::Resubmit {
+            port: port_of(p)?,
+            table: None,
+        });
+    }
+    let inner = item
+        .strip_prefix("resubmit(")
+        .and_then(|s| s.strip_suffix(')'))
+        .ok_or_else(|| perr(n, "expected resubmit:PORT or resubmit(PORT,TABLE)"))?;
+    let mut parts = inner.split(',');
+    let port = port_of(parts.next().unwrap_or(""))?;
+    let table = match parts.next().map(str::trim) {
+        None | Some("") => None,
+        Some(t) => match num_max(n, t, 255)? {
+            255 => None,
+            t => Some(t as u8),
+        },
+    };
+    if let Some(extra) = parts.next() {
+        return Err(perr(
+            n,
+            format!("unsupported resubmit argument `{extra}` (ct)"),
+        ));
+    }
+    if port.is_none() && table.is_none() {
+        return Err(perr(n, "needs a port or a table"));
+    }
+    Ok(Action::Resubmit { port, table })
 }
 
 /// Whether the match requires IPv4 fragments handling (`nw_frag` in the mask).

@@ -108,7 +108,7 @@ impl FlowTable {
         let mut out = Vec::new();
         for (id, reason) in self.expired_at(now) {
             if let Some(rule) = self.rules.remove(&id) {
-                self.cls.remove(&rule.m, rule.priority);
+                self.cls_mut(rule.table).remove(&rule.m, rule.priority);
                 let stats = self.life.remove(&id).unwrap_or_default();
                 out.push(Expired {
                     id,
@@ -125,7 +125,10 @@ impl FlowTable {
     /// space), by decreasing priority then install order; see [`format_rule_stats`].
     pub fn dump_rules(&self, now: u64) -> Vec<String> {
         let mut ids: Vec<u32> = self.rules.keys().copied().collect();
-        ids.sort_by_key(|id| (std::cmp::Reverse(self.rules[id].priority), *id));
+        ids.sort_by_key(|id| {
+            let r = &self.rules[id];
+            (r.table, std::cmp::Reverse(r.priority), *id)
+        });
         ids.iter()
             .map(|id| {
                 let s = self.life.get(id).copied().unwrap_or_default();
@@ -157,9 +160,10 @@ fn age_secs(ms: u64) -> u64 {
 /// here: no modify-flows). Actions in the OpenFlow 1.3 form the rule is held in.
 pub fn format_rule_stats(r: &Rule, s: &RuleStats, now: u64) -> String {
     let mut o = format!(
-        " cookie={:#x}, duration={}, table=0, n_packets={}, n_bytes={}, ",
+        " cookie={:#x}, duration={}, table={}, n_packets={}, n_bytes={}, ",
         r.cookie,
         duration(now.saturating_sub(s.created)),
+        r.table,
         s.packets,
         s.bytes
     );
@@ -208,6 +212,62 @@ pub fn format_ofpacts(actions: &[Action]) -> String {
             Action::PushVlan(t) => format!("push_vlan:{t:#x}"),
             Action::DecTtl => "dec_ttl".into(),
             Action::Controller(ml) => format!("CONTROLLER:{ml}"),
+            Action::GotoTable(t) => format!("goto_table:{t}"),
+            Action::WriteMetadata { value, mask } => {
+                if mask == u64::MAX {
+                    format!("write_metadata:{value:#x}")
+                } else {
+                    format!("write_metadata:{value:#x}/{mask:#x}")
+                }
+            }
+            Action::Load { dst, value, mask } => {
+                // OVS holds a whole-field write as set_field and a contiguous part as
+                // an NXM load (OpenFlow 1.3 dump).
+                let ones = dst.fd().ones();
+                let (ofs, n) = (mask.trailing_zeros(), mask.count_ones());
+                let contiguous = mask != 0 && (mask >> ofs).wrapping_add(1) & (mask >> ofs) == 0;
+                if mask == ones {
+                    format!("set_field:{value:#x}->{}", dst.name())
+                } else if contiguous {
+                    format!(
+                        "load:{:#x}->{}[{}..{}]",
+                        value >> ofs,
+                        dst.nxm_name(),
+                        ofs,
+                        ofs + n - 1
+                    )
+                } else {
+                    format!("set_field:{value:#x}/{mask:#x}->{}", dst.name())
+                }
+            }
+            Action::Move {
+                src,
+                src_ofs,
+                dst,
+                dst_ofs,
+                n_bits,
+            } => {
+                let sub = |name: String, ofs: u8, width: u8| {
+                    if ofs == 0 && n_bits == width {
+                        format!("{name}[]")
+                    } else {
+                        format!("{name}[{}..{}]", ofs, ofs + n_bits - 1)
+                    }
+                };
+                format!(
+                    "move:{}->{}",
+                    sub(src.nxm_name(), src_ofs, src.fd().1),
+                    sub(dst.nxm_name(), dst_ofs, dst.fd().bits)
+                )
+            }
+            Action::Resubmit { port, table } => match (port, table) {
+                (Some(p), None) => format!("resubmit:{p}"),
+                (p, t) => format!(
+                    "resubmit({},{})",
+                    p.map(|p| p.to_string()).unwrap_or_default(),
+                    t.map(|t| t.to_string()).unwrap_or_default()
+                ),
+            },
             Action::SetField(sf, v) => {
                 let (val, name) = match sf {
                     SetField::EthSrc => (mac(v), "eth_src"),

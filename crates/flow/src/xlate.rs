@@ -4,7 +4,7 @@
 
 use crate::classifier::Classifier;
 use crate::key::{f, FlowKey, FRAG_ANY, FRAG_LATER, FRAG_MASK, VLAN_CFI, VLAN_PCP_MASK};
-use crate::ofctl::{tcp_flag_name, Action, Match, Rule, SetField};
+use crate::ofctl::{tcp_flag_name, Action, Match, Rule, SetField, SrcField};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -219,10 +219,39 @@ pub fn format_actions(a: &[OdpAction]) -> String {
         .join(",")
 }
 
-/// OpenFlow table 0: the rules plus the classifier.
+/// OVS `MAX_DEPTH`: resubmits to the same or an earlier table may nest this deep.
+pub const MAX_DEPTH: u32 = 64;
+/// OVS `MAX_RESUBMITS` (`MAX_DEPTH * MAX_DEPTH`): resubmits + goto_tables per translation.
+pub const MAX_RESUBMITS: u32 = MAX_DEPTH * MAX_DEPTH;
+
+/// Why a translation failed (OVS `enum xlate_error`, `xlate_strerror` text). The packet
+/// is dropped: the megaflow gets no actions (OVS: "Make sure we return a drop flow in
+/// case of an error").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XlateError {
+    /// More than [`MAX_DEPTH`] nested resubmits to the same or an earlier table.
+    RecursionTooDeep,
+    /// More than [`MAX_RESUBMITS`] resubmits/goto_tables in one translation.
+    TooManyResubmits,
+}
+
+impl std::fmt::Display for XlateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            XlateError::RecursionTooDeep => "Recursion too deep",
+            XlateError::TooManyResubmits => "Too many resubmits",
+        })
+    }
+}
+
+/// The OpenFlow tables 0–254: the rules plus one classifier per table.
 #[derive(Debug, Clone, Default)]
 pub struct FlowTable {
+    /// Table 0's classifier. Its prefix-tracking setting (`set_prefix_tracking`) applies
+    /// to every table.
     pub cls: Classifier,
+    /// Tables 1–254 that hold (or held) rules.
+    others: std::collections::BTreeMap<u8, Classifier>,
     pub rules: HashMap<u32, Rule>,
     next_id: u32,
     /// Recirculation id counter for packet-in (controller) actions, like OVS's allocator.
@@ -240,8 +269,13 @@ pub struct Xlated {
     /// The megaflow mask (1 = significant).
     pub wc: FlowKey,
     pub actions: Vec<OdpAction>,
-    /// The matched rule (None = table miss, dropped).
+    /// The rule matched in table 0 (None = table miss, dropped).
     pub rule: Option<u32>,
+    /// Every rule the translation executed, in order (table 0's first; one per
+    /// goto_table / resubmit that matched): the rules whose stats a megaflow credits.
+    pub rules: Vec<u32>,
+    /// Translation failed (resubmit limits): the packet is dropped.
+    pub error: Option<XlateError>,
 }
 
 impl FlowTable {
@@ -269,7 +303,7 @@ impl FlowTable {
     pub fn add_at(&mut self, r: Rule, now: u64) -> u32 {
         let id = self.next_id;
         self.next_id += 1;
-        if let Some(old) = self.cls.insert(&r.m, r.priority, id) {
+        if let Some(old) = self.cls_mut(r.table).insert(&r.m, r.priority, id) {
             self.rules.remove(&old);
             self.life.remove(&old);
         }
@@ -279,17 +313,17 @@ impl FlowTable {
     }
     /// Deletes rules whose match is covered by `m` (non-strict `del-flows`).
     pub fn del_matching(&mut self, m: &Match) -> usize {
-        let victims: Vec<(u32, Match, u16)> = self
+        let victims: Vec<(u32, Match, u16, u8)> = self
             .rules
             .iter()
             .filter(|(_, r)| {
                 // rule's mask must include m's mask and values agree under m's mask
                 r.m.mask.and(&m.mask) == m.mask && r.m.key.and(&m.mask) == m.key
             })
-            .map(|(&id, r)| (id, r.m, r.priority))
+            .map(|(&id, r)| (id, r.m, r.priority, r.table))
             .collect();
-        for (id, mm, p) in &victims {
-            self.cls.remove(mm, *p);
+        for (id, mm, p, t) in &victims {
+            self.cls_mut(*t).remove(mm, *p);
             self.rules.remove(id);
             self.life.remove(id);
         }
@@ -299,11 +333,32 @@ impl FlowTable {
         let tries = self.cls.prefix_tracking();
         self.cls = Classifier::new();
         self.cls.set_prefix_tracking(tries);
+        self.others.clear();
         self.rules.clear();
         self.life.clear();
     }
     pub fn len(&self) -> usize {
         self.rules.len()
+    }
+    /// The classifier of table `t`, created on first use.
+    pub(crate) fn cls_mut(&mut self, t: u8) -> &mut Classifier {
+        if t == 0 {
+            &mut self.cls
+        } else {
+            self.others.entry(t).or_default()
+        }
+    }
+    /// The classifier of table `t` (None: no rule was ever added there).
+    pub fn table_cls(&self, t: u8) -> Option<&Classifier> {
+        if t == 0 {
+            Some(&self.cls)
+        } else {
+            self.others.get(&t)
+        }
+    }
+    /// Number of rules in table `t`.
+    pub fn table_len(&self, t: u8) -> usize {
+        self.table_cls(t).map_or(0, Classifier::len)
     }
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
@@ -326,27 +381,43 @@ impl FlowTable {
         if flow.is_ip_any() {
             wc.or(f::NW_FRAG, FRAG_MASK as u64);
         }
-        // Fragments: transport ports are treated as unavailable (frag_handling=normal).
-        let mut lk = *flow;
-        if flow.is_ip_any() && flow.nw_frag() & FRAG_ANY != 0 {
-            lk.set(f::TP_SRC, 0);
-            lk.set(f::TP_DST, 0);
-        }
-        let rule = self.cls.lookup(&lk, &mut wc);
         let mut x = Ctx {
             dont_send,
             flow: *flow,
             base: *flow,
             wc,
             out: Vec::new(),
+            table_id: 0,
+            depth: 0,
+            resubmits: 0,
+            rules: Vec::new(),
+            error: None,
         };
+        let rule = self.lookup_in(&mut x, 0, flow.in_port());
         if let Some(id) = rule {
             if let Some(r) = self.rules.get(&id) {
+                x.rules.push(id);
                 self.do_actions(&mut x, r);
             }
         }
+        if let Some(e) = x.error {
+            // OVS returns a drop flow on a translation error, with the mask as it was
+            // when translation stopped: `goto exit` skips xlate_wc_finish (so registers
+            // looked at stay in it, at their initial value 0).
+            tracing::warn!(error = %e, "translation failed, packet is dropped");
+            return Xlated {
+                wc: x.wc,
+                actions: Vec::new(),
+                rule,
+                rules: x.rules,
+                error: x.error,
+            };
+        }
         let mut wc = x.wc;
-        // xlate_wc_finish
+        // xlate_wc_finish: registers and metadata are not part of a megaflow.
+        for i in crate::key::META_WORDS {
+            wc.w[i] = 0;
+        }
         if flow.is_icmp_any() {
             let w = wc.get(f::TP_SRC) & 0xff;
             wc.set(f::TP_SRC, w);
@@ -375,13 +446,73 @@ impl FlowTable {
             wc,
             actions: x.out,
             rule,
+            rules: x.rules,
+            error: x.error,
         }
+    }
+
+    /// `rule_dpif_lookup_in_table` of table `table` for the current flow, with `in_port`
+    /// as the input port for this lookup only and, for IP fragments, the transport ports
+    /// looked up as 0 (frag_handling=normal); un-wildcards what the lookup looked at.
+    fn lookup_in(&self, x: &mut Ctx, table: u8, in_port: u32) -> Option<u32> {
+        let cls = self.table_cls(table)?;
+        let mut lk = x.flow;
+        if lk.is_ip_any() && lk.nw_frag() & FRAG_ANY != 0 {
+            lk.set(f::TP_SRC, 0);
+            lk.set(f::TP_DST, 0);
+        }
+        lk.set(f::IN_PORT, in_port as u64);
+        cls.lookup_with(&lk, &mut x.wc, self.cls.prefix_tracking())
+    }
+
+    /// OVS `xlate_table_action` + `xlate_recursively` for `resubmit` / `goto_table`:
+    /// resource check (depth, total), lookup in `table`, then the matched rule's actions.
+    /// A miss runs nothing (the hidden miss rule has no actions: no controller here)
+    /// but still counts as a resubmit, as in OVS.
+    fn table_action(&self, x: &mut Ctx, in_port: u32, table: u8) {
+        if x.depth >= MAX_DEPTH {
+            x.error = Some(XlateError::RecursionTooDeep);
+            return;
+        }
+        if x.resubmits >= MAX_RESUBMITS {
+            x.error = Some(XlateError::TooManyResubmits);
+            return;
+        }
+        let old_table = x.table_id;
+        x.table_id = table;
+        let rule = self.lookup_in(x, table, in_port);
+        x.resubmits += 1;
+        let deepens = u32::from(table <= old_table);
+        x.depth += deepens;
+        if let Some(r) = rule.and_then(|id| self.rules.get(&id).map(|r| (id, r))) {
+            x.rules.push(r.0);
+            self.do_actions(x, r.1);
+        }
+        x.depth -= deepens;
+        x.table_id = old_table;
     }
 
     fn do_actions(&self, x: &mut Ctx, r: &Rule) {
         let in_port = x.flow.in_port();
         for a in &r.actions {
+            if x.error.is_some() {
+                return;
+            }
             match *a {
+                Action::Resubmit { port, table } => {
+                    let p = port.unwrap_or(in_port);
+                    self.table_action(x, p, table.unwrap_or(x.table_id));
+                }
+                Action::GotoTable(t) => self.table_action(x, in_port, t),
+                Action::Load { dst, value, mask } => x.load(dst.fd(), value, mask),
+                Action::WriteMetadata { value, mask } => x.load(f::METADATA, value, mask),
+                Action::Move {
+                    src,
+                    src_ofs,
+                    dst,
+                    dst_ofs,
+                    n_bits,
+                } => x.move_bits(src, src_ofs, dst.fd(), dst_ofs, n_bits),
                 Action::Output(p) => {
                     let exists = self.ports.as_ref().is_none_or(|ps| ps.contains(&p));
                     if p != in_port && exists {
@@ -550,9 +681,58 @@ struct Ctx {
     base: FlowKey,
     wc: FlowKey,
     out: Vec<OdpAction>,
+    /// The table whose rule is executing (`resubmit(,255)` means this one).
+    table_id: u8,
+    /// Nesting of resubmits to the same or an earlier table (OVS `ctx->depth`).
+    depth: u32,
+    /// goto_table + resubmit lookups so far (OVS `ctx->resubmits`).
+    resubmits: u32,
+    rules: Vec<u32>,
+    error: Option<XlateError>,
 }
 
 impl Ctx {
+    /// `mf_set_flow_value_masked` + `mf_mask_field_masked` on a pipeline field.
+    fn load(&mut self, fd: crate::key::Fd, value: u64, mask: u64) {
+        self.wc.or(fd, mask);
+        let old = self.flow.get(fd);
+        self.flow.set(fd, (old & !mask) | (value & mask));
+    }
+
+    /// OVS `mf_subfield_copy`: only when the source's prerequisites hold (checking them
+    /// un-wildcards `nw_proto` for TCP/UDP sources); un-wildcards the source and
+    /// destination bits.
+    fn move_bits(&mut self, src: SrcField, sofs: u8, dst: crate::key::Fd, dofs: u8, n: u8) {
+        let fl = &self.flow;
+        let ok = match src {
+            SrcField::IpSrc | SrcField::IpDst => fl.is_ipv4(),
+            SrcField::TcpSrc | SrcField::TcpDst | SrcField::UdpSrc | SrcField::UdpDst => {
+                if fl.is_ip_any() {
+                    self.wc.full(f::NW_PROTO);
+                    let want = if matches!(src, SrcField::TcpSrc | SrcField::TcpDst) {
+                        ipproto::TCP
+                    } else {
+                        ipproto::UDP
+                    };
+                    fl.nw_proto() == want && fl.nw_frag() & FRAG_LATER == 0
+                } else {
+                    false
+                }
+            }
+            _ => true,
+        };
+        if !ok {
+            return;
+        }
+        let ones = if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
+        let (sfd, _) = src.fd();
+        self.wc.or(sfd, ones << sofs);
+        self.wc.or(dst, ones << dofs);
+        let v = (self.flow.get(sfd) >> sofs) & ones;
+        let old = self.flow.get(dst);
+        self.flow.set(dst, (old & !(ones << dofs)) | (v << dofs));
+    }
+
     /// commit_odp_actions: emit set/push/pop actions for what changed since `base`.
     fn commit(&mut self) {
         let b0 = self.base;
@@ -763,6 +943,7 @@ fn match_items(flow: &FlowKey, wc: &FlowKey, megaflow: bool) -> Vec<String> {
     if megaflow {
         o.push("eth".into());
     }
+
     let dl_type = fv.dl_type();
     let mut skip_type = false;
     let mut skip_proto = false;
@@ -817,6 +998,22 @@ fn match_items(flow: &FlowKey, wc: &FlowKey, megaflow: bool) -> Vec<String> {
         if !s.is_empty() {
             o.push(s.into());
         }
+    }
+    // OVS match_format: registers (an xreg shows as its two registers), then
+    // metadata, then in_port.
+    for (i, fd) in f::REGS.iter().enumerate() {
+        let (v, m) = (fv.get(*fd), wc.get(*fd));
+        if m == 0xffff_ffff {
+            o.push(format!("reg{i}={}", hash_x(v)));
+        } else if m != 0 {
+            o.push(format!("reg{i}={}/{m:#x}", hash_x(v)));
+        }
+    }
+    let (v, m) = (fv.get(f::METADATA), wc.get(f::METADATA));
+    if m == u64::MAX {
+        o.push(format!("metadata={}", hash_x(v)));
+    } else if m != 0 {
+        o.push(format!("metadata={}/{m:#x}", hash_x(v)));
     }
     if wc.get(f::IN_PORT) != 0 {
         o.push(format!("in_port={}", fv.in_port()));

@@ -457,6 +457,165 @@ fn check_table_p(
     }
 }
 
+/// A random pipeline of `n_tables` tables of `per_table` rules each (the flow issue's
+/// random rules with `table=N,`), whose actions also `resubmit(,T)` / `resubmit(P,T)`
+/// (mostly forward, sometimes back or to the same table: loops that hit OVS's limits)
+/// and end with `goto_table:T` (forward only) instead of their last output.
+fn gen_pipeline(r: &mut SmallRng, n_tables: u8, per_table: usize) -> String {
+    let mut flows = String::new();
+    for t in 0..n_tables {
+        let mut prios: Vec<u16> = (1..=2000).collect();
+        prios.shuffle(r);
+        for prio in prios.iter().take(per_table) {
+            let rule = gen_rule(r, *prio);
+            let (m, a) = rule.split_once(",actions=").unwrap();
+            let mut acts: Vec<String> = if a == "drop" {
+                Vec::new()
+            } else {
+                a.split(',').map(String::from).collect()
+            };
+            // push_vlan,set_field pairs stay together: insert only before outputs.
+            let n_res = r.gen_range(0..3);
+            for _ in 0..n_res {
+                let to = if r.gen_bool(0.04) {
+                    r.gen_range(0..=t)
+                } else {
+                    r.gen_range(t..n_tables).saturating_add(1).min(n_tables - 1)
+                };
+                if to == t && t == n_tables - 1 && !r.gen_bool(0.1) {
+                    continue;
+                }
+                let res = if r.gen_bool(0.2) {
+                    format!("resubmit({},{to})", r.gen_range(1..=4))
+                } else {
+                    format!("resubmit(,{to})")
+                };
+                let outs: Vec<usize> = acts
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, x)| x.starts_with("output:"))
+                    .map(|(i, _)| i)
+                    .collect();
+                let at = outs.choose(r).copied().unwrap_or(acts.len());
+                acts.insert(at, res);
+            }
+            // Registers and metadata: set here (before the resubmits/outputs or at the
+            // front), matched in later tables.
+            let v4 = m.contains("tcp,")
+                || m.contains("udp,")
+                || m.contains(",ip,")
+                || m.ends_with(",ip")
+                || m.contains("icmp,")
+                || m.ends_with("tcp")
+                || m.ends_with("udp")
+                || m.ends_with("icmp");
+            let v4 = v4 && !m.contains("6");
+            for _ in 0..r.gen_range(0..3) {
+                let reg = r.gen_range(0..3);
+                let op = match r.gen_range(0..6) {
+                    0 => format!("load:{}->NXM_NX_REG{reg}[0..3]", r.gen_range(0..4)),
+                    1 => format!("set_field:{}->reg{reg}", r.gen_range(0..3)),
+                    2 => format!("set_field:{:#x}/0xf0->reg{reg}", r.gen_range(0..3) << 4),
+                    3 => format!("move:NXM_OF_ETH_SRC[0..7]->NXM_NX_REG{reg}[0..7]"),
+                    4 if v4 => format!("move:NXM_OF_IP_DST[0..3]->NXM_NX_REG{reg}[4..7]"),
+                    _ => format!("move:NXM_OF_IN_PORT[0..3]->NXM_NX_REG{reg}[0..3]"),
+                };
+                acts.insert(0, op);
+            }
+            let goto = t + 1 < n_tables && r.gen_bool(0.5);
+            if goto && r.gen_bool(0.3) {
+                acts.push(format!("write_metadata:{:#x}/0xff", r.gen_range(0..3)));
+            }
+            if goto {
+                let to = r.gen_range(t + 1..n_tables);
+                if acts.last().is_some_and(|x| x.starts_with("output:")) {
+                    acts.pop();
+                }
+                acts.push(format!("goto_table:{to}"));
+            }
+            let a = if acts.is_empty() {
+                "drop".to_string()
+            } else {
+                acts.join(",")
+            };
+            let mut m = m.to_string();
+            if t > 0 && r.gen_bool(0.4) {
+                let reg = r.gen_range(0..3);
+                m += &match r.gen_range(0..4) {
+                    0 => format!(",reg{reg}={}", r.gen_range(0..4)),
+                    1 => format!(",reg{reg}={:#x}/0xf", r.gen_range(0..4)),
+                    2 => format!(",reg{reg}={:#x}/0xf0", r.gen_range(0..3) << 4),
+                    _ => format!(",metadata={:#x}/0xff", r.gen_range(0..3)),
+                };
+            }
+            flows.push_str(&format!("table={t},{m},actions={a}\n"));
+        }
+        if r.gen_bool(0.5) {
+            flows.push_str(&format!("table={t},priority=0,actions=drop\n"));
+        }
+    }
+    flows
+}
+
+/// Random multi-table pipelines (goto_table, resubmit incl. loops): megaflow and
+/// datapath actions equal to OVS's, and a translation that OVS fails (its resubmit
+/// limits) fails here with the same reason.
+#[test]
+#[ignore = "needs openvswitch-switch (the OVS oracle): run with --ignored"]
+fn pipeline_conformance_with_ovs() {
+    let o = Oracle::start();
+    let seed = env_usize("DPUSTACK_OVS_SEED", 7) as u64 + 2000;
+    let n_pipes = env_usize("DPUSTACK_OVS_PIPELINES", 12);
+    let n_pkts = env_usize("DPUSTACK_OVS_PACKETS", 60);
+    let mut r = SmallRng::seed_from_u64(seed);
+    let (mut n, mut agree, mut errors, mut rules) = (0, 0, 0, 0);
+    let mut fails = Vec::new();
+    for i in 0..n_pipes {
+        let n_tables = [2u8, 3, 4, 6][i % 4];
+        let per_table = [5usize, 20, 60, 200][(i / 4) % 4];
+        let flows = gen_pipeline(&mut r, n_tables, per_table);
+        rules += flows.lines().count();
+        o.load(&flows);
+        let mut table =
+            FlowTable::from_rules(parse_flows(&flows).expect("our parser rejects the pipeline"));
+        table.ports = Some((1..=4).collect());
+        for _ in 0..n_pkts {
+            let p = gen_packet(&mut r);
+            let k = flow::parse_exact_flow(&p).unwrap();
+            let ours = flow::trace(&table, &k, false);
+            let theirs = o.trace_or_error(&p, None);
+            n += 1;
+            let ok = match (&theirs, ours.error) {
+                (Err((e, m)), Some(oe)) => {
+                    errors += 1;
+                    *e == oe.to_string()
+                        && canonical_megaflow(&ours.megaflow) == canonical_megaflow(m)
+                }
+                (Ok((m, a)), None) => {
+                    canonical_megaflow(&ours.megaflow) == canonical_megaflow(m)
+                        && canonical_actions(&ours.actions) == canonical_actions(a)
+                }
+                _ => false,
+            };
+            agree += ok as usize;
+            if !ok && fails.len() < 10 {
+                fails.push(format!(
+                    "packet {p}\n  ours: error {:?} megaflow {}\n        actions {}\n  ovs:  {:?}\n  pipeline:\n{}",
+                    ours.error, ours.megaflow, ours.actions, theirs, flows
+                ));
+            }
+        }
+    }
+    eprintln!(
+        "OVS pipeline conformance (seed {seed}, {n_pipes} pipelines, {rules} rules): {agree}/{n} packets agree ({errors} translation failures on both sides)"
+    );
+    assert!(
+        fails.is_empty(),
+        "disagreements with OVS:\n{}",
+        fails.join("\n\n")
+    );
+}
+
 fn env_usize(k: &str, d: usize) -> usize {
     std::env::var(k)
         .ok()
@@ -579,4 +738,73 @@ fn malformed_frames_with_ovs() {
     }
     eprintln!("OVS conformance on malformed frames (seed {seed}): {agree}/{n} agree");
     assert!(fails.is_empty(), "disagreements:\n{}", fails.join("\n"));
+}
+
+/// OVS's resubmit limits on purpose-built pipelines: a resubmit loop (depth), a
+/// two-table loop through goto_table, a binary fan-out past 4096 lookups (total) and
+/// one just under it (2048 outputs, which must then be equal to OVS's).
+#[test]
+#[ignore = "needs openvswitch-switch (the OVS oracle): run with --ignored"]
+fn resubmit_limits_with_ovs() {
+    let o = Oracle::start();
+    let fan = |levels: usize| {
+        let mut s = String::new();
+        for i in 0..levels {
+            s += &format!(
+                "table={i},actions=resubmit(,{n}),resubmit(,{n})\n",
+                n = i + 1
+            );
+        }
+        s += &format!("table={levels},actions=output:2\n");
+        s
+    };
+    let cases = [
+        (
+            "table=0,actions=output:2,resubmit(,0)\n".to_string(),
+            "in_port=1,ip",
+        ),
+        (
+            "table=0,actions=load:1->reg0[0..3],goto_table:1\ntable=1,actions=resubmit(,0)\n"
+                .to_string(),
+            "in_port=1,tcp",
+        ),
+        (fan(12), "in_port=1,udp"),
+        (fan(11), "in_port=1,udp"),
+    ];
+    let mut bad = Vec::new();
+    for (flows, pkt) in cases.iter() {
+        o.load(flows);
+        let mut table = FlowTable::from_rules(parse_flows(flows).unwrap());
+        table.ports = Some((1..=4).collect());
+        let ours = flow::trace(&table, &flow::parse_exact_flow(pkt).unwrap(), false);
+        let theirs = o.trace_or_error(pkt, None);
+        let ok = match (&theirs, ours.error) {
+            (Err((e, m)), Some(oe)) => {
+                *e == oe.to_string() && canonical_megaflow(&ours.megaflow) == canonical_megaflow(m)
+            }
+            (Ok((m, a)), None) => {
+                canonical_megaflow(&ours.megaflow) == canonical_megaflow(m)
+                    && canonical_actions(&ours.actions) == canonical_actions(a)
+            }
+            _ => false,
+        };
+        eprintln!(
+            "limits: {} lines, {pkt}: OVS {:?}, ours {:?}",
+            flows.lines().count(),
+            theirs
+                .as_ref()
+                .map(|(_, a)| a.split(',').count())
+                .map_err(|e| &e.0),
+            ours.error
+        );
+        if !ok {
+            bad.push(format!(
+                "{pkt} on\n{flows}\n  ours {:?} {}\n  ovs {:?}",
+                ours.error,
+                ours.actions.len(),
+                theirs.map(|(m, a)| (m, a.len()))
+            ));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
 }

@@ -20,6 +20,8 @@
 //! Fabrics 1.1; the unit tests compare them to the layout of Linux
 //! `include/linux/nvme.h`.
 
+#![forbid(unsafe_code)]
+
 #[macro_use]
 mod macros;
 

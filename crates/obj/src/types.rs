@@ -497,8 +497,9 @@ impl SgList {
 /// What a fetch found for each iod, in iod order.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FetchOut {
-    /// Per iod: the single value's size or the array's record size; 0 = nothing
-    /// visible at the epoch (the sgl's bytes are zeroed).
+    /// Per iod: the single value's size, or the array's record size if any
+    /// record in the requested extents is visible; 0 = nothing visible at the
+    /// epoch.
     pub sizes: Vec<u64>,
 }
 
@@ -632,7 +633,9 @@ pub trait ObjectStore {
     fn cont_list(&mut self) -> StoreResult<Vec<ContId>>;
 
     /// `daos_obj_update`: write several akeys of one dkey at `epoch`. `sgls[i]`
-    /// holds exactly `iods[i].data_len()` bytes.
+    /// holds exactly `iods[i].data_len()` bytes. `epoch` (like a punch's) must be
+    /// above the container's newest snapshot and aggregated epoch
+    /// ([`StoreError::BadEpoch`] otherwise): a snapshot's view never changes.
     fn update(
         &mut self,
         cont: ContId,
@@ -644,7 +647,9 @@ pub trait ObjectStore {
     ) -> StoreResult<()>;
 
     /// `daos_obj_fetch`: read several akeys of one dkey as of `epoch`. Fills
-    /// `sgls[i]` front to back; array holes and missing values read as zeroes.
+    /// `sgls[i]` front to back. Arrays: holes read as zeroes (the whole range
+    /// when nothing is visible, if the iod gives the record size). A missing
+    /// single value reports size 0 and leaves its buffer untouched.
     /// A single value larger than its sgl fails with [`StoreError::BufferTooSmall`];
     /// an sgl of zero bytes just asks for sizes.
     fn fetch(

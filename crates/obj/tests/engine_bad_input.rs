@@ -23,6 +23,7 @@ fn start(dir: &std::path::Path, ip: &str) -> Engine {
         listen: format!("{ip}:0").parse().unwrap(),
         data_dir: dir.to_path_buf(),
         targets: 2,
+        rdma_listen: None,
     };
     Engine::start(&cfg, Arc::new(VosBackend::default())).unwrap()
 }

@@ -18,6 +18,7 @@ fn start(dir: &std::path::Path, ip: &str, targets: usize) -> Engine {
         listen: format!("{ip}:0").parse().unwrap(),
         data_dir: dir.to_path_buf(),
         targets,
+        rdma_listen: None,
     };
     Engine::start(&cfg, Arc::new(VosBackend::default())).unwrap()
 }

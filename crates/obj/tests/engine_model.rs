@@ -20,6 +20,7 @@ fn start(dir: &std::path::Path) -> Engine {
         listen: "127.0.0.12:0".parse().unwrap(),
         data_dir: dir.to_path_buf(),
         targets: 3,
+        rdma_listen: None,
     };
     Engine::start(&cfg, Arc::new(VosBackend::default())).unwrap()
 }

@@ -22,7 +22,10 @@ use rand::{Rng, SeedableRng};
 
 const CONT: Uuid = Uuid::from_u128(0xc0ffee);
 const KEYS: u32 = 48;
-const BDEV_BYTES: u64 = 16 << 20;
+const BDEV_BYTES: u64 = 32 << 20;
+/// Array akey "arr": 16-byte records in [0, ARR_SPAN).
+const ARR_SPAN: u64 = 2048;
+const REC: u64 = 16;
 
 fn oid() -> ObjectId {
     ObjectId::generate(1, 1, ObjType::MultiHashed, ObjClass::S1).unwrap()
@@ -70,6 +73,41 @@ fn verify_value(v: &[u8]) -> Option<(u32, u64)> {
         .then_some((key, epoch))
 }
 
+/// A self-checking array record: epoch, index, CRC of both.
+fn make_record(epoch: u64, idx: u64) -> [u8; 16] {
+    let mut r = [0u8; 16];
+    r[..8].copy_from_slice(&epoch.to_le_bytes());
+    r[8..12].copy_from_slice(&(idx as u32).to_le_bytes());
+    let crc = crc32c::crc32c(&r[..12]);
+    r[12..].copy_from_slice(&crc.to_le_bytes());
+    r
+}
+
+/// A record read back: `None` = hole, `Some(epoch)` if intact; panics if damaged.
+fn check_record(r: &[u8], idx: u64, what: &str) -> Option<u64> {
+    if r.iter().all(|&b| b == 0) {
+        return None;
+    }
+    let crc = u32::from_le_bytes(r[12..16].try_into().unwrap());
+    let i = u32::from_le_bytes(r[8..12].try_into().unwrap());
+    assert!(
+        crc == crc32c::crc32c(&r[..12]) && u64::from(i) == idx,
+        "{what}: damaged array record at {idx}"
+    );
+    Some(u64::from_le_bytes(r[..8].try_into().unwrap()))
+}
+
+/// `ACK key epoch idx nr`.
+fn parse_ack(line: &str) -> Option<(u32, u64, u64, u64)> {
+    let mut it = line.strip_prefix("ACK ")?.split(' ');
+    Some((
+        it.next()?.parse().ok()?,
+        it.next()?.parse().ok()?,
+        it.next()?.parse().ok()?,
+        it.next()?.parse().ok()?,
+    ))
+}
+
 fn dkey(k: u32) -> DKey {
     DKey(format!("key-{k:03}").into_bytes())
 }
@@ -100,28 +138,40 @@ fn crash_child_process() {
     let mut hlc = Hlc::starting_after(vos.max_epoch());
     let mut rng = rand::rngs::SmallRng::seed_from_u64(now_ns());
     let out = std::io::stdout();
-    let mut pending: Vec<(u32, u64)> = Vec::new();
+    let mut pending: Vec<(u32, u64, Recx)> = Vec::new();
     let mut n = 0u64;
     loop {
         let k = rng.gen_range(0..KEYS);
         let len = [16usize, 1000, 5000, 20_000, 70_000][rng.gen_range(0..5)];
         let e = hlc.now(now_ns());
         let v = make_value(k, e.0, len);
+        // a partial overwrite of the key's array (inline or on the bdev)
+        let nr = [1u64, 8, 300, 1500][rng.gen_range(0..4)];
+        let rx = Recx {
+            idx: rng.gen_range(0..ARR_SPAN - nr),
+            nr,
+        };
+        let recs: Vec<u8> = (rx.idx..rx.end())
+            .flat_map(|i| make_record(e.0, i))
+            .collect();
         vos.update(
             CONT,
             oid(),
             e,
             &dkey(k),
-            &[Iod::single("v", v.len() as u64)],
-            &[SgList::one(v)],
+            &[
+                Iod::single("v", v.len() as u64),
+                Iod::array("arr", REC, vec![rx]),
+            ],
+            &[SgList::one(v), SgList::one(recs)],
         )
         .unwrap();
-        pending.push((k, e.0));
+        pending.push((k, e.0, rx));
         if pending.len() >= batch {
             vos.commit().unwrap();
             let mut o = out.lock();
-            for (k, e) in pending.drain(..) {
-                writeln!(o, "ACK {k} {e}").unwrap();
+            for (k, e, rx) in pending.drain(..) {
+                writeln!(o, "ACK {k} {e} {} {}", rx.idx, rx.nr).unwrap();
             }
             o.flush().unwrap();
         }
@@ -145,6 +195,7 @@ fn crash_kill9_many_points() {
     let exe = std::env::current_exe().unwrap();
     let mut rng = rand::rngs::SmallRng::seed_from_u64(now_ns());
     let mut acked: HashMap<u32, u64> = HashMap::new();
+    let mut acked_ext: HashMap<u32, Vec<(u64, Recx)>> = HashMap::new();
     let rounds = 20;
     let t0 = Instant::now();
     let mut total_acks = 0usize;
@@ -176,12 +227,10 @@ fn crash_kill9_many_points() {
         let deadline = Instant::now() + Duration::from_secs(20);
         while seen < kill_after && Instant::now() < deadline {
             let Some(Ok(line)) = lines.next() else { break };
-            if let Some(rest) = line.strip_prefix("ACK ") {
-                let mut it = rest.split(' ');
-                let k: u32 = it.next().unwrap().parse().unwrap();
-                let e: u64 = it.next().unwrap().parse().unwrap();
+            if let Some((k, e, idx, nr)) = parse_ack(&line) {
                 let slot = acked.entry(k).or_insert(0);
                 *slot = (*slot).max(e);
+                acked_ext.entry(k).or_default().push((e, Recx { idx, nr }));
                 seen += 1;
             }
         }
@@ -190,15 +239,11 @@ fn crash_kill9_many_points() {
         child.kill().unwrap(); // SIGKILL
                                // acks already written to the pipe before the kill count too
         for line in lines.map_while(Result::ok) {
-            if let Some(rest) = line.strip_prefix("ACK ") {
-                let mut it = rest.split(' ');
-                if let (Some(k), Some(e)) = (it.next(), it.next()) {
-                    if let (Ok(k), Ok(e)) = (k.parse::<u32>(), e.parse::<u64>()) {
-                        let slot = acked.entry(k).or_insert(0);
-                        *slot = (*slot).max(e);
-                        seen += 1;
-                    }
-                }
+            if let Some((k, e, idx, nr)) = parse_ack(&line) {
+                let slot = acked.entry(k).or_insert(0);
+                *slot = (*slot).max(e);
+                acked_ext.entry(k).or_default().push((e, Recx { idx, nr }));
+                seen += 1;
             }
         }
         child.wait().unwrap();
@@ -214,11 +259,33 @@ fn crash_kill9_many_points() {
                 .list_dkey(CONT, oid(), EPOCH_MAX, &mut anchor, 16)
                 .unwrap()
             {
-                let mut sgl = [SgList::one(vec![0; 128 << 10])];
+                let mut sgl = [
+                    SgList::one(vec![0; 128 << 10]),
+                    SgList::one(vec![0xee; (ARR_SPAN * REC) as usize]),
+                ];
+                let iods = [
+                    Iod::single("v", 0),
+                    Iod::array(
+                        "arr",
+                        REC,
+                        vec![Recx {
+                            idx: 0,
+                            nr: ARR_SPAN,
+                        }],
+                    ),
+                ];
                 let out = vos
-                    .fetch(CONT, oid(), EPOCH_MAX, &d, &[Iod::single("v", 0)], &mut sgl)
+                    .fetch(CONT, oid(), EPOCH_MAX, &d, &iods, &mut sgl)
                     .unwrap();
                 let v = &sgl[0].iovs[0][..out.sizes[0] as usize];
+                let arr = &sgl[1].iovs[0];
+                let what = format!("round {round}, {d:?}");
+                let rec_epochs: Vec<Option<u64>> = (0..ARR_SPAN)
+                    .map(|i| {
+                        let o = (i * REC) as usize;
+                        check_record(&arr[o..o + REC as usize], i, &what)
+                    })
+                    .collect();
                 let (k, e) = verify_value(v)
                     .unwrap_or_else(|| panic!("round {round}: {d:?} holds a damaged value"));
                 assert_eq!(dkey(k), d, "round {round}: value under the wrong key");
@@ -227,6 +294,15 @@ fn crash_kill9_many_points() {
                         e >= a,
                         "round {round}: key {k} went back from epoch {a} to {e}"
                     );
+                }
+                for (ae, rx) in acked_ext.get(&k).into_iter().flatten() {
+                    for i in rx.idx..rx.end() {
+                        let got = rec_epochs[i as usize];
+                        assert!(
+                            got.is_some_and(|g| g >= *ae),
+                            "{what}: acknowledged record {i}@{ae} reads as {got:?}"
+                        );
+                    }
                 }
                 visible += 1;
             }

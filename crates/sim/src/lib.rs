@@ -11,6 +11,8 @@
 //!
 //! Depends on nothing inside dpustack.
 
+#![forbid(unsafe_code)]
+
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::{self, Write};

@@ -9,7 +9,8 @@
 //!
 //! Does not own: any I/O. A transport plugs in as a [`Poller`] bound to an
 //! EQ; polling the EQ progresses the scheduler and the poller together.
-//! [`demo`] holds an example operation over a loopback "transport".
+//! `demo` (with the `demo` feature: `dpustack tse-demo` and `bench tse`) holds an
+//! example operation over a loopback "transport"; it is not library API.
 //!
 //! Depends on nothing inside dpustack. No hidden threads, no locks: a
 //! scheduler and its EQ are single-threaded values, and whoever calls
@@ -17,8 +18,11 @@
 //! [`Clock`] (a [`ManualClock`] makes delays deterministic in tests).
 //! See `docs/tse.md` for the model and how it maps to DAOS.
 
+#![forbid(unsafe_code)]
+
 pub mod call;
 pub mod clock;
+#[cfg(any(test, feature = "demo"))]
 pub mod demo;
 pub mod eq;
 pub mod error;

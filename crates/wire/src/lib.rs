@@ -10,6 +10,8 @@
 //! Depends on nothing inside dpustack. Everything else may depend on it. It does no
 //! I/O, keeps no state and never allocates on the parse/emit path.
 
+#![forbid(unsafe_code)]
+
 /// Why a buffer could not be viewed or parsed. `Copy`, so drop counters can say why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum Error {

@@ -1,6 +1,7 @@
 //! One module per area of the stack. Each owns: its subcommands (a clap
-//! `Subcommand` enum flattened into the top level), its config section, its part
-//! of `dpustack up` (`fn up`) and its benchmark (`fn bench`).
+//! `Subcommand` enum flattened into the top level), their output, and its
+//! benchmark (`fn bench`). The area's part of `dpustack up` and its config
+//! section are in the `node` crate.
 
 pub mod bench;
 pub mod cm;

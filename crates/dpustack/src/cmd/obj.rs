@@ -1,5 +1,5 @@
 //! Object store tools (issue #12): `dpustack engine`, `pool`, `cont`, `obj`,
-//! `kv`, and the object store's part of `dpustack up`.
+//! `kv`, `bench obj` (the object store's part of `dpustack up` is `node::objstore`).
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -11,46 +11,12 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use obj::client::{Client, ContHandle, Error as ObjError, PoolHandle};
-use obj::engine::vos_backend::VosBackend;
-use obj::engine::{Engine, EngineConfig};
+use obj::engine::EngineConfig;
 use obj::rpc::Status;
 use obj::types::{AKey, Anchor, DKey, Epoch, Iod, ObjClass, ObjType, ObjectId, SgList};
-use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
-use crate::up::Part;
-
-/// The `[obj]` section of the config file.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ObjConfig {
-    pub enabled: bool,
-    /// Where the engine listens (and where the tools connect): `IP:PORT`.
-    pub listen: String,
-    /// Targets (poller threads); 0 = one per core.
-    pub targets: usize,
-    /// The engine's data directory (default: `<node data_dir>/obj`).
-    pub data_dir: Option<PathBuf>,
-}
-
-impl Default for ObjConfig {
-    fn default() -> Self {
-        ObjConfig {
-            enabled: true,
-            listen: "127.0.0.1:10001".into(),
-            targets: 0,
-            data_dir: None,
-        }
-    }
-}
-
-impl ObjConfig {
-    fn data_dir(&self, cfg: &Config) -> PathBuf {
-        self.data_dir
-            .clone()
-            .unwrap_or_else(|| cfg.node.data_dir.join("obj"))
-    }
-}
+use node::objstore::{engine_config, parse_rdma, start_engine};
 
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
@@ -100,24 +66,23 @@ pub struct EngineArgs {
     /// Stop by itself after this many seconds.
     #[arg(long = "for", value_name = "SECS")]
     pub for_secs: Option<f64>,
-    /// RPC transport (only TCP is built).
-    #[arg(long, value_enum, default_value = "tcp")]
-    pub transport: Transport,
-}
-
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
-    Tcp,
-    /// RPC over RDMA SEND/RECV + READ/WRITE (not built yet).
-    Rdma,
+    /// Also serve RPC over RDMA (soft RoCE device on this IP, RDMA CM on
+    /// this port; default `[obj] rdma_listen`).
+    #[arg(long, value_name = "IP:PORT")]
+    pub rdma_listen: Option<String>,
 }
 
 /// Which engine the tools talk to.
 #[derive(Args, Debug, Clone)]
 pub struct At {
-    /// Engine address (default: `[obj] listen`).
+    /// Engine address (default: `[obj] listen`); `rdma://IP:PORT` for RPC
+    /// over RDMA (with --rdma-src).
     #[arg(short = 'a', long = "engine", env = "DPUSTACK_ENGINE", global = true)]
     pub engine: Option<String>,
+    /// Local IP of the soft RoCE device for `rdma://` engines (UDP 4791 of
+    /// that address must be free).
+    #[arg(long, env = "DPUSTACK_RDMA_SRC", global = true)]
+    pub rdma_src: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -273,45 +238,17 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
     }
 }
 
-fn engine_config(
-    cfg: &Config,
-    listen: Option<&str>,
-    dir: Option<PathBuf>,
-    targets: Option<usize>,
-) -> Result<EngineConfig> {
-    let o = &cfg.obj;
-    let listen = listen.unwrap_or(&o.listen);
-    let listen: SocketAddr = listen
-        .parse()
-        .with_context(|| format!("bad listen address {listen:?} (want IP:PORT)"))?;
-    Ok(EngineConfig {
-        listen,
-        data_dir: dir.unwrap_or_else(|| o.data_dir(cfg)),
-        targets: targets.unwrap_or(o.targets),
-    })
-}
-
-fn start_engine(ec: &EngineConfig) -> Result<Engine> {
-    Engine::start(ec, Arc::new(VosBackend::default())).with_context(|| {
-        format!(
-            "starting the object engine (data dir {})",
-            ec.data_dir.display()
-        )
-    })
-}
-
 fn engine(a: &EngineArgs, cfg: &Config) -> Result<()> {
-    if a.transport == Transport::Rdma {
-        bail!(
-            "RPC over RDMA (SEND/RECV on RC QPs via the RDMA CM, bulk by RDMA READ/WRITE) is NOT BUILT yet; \
-             the engine speaks the same protocol over TCP only (--transport tcp)"
-        );
+    let mut ec = engine_config(cfg, a.listen.as_deref(), a.data_dir.clone(), a.targets)?;
+    if let Some(r) = &a.rdma_listen {
+        ec.rdma_listen = Some(parse_rdma(r)?);
     }
-    let ec = engine_config(cfg, a.listen.as_deref(), a.data_dir.clone(), a.targets)?;
     let eng = start_engine(&ec)?;
     println!(
-        "object engine on {} — {} target(s), data dir {}; Ctrl-C to stop",
+        "object engine on {}{} — {} target(s), data dir {}; Ctrl-C to stop",
         eng.addr(),
+        ec.rdma_listen
+            .map_or(String::new(), |r| format!(" and rdma://{r}")),
         eng.targets(),
         ec.data_dir.display()
     );
@@ -331,34 +268,17 @@ fn engine(a: &EngineArgs, cfg: &Config) -> Result<()> {
     Ok(())
 }
 
-/// The object store's part of `dpustack up`: an engine on the node's defaults.
-pub fn up(cfg: &Config) -> Result<Part> {
-    if !cfg.obj.enabled {
-        return Ok(Part::Disabled {
-            name: "obj",
-            why: "[obj] enabled = false",
-        });
-    }
-    if !obj::IMPLEMENTED {
-        return Ok(Part::not_yet("obj", Some(12), "DAOS-style object store"));
-    }
-    let ec = engine_config(cfg, None, None, None)?;
-    let eng = start_engine(&ec)?;
-    let detail = format!(
-        "object engine on {} ({} targets, TCP; RDMA transport not built), data {}",
-        eng.addr(),
-        eng.targets(),
-        ec.data_dir.display()
-    );
-    Ok(Part::Running {
-        name: "obj",
-        detail,
-        stop: Some(Box::new(move || eng.stop())),
-    })
-}
-
 fn connect(at: &At, cfg: &Config) -> Result<Client> {
     let addr = at.engine.clone().unwrap_or_else(|| cfg.obj.listen.clone());
+    if let Some(r) = addr.strip_prefix("rdma://") {
+        let server: SocketAddr = r
+            .parse()
+            .with_context(|| format!("bad engine address {addr:?}"))?;
+        let src = at.rdma_src.as_deref().context(
+            "an rdma:// engine needs --rdma-src IP (the local soft RoCE device's address)",
+        )?;
+        return Client::connect_rdma(server, src).map_err(|e| explain(e, "engine"));
+    }
     Client::connect(&addr).map_err(|e| explain(e, "engine"))
 }
 
@@ -865,6 +785,79 @@ fn raw_bdev_write_bw(dir: &std::path::Path, t: Duration) -> Result<f64> {
     Ok(bytes as f64 / el.as_secs_f64())
 }
 
+/// Raw soft-RoCE SEND bandwidth of 64 KiB messages, 8 in flight, between
+/// two devices on 127.0.0.33/34 (RC QP through the RDMA CM): the RDMA
+/// transport's own figure next to RPC over RDMA.
+fn raw_rdma_send_bw(t: Duration) -> Result<f64> {
+    use cm::driver::CmDevice;
+    use cm::{CmConfig, ConnParam, PortSpace};
+    const MSG: usize = 64 * 1024;
+    const DEPTH: usize = 8;
+    let to = Duration::from_secs(5);
+    let dev = |ip: &str| -> Result<CmDevice> {
+        let ctx = verbs::Context::open(ip).with_context(|| format!("soft RoCE device on {ip}"))?;
+        Ok(CmDevice::open(&ctx, CmConfig::default())?)
+    };
+    let addr: SocketAddr = "127.0.0.33:7499".parse()?;
+    let sdev = dev("127.0.0.33")?;
+    let listener = sdev.listen_ep(addr, PortSpace::Tcp, 4)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    let srv = std::thread::spawn(move || -> Result<()> {
+        let (mut id, _) = listener.get_request(Some(to))?;
+        id.create_qp_default(cm_cap())?;
+        let mr = id.reg_msgs(MSG * 2 * DEPTH)?;
+        for i in 0..2 * DEPTH {
+            id.post_recv(i as u64, &mr, i * MSG, MSG as u32)?;
+        }
+        id.accept(&ConnParam::default(), to)?;
+        while !s2.load(Ordering::Relaxed) {
+            if let Ok(wc) = id.get_recv_comp(Duration::from_millis(10)) {
+                let i = wc.wr_id as usize;
+                id.post_recv(wc.wr_id, &mr, i * MSG, MSG as u32)?;
+            }
+        }
+        let _ = id.disconnect();
+        drop(sdev);
+        Ok(())
+    });
+    let cdev = dev("127.0.0.34")?;
+    let id = cdev.connect_ep(None, addr, PortSpace::Tcp, cm_cap())?;
+    id.connect(&ConnParam::default(), to)?;
+    let mr = id.reg_msgs(MSG * DEPTH)?;
+    mr.write(0, &vec![0x5a; MSG * DEPTH]);
+    let (mut inflight, mut bytes) = (0usize, 0u64);
+    let start = Instant::now();
+    let mut next = 0usize;
+    while start.elapsed() < t || inflight > 0 {
+        while start.elapsed() < t && inflight < DEPTH {
+            id.post_send(next as u64, &mr, (next % DEPTH) * MSG, MSG as u32)?;
+            next += 1;
+            inflight += 1;
+        }
+        let wc = id.get_send_comp(to)?;
+        if wc.status != verbs::WcStatus::Success {
+            bail!("raw RDMA SEND failed: {:?}", wc.status);
+        }
+        inflight -= 1;
+        bytes += MSG as u64;
+    }
+    let el = start.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let _ = id.disconnect();
+    srv.join()
+        .map_err(|_| anyhow!("raw RDMA server panicked"))??;
+    Ok(bytes as f64 / el.as_secs_f64())
+}
+
+fn cm_cap() -> verbs::QpCap {
+    verbs::QpCap {
+        max_send_wr: 32,
+        max_recv_wr: 32,
+        ..verbs::QpCap::default()
+    }
+}
+
 /// NVMe/TCP 4 KiB random-read IOPS (null bdev, queue depth 32) in this
 /// process: the issue's baseline for the small-I/O figures.
 fn nvmf_4k_iops(t: Duration) -> Result<f64> {
@@ -918,10 +911,12 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let result = (|| -> Result<Report> {
+        let rdma_at: SocketAddr = "127.0.0.31:7490".parse()?;
         let ec = EngineConfig {
             listen: "127.0.0.1:0".parse()?,
             data_dir: dir.join("engine"),
             targets: 0,
+            rdma_listen: Some(rdma_at),
         };
         let eng = start_engine(&ec)?;
         let c = Client::connect(&eng.addr().to_string()).map_err(|e| explain(e, "engine"))?;
@@ -933,7 +928,7 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
             .and_then(|p| p.get())
             .map_err(|e| explain(e, "container"))?;
         let coh = cont_open(&c, "bench", "b")?;
-        let steps = 3 + 8 * runs as u64;
+        let steps = 4 + 11 * runs as u64;
         let bar = if args.json {
             indicatif::ProgressBar::hidden()
         } else {
@@ -966,6 +961,20 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
         }
         let nvmf = med(&mut v);
         bar.inc(1);
+        bar.set_message("raw soft RoCE SEND 64 KiB");
+        let mut v = Vec::new();
+        for _ in 0..runs {
+            v.push(raw_rdma_send_bw(t)?);
+        }
+        let raw_rdma = med(&mut v);
+        bar.inc(1);
+        let rc = Client::connect_rdma(rdma_at, "127.0.0.32")
+            .map_err(|e| explain(e, "engine over RDMA"))?;
+        let rpoh = pool_connect(&rc, "bench")?;
+        let rcoh = rc
+            .cont_open(&rpoh, "b", None)
+            .and_then(|p| p.get())
+            .map_err(|e| explain(e, "container over RDMA"))?;
 
         let mut fig: std::collections::BTreeMap<&str, (Vec<f64>, benchkit::Samples)> =
             Default::default();
@@ -1092,6 +1101,57 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
             })?;
             record("mdtest-hard read", n as f64 / el.as_secs_f64(), lat);
             bar.inc(1);
+            // the same client code over RPC over RDMA
+            bar.set_message("ior-easy write over RDMA");
+            let arr = rc
+                .array_create(&rcoh, oid(ObjType::Array)?, 1, MIB, None)
+                .and_then(|p| p.get())
+                .map_err(|e| explain(e, "array"))?;
+            let (n, el, lat) = drive(&rc, qd, t, |i, ev| {
+                Ok(check(
+                    rc.array_write(&arr, i * MIB, &buf, Some(ev))?,
+                    "ior-easy write over RDMA",
+                ))
+            })?;
+            record(
+                "ior-easy write over RDMA",
+                (n * MIB) as f64 / el.as_secs_f64(),
+                lat,
+            );
+            bar.inc(1);
+            bar.set_message("ior-easy read over RDMA");
+            let written = n.max(1);
+            let (n, el, lat) = drive(&rc, qd, t, |i, ev| {
+                Ok(check(
+                    rc.array_read(&arr, (i % written) * MIB, MIB, Some(ev))?,
+                    "ior-easy read over RDMA",
+                ))
+            })?;
+            record(
+                "ior-easy read over RDMA",
+                (n * MIB) as f64 / el.as_secs_f64(),
+                lat,
+            );
+            bar.inc(1);
+            bar.set_message("mdtest-hard read over RDMA");
+            let rkv = obj::client::Kv {
+                oh: obj::client::ObjHandle {
+                    coh: rcoh.coh,
+                    oid: kv.oh.oid,
+                },
+            };
+            let (n, el, lat) = drive(&rc, qd, t, |i, ev| {
+                Ok(check(
+                    rc.kv_get(&rkv, &(i % made).to_be_bytes(), Some(ev))?,
+                    "mdtest-hard read over RDMA",
+                ))
+            })?;
+            record(
+                "mdtest-hard read over RDMA",
+                n as f64 / el.as_secs_f64(),
+                lat,
+            );
+            bar.inc(1);
         }
         bar.finish_and_clear();
         let mut r = Report::new("obj");
@@ -1111,7 +1171,16 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
                     s.p99_ns as f64 / 1e3
                 )
             });
-            let f = if name.starts_with("ior-easy") {
+            let f = if name.starts_with("ior-easy") && name.ends_with("RDMA") {
+                Figure::new(
+                    format!("{name} 1 MiB (qd {qd}{lat_txt})"),
+                    v / 1e6,
+                    "MB/s",
+                    "raw soft RoCE SEND 64 KiB (8 in flight)",
+                    raw_rdma / 1e6,
+                    Better::Higher,
+                )
+            } else if name.starts_with("ior-easy") {
                 Figure::new(
                     format!("{name} 1 MiB (qd {qd}{lat_txt})"),
                     v / 1e6,
@@ -1143,13 +1212,14 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
             }
         }
         r.note(format!(
-            "{runs} run(s) of {:.2} s each, medians; engine in this process on 127.0.0.1 over TCP, {} targets, vos on io_uring file bdevs in {}; \
+            "{runs} run(s) of {:.2} s each, medians; engine in this process on 127.0.0.1 over TCP and on 127.0.0.31 over soft RDMA (client device 127.0.0.32), {} targets, vos on io_uring file bdevs in {}; \
              latency percentiles of the last run, at queue depth {qd} (they include queueing)",
             t.as_secs_f64(),
             eng.targets(),
             std::env::temp_dir().display()
         ));
         r.note("ior-hard = 47008-byte array writes/reads at stride 47008 into one object; mdtest-easy = one 64-byte KV put/get per new object; mdtest-hard = 3901-byte values under many keys of one object");
+        drop(rc);
         drop(c);
         eng.stop();
         Ok(r)

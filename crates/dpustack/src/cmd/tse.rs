@@ -1,5 +1,5 @@
-//! Task Scheduler Engine tools (issue #6): `tse-demo`, `bench tse`, and the
-//! TSE's line in `dpustack up`.
+//! Task Scheduler Engine tools (issue #6): `tse-demo` and `bench tse` (the TSE's
+//! line in `dpustack up` is the node's: `node::tse_self_check`).
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -8,26 +8,14 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use benchkit::{black_box, median, Better, Figure, Report};
 use clap::{Args, Subcommand, ValueEnum};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tse::demo::{echo, LoopbackNet};
 use tse::{call, EventQueue, Scheduler, TaskError, TaskId, TaskResult, Wait};
 
 use crate::cmd::bench::BenchArgs;
 use crate::config::Config;
-use crate::up::Part;
-
-/// The `[tse]` section of the config file.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct TseConfig {
-    pub enabled: bool,
-}
-
-impl Default for TseConfig {
-    fn default() -> Self {
-        TseConfig { enabled: true }
-    }
-}
+#[cfg(test)]
+use node::tse_self_check as self_check;
 
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
@@ -263,56 +251,6 @@ fn demo(a: &DemoArgs) -> Result<(TaskResult, Vec<Step>)> {
         );
     }
     Ok((dag_result, trace.clone()))
-}
-
-/// A 4-task diamond on a fresh scheduler: proves the engine works in this
-/// build. Returns the order the bodies ran in.
-fn self_check() -> Result<Vec<u32>> {
-    let mut s = Scheduler::new();
-    let order = Rc::new(RefCell::new(Vec::new()));
-    let ids: Vec<TaskId> = (0..4u32)
-        .map(|i| {
-            let o = order.clone();
-            s.create(move |s, id| {
-                o.borrow_mut().push(i);
-                let _ = s.complete(id, Ok(()));
-            })
-        })
-        .collect();
-    s.register_deps(ids[3], &[ids[1], ids[2]])?;
-    s.register_deps(ids[1], &[ids[0]])?;
-    s.register_deps(ids[2], &[ids[0]])?;
-    for &id in ids.iter().rev() {
-        s.schedule(id)?;
-    }
-    s.progress();
-    let order = order.borrow().clone();
-    if order != [0, 1, 2, 3] || s.live() != 0 || !s.check_complete() {
-        bail!(
-            "TSE self-check failed: order {order:?}, {} live task(s)",
-            s.live()
-        );
-    }
-    Ok(order)
-}
-
-/// This area's part of `dpustack up`.
-pub fn up(cfg: &Config) -> Result<Part> {
-    if !cfg.tse.enabled {
-        return Ok(Part::Disabled {
-            name: "tse",
-            why: "[tse] enabled = false",
-        });
-    }
-    self_check()?;
-    Ok(Part::Running {
-        name: "tse",
-        detail: "library, no service of its own: schedulers and event queues are progressed by \
-                 the threads that use them (the object-store client, not built yet); \
-                 self-check ran a 4-task DAG in order"
-            .into(),
-        stop: None,
-    })
 }
 
 const BATCH: usize = 10_000;

@@ -59,6 +59,16 @@ impl Oracle {
     }
     /// (megaflow, actions) from `ofproto/trace`.
     pub fn trace(&self, flow: &str, hex: Option<&str>) -> (String, String) {
+        self.trace_or_error(flow, hex)
+            .unwrap_or_else(|e| panic!("trace {flow}: translation failed ({})", e.0))
+    }
+    /// (megaflow, actions) from `ofproto/trace`, or (REASON, megaflow) for "Translation
+    /// failed (REASON), packet is dropped.".
+    pub fn trace_or_error(
+        &self,
+        flow: &str,
+        hex: Option<&str>,
+    ) -> Result<(String, String), (String, String)> {
         let mut c = Command::new("ovs-appctl");
         c.arg("--timeout=10")
             .arg("-t")
@@ -83,7 +93,16 @@ impl Oracle {
                 .trim()
                 .to_string()
         };
-        (get("Megaflow:"), get("Datapath actions:"))
+        if let Some(l) = out
+            .lines()
+            .find_map(|l| l.split("Translation failed (").nth(1))
+        {
+            return Err((
+                l.split(')').next().unwrap_or(l).to_string(),
+                get("Megaflow:"),
+            ));
+        }
+        Ok((get("Megaflow:"), get("Datapath actions:")))
     }
 }
 

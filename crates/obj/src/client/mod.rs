@@ -26,7 +26,9 @@ use tse::{
     call, CallError, Event, EventQueue, Poller, Scheduler, TaskError, TaskId, TaskResult, Wait,
 };
 
+use crate::rpc::core::ClientCore;
 use crate::rpc::msg::{ContInfo, NameRef, PoolInfo, Reply, Request};
+use crate::rpc::rdma::RdmaClient;
 use crate::rpc::tcp::TcpClient;
 use crate::rpc::{RawReply, RpcError, Status, WireError};
 use crate::types::{Epoch, OidError, Uuid};
@@ -163,8 +165,29 @@ impl<T> std::fmt::Debug for Pending<T> {
 type Slot<T> = Rc<RefCell<Option<Result<T>>>>;
 type Callback = Box<dyn FnOnce(&mut Scheduler, std::result::Result<RawReply, RpcError>)>;
 
+/// The transport under a client: the same RPC core over TCP or RDMA.
+enum Link {
+    Tcp(Box<TcpClient>),
+    Rdma(Box<RdmaClient>),
+}
+
+impl Link {
+    fn core(&mut self) -> &mut ClientCore {
+        match self {
+            Link::Tcp(t) => &mut t.core,
+            Link::Rdma(r) => &mut r.core,
+        }
+    }
+    fn progress(&mut self, wait: Duration) {
+        match self {
+            Link::Tcp(t) => t.progress(wait),
+            Link::Rdma(r) => r.progress(wait),
+        }
+    }
+}
+
 struct Net {
-    tcp: TcpClient,
+    link: Link,
     pending: HashMap<u64, Callback>,
     timeout: Duration,
 }
@@ -178,8 +201,8 @@ impl Poller for NetPoller {
         let mut done = Vec::new();
         {
             let mut n = self.0.borrow_mut();
-            n.tcp.progress(timeout);
-            while let Some(c) = n.tcp.core.poll_completion() {
+            n.link.progress(timeout);
+            while let Some(c) = n.link.core().poll_completion() {
                 if let Some(cb) = n.pending.remove(&c.rpc_id) {
                     done.push((cb, c.result));
                 }
@@ -236,8 +259,27 @@ impl Client {
                     source,
                 }
             })?;
+        Self::over(Link::Tcp(Box::new(tcp)), addr, timeout)
+    }
+
+    /// Connects over RDMA (RC QP through the RDMA CM; a soft RoCE device is
+    /// opened on `local_ip`, which needs UDP 4791 of that address) to the
+    /// engine's RDMA listener at `server`.
+    pub fn connect_rdma(server: std::net::SocketAddr, local_ip: &str) -> Result<Client> {
+        let r = RdmaClient::connect(server, local_ip).map_err(|e| Error::Unreachable {
+            addr: format!("rdma://{server}"),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        Self::over(
+            Link::Rdma(Box::new(r)),
+            &format!("rdma://{server}"),
+            DEFAULT_TIMEOUT,
+        )
+    }
+
+    fn over(link: Link, addr: &str, timeout: Duration) -> Result<Client> {
         let net = Rc::new(RefCell::new(Net {
-            tcp,
+            link,
             pending: HashMap::new(),
             timeout,
         }));
@@ -674,8 +716,8 @@ fn send_rpc(
     let parts: Vec<&[u8]> = bulk.iter().map(Vec::as_slice).collect();
     let timeout = n.timeout;
     let rpc_id = n
-        .tcp
-        .core
+        .link
+        .core()
         .start(std::time::Instant::now(), &req, &parts, Some(timeout));
     n.pending.insert(
         rpc_id,

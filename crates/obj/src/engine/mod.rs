@@ -36,6 +36,7 @@ use tracing::{info, warn};
 
 use crate::rpc::core::ServerConn;
 use crate::rpc::msg::{route_prefix, WireOid};
+use crate::rpc::rdma::RdmaServer;
 use crate::rpc::tcp::{ConnId, Dispatch, TcpServer};
 use crate::rpc::{HeaderRepr, Opcode, Reply, Status};
 use crate::types::StoreError;
@@ -62,6 +63,8 @@ pub enum EngineError {
     Thread(std::io::Error),
     #[error("opening the recorded pools: {0}")]
     OpenPools(Status),
+    #[error("RPC over RDMA: {0}")]
+    Rdma(#[from] crate::rpc::rdma::RdmaError),
 }
 
 /// How to run an engine.
@@ -72,6 +75,9 @@ pub struct EngineConfig {
     /// Targets (poller threads); 0 = one per available core. An existing
     /// data directory keeps the count it was created with.
     pub targets: usize,
+    /// Also serve RPC over RDMA (soft RoCE device on this IP, RDMA CM on
+    /// this port).
+    pub rdma_listen: Option<SocketAddr>,
 }
 
 /// The target owning the object `oid` among `n` targets.
@@ -97,6 +103,7 @@ pub fn status_of(e: &StoreError) -> Status {
 /// A running engine.
 pub struct Engine {
     server: Option<TcpServer>,
+    rdma: Option<RdmaServer>,
     targets: Vec<Sender<TargetMsg>>,
     mgmt: Sender<MgmtMsg>,
     threads: Vec<JoinHandle<()>>,
@@ -159,6 +166,12 @@ impl Engine {
             addr: cfg.listen,
             source,
         })?;
+        let (rdma_tx, rdma_rx) = channel();
+        let replies = if cfg.rdma_listen.is_some() {
+            replies.with_rdma(rdma_tx)
+        } else {
+            replies
+        };
         let hlc = Arc::new(SharedHlc::new());
         let mut threads = Vec::new();
         let mut targets = Vec::new();
@@ -198,10 +211,22 @@ impl Engine {
             targets: targets.clone(),
             mgmt: mtx.clone(),
         };
+        let rdma = match cfg.rdma_listen {
+            Some(a) => match RdmaServer::start(a, dispatch.clone(), rdma_rx) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    let _ = mtx.send(MgmtMsg::Stop);
+                    stop_targets(&targets, threads);
+                    return Err(e.into());
+                }
+            },
+            None => None,
+        };
         let server = builder.start(dispatch).map_err(EngineError::Thread)?;
         info!(%addr, targets = ntargets, backend = backend.name(), data_dir = %cfg.data_dir.display(), "object engine started");
         Ok(Engine {
             server: Some(server),
+            rdma,
             targets,
             mgmt: mtx,
             threads,
@@ -229,6 +254,9 @@ impl Engine {
         if let Some(s) = self.server.take() {
             s.stop();
         }
+        if let Some(r) = self.rdma.take() {
+            r.stop();
+        }
         let _ = self.mgmt.send(MgmtMsg::Stop);
         for t in &self.targets {
             let _ = t.send(TargetMsg::Stop);
@@ -245,7 +273,8 @@ impl Drop for Engine {
     }
 }
 
-/// The network thread's routing.
+/// The network threads' routing (TCP and RDMA each own a copy).
+#[derive(Clone)]
 struct EngineDispatch {
     targets: Vec<Sender<TargetMsg>>,
     mgmt: Sender<MgmtMsg>,

@@ -10,14 +10,15 @@
 //!   cancellation) and server connection ([`core::ServerConn`]).
 //! - [`tcp`]: the TCP drivers (client socket, engine network thread).
 //!
-//! The same frames are meant to ride RDMA SEND/RECV with bulk by RDMA
-//! READ/WRITE; that transport is not built (see `docs/obj.md`).
+//! - [`rdma`]: the same frames over RDMA SEND/RECV on RC QPs set up with the
+//!   RDMA CM, large values by RDMA READ (soft RoCE provider).
 
 pub mod codec;
 pub mod core;
 pub mod frame;
 pub mod header;
 pub mod msg;
+pub mod rdma;
 pub mod status;
 pub mod tcp;
 
@@ -25,6 +26,10 @@ pub use self::core::{ClientCore, Completion, Incoming, RawReply, RpcError, Serve
 pub use header::{HeaderRepr, Opcode};
 pub use msg::{Reply, Request};
 pub use status::Status;
+
+/// Connection ids of RDMA clients have this bit (TCP ids never do), so a
+/// reply finds its transport.
+pub const RDMA_CONN_BIT: u64 = 1 << 62;
 
 /// Largest frame body (arguments + bulk) either side accepts: a bigger
 /// request is refused with [`Status::RecTooBig`] and its bytes skipped.

@@ -181,12 +181,26 @@ pub trait Dispatch: Send + 'static {
 pub struct ReplySender {
     tx: Sender<(ConnId, Vec<u8>)>,
     wake: Arc<UnixStream>,
+    rdma: Option<Sender<(ConnId, Vec<u8>)>>,
 }
 
 impl ReplySender {
+    /// Also route replies of RDMA connections (ids with
+    /// [`super::RDMA_CONN_BIT`]) to `rdma`.
+    pub fn with_rdma(mut self, rdma: Sender<(ConnId, Vec<u8>)>) -> Self {
+        self.rdma = Some(rdma);
+        self
+    }
+
     /// Queues `frame` for `conn` (dropped if the connection is gone) and
     /// wakes the network thread.
     pub fn send(&self, conn: ConnId, frame: Vec<u8>) {
+        if conn & super::RDMA_CONN_BIT != 0 {
+            if let Some(r) = &self.rdma {
+                let _ = r.send((conn, frame));
+            }
+            return;
+        }
         if self.tx.send((conn, frame)).is_ok() {
             // a full pipe already means "wake up"
             let _ = (&*self.wake).write(&[1]);
@@ -235,7 +249,11 @@ impl TcpServer {
                 rx,
                 wake: wake.clone(),
             },
-            ReplySender { tx, wake },
+            ReplySender {
+                tx,
+                wake,
+                rdma: None,
+            },
         ))
     }
 

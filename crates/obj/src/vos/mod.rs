@@ -200,6 +200,9 @@ pub(crate) trait Reader {
     fn extmax(&self, akey_prefix: &[u8]) -> StoreResult<u64>;
     fn cont(&self, cont: ContId) -> StoreResult<Option<u64>>;
     fn snaps(&self, cont: ContId) -> StoreResult<Vec<Snapshot>>;
+    /// The lowest epoch a change may have: above the aggregated epoch and above
+    /// the newest snapshot (a snapshot's view never changes).
+    fn write_floor(&self, cont: ContId) -> StoreResult<u64>;
 }
 
 pub(crate) struct View<'a, I, X, C, S> {
@@ -244,6 +247,29 @@ where
             .get(&cont.as_bytes()[..])
             .map_err(ix)?
             .map(|g| g.value()))
+    }
+    fn write_floor(&self, cont: ContId) -> StoreResult<u64> {
+        let hwm = self.cont(cont)?.ok_or(StoreError::NoContainer(cont))?;
+        let p = keys::cont_prefix(cont);
+        let end = keys::prefix_end(&p);
+        let last = match &end {
+            Some(e) => self.snaps.range::<&[u8]>(p.as_slice()..e.as_slice()),
+            None => self.snaps.range::<&[u8]>(p.as_slice()..),
+        }
+        .map_err(ix)?
+        .next_back();
+        let snap = match last {
+            Some(r) => {
+                let (k, _) = r.map_err(ix)?;
+                k.value()
+                    .get(16..24)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u64::from_be_bytes)
+                    .ok_or_else(|| StoreError::Corrupt("bad snapshot key".into()))?
+            }
+            None => 0,
+        };
+        Ok(hwm.max(snap))
     }
     fn snaps(&self, cont: ContId) -> StoreResult<Vec<Snapshot>> {
         let p = keys::cont_prefix(cont);
@@ -998,11 +1024,10 @@ impl<'t> W<'t> {
                 "updates need an epoch in 1..EPOCH_MAX",
             ));
         }
-        let hwm = self.cont_hwm(cont)?;
-        if e.0 <= hwm {
+        if e.0 <= self.view().write_floor(cont)? {
             return Err(StoreError::BadEpoch(
                 e,
-                "at or below the container's aggregated epoch",
+                "at or below the container's newest snapshot or aggregated epoch",
             ));
         }
         Ok(())
@@ -1283,17 +1308,17 @@ impl ObjectStore for Vos {
         }
         // container and epoch checks need the index
         self.with_view(|r, _| {
-            let hwm = r.cont(cont)?.ok_or(StoreError::NoContainer(cont))?;
+            let floor = r.write_floor(cont)?;
             if epoch.0 == 0 || epoch == EPOCH_MAX {
                 return Err(StoreError::BadEpoch(
                     epoch,
                     "updates need an epoch in 1..EPOCH_MAX",
                 ));
             }
-            if epoch.0 <= hwm {
+            if epoch.0 <= floor {
                 return Err(StoreError::BadEpoch(
                     epoch,
-                    "at or below the container's aggregated epoch",
+                    "at or below the container's newest snapshot or aggregated epoch",
                 ));
             }
             Ok(())

@@ -332,3 +332,30 @@ fn failed_bdev_write_fails_only_that_update() {
         Err(StoreError::Bdev(_))
     ));
 }
+
+#[test]
+fn snapshots_are_immutable() {
+    let (_dir, _bdev, mut v) = setup(64, true);
+    put(&mut v, 10, "k", b"old").unwrap();
+    v.snap_create(C, Epoch(20), Some("s")).unwrap();
+    // a change at or below the snapshot would alter what it shows
+    assert!(matches!(
+        put(&mut v, 15, "k", b"new"),
+        Err(StoreError::BadEpoch(..))
+    ));
+    assert!(matches!(
+        v.punch_obj(C, oid(), Epoch(20)),
+        Err(StoreError::BadEpoch(..))
+    ));
+    put(&mut v, 21, "k", b"new").unwrap();
+    assert_eq!(get(&mut v, 20, "k").unwrap(), b"old");
+    assert_eq!(v.snap_list(C).unwrap()[0].name.as_deref(), Some("s"));
+    // once the snapshot is gone, the past is open again (until aggregated)
+    v.snap_destroy(C, Epoch(20)).unwrap();
+    put(&mut v, 15, "k", b"mid").unwrap();
+    assert_eq!(get(&mut v, 16, "k").unwrap(), b"mid");
+    assert!(matches!(
+        v.snap_destroy(C, Epoch(20)),
+        Err(StoreError::NoSnapshot(_))
+    ));
+}

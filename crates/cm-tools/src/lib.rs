@@ -1,0 +1,218 @@
+//! # cm-tools — librdmacm's example tools as a library
+//!
+//! Owns: the engines of `rping` ([`rping`]), `rdma_server`/`rdma_client`
+//! ([`simple`]), `ucmatose`/`udaddy` ([`tose`]) and `cmtime` ([`cmtime`]),
+//! speaking the same protocols as rdma-core's programs (either side may be the
+//! real librdmacm tool), over the `cm` crate's driver on a `verbs` soft RoCEv2
+//! device bound to a local IPv4 address.
+//!
+//! Does not own: argument parsing (the `dpustack` CLI), the node's CM agent
+//! (`node`, which runs [`rping::serve_one`] as its rping service). The lines the
+//! tools print go to a [`Console`]; the CM settings come in as a
+//! [`cm::CmConfig`] (no process-global state).
+//!
+//! Depends on `cm` (driver), `verbs`, `netio` (route look-up), `wire` (QKEY).
+
+#![forbid(unsafe_code)]
+
+use std::io::Write;
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use cm::driver::{CmDevice, CmId};
+use cm::CmConfig;
+use cm::EventType;
+use verbs::{Cq, Mr, QpCap, RecvWr, SendFlags, SendWr, Wc, WcStatus, WrDetail, WrOpcode};
+
+/// Writes one line to the console's stdout (as `println!`).
+macro_rules! say {
+    ($con:expr, $($t:tt)*) => { $con.out(format_args!($($t)*))? };
+}
+/// Writes one line to the console's stderr (as `eprintln!`).
+macro_rules! warn {
+    ($con:expr, $($t:tt)*) => { $con.err(format_args!($($t)*))? };
+}
+/// An [`Error::Run`] with a formatted message.
+macro_rules! err {
+    ($($t:tt)*) => { $crate::Error::Run(format!($($t)*)) };
+}
+/// Returns an [`Error::Run`] with a formatted message.
+macro_rules! bail {
+    ($($t:tt)*) => { return Err(err!($($t)*)) };
+}
+
+pub mod cmtime;
+pub mod rping;
+pub mod simple;
+pub mod tose;
+
+/// Errors of the tools.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Cm(#[from] cm::driver::DriverError),
+    #[error(transparent)]
+    Verbs(#[from] verbs::Error),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The device could not be opened (its UDP 4791 bound).
+    #[error("opening a soft RoCE device on {ip} (UDP {ip}:4791)")]
+    Open {
+        ip: Ipv4Addr,
+        #[source]
+        source: verbs::Error,
+    },
+    /// The kernel has no route to the peer (to pick our source address).
+    #[error("no route to {dst}")]
+    NoRoute {
+        dst: Ipv4Addr,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A required option is missing or out of range.
+    #[error("{0}")]
+    Usage(String),
+    /// The run failed: completion error, timeout, protocol error, CM error event.
+    #[error("{0}")]
+    Run(String),
+}
+
+/// Result of the tools.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Where a tool's lines go: stdout and stderr of the process ([`Console::stdio`])
+/// or nowhere ([`Console::silent`], for a node service that logs instead).
+pub struct Console {
+    out: Box<dyn Write + Send>,
+    err: Box<dyn Write + Send>,
+}
+
+impl Console {
+    /// The process's stdout and stderr.
+    pub fn stdio() -> Console {
+        Console {
+            out: Box::new(std::io::stdout()),
+            err: Box::new(std::io::stderr()),
+        }
+    }
+    /// Drops every line.
+    pub fn silent() -> Console {
+        Console {
+            out: Box::new(std::io::sink()),
+            err: Box::new(std::io::sink()),
+        }
+    }
+    /// Any two writers.
+    pub fn new(out: Box<dyn Write + Send>, err: Box<dyn Write + Send>) -> Console {
+        Console { out, err }
+    }
+    /// One line to the tool's output.
+    pub fn out(&mut self, line: std::fmt::Arguments) -> std::io::Result<()> {
+        writeln!(self.out, "{line}")
+    }
+    /// One line to the tool's diagnostics.
+    pub fn err(&mut self, line: std::fmt::Arguments) -> std::io::Result<()> {
+        writeln!(self.err, "{line}")
+    }
+}
+
+/// An error and its causes, joined with ": " (as anyhow's `{:#}`).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s += ": ";
+        s += &c.to_string();
+        cur = c.source();
+    }
+    s
+}
+
+/// Timeout of the tools' synchronous CM steps and completions.
+pub const T: Duration = Duration::from_secs(30);
+
+/// The local address the kernel would use to reach `dst` (no packet is sent).
+pub fn route_source(dst: Ipv4Addr) -> Result<Ipv4Addr> {
+    netio::ifaddr::route_source(None, dst, 4791).map_err(|source| Error::NoRoute { dst, source })
+}
+
+/// Opens a soft RoCE device on `ip` (a poller thread, UDP `ip`:4791) and a CM
+/// device on its QP1 with the settings `cm`.
+pub fn open_device(ip: Ipv4Addr, cm: &CmConfig) -> Result<CmDevice> {
+    let ctx = verbs::Context::open(&ip.to_string()).map_err(|source| Error::Open { ip, source })?;
+    Ok(CmDevice::open(&ctx, cm.clone())?)
+}
+
+/// Waits for one completion on `cq`, also watching `id` for DISCONNECTED (→ `Ok(None)`).
+pub(crate) fn wait_wc(cq: &Cq, id: &CmId, timeout: Duration) -> Result<Option<Wc>> {
+    let t0 = Instant::now();
+    let mut wc = [Wc::default(); 1];
+    let mut spins = 0u32;
+    loop {
+        if cq.poll(&mut wc)? == 1 {
+            if wc[0].status == WcStatus::WrFlushErr {
+                // The CM moved the QP to ERR: the peer disconnected.
+                return Ok(None);
+            }
+            if wc[0].status != WcStatus::Success {
+                bail!(
+                    "completion error: {:?} (wr_id {})",
+                    wc[0].status,
+                    wc[0].wr_id
+                );
+            }
+            return Ok(Some(wc[0]));
+        }
+        spins += 1;
+        if spins & 63 == 0 {
+            match id.get_event(Some(Duration::ZERO)) {
+                Ok(ev) if ev.event == EventType::Disconnected => return Ok(None),
+                Ok(ev) if ev.event == EventType::DeviceRemoval => return Ok(None),
+                Ok(ev) => tracing::debug!("cm event {}", ev.event),
+                Err(_) => {}
+            }
+            if t0.elapsed() > timeout {
+                bail!("timed out waiting for a completion");
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+pub(crate) fn post_recv(id: &CmId, mr: &Mr, len: u32) -> Result<()> {
+    let qp = id.qp().ok_or_else(|| err!("no QP"))?;
+    qp.post_recv(&[RecvWr {
+        wr_id: 1,
+        sg_list: &[mr.sge(0, len)],
+    }])
+    .map_err(|e| err!("post_recv: {:?}", e.error))
+}
+
+pub(crate) fn post_send(
+    id: &CmId,
+    wr_id: u64,
+    op: WrOpcode,
+    mr: &Mr,
+    len: u32,
+    rdma: Option<(u64, u32)>,
+) -> Result<()> {
+    let qp = id.qp().ok_or_else(|| err!("no QP"))?;
+    let sge = [mr.sge(0, len)];
+    let mut wr = SendWr::new(wr_id, op, &sge);
+    wr.send_flags = SendFlags::SIGNALED;
+    if let Some((remote_addr, rkey)) = rdma {
+        wr.wr = WrDetail::Rdma { remote_addr, rkey };
+    }
+    qp.post_send(&[wr])
+        .map_err(|e| err!("post_send: {:?}", e.error))
+}
+
+pub(crate) fn qp_cap() -> QpCap {
+    QpCap {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    }
+}

@@ -1,0 +1,224 @@
+//! The node configuration: one section per part, every field defaulted to the
+//! embedded defaults (serde; the CLI reads and prints it as TOML).
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::target::DEFAULT_NQN;
+
+/// The whole node configuration (`dpustack --config FILE`, `dpustack config show`).
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub node: NodeConfig,
+    pub rdma: RdmaConfig,
+    pub cm: CmConfig,
+    pub nvmf: NvmfConfig,
+    pub tse: TseConfig,
+    pub switch: SwitchConfig,
+    pub obj: ObjConfig,
+}
+
+/// The `[node]` section.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NodeConfig {
+    /// Where the node keeps its data (bdev files, object store, logs).
+    pub data_dir: PathBuf,
+    /// The address services listen on unless their section says otherwise.
+    pub listen_ip: String,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        let base = std::env::var_os("XDG_DATA_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+            .unwrap_or_else(|| PathBuf::from("/tmp"));
+        NodeConfig {
+            data_dir: base.join("dpustack"),
+            listen_ip: "127.0.0.1".into(),
+        }
+    }
+}
+
+/// The `[rdma]` section.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RdmaConfig {
+    pub enabled: bool,
+    /// IPv4 address (or `dps_a_b_c_d` name) of the soft device `up` starts;
+    /// empty = `node.listen_ip`.
+    pub device: String,
+}
+
+impl Default for RdmaConfig {
+    fn default() -> Self {
+        RdmaConfig {
+            enabled: true,
+            device: String::new(),
+        }
+    }
+}
+
+impl Config {
+    /// The node's soft RoCE device: `[rdma] device`, else `[node] listen_ip`
+    /// (none when both are empty: the host's default address).
+    pub fn device_spec(&self) -> Option<&str> {
+        let dev = if self.rdma.device.is_empty() {
+            self.node.listen_ip.as_str()
+        } else {
+            self.rdma.device.as_str()
+        };
+        (!dev.is_empty()).then_some(dev)
+    }
+}
+
+/// The `[cm]` section.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CmConfig {
+    pub enabled: bool,
+    /// CM response timeout (IB time: 4.096 us * 2^n; 20 ~ 4.3 s, as the kernel CMA).
+    pub cm_response_timeout: u8,
+    /// MAD retries before UNREACHABLE / giving up a DREQ.
+    pub max_cm_retries: u8,
+    /// How long a closed connection stays in TIMEWAIT, in ms.
+    pub timewait_ms: u64,
+    /// `dpustack up`: port of the rping-compatible echo server on the node's
+    /// address (0 = off; 7174 is rping's default).
+    pub rping_port: u16,
+}
+
+impl Default for CmConfig {
+    fn default() -> Self {
+        CmConfig {
+            enabled: true,
+            cm_response_timeout: 20,
+            max_cm_retries: 15,
+            timewait_ms: 1000,
+            rping_port: 7174,
+        }
+    }
+}
+
+impl CmConfig {
+    /// The `cm` crate's settings for a CM device (the node's agent and the CM tools).
+    pub fn core(&self) -> cm::CmConfig {
+        cm::CmConfig {
+            cm_response_timeout: self.cm_response_timeout.min(31),
+            max_cm_retries: self.max_cm_retries.min(15),
+            timewait: Duration::from_millis(self.timewait_ms),
+            ..cm::CmConfig::default()
+        }
+    }
+}
+
+/// The `[nvmf]` section.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NvmfConfig {
+    pub enabled: bool,
+    /// I/O listener of `dpustack up` (`IP:PORT` or `tcp://IP:PORT`).
+    pub listen: String,
+    /// Discovery-only port (0 = none); discovery also answers on `listen`.
+    pub discovery_port: u16,
+    /// Backing device of the single namespace of `dpustack up` (`malloc:64M`, `null:1G`,
+    /// `file:PATH[,size=64M][,direct][,qd=N]`).
+    pub bdev: String,
+    pub nqn: String,
+    /// A full target configuration file (TOML or JSON) used instead of the quick form.
+    pub target_config: Option<PathBuf>,
+    /// Poll group threads (0 = one per CPU).
+    pub poll_groups: usize,
+}
+
+impl Default for NvmfConfig {
+    fn default() -> Self {
+        NvmfConfig {
+            enabled: true,
+            listen: "127.0.0.1:4420".into(),
+            discovery_port: 8009,
+            bdev: "malloc:64M".into(),
+            nqn: DEFAULT_NQN.into(),
+            target_config: None,
+            poll_groups: 1,
+        }
+    }
+}
+
+/// The `[tse]` section.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TseConfig {
+    pub enabled: bool,
+}
+
+impl Default for TseConfig {
+    fn default() -> Self {
+        TseConfig { enabled: true }
+    }
+}
+
+/// The `[switch]` section.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SwitchConfig {
+    pub enabled: bool,
+    /// Initial flow table for `dpustack up` (ovs-ofctl add-flows file).
+    pub flows: Option<PathBuf>,
+    /// Ports for `dpustack up`, as for `switch run --port`: "N=afpacket:IF", ...
+    /// Without ports the switch is not started by `up`.
+    pub ports: Vec<String>,
+    /// Control socket.
+    pub ctl: PathBuf,
+}
+
+impl Default for SwitchConfig {
+    fn default() -> Self {
+        SwitchConfig {
+            enabled: true,
+            flows: None,
+            ports: Vec::new(),
+            ctl: PathBuf::from(switch::DEFAULT_CTL),
+        }
+    }
+}
+
+/// The `[obj]` section.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ObjConfig {
+    pub enabled: bool,
+    /// Where the engine listens (and where the tools connect): `IP:PORT`.
+    pub listen: String,
+    /// Targets (poller threads); 0 = one per core.
+    pub targets: usize,
+    /// The engine's data directory (default: `<node data_dir>/obj`).
+    pub data_dir: Option<PathBuf>,
+    /// Also serve RPC over RDMA (soft RoCE on this IP, RDMA CM on this
+    /// port), e.g. `127.0.0.1:7480`; empty = TCP only.
+    pub rdma_listen: String,
+}
+
+impl Default for ObjConfig {
+    fn default() -> Self {
+        ObjConfig {
+            enabled: true,
+            listen: "127.0.0.1:10001".into(),
+            targets: 0,
+            data_dir: None,
+            rdma_listen: String::new(),
+        }
+    }
+}
+
+impl ObjConfig {
+    /// The engine's data directory: `data_dir`, else `<node data_dir>/obj`.
+    pub fn data_dir(&self, cfg: &Config) -> PathBuf {
+        self.data_dir
+            .clone()
+            .unwrap_or_else(|| cfg.node.data_dir.join("obj"))
+    }
+}

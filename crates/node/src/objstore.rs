@@ -1,0 +1,58 @@
+//! The node's object-store part: an `obj` engine (N targets, the VOS backend)
+//! on the `[obj]` settings. `dpustack engine` runs the same engine by hand.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use obj::engine::vos_backend::VosBackend;
+use obj::engine::{Engine, EngineConfig};
+
+use crate::{Config, Error, Result};
+
+/// The engine settings from `[obj]`, each overridable (the `engine` command's options).
+pub fn engine_config(
+    cfg: &Config,
+    listen: Option<&str>,
+    dir: Option<PathBuf>,
+    targets: Option<usize>,
+) -> Result<EngineConfig> {
+    let o = &cfg.obj;
+    let listen = listen.unwrap_or(&o.listen);
+    let listen: SocketAddr = listen.parse().map_err(|e| Error::Context {
+        what: format!("bad listen address {listen:?} (want IP:PORT)"),
+        source: Box::new(e),
+    })?;
+    let rdma_listen = if o.rdma_listen.is_empty() {
+        None
+    } else {
+        Some(parse_rdma(&o.rdma_listen)?)
+    };
+    Ok(EngineConfig {
+        listen,
+        data_dir: dir.unwrap_or_else(|| o.data_dir(cfg)),
+        targets: targets.unwrap_or(o.targets),
+        rdma_listen,
+    })
+}
+
+/// An RDMA listen address, `IP:PORT` or `rdma://IP:PORT`.
+pub fn parse_rdma(s: &str) -> Result<SocketAddr> {
+    s.trim_start_matches("rdma://")
+        .parse()
+        .map_err(|e| Error::Context {
+            what: format!("bad RDMA listen address {s:?} (want IP:PORT)"),
+            source: Box::new(e),
+        })
+}
+
+/// Starts an engine on the VOS backend.
+pub fn start_engine(ec: &EngineConfig) -> Result<Engine> {
+    Engine::start(ec, Arc::new(VosBackend::default())).map_err(|e| Error::Context {
+        what: format!(
+            "starting the object engine (data dir {})",
+            ec.data_dir.display()
+        ),
+        source: Box::new(e),
+    })
+}

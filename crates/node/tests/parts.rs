@@ -1,0 +1,189 @@
+//! The node's parts (the cm tests moved from the CLI's `cmd/cm.rs` with the code).
+
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use cm::{ConnParam, EventType, PortSpace};
+use cm_tools::rping::RpingOpts;
+use cm_tools::{Console, T};
+use node::{Config, Node, Status};
+
+/// A node on `ip` with only the cm part (and the TSE self-check, which binds nothing).
+fn node(ip: &str) -> Config {
+    let mut c = Config::default();
+    c.node.listen_ip = ip.into();
+    c.rdma.enabled = false;
+    c.nvmf.enabled = false;
+    c.obj.enabled = false;
+    c
+}
+
+fn cm_status(n: &Node) -> Status {
+    n.parts()
+        .iter()
+        .find(|p| p.name == "cm")
+        .expect("a cm part")
+        .status
+        .clone()
+}
+
+#[test]
+fn up_disabled_by_config() {
+    let mut c = node("127.0.4.75");
+    c.cm.enabled = false;
+    let n = Node::start(&c);
+    match cm_status(&n) {
+        Status::Disabled(why) => assert!(why.contains("enabled = false")),
+        other => panic!("not disabled: {other:?}"),
+    }
+    assert!(n.cm().is_none());
+}
+
+/// `up`'s cm part alone (no rdma part: it opens the device itself): an rping
+/// client gets 3 validated pings, a REQ for another port gets REJ 8, and stop
+/// releases the device (its UDP 4791 can be bound again).
+#[test]
+fn up_serves_rping_and_rejects_unknown_ports() {
+    let c = node("127.0.4.76");
+    let n = Node::start(&c);
+    let Status::Running(detail) = cm_status(&n) else {
+        panic!("cm part not running: {:?}", cm_status(&n));
+    };
+    assert!(
+        detail.contains("rping echo server on 127.0.4.76:7174"),
+        "{detail}"
+    );
+    assert!(!detail.contains("the rdma part's device"), "{detail}");
+    let client = RpingOpts {
+        server: false,
+        client: true,
+        addr: Some(Ipv4Addr::new(127, 0, 4, 76)),
+        src: Some(Ipv4Addr::new(127, 0, 4, 77)),
+        port: 7174,
+        count: Some(3),
+        size: 64,
+        verbose: false,
+        validate: true,
+        debug: false,
+        persistent: false,
+        service: false,
+    };
+    let cm = c.cm.core();
+    cm_tools::rping::client(&client, &cm, &mut Console::silent()).unwrap();
+    let dev = cm_tools::open_device(Ipv4Addr::new(127, 0, 4, 78), &cm).unwrap();
+    let id = dev.create_id(None, PortSpace::Tcp);
+    id.resolve_addr(None, "127.0.4.76:9".parse().unwrap(), T)
+        .unwrap();
+    id.resolve_route(T).unwrap();
+    match id.connect(&ConnParam::default(), T) {
+        Err(cm::driver::DriverError::Event {
+            event: EventType::Rejected,
+            status: 8,
+        }) => {}
+        other => panic!("expected REJ 8, got {other:?}"),
+    }
+    let t0 = Instant::now();
+    n.stop();
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    verbs::Context::open("127.0.4.76").expect("device released after stop");
+}
+
+/// With the rdma part running, the cm part's agent sits on the node's device
+/// (the one `Node::device` hands out), not on a second one; stop releases it.
+#[test]
+fn cm_agent_shares_the_rdma_device() {
+    let mut c = node("127.0.4.79");
+    c.rdma.enabled = true;
+    let n = Node::start(&c);
+    let rdma = &n.parts()[0];
+    assert_eq!(rdma.name, "rdma");
+    assert!(matches!(rdma.status, Status::Running(_)), "{rdma:?}");
+    let Status::Running(detail) = cm_status(&n) else {
+        panic!("cm part not running: {:?}", cm_status(&n));
+    };
+    assert!(detail.contains("the rdma part's device"), "{detail}");
+    let dev = n.device().expect("the node's device");
+    assert_eq!(n.cm().unwrap().device().ip(), dev.ip());
+    // a second device on the node's address cannot bind its UDP 4791
+    assert!(verbs::Context::open("127.0.4.79").is_err());
+    n.stop();
+    verbs::Context::open("127.0.4.79").expect("device released after stop");
+}
+
+/// A failing part is reported as failed (with its causes) and the others still
+/// start; a disabled part is not counted as missing.
+#[test]
+fn failed_parts_are_counted() {
+    let mut c = node("127.0.4.80");
+    c.cm.enabled = false;
+    c.switch.ports = vec!["1=pcap-rx:/nonexistent/dpustack-node-test.pcap".into()];
+    let n = Node::start(&c);
+    let names: Vec<&str> = n.parts().iter().map(|p| p.name).collect();
+    assert_eq!(names, ["rdma", "cm", "nvmf", "tse", "switch", "obj"]);
+    let sw = &n.parts()[4].status;
+    match sw {
+        Status::Failed(e) => assert!(
+            e.starts_with("switch: opening /nonexistent/dpustack-node-test.pcap"),
+            "{e}"
+        ),
+        other => panic!("switch should have failed: {other:?}"),
+    }
+    assert_eq!(
+        n.parts()[5].status,
+        Status::Disabled("[obj] enabled = false")
+    );
+    assert!(matches!(n.parts()[3].status, Status::Running(_)));
+    assert_eq!(n.missing(), 1);
+}
+
+/// `[nvmf] listen = "rdma://..."`: the node's nvmf part does not speak NVMe/RDMA
+/// yet and fails saying so (not "bad address"); the other parts carry on.
+#[test]
+fn nvmf_part_refuses_rdma_loudly() {
+    let mut c = node("127.0.4.81");
+    c.cm.enabled = false;
+    c.nvmf.enabled = true;
+    c.nvmf.listen = "rdma://127.0.4.81:4420".into();
+    let n = Node::start(&c);
+    match &n.parts()[2].status {
+        Status::Failed(e) => assert!(
+            e.contains("rdma://127.0.4.81:4420: NVMe/RDMA is not supported here yet"),
+            "{e}"
+        ),
+        other => panic!("nvmf should have failed: {other:?}"),
+    }
+    assert!(n.nvmf().is_none());
+    assert!(matches!(n.parts()[3].status, Status::Running(_)));
+    assert_eq!(n.missing(), 1);
+}
+
+/// The obj part: an engine on `[obj]` (its own port, data under the node's data
+/// dir), running until the node stops.
+#[test]
+fn obj_part_runs_an_engine() {
+    let dir = std::env::temp_dir().join(format!("dpustack-node-obj-{}", std::process::id()));
+    let mut c = node("127.0.4.82");
+    c.cm.enabled = false;
+    c.obj.enabled = true;
+    c.obj.listen = "127.0.0.1:0".into();
+    c.obj.targets = 1;
+    c.node.data_dir = dir.clone();
+    let n = Node::start(&c);
+    let obj = &n.parts()[5];
+    assert_eq!(obj.name, "obj");
+    match &obj.status {
+        Status::Running(d) => {
+            assert!(d.starts_with("object engine on 127.0.0.1:"), "{d}");
+            assert!(
+                d.contains(&format!("data {}", dir.join("obj").display())),
+                "{d}"
+            );
+        }
+        other => panic!("obj part not running: {other:?}"),
+    }
+    assert_eq!(n.missing(), 0);
+    let eng = n.obj().expect("the node's engine");
+    assert_ne!(eng.addr().port(), 0, "the engine's real port");
+    n.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}

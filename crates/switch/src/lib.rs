@@ -1,0 +1,61 @@
+//! # switch — the live switch over `flow`'s datapath
+//!
+//! Owns: the switch runtime ([`run`] on the caller's thread, [`Switch`] on its
+//! own): ports on Linux interfaces (AF_PACKET) or pcap files ([`port`]), the
+//! datapath cache in front of the OpenFlow table, the stats push + expiry sweep
+//! every 0.5 s, and the control protocol on a Unix socket ([`ctl`]: dump-flows,
+//! dump-rules, add/del/replace-flows, stop). [`trace`] parses the packet lines of
+//! `switch trace`.
+//!
+//! Does not own: classification, translation, megaflows (`flow`); argument
+//! parsing (the CLI). The loop's own lines ("switch running", expired rules,
+//! "switch stopped") go to the `std::io::Write` it is given.
+//!
+//! Depends on `flow` (with its `driver` feature: AF_PACKET, pcap, poll).
+
+#![forbid(unsafe_code)]
+
+pub mod ctl;
+pub mod port;
+mod runtime;
+pub mod trace;
+
+pub use runtime::{run, StopHandle, Switch, SwitchOpts};
+
+/// Errors of the switch.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// A file or socket could not be opened (`what` says which).
+    #[error("{what}")]
+    Open {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A bad port spec, flow file or packet line.
+    #[error("{0}")]
+    Config(String),
+    /// The running switch answered a control request with an error.
+    #[error("{0}")]
+    Remote(String),
+    /// The switch thread ended before it was ready.
+    #[error("switch thread ended")]
+    ThreadEnded,
+}
+
+/// Result of the switch.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Default control socket path.
+pub const DEFAULT_CTL: &str = "/tmp/dpustack-switch.sock";
+
+/// Reads a flow file (ovs-ofctl add-flows syntax).
+pub fn read_flows(p: &std::path::Path) -> Result<Vec<flow::Rule>> {
+    let t = std::fs::read_to_string(p).map_err(|source| Error::Open {
+        what: format!("reading {}", p.display()),
+        source,
+    })?;
+    flow::parse_flows(&t).map_err(|e| Error::Config(format!("{}: {e}", p.display())))
+}

@@ -1,0 +1,272 @@
+//! The live switch loop: receive on the ports, switch through the datapath
+//! cache, sweep every 0.5 s, answer control requests.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::unix::io::AsRawFd;
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flow::dp::Datapath;
+use flow::driver::poll_readable;
+use flow::FlowTable;
+
+use crate::port::{open_port, Port};
+use crate::{ctl, read_flows, Error, Result};
+
+/// Period of the stats push + expiry sweep (ms).
+const SWEEP_MS: u64 = 500;
+
+/// What a switch runs with.
+#[derive(Debug, Clone)]
+pub struct SwitchOpts {
+    /// Initial flow table (ovs-ofctl add-flows file).
+    pub flows: Option<PathBuf>,
+    /// Ports: `N=afpacket:IF`, `N=pcap-rx:FILE`, `N=pcap-tx:FILE`.
+    pub ports: Vec<String>,
+    /// Control socket path.
+    pub ctl: PathBuf,
+    /// Stop after this long (none: until stopped).
+    pub duration: Option<Duration>,
+    /// Megaflows idle this long are removed (OVS other_config:max-idle).
+    pub max_idle_ms: u64,
+}
+
+/// Stops a running switch loop (from a signal handler, another thread, or `up`'s stop).
+#[derive(Debug, Clone, Default)]
+pub struct StopHandle(Arc<AtomicBool>);
+
+impl StopHandle {
+    pub fn new() -> StopHandle {
+        StopHandle::default()
+    }
+    /// Asks the loop to stop (it notices within ~10 ms).
+    pub fn stop(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+    pub fn is_stopped(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    rx: u64,
+    tx: u64,
+    dropped_no_port: u64,
+    packet_ins: u64,
+    rules_expired: u64,
+}
+
+/// A switch on its own thread.
+pub struct Switch {
+    stop: StopHandle,
+    thread: std::thread::JoinHandle<Result<()>>,
+}
+
+impl Switch {
+    /// Opens the ports and the control socket, then runs the loop on a thread
+    /// named "switch" (its lines go to stderr); returns once it is up, or the
+    /// error that kept it from coming up.
+    pub fn start(opts: SwitchOpts) -> Result<Switch> {
+        let stop = StopHandle::new();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let s2 = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("switch".into())
+            .spawn(move || {
+                let set = setup(&opts);
+                let (mut table, mut ports, listener) = match set {
+                    Ok(x) => {
+                        let _ = ready_tx.send(None);
+                        x
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Some(e));
+                        return Ok(());
+                    }
+                };
+                let mut log = std::io::stderr();
+                run_loop(&opts, &s2, &mut table, &mut ports, listener, &mut log)
+            })?;
+        match ready_rx.recv() {
+            Ok(None) => Ok(Switch { stop, thread }),
+            Ok(Some(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => match thread.join() {
+                Ok(Err(e)) => Err(e),
+                _ => Err(Error::ThreadEnded),
+            },
+        }
+    }
+
+    /// Stops the loop and waits for it (the control socket is removed).
+    pub fn stop(self) -> Result<()> {
+        self.stop.stop();
+        self.thread.join().map_err(|_| Error::ThreadEnded)?
+    }
+}
+
+/// Runs the switch on this thread until `stop`, a `stop` control request or
+/// `opts.duration`; its lines go to `log`.
+pub fn run(opts: &SwitchOpts, stop: &StopHandle, log: &mut dyn Write) -> Result<()> {
+    let (mut table, mut ports, listener) = setup(opts)?;
+    run_loop(opts, stop, &mut table, &mut ports, listener, log)
+}
+
+type Setup = (FlowTable, BTreeMap<u32, Port>, UnixListener);
+
+fn setup(a: &SwitchOpts) -> Result<Setup> {
+    let table = match &a.flows {
+        Some(p) => FlowTable::from_rules(read_flows(p)?),
+        None => FlowTable::new(),
+    };
+    let mut ports: BTreeMap<u32, Port> = BTreeMap::new();
+    for spec in &a.ports {
+        let (n, p) = open_port(spec)?;
+        if ports.insert(n, p).is_some() {
+            return Err(Error::Config(format!("port {n} given twice")));
+        }
+    }
+    if ports.is_empty() {
+        return Err(Error::Config(
+            "no ports: give --port N=afpacket:IF / pcap-rx:FILE / pcap-tx:FILE".into(),
+        ));
+    }
+    let mut table = table;
+    table.ports = Some(ports.keys().copied().collect());
+    let _ = std::fs::remove_file(&a.ctl);
+    let listener = UnixListener::bind(&a.ctl).map_err(|source| Error::Open {
+        what: format!("binding {}", a.ctl.display()),
+        source,
+    })?;
+    listener.set_nonblocking(true)?;
+    Ok((table, ports, listener))
+}
+
+fn run_loop(
+    a: &SwitchOpts,
+    stop: &StopHandle,
+    table: &mut FlowTable,
+    ports: &mut BTreeMap<u32, Port>,
+    listener: UnixListener,
+    log: &mut dyn Write,
+) -> Result<()> {
+    let mut dp = Datapath::new();
+    let start = Instant::now();
+    let deadline = a.duration.map(|d| start + d);
+    let mut c = Counters::default();
+    let mut last_expire = 0u64;
+    let mut buf = vec![0u8; 65536];
+    let mut pending: Vec<(u32, Vec<u8>)> = Vec::new();
+    // pcap-rx ports are replayed once, in port order.
+    for (&n, p) in ports.iter_mut() {
+        if let Port::PcapRx(frames) = p {
+            for fr in frames.drain(..) {
+                pending.push((n, fr));
+            }
+        }
+    }
+    writeln!(
+        log,
+        "switch running: {} ports, {} rules, control socket {}",
+        ports.len(),
+        table.len(),
+        a.ctl.display()
+    )?;
+    while !stop.is_stopped() && deadline.is_none_or(|d| Instant::now() < d) {
+        let now_ms = start.elapsed().as_millis() as u64 + 1;
+        // Receive.
+        for (&n, p) in ports.iter() {
+            if let Port::Af(s) = p {
+                for _ in 0..64 {
+                    match s.recv(&mut buf)? {
+                        Some(len) => pending.push((n, buf[..len].to_vec())),
+                        None => break,
+                    }
+                }
+            }
+        }
+        // Switch.
+        for (in_port, mut frame) in pending.drain(..) {
+            c.rx += 1;
+            let (acts, _) = dp.receive(table, in_port, &frame, now_ms);
+            let acts = acts.to_vec();
+            let ex = flow::exec::execute(&acts, &mut frame);
+            c.packet_ins += ex.packet_ins as u64;
+            for (out, fr) in ex.outputs {
+                match ports.get_mut(&out) {
+                    Some(Port::Af(s)) => {
+                        s.send(&fr)?;
+                        c.tx += 1;
+                    }
+                    Some(Port::PcapTx(w)) => {
+                        w.write(start.elapsed(), &fr)?;
+                        c.tx += 1;
+                    }
+                    _ => c.dropped_no_port += 1,
+                }
+            }
+        }
+        // Every 0.5 s (OVS: after each revalidator dump, ~0.5 s): credit megaflow
+        // stats to the OpenFlow rules, expire idle megaflows (max-idle, 10 s) and
+        // rules whose idle_timeout/hard_timeout passed (then megaflows are flushed).
+        if now_ms >= last_expire + SWEEP_MS {
+            last_expire = now_ms;
+            let sw = dp.sweep(table, now_ms, a.max_idle_ms);
+            for e in &sw.rules_expired {
+                c.rules_expired += 1;
+                writeln!(
+                    log,
+                    "rule expired ({:?} timeout): {}",
+                    e.reason,
+                    flow::ofproto::format_rule_stats(&e.rule, &e.stats, now_ms).trim_start()
+                )?;
+            }
+        }
+        // Control requests.
+        match listener.accept() {
+            Ok((mut conn, _)) => {
+                conn.set_nonblocking(false)?;
+                conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+                let mut req = String::new();
+                conn.read_to_string(&mut req)?;
+                let (resp, stop_req) = ctl::handle(&req, table, &mut dp, now_ms);
+                let _ = conn.write_all(resp.as_bytes());
+                if stop_req {
+                    stop.stop();
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e.into()),
+        }
+        // Wait for traffic or a control connection (10 ms).
+        let mut fds: Vec<i32> = ports
+            .values()
+            .filter_map(|p| match p {
+                Port::Af(s) => Some(s.fd()),
+                _ => None,
+            })
+            .collect();
+        fds.push(listener.as_raw_fd());
+        poll_readable(&fds, 10);
+    }
+    let _ = std::fs::remove_file(&a.ctl);
+    writeln!(
+        log,
+        "switch stopped: rx {} tx {} dropped(no port) {} packet-ins {} upcalls {} megaflows {} rules expired {}",
+        c.rx,
+        c.tx,
+        c.dropped_no_port,
+        c.packet_ins,
+        dp.stats.upcalls,
+        dp.n_flows(),
+        c.rules_expired
+    )?;
+    Ok(())
+}
