@@ -60,6 +60,10 @@ enum Command {
     Switch(cmd::switch::Cmd),
     #[command(flatten)]
     Obj(cmd::obj::Cmd),
+    #[command(flatten)]
+    Rpc(cmd::rpc::Cmd),
+    #[command(flatten)]
+    System(cmd::system::Cmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -104,5 +108,7 @@ fn main() -> Result<()> {
         Command::Tse(c) => cmd::tse::run(c, &cfg),
         Command::Switch(c) => cmd::switch::run(c, &cfg),
         Command::Obj(c) => cmd::obj::run(c, &cfg),
+        Command::Rpc(c) => cmd::rpc::run(c),
+        Command::System(c) => cmd::system::run(c, &cfg),
     }
 }

@@ -16,6 +16,8 @@ pub struct UpArgs {
     /// Stop by itself after this many seconds (for scripts and tests).
     #[arg(long = "for", value_name = "SECS")]
     pub for_secs: Option<f64>,
+    #[command(flatten)]
+    pub rpc: crate::cmd::rpc::ServerArgs,
 }
 
 pub fn run(cfg: &Config, args: &UpArgs) -> Result<()> {
@@ -49,6 +51,11 @@ pub fn run(cfg: &Config, args: &UpArgs) -> Result<()> {
     if missing > 0 {
         eprintln!("WARNING: {missing} part(s) of the node are not running (see above)");
     }
+    let kinds = vec![(
+        "bdev0".to_string(),
+        crate::cmd::rpc::kind_of_spec(&cfg.nvmf.bdev),
+    )];
+    let rpc = crate::cmd::rpc::start_server(&args.rpc, node.nvmf(), &kinds)?;
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -62,6 +69,9 @@ pub fn run(cfg: &Config, args: &UpArgs) -> Result<()> {
         std::thread::sleep(Duration::from_millis(50));
     }
     println!("stopping");
+    if let Some(r) = rpc {
+        r.stop();
+    }
     node.stop();
     Ok(())
 }

@@ -217,8 +217,25 @@ pub fn parse_size(s: &str) -> Result<u64> {
         .ok_or_else(|| invalid!("size {s:?} overflows"))
 }
 
-/// Parses `tcp://IP:PORT`, `IP:PORT`, or `IP` (with `default_port`).
+/// `rdma://IP[:PORT]` → its address; other schemes → `None`.
+pub fn rdma_addr(s: &str, default_port: u16) -> Result<Option<SocketAddr>> {
+    match s.strip_prefix("rdma://") {
+        Some(rest) => parse_addr(rest, default_port).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Parses `tcp://IP:PORT`, `IP:PORT`, or `IP` (with `default_port`). An
+/// `rdma://` address is refused with a message saying NVMe/RDMA is not wired
+/// here (target files, the node's nvmf part); [`rdma_addr`] is for the places
+/// that speak it.
 pub fn parse_addr(s: &str, default_port: u16) -> Result<SocketAddr> {
+    if s.starts_with("rdma://") {
+        bail!(
+            "{s}: NVMe/RDMA is not supported here yet (target files, `up`); \
+             only `nvmf serve --listen rdma://` and `nvme ... -a rdma://` speak it"
+        );
+    }
     let s = s.strip_prefix("tcp://").unwrap_or(s);
     if let Ok(a) = s.parse::<SocketAddr>() {
         return Ok(a);
@@ -360,6 +377,12 @@ mod tests {
         assert!(parse_size("12Q").is_err());
         assert_eq!(parse_addr("tcp://10.0.0.1:4420", 1).unwrap().port(), 4420);
         assert_eq!(parse_addr("127.0.0.1", 8009).unwrap().port(), 8009);
+        assert!(parse_addr("rdma://127.0.0.1:4420", 1).is_err());
+        assert_eq!(
+            rdma_addr("rdma://10.0.0.1", 4420).unwrap(),
+            Some("10.0.0.1:4420".parse().unwrap())
+        );
+        assert_eq!(rdma_addr("tcp://10.0.0.1", 4420).unwrap(), None);
         assert_eq!(
             parse_uuid("6b3c7e0e-1111-4222-8333-444455556666").unwrap()[0],
             0x6b

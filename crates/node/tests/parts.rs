@@ -136,6 +136,27 @@ fn failed_parts_are_counted() {
     assert_eq!(n.missing(), 1);
 }
 
+/// `[nvmf] listen = "rdma://..."`: the node's nvmf part does not speak NVMe/RDMA
+/// yet and fails saying so (not "bad address"); the other parts carry on.
+#[test]
+fn nvmf_part_refuses_rdma_loudly() {
+    let mut c = node("127.0.4.81");
+    c.cm.enabled = false;
+    c.nvmf.enabled = true;
+    c.nvmf.listen = "rdma://127.0.4.81:4420".into();
+    let n = Node::start(&c);
+    match &n.parts()[2].status {
+        Status::Failed(e) => assert!(
+            e.contains("rdma://127.0.4.81:4420: NVMe/RDMA is not supported here yet"),
+            "{e}"
+        ),
+        other => panic!("nvmf should have failed: {other:?}"),
+    }
+    assert!(n.nvmf().is_none());
+    assert!(matches!(n.parts()[3].status, Status::Running(_)));
+    assert_eq!(n.missing(), 1);
+}
+
 /// The obj part: an engine on `[obj]` (its own port, data under the node's data
 /// dir), running until the node stops.
 #[test]

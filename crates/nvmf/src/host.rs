@@ -143,6 +143,8 @@ impl Queue {
                 hdgst: opts.hdgst,
                 ddgst: opts.ddgst,
                 timeout: opts.timeout,
+                qid,
+                depth,
             },
         )?;
         Ok(Queue {

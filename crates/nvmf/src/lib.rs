@@ -13,8 +13,8 @@
 //! driver [`tcp::TcpTransport`] / [`tcp::TcpHostTransport`]) and the host
 //! library ([`host`]).
 //!
-//! Does not: RDMA (the next transport, over `verbs`; docs/nvmf.md sketches how
-//! it fills the interface), authentication (DH-HMAC-CHAP), TLS, reservations,
+//! NVMe/RDMA over the `verbs` soft RoCE provider and the `cm` crate is [`rdma`]
+//! (feature `rdma`). Does not: authentication (DH-HMAC-CHAP), TLS, reservations,
 //! ANA, namespace management at run time.
 //!
 //! Depends on `wire` (NVMe/TCP PDUs), `nvme` (SQE/CQE/status), `bdev`. The socket
@@ -23,7 +23,7 @@
 
 // No unsafe code: forbidden outright in the core (built without `driver`); with
 // the driver, the one libc call (`poll(2)`, tcp/driver.rs) has its own `allow`
-// and SAFETY comment.
+// and SAFETY comment; so has the registered-buffer module of RDMA (rdma/pool.rs).
 #![cfg_attr(not(feature = "driver"), forbid(unsafe_code))]
 #![deny(unsafe_code)]
 
@@ -35,13 +35,15 @@ pub mod perf;
 #[cfg(feature = "driver")]
 pub mod poll_group;
 pub mod qpair;
+#[cfg(feature = "rdma")]
+pub mod rdma;
 pub mod subsystem;
 pub mod tcp;
 pub mod tgt;
 pub mod transport;
 
 #[cfg(feature = "driver")]
-pub use poll_group::{Listen, ListenSpec, NvmfServer};
+pub use poll_group::{Listen, ListenSpec, ListenerHandle, NvmfServer};
 pub use subsystem::{Subsystem, DISCOVERY_NQN};
 pub use tgt::{Tgt, TgtParams};
 pub use transport::{

@@ -31,6 +31,29 @@ pub struct NvmfServer {
     threads: Vec<JoinHandle<()>>,
     addrs: Vec<SocketAddr>,
     trids: Vec<TransportId>,
+    listen_tx: Sender<ListenRequest>,
+}
+
+/// A listener to add while serving, with where to send the bound trid.
+type ListenRequest = (Listen, Sender<io::Result<TransportId>>);
+
+/// Adds listeners to a running server (the acceptor thread binds them);
+/// cloneable, for the management plane.
+#[derive(Debug, Clone)]
+pub struct ListenerHandle {
+    tx: Sender<ListenRequest>,
+}
+
+impl ListenerHandle {
+    /// Binds `l` on the server's transport and registers it with the target;
+    /// returns the bound trid (port 0 resolved).
+    pub fn add(&self, l: Listen) -> io::Result<TransportId> {
+        let (rtx, rrx) = channel();
+        let gone = || io::Error::new(io::ErrorKind::NotConnected, "nvmf server stopped");
+        self.tx.send((l, rtx)).map_err(|_| gone())?;
+        rrx.recv_timeout(Duration::from_secs(5))
+            .map_err(|_| gone())?
+    }
 }
 
 impl std::fmt::Debug for NvmfServer {
@@ -121,10 +144,12 @@ impl NvmfServer {
             );
         }
         let stop2 = stop.clone();
+        let (listen_tx, listen_rx) = channel::<ListenRequest>();
+        let tgt2 = tgt.clone();
         threads.push(
             std::thread::Builder::new()
                 .name("nvmf-accept".into())
-                .spawn(move || acceptor(transport, portids, txs, stop2))?,
+                .spawn(move || acceptor(transport, tgt2, portids, txs, listen_rx, stop2))?,
         );
         Ok(NvmfServer {
             tgt,
@@ -132,6 +157,7 @@ impl NvmfServer {
             threads,
             addrs,
             trids,
+            listen_tx,
         })
     }
 
@@ -145,6 +171,12 @@ impl NvmfServer {
     }
     pub fn tgt(&self) -> &Arc<Tgt> {
         &self.tgt
+    }
+    /// A handle that adds listeners while serving.
+    pub fn listener_handle(&self) -> ListenerHandle {
+        ListenerHandle {
+            tx: self.listen_tx.clone(),
+        }
     }
 
     /// Stops all threads and closes every connection.
@@ -168,13 +200,26 @@ impl Drop for NvmfServer {
 
 fn acceptor<T: Transport>(
     mut transport: T,
-    portids: Vec<u16>,
+    tgt: Arc<Tgt>,
+    mut portids: Vec<u16>,
     txs: Vec<Sender<NewQpair<T::Qpair>>>,
+    listen_rx: Receiver<ListenRequest>,
     stop: Arc<AtomicBool>,
 ) {
     let mut rr = 0usize;
     let mut new: Vec<Accepted<T::Qpair>> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
+        while let Ok((l, reply)) = listen_rx.try_recv() {
+            let r = transport.listen(&l.trid).inspect(|bound| {
+                let mut entry = DiscoveryEntry::default();
+                transport.listener_discover(bound, &mut entry);
+                let portid =
+                    tgt.add_listener(bound.clone(), l.discovery_only, entry, transport.limits());
+                info!(trid = %bound.uri(), portid, "nvmf listening (added while serving)");
+                portids.push(portid);
+            });
+            let _ = reply.send(r);
+        }
         if let Err(e) = transport.accept(Duration::from_millis(50), &mut new) {
             debug!(%e, "accept");
         }

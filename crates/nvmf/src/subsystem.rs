@@ -81,10 +81,13 @@ pub enum SubsystemError {
     Discovery,
     #[error("invalid NQN {0:?}")]
     BadNqn(String),
+    #[error("the target's subsystem list lock is poisoned")]
+    Poisoned,
 }
 
-/// A subsystem (SPDK's `spdk_nvmf_subsystem`).
-#[derive(Debug)]
+/// A subsystem (SPDK's `spdk_nvmf_subsystem`). `Clone` for copy-on-write changes
+/// at run time (`Tgt::replace_subsystem`).
+#[derive(Debug, Clone)]
 pub struct Subsystem {
     pub nqn: String,
     pub subtype: SubsystemType,
@@ -178,6 +181,13 @@ impl Subsystem {
     pub fn add_host(&mut self, hostnqn: &str) {
         self.allow_any_host = false;
         self.hosts.push(hostnqn.to_string());
+    }
+
+    /// Removes namespace `nsid`; `false` if absent.
+    pub fn remove_ns(&mut self, nsid: u32) -> bool {
+        let n = self.namespaces.len();
+        self.namespaces.retain(|x| x.nsid != nsid);
+        n != self.namespaces.len()
     }
 
     pub fn host_allowed(&self, hostnqn: &str) -> bool {

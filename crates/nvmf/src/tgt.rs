@@ -2,7 +2,7 @@
 //! registry (dynamic cntlid), Fabrics Connect, and the discovery log page.
 
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use nvme::cmd::ConnectData;
@@ -87,7 +87,9 @@ fn refuse_data(field_off: u32) -> ConnectRefused {
 #[derive(Debug)]
 pub struct Tgt {
     pub params: TgtParams,
-    subsystems: Vec<Arc<Subsystem>>,
+    /// Copy-on-write at run time (management plane): a change swaps an `Arc`;
+    /// controllers keep the subsystem they connected to.
+    subsystems: RwLock<Vec<Arc<Subsystem>>>,
     listeners: Mutex<Vec<Listener>>,
     ctrlrs: Mutex<Vec<Arc<Ctrlr>>>,
     next_cntlid: AtomicU16,
@@ -100,7 +102,7 @@ impl Tgt {
     pub fn new(params: TgtParams) -> Self {
         Tgt {
             params,
-            subsystems: vec![Arc::new(Subsystem::discovery())],
+            subsystems: RwLock::new(vec![Arc::new(Subsystem::discovery())]),
             listeners: Mutex::new(Vec::new()),
             ctrlrs: Mutex::new(Vec::new()),
             next_cntlid: AtomicU16::new(1),
@@ -111,23 +113,67 @@ impl Tgt {
 
     /// Adds an NVM subsystem (before serving).
     pub fn add_subsystem(&mut self, s: Subsystem) -> Result<Arc<Subsystem>, SubsystemError> {
-        if self.subsystem(&s.nqn).is_some() || s.subtype == SubsystemType::Discovery {
+        self.insert_subsystem(s)
+    }
+
+    /// Adds an NVM subsystem while serving (management plane).
+    pub fn insert_subsystem(&self, s: Subsystem) -> Result<Arc<Subsystem>, SubsystemError> {
+        let mut subs = self
+            .subsystems
+            .write()
+            .map_err(|_| SubsystemError::Poisoned)?;
+        if subs.iter().any(|x| x.nqn == s.nqn) || s.subtype == SubsystemType::Discovery {
             return Err(SubsystemError::BadNqn(s.nqn));
         }
         let s = Arc::new(s);
-        self.subsystems.push(s.clone());
+        subs.push(s.clone());
         self.genctr.fetch_add(1, Ordering::Relaxed);
         Ok(s)
     }
 
-    pub fn subsystem(&self, nqn: &str) -> Option<&Arc<Subsystem>> {
-        self.subsystems.iter().find(|s| s.nqn == nqn)
+    /// Replaces the subsystem of the same NQN (a changed copy); new connections
+    /// see the new one, connected controllers keep theirs. `false` if absent.
+    pub fn replace_subsystem(&self, s: Subsystem) -> bool {
+        let Ok(mut subs) = self.subsystems.write() else {
+            return false;
+        };
+        let Some(slot) = subs
+            .iter_mut()
+            .find(|x| x.nqn == s.nqn && x.subtype == SubsystemType::Nvme)
+        else {
+            return false;
+        };
+        *slot = Arc::new(s);
+        self.genctr.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Removes an NVM subsystem; connected controllers keep it until they go.
+    pub fn remove_subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
+        let mut subs = self.subsystems.write().ok()?;
+        let i = subs
+            .iter()
+            .position(|x| x.nqn == nqn && x.subtype == SubsystemType::Nvme)?;
+        self.genctr.fetch_add(1, Ordering::Relaxed);
+        Some(subs.remove(i))
+    }
+
+    pub fn subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
+        let subs = self.subsystems.read().ok()?;
+        subs.iter().find(|s| s.nqn == nqn).cloned()
     }
     /// The NVM subsystems (not discovery).
-    pub fn subsystems(&self) -> impl Iterator<Item = &Arc<Subsystem>> {
-        self.subsystems
-            .iter()
-            .filter(|s| s.subtype == SubsystemType::Nvme)
+    /// (A snapshot: the list may change while serving.)
+    pub fn subsystems(&self) -> impl Iterator<Item = Arc<Subsystem>> {
+        let snapshot: Vec<Arc<Subsystem>> = match self.subsystems.read() {
+            Ok(subs) => subs
+                .iter()
+                .filter(|s| s.subtype == SubsystemType::Nvme)
+                .cloned()
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        snapshot.into_iter()
     }
 
     /// Registers a bound listener with its transport's discovery entry template

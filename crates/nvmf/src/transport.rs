@@ -280,6 +280,10 @@ pub struct HostQueueParams {
     pub ddgst: bool,
     /// How long connection set-up may take.
     pub timeout: Duration,
+    /// The queue's id (0 = admin) and depth: NVMe/RDMA puts them in the CM
+    /// private data (QID, HRQSIZE, HSQSIZE) before Fabrics Connect.
+    pub qid: u16,
+    pub depth: u16,
 }
 
 /// A completed command as a host queue's transport delivers it.

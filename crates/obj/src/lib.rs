@@ -14,7 +14,10 @@
 pub const IMPLEMENTED: bool = true;
 
 pub mod client;
+pub mod dist;
 pub mod engine;
+pub mod membership;
+pub mod placement;
 pub mod rpc;
 pub mod types;
 pub mod vos;

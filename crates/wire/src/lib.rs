@@ -45,6 +45,7 @@ pub type Result<T> = core::result::Result<T, Error>;
 // RoCE/NVMe-TCP drivers; RoCE and MADs by `verbs`/`cm`; NVMe/TCP PDUs by `nvmf`.
 pub mod ethernet;
 pub mod mad;
+pub mod nvme_rdma;
 pub mod nvme_tcp;
 pub mod pcap;
 pub mod roce;

@@ -54,7 +54,7 @@ pub enum Area {
     Roce,
     /// RDMA CM connection setup time.
     Cm,
-    /// NVMe-oF/TCP target + host on loopback.
+    /// NVMe-oF target + host on loopback, TCP and RDMA (soft RoCE).
     Nvmf,
     /// Task Scheduler Engine overheads.
     Tse,

@@ -9,5 +9,7 @@ pub mod devices;
 pub mod nvmf;
 pub mod obj;
 pub mod rdma;
+pub mod rpc;
 pub mod switch;
+pub mod system;
 pub mod tse;

@@ -12,10 +12,14 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
-use node::target::{make_bdev, parse_addr, parse_size, quick_target, TargetFile, DEFAULT_NQN};
+use node::target::{
+    make_bdev, parse_addr, parse_size, quick_target, rdma_addr, TargetFile, DEFAULT_NQN,
+};
+use nvme::log::TrType;
 use nvmf::host::{self, Controller, HostOpts};
 use nvmf::perf::{PerfOpts, Workload};
 use nvmf::subsystem::Subsystem;
+use nvmf::transport::TransportId;
 use nvmf::{ListenSpec, NvmfServer, Tgt, TgtParams, DISCOVERY_NQN};
 
 use crate::cmd::bench::BenchArgs;
@@ -78,6 +82,12 @@ pub struct ServeArgs {
     /// Stop after this many seconds.
     #[arg(long = "for", value_name = "SECS")]
     pub for_secs: Option<f64>,
+    /// Start with no subsystem and no listener (SPDK's nvmf_tgt: configure by JSON-RPC
+    /// or --json); implied by --json.
+    #[arg(long)]
+    pub empty: bool,
+    #[command(flatten)]
+    pub rpc: crate::cmd::rpc::ServerArgs,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -100,6 +110,10 @@ pub struct TargetArgs {
     /// Keep-alive timeout to ask for, ms.
     #[arg(long, default_value_t = 15000)]
     pub kato: u32,
+    /// rdma:// only: the host's own address (its soft RoCE device); default: the
+    /// kernel's source address towards the target.
+    #[arg(long = "host-traddr")]
+    pub host_traddr: Option<std::net::IpAddr>,
 }
 
 impl TargetArgs {
@@ -119,6 +133,12 @@ impl TargetArgs {
         Ok(parse_addr(&self.addr, default_port)?)
     }
     fn connect(&self, queues: u16, depth: u16) -> Result<Controller> {
+        if let Some(a) = rdma_addr(&self.addr, 4420)? {
+            let h = nvmf::rdma::host_transport(a, self.host_traddr)?;
+            let trid = TransportId::ip(TrType::Rdma, a);
+            return Controller::connect_with(&h, &trid, &self.nqn, &self.opts(), queues, depth)
+                .with_context(|| format!("connecting to {} at rdma://{a}", self.nqn));
+        }
         let a = self.addr(4420)?;
         Controller::connect(a, &self.nqn, &self.opts(), queues, depth)
             .with_context(|| format!("connecting to {} at {a}", self.nqn))
@@ -134,6 +154,9 @@ pub enum NvmeCmd {
         addr: String,
         #[arg(long)]
         hostnqn: Option<String>,
+        /// rdma:// only: the host's own address (see `connect`).
+        #[arg(long = "host-traddr")]
+        host_traddr: Option<std::net::IpAddr>,
     },
     /// Connect admin + I/O queues, print what the controller offers, optionally hold
     /// the connection (with keep-alives) for a while.
@@ -231,11 +254,16 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
 }
 
 fn start_server(a: &ServeArgs) -> Result<NvmfServer> {
-    let (tgt, listen, groups) = if let Some(p) = &a.target_config {
+    let (tgt, listen, groups) = if a.empty || a.rpc.json.is_some() {
+        (Tgt::new(TgtParams::default()), Vec::new(), a.poll_groups)
+    } else if let Some(p) = &a.target_config {
         let f = TargetFile::load(p)?;
         let (t, l) = f.build()?;
         (t, l, f.poll_groups.unwrap_or(a.poll_groups))
     } else {
+        if a.listen.iter().any(|l| l.starts_with("rdma://")) {
+            return start_rdma_server(a);
+        }
         let listen: Vec<SocketAddr> = if a.listen.is_empty() {
             vec![parse_addr("127.0.0.1:4420", 4420)?]
         } else {
@@ -252,8 +280,40 @@ fn start_server(a: &ServeArgs) -> Result<NvmfServer> {
     NvmfServer::start(tgt, &listen, groups).context("starting the NVMe/TCP target")
 }
 
+/// `serve --listen rdma://IP:PORT ...`: the quick form over NVMe/RDMA on a soft
+/// RoCE device on IP (the discovery-only port on the same address).
+fn start_rdma_server(a: &ServeArgs) -> Result<NvmfServer> {
+    let mut addrs = Vec::new();
+    for l in &a.listen {
+        match rdma_addr(l, 4420)? {
+            Some(x) => addrs.push(x),
+            None => bail!("--listen {l}: one target serves one transport; all listeners rdma://"),
+        }
+    }
+    let (mut tgt, specs) = quick_target(&a.nqn, &a.bdev, &addrs, a.discovery_port)?;
+    tgt.params.idle_spins = a.idle_spins;
+    let listen: Vec<nvmf::Listen> = specs
+        .iter()
+        .map(|l| nvmf::Listen {
+            trid: TransportId::ip(TrType::Rdma, l.addr),
+            discovery_only: l.discovery_only,
+        })
+        .collect();
+    nvmf::rdma::start_server(tgt, &listen, a.poll_groups, Default::default())
+        .context("starting the NVMe/RDMA target")
+}
+
 fn serve(a: ServeArgs, _cfg: &Config) -> Result<()> {
     let srv = start_server(&a)?;
+    let kinds: Vec<(String, mgmt::methods::BdevKind)> = match &a.target_config {
+        Some(p) if !a.empty && a.rpc.json.is_none() => TargetFile::load(p)?
+            .bdev
+            .iter()
+            .map(|b| (b.name.clone(), crate::cmd::rpc::kind_of_spec(&b.kind)))
+            .collect(),
+        _ => vec![("bdev0".into(), crate::cmd::rpc::kind_of_spec(&a.bdev))],
+    };
+    let rpc = crate::cmd::rpc::start_server(&a.rpc, Some(&srv), &kinds)?;
     for s in srv.tgt().subsystems() {
         println!("subsystem {}", s.nqn);
         for ns in s.namespaces() {
@@ -268,8 +328,8 @@ fn serve(a: ServeArgs, _cfg: &Config) -> Result<()> {
     }
     for l in srv.tgt().listeners() {
         println!(
-            "listening tcp://{}{}",
-            l.trid,
+            "listening {}{}",
+            l.trid.uri(),
             if l.discovery_only { " (discovery)" } else { "" }
         );
     }
@@ -287,27 +347,46 @@ fn serve(a: ServeArgs, _cfg: &Config) -> Result<()> {
     while !stop.load(Ordering::SeqCst) && deadline.is_none_or(|d| std::time::Instant::now() < d) {
         std::thread::sleep(Duration::from_millis(50));
     }
+    if let Some(r) = rpc {
+        r.stop();
+    }
     srv.stop();
     Ok(())
 }
 
 fn nvme(cmd: NvmeCmd) -> Result<()> {
     match cmd {
-        NvmeCmd::Discover { addr, hostnqn } => {
-            let a = parse_addr(&addr, 8009)?;
+        NvmeCmd::Discover {
+            addr,
+            hostnqn,
+            host_traddr,
+        } => {
             let mut o = HostOpts::default();
             if let Some(h) = hostnqn {
                 o.hostnqn = h;
             }
-            let (genctr, entries) =
-                host::discover(a, &o).with_context(|| format!("discovery at {a}"))?;
+            let (genctr, entries) = if let Some(a) = rdma_addr(&addr, 8009)? {
+                let h = nvmf::rdma::host_transport(a, host_traddr)?;
+                host::discover_with(&h, &TransportId::ip(TrType::Rdma, a), &o)
+                    .with_context(|| format!("discovery at rdma://{a}"))?
+            } else {
+                let a = parse_addr(&addr, 8009)?;
+                host::discover(a, &o).with_context(|| format!("discovery at {a}"))?
+            };
             println!(
                 "Discovery Log Number of Records {}, Generation counter {genctr}",
                 entries.len()
             );
             for (i, e) in entries.iter().enumerate() {
                 println!("=====Discovery Log Entry {i}======");
-                println!("trtype:  tcp");
+                println!(
+                    "trtype:  {}",
+                    match e.trtype {
+                        TrType::Rdma => "rdma",
+                        TrType::Tcp => "tcp",
+                        _ => "other",
+                    }
+                );
                 let ipv4 = e.adrfam == nvme::log::AdrFam::Ipv4;
                 println!("adrfam:  {}", if ipv4 { "ipv4" } else { "ipv6" });
                 println!(
@@ -554,13 +633,16 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     use benchkit::{median, Better, Figure, Report};
     let t = args.run_time();
     let runs = args.runs();
-    let mut tgt = Tgt::new(TgtParams::default());
-    let mut s = Subsystem::new(DEFAULT_NQN, "BENCH", "dpustack bench")?;
-    s.add_ns(1, make_bdev("null0", "null:4G", 512)?, None)?;
-    s.add_ns(2, make_bdev("malloc0", "malloc:256M", 512)?, None)?;
-    tgt.add_subsystem(s)?;
+    let bench_tgt = || -> Result<Tgt> {
+        let mut tgt = Tgt::new(TgtParams::default());
+        let mut s = Subsystem::new(DEFAULT_NQN, "BENCH", "dpustack bench")?;
+        s.add_ns(1, make_bdev("null0", "null:4G", 512)?, None)?;
+        s.add_ns(2, make_bdev("malloc0", "malloc:256M", 512)?, None)?;
+        tgt.add_subsystem(s)?;
+        Ok(tgt)
+    };
     let srv = NvmfServer::start(
-        tgt,
+        bench_tgt()?,
         &[ListenSpec {
             addr: "127.0.0.1:0".parse()?,
             discovery_only: false,
@@ -568,6 +650,23 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         1,
     )?;
     let addr = srv.addrs()[0];
+    // the same target over NVMe/RDMA: soft RoCE devices on two loopback addresses
+    let rdma_addr: SocketAddr = "127.0.0.91:4420".parse()?;
+    let rdma_srv = nvmf::rdma::start_server(
+        bench_tgt()?,
+        &[nvmf::Listen {
+            trid: TransportId::ip(TrType::Rdma, rdma_addr),
+            discovery_only: false,
+        }],
+        1,
+        Default::default(),
+    )
+    .context("NVMe/RDMA bench target on 127.0.0.91")?;
+    let rdma_host = nvmf::rdma::host_transport(rdma_addr, Some("127.0.0.92".parse()?))?;
+    let transports: [(&str, &dyn nvmf::HostTransport, TransportId); 2] = [
+        ("TCP", &nvmf::tcp::TcpHostTransport, TransportId::tcp(addr)),
+        ("RDMA", &rdma_host, TransportId::ip(TrType::Rdma, rdma_addr)),
+    ];
     let mut r = Report::new("nvmf");
     let mut tcp_runs = Vec::new();
     for _ in 0..runs {
@@ -582,7 +681,10 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         ("128 KiB seq write", 1, "null", 128 * 1024, 8),
         ("128 KiB seq write", 2, "malloc", 128 * 1024, 8),
     ];
-    for (name, nsid, bdev_name, size, depth) in cases {
+    for ((name, nsid, bdev_name, size, depth), (tr, host_tr, trid)) in transports
+        .iter()
+        .flat_map(|t| cases.iter().map(move |c| (*c, t)))
+    {
         let workload = if name.contains("randread") {
             Workload::RandRead
         } else if name.contains("read") {
@@ -593,7 +695,14 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         let mut vals = Vec::new();
         let mut last = None;
         for _ in 0..runs {
-            let mut c = Controller::connect(addr, DEFAULT_NQN, &HostOpts::default(), 1, depth)?;
+            let mut c = Controller::connect_with(
+                *host_tr,
+                trid,
+                DEFAULT_NQN,
+                &HostOpts::default(),
+                1,
+                depth,
+            )?;
             let res = nvmf::perf::run(
                 &mut c,
                 &PerfOpts {
@@ -608,7 +717,7 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
             )?;
             let _ = c.shutdown();
             if res.errors > 0 {
-                bail!("{name} on {bdev_name}: {} I/O errors", res.errors);
+                bail!("{tr} {name} on {bdev_name}: {} I/O errors", res.errors);
             }
             let rep = report(res);
             vals.push(if name.contains("IOPS") {
@@ -620,12 +729,12 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         }
         let v = median(&mut vals).unwrap_or(0.0);
         let detail = serde_json::json!({
-            "bdev": bdev_name, "io_size": size, "queue_depth": depth, "queues": 1,
+            "transport": tr, "bdev": bdev_name, "io_size": size, "queue_depth": depth, "queues": 1,
             "last_run": last,
         });
         let fig = if name.contains("IOPS") {
             Figure::new(
-                format!("NVMe/TCP {name} ({bdev_name}, qd {depth})"),
+                format!("NVMe/{tr} {name} ({bdev_name}, qd {depth})"),
                 v,
                 "IOPS",
                 "TCP loopback bw / 4 KiB",
@@ -634,7 +743,7 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
             )
         } else {
             Figure::new(
-                format!("NVMe/TCP {name} ({bdev_name}, qd {depth})"),
+                format!("NVMe/{tr} {name} ({bdev_name}, qd {depth})"),
                 v,
                 "MB/s",
                 "TCP loopback",
@@ -645,8 +754,9 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         r.push(fig.with_detail(detail));
     }
     srv.stop();
+    rdma_srv.stop();
     r.note(format!(
-        "{runs} run(s) of {:.2} s each, medians; target (1 poll group) and host (1 queue, 1 thread) in one process on 127.0.0.1, no digests",
+        "{runs} run(s) of {:.2} s each, medians; target (1 poll group) and host (1 queue, 1 thread) in one process; TCP on 127.0.0.1, no digests; RDMA over two soft RoCE devices (127.0.0.91 target, 127.0.0.92 host, UDP 4791 on loopback)",
         t.as_secs_f64()
     ));
     r.note("baseline: one TCP loopback connection, 64 KiB writes (netio::baseline::tcp_loopback_bw), same run");

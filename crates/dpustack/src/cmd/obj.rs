@@ -455,7 +455,7 @@ fn cont(cmd: ContCmd, c: &Client) -> Result<()> {
 }
 
 /// An OID from text: `HI.LO` in hex, or a number with type and class added.
-fn parse_oid(s: &str, otype: ObjType, class: &str) -> Result<ObjectId> {
+pub(crate) fn parse_oid(s: &str, otype: ObjType, class: &str) -> Result<ObjectId> {
     let oid = if s.contains('.') {
         let oid: ObjectId = s.parse().map_err(|e| anyhow!("bad OID or class: {e}"))?;
         oid

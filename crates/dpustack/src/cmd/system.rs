@@ -1,0 +1,378 @@
+//! `dpustack system ...`: a system of several object engines on this machine
+//! (one process each, on 127.0.0.x), and a distributed KV over it
+//! (`obj::dist`: placement with the pool map, replicated puts, reads from a
+//! healthy replica).
+//!
+//! What it is not yet: the pool map lives in each client (no Raft pool
+//! service), so `system query` shows which engines answer, not a replicated
+//! map; see docs/obj.md ("Distributed").
+
+use std::io::Write as _;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Subcommand;
+use obj::client::Client;
+use obj::dist::DistClient;
+use obj::membership::DetectorConfig;
+use obj::placement::{layout, PoolMap};
+use obj::types::ObjType;
+
+use crate::cmd::obj::parse_oid;
+use crate::config::Config;
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// A system of several object engines on this machine: start, stop,
+    /// query, and a replicated KV over it.
+    System {
+        /// Directory of the system (engines' data, logs, system.txt; default
+        /// `<node data_dir>/system`).
+        #[arg(long, global = true)]
+        dir: Option<PathBuf>,
+        #[command(subcommand)]
+        cmd: SystemCmd,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SystemCmd {
+    /// Start N engines (one process each) on FIRST_IP, FIRST_IP+1, ... :PORT.
+    Start {
+        #[arg(long, default_value_t = 3)]
+        engines: usize,
+        #[arg(long, default_value = "127.0.0.60")]
+        first_ip: Ipv4Addr,
+        #[arg(long, default_value_t = 10501)]
+        port: u16,
+        /// Targets (threads) per engine.
+        #[arg(long, default_value_t = 1)]
+        targets: usize,
+    },
+    /// Stop every engine of the system (SIGINT, then SIGKILL after 5 s).
+    Stop,
+    /// Each engine: rank, address, pid, whether it answers.
+    Query,
+    /// Create pool LABEL (SIZE bytes on each engine, K/M/G) and container CONT
+    /// on every engine.
+    Create {
+        pool: String,
+        cont: String,
+        #[arg(default_value = "64M")]
+        size: String,
+    },
+    /// Replicated KV: `put KEY VALUE` / `get KEY` / `where` of object OID.
+    Kv {
+        pool: String,
+        cont: String,
+        oid: String,
+        /// Object class (S1, SX, RP_2G1, RP_3G1, ...).
+        #[arg(long, default_value = "RP_2G1")]
+        class: String,
+        /// put KEY VALUE | get KEY | where
+        #[arg(num_args = 1..=3, required = true)]
+        args: Vec<String>,
+    },
+}
+
+struct Member {
+    rank: usize,
+    addr: String,
+    pid: i32,
+}
+
+fn system_file(dir: &Path) -> PathBuf {
+    dir.join("system.txt")
+}
+
+/// The pool map the `kv` commands share (`DIR/poolmap.txt`): an engine once
+/// found DOWN stays DOWN for later commands (no reintegration yet). A file,
+/// not a replicated pool service: two commands racing keep the last write.
+fn map_file(dir: &Path) -> PathBuf {
+    dir.join("poolmap.txt")
+}
+
+fn load_map(dir: &Path) -> Result<Option<PoolMap>> {
+    match std::fs::read_to_string(map_file(dir)) {
+        Ok(t) => {
+            Ok(Some(PoolMap::from_text(&t).with_context(|| {
+                format!("reading {}", map_file(dir).display())
+            })?))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn save_map(dir: &Path, m: &PoolMap) -> Result<()> {
+    let tmp = dir.join("poolmap.txt.tmp");
+    std::fs::write(&tmp, m.to_text())?;
+    std::fs::rename(&tmp, map_file(dir))?;
+    Ok(())
+}
+
+fn load(dir: &Path) -> Result<Vec<Member>> {
+    let f = system_file(dir);
+    let text = std::fs::read_to_string(&f).with_context(|| {
+        format!(
+            "no system at {} (run `dpustack system start`)",
+            dir.display()
+        )
+    })?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let p: Vec<&str> = l.split_whitespace().collect();
+            match p.as_slice() {
+                [r, a, pid] => Ok(Member {
+                    rank: r.parse()?,
+                    addr: a.to_string(),
+                    pid: pid.parse()?,
+                }),
+                _ => Err(anyhow!("bad line in {}: {l:?}", f.display())),
+            }
+        })
+        .collect()
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    if unsafe { libc::kill(pid, 0) } != 0 {
+        return false;
+    }
+    // a zombie (dead, not yet reaped by whoever inherited it) is not alive
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(st) => st
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => true,
+    }
+}
+
+pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
+    let Cmd::System { dir, cmd } = cmd;
+    let dir = dir.unwrap_or_else(|| cfg.node.data_dir.join("system"));
+    match cmd {
+        SystemCmd::Start {
+            engines,
+            first_ip,
+            port,
+            targets,
+        } => start(&dir, engines, first_ip, port, targets),
+        SystemCmd::Stop => stop(&dir),
+        SystemCmd::Query => query(&dir),
+        SystemCmd::Create { pool, cont, size } => {
+            let size =
+                bdev::spec::parse_size(&size).with_context(|| format!("bad size {size:?}"))?;
+            let addrs: Vec<String> = load(&dir)?.into_iter().map(|m| m.addr).collect();
+            DistClient::create(&addrs, &pool, size, &cont)?;
+            println!(
+                "pool {pool:?} ({size} bytes per engine) and container {cont:?} on {} engines",
+                addrs.len()
+            );
+            Ok(())
+        }
+        SystemCmd::Kv {
+            pool,
+            cont,
+            oid,
+            class,
+            args,
+        } => kv(&dir, &pool, &cont, &oid, &class, &args),
+    }
+}
+
+fn start(dir: &Path, n: usize, first_ip: Ipv4Addr, port: u16, targets: usize) -> Result<()> {
+    if n == 0 {
+        bail!("--engines must be at least 1");
+    }
+    if let Ok(ms) = load(dir) {
+        if ms.iter().any(|m| alive(m.pid)) {
+            bail!(
+                "a system is already running at {} (`dpustack system stop` first)",
+                dir.display()
+            );
+        }
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    // a new system starts with every engine in the map (data dirs are reused:
+    // an earlier system's map would not say what the engines now hold)
+    let _ = std::fs::remove_file(map_file(dir));
+    let exe = std::env::current_exe()?;
+    let base = u32::from(first_ip);
+    let mut members = Vec::new();
+    for rank in 0..n {
+        let ip = Ipv4Addr::from(base + rank as u32);
+        let addr = format!("{ip}:{port}");
+        let edir = dir.join(format!("engine{rank}"));
+        let log = std::fs::File::create(dir.join(format!("engine{rank}.log")))?;
+        let mut cmd = Command::new(&exe);
+        cmd.args([
+            "engine",
+            "--listen",
+            &addr,
+            "--targets",
+            &targets.to_string(),
+        ])
+        .arg("--data-dir")
+        .arg(&edir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+        use std::os::unix::process::CommandExt as _;
+        cmd.process_group(0);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting engine {rank}"))?;
+        members.push(Member {
+            rank,
+            addr,
+            pid: child.id() as i32,
+        });
+    }
+    let mut f = std::fs::File::create(system_file(dir))?;
+    for m in &members {
+        writeln!(f, "{} {} {}", m.rank, m.addr, m.pid)?;
+    }
+    // wait until every engine answers
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for m in &members {
+        loop {
+            if Client::connect_with(&m.addr, Duration::from_millis(500)).is_ok() {
+                break;
+            }
+            if !alive(m.pid) || Instant::now() > deadline {
+                bail!(
+                    "engine {} at {} did not come up (see {})",
+                    m.rank,
+                    m.addr,
+                    dir.join(format!("engine{}.log", m.rank)).display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    println!("system of {n} engines at {}:", dir.display());
+    for m in &members {
+        println!("  rank {} {} pid {}", m.rank, m.addr, m.pid);
+    }
+    Ok(())
+}
+
+fn stop(dir: &Path) -> Result<()> {
+    let ms = load(dir)?;
+    let mut running = Vec::new();
+    for m in &ms {
+        if alive(m.pid) {
+            // SAFETY: signalling a pid recorded by `system start`.
+            unsafe { libc::kill(m.pid, libc::SIGINT) };
+            running.push(m);
+        } else {
+            println!("rank {} (pid {}) was not running", m.rank, m.pid);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for m in running {
+        while alive(m.pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if alive(m.pid) {
+            // SAFETY: as above.
+            unsafe { libc::kill(m.pid, libc::SIGKILL) };
+            println!("rank {} (pid {}) killed", m.rank, m.pid);
+        } else {
+            println!("rank {} (pid {}) stopped", m.rank, m.pid);
+        }
+    }
+    std::fs::remove_file(system_file(dir))?;
+    Ok(())
+}
+
+fn query(dir: &Path) -> Result<()> {
+    let ms = load(dir)?;
+    let map = load_map(dir)?;
+    match &map {
+        Some(m) => println!("pool map version {}", m.version()),
+        None => println!("pool map version 1 (no failure seen yet)"),
+    }
+    println!(
+        "{:<5} {:<22} {:<8} {:<9} PROCESS",
+        "RANK", "ADDRESS", "PID", "MAP"
+    );
+    for m in &ms {
+        let up = Client::connect_with(&m.addr, Duration::from_millis(500)).is_ok();
+        let st = map
+            .as_ref()
+            .and_then(|p| p.target(m.rank as u32).ok())
+            .map_or("UP-IN", |t| t.state.name());
+        println!(
+            "{:<5} {:<22} {:<8} {:<9} {}",
+            m.rank,
+            m.addr,
+            m.pid,
+            st,
+            if up { "answers" } else { "NOT ANSWERING" }
+        );
+    }
+    Ok(())
+}
+
+fn kv(dir: &Path, pool: &str, cont: &str, oid: &str, class: &str, args: &[String]) -> Result<()> {
+    let addrs: Vec<String> = load(dir)?.into_iter().map(|m| m.addr).collect();
+    let oid = parse_oid(oid, ObjType::KvHashed, class)?;
+    let known = load_map(dir)?;
+    let mut dc = DistClient::connect_with_map(
+        &addrs,
+        pool,
+        cont,
+        Duration::from_secs(2),
+        DetectorConfig::default(),
+        known.clone(),
+    )?;
+    match args {
+        [op, key, value] if op == "put" => {
+            dc.kv_put(oid, key.as_bytes(), value.as_bytes())?;
+        }
+        [op, key] if op == "get" => {
+            let v = dc.kv_get(oid, key.as_bytes())?;
+            std::io::stdout().write_all(&v)?;
+            println!();
+        }
+        [op] if op == "where" => {
+            let l = layout(oid, dc.map())?;
+            println!("{oid} (map version {}):", dc.map().version());
+            for (g, grp) in l.groups.iter().enumerate() {
+                let ranks: Vec<String> = grp
+                    .iter()
+                    .map(|&t| {
+                        let d = dc.map().target(t).map(|t| t.domain).unwrap_or(u32::MAX);
+                        format!("rank {d} ({})", addrs[d as usize])
+                    })
+                    .collect();
+                println!("  group {g}: {}", ranks.join(", "));
+            }
+        }
+        _ => bail!("want `put KEY VALUE`, `get KEY` or `where`"),
+    }
+    if known.as_ref() != Some(dc.map()) {
+        save_map(dir, dc.map())?;
+    }
+    let down: Vec<usize> = (0..addrs.len())
+        .filter(|&r| {
+            !dc.map()
+                .target(r as u32)
+                .is_ok_and(|t| t.state.is_serving())
+        })
+        .collect();
+    if !down.is_empty() {
+        eprintln!(
+            "note: engines {down:?} are DOWN (map version {})",
+            dc.map().version()
+        );
+    }
+    Ok(())
+}

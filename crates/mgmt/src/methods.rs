@@ -1,0 +1,1003 @@
+//! SPDK's methods on the node's state: the bdev registry, the NVMe-oF target
+//! (`nvmf::Tgt`, changed while serving) and the transports; `save_config` writes
+//! SPDK's JSON config format, [`Mgmt::load_config`] plays one back.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::{json, Map, Value};
+use tracing::info;
+
+use nvmf::subsystem::{Subsystem, SubsystemType};
+use nvmf::{Listen, ListenerHandle, Tgt, TransportId};
+
+use crate::jsonrpc::{params_object, Dispatch, RpcError, ENOTSUP};
+
+/// The methods served, in `rpc_get_methods` order.
+pub const METHODS: &[&str] = &[
+    "rpc_get_methods",
+    "spdk_get_version",
+    "framework_wait_init",
+    "framework_get_subsystems",
+    "framework_get_config",
+    "save_config",
+    "load_config",
+    "bdev_malloc_create",
+    "bdev_malloc_delete",
+    "bdev_null_create",
+    "bdev_null_delete",
+    "bdev_get_bdevs",
+    "bdev_wait_for_examine",
+    "nvmf_create_transport",
+    "nvmf_get_transports",
+    "nvmf_create_subsystem",
+    "nvmf_delete_subsystem",
+    "nvmf_subsystem_add_ns",
+    "nvmf_subsystem_remove_ns",
+    "nvmf_subsystem_add_listener",
+    "nvmf_subsystem_add_host",
+    "nvmf_subsystem_allow_any_host",
+    "nvmf_get_subsystems",
+];
+
+/// What kind of bdev (what `save_config` re-creates it with).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BdevKind {
+    Malloc,
+    Null,
+    /// Made outside the RPC (a target file's `file` bdev): listed, not saved.
+    Other,
+}
+
+struct BdevEntry {
+    kind: BdevKind,
+    uuid: String,
+    dev: Arc<dyn bdev::BlockDevice>,
+}
+
+struct ListenerEntry {
+    nqn: String,
+    trid: TransportId,
+}
+
+#[derive(Default)]
+struct State {
+    bdevs: Vec<BdevEntry>,
+    transports: Vec<Map<String, Value>>,
+    listeners: Vec<ListenerEntry>,
+    nvmf: Option<(Arc<Tgt>, ListenerHandle)>,
+    next_malloc: u32,
+}
+
+/// The management plane's view of the node: implements [`Dispatch`].
+pub struct Mgmt {
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for Mgmt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mgmt").finish_non_exhaustive()
+    }
+}
+
+fn uuid_str(u: &[u8; 16]) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+fn parse_hex<const N: usize>(s: &str) -> Option<[u8; N]> {
+    let hex: String = s.chars().filter(|c| *c != '-').collect();
+    if hex.len() != 2 * N {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// A new bdev UUID (name-, time- and counter-derived; SPDK's are random).
+fn new_uuid(name: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u32);
+    let seed = format!(
+        "{name}/{}/{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    );
+    uuid_str(&nvmf::subsystem::derive_id(&seed, t))
+}
+
+/// Typed access to an SPDK params object with SPDK's decoder rules: unknown keys
+/// and wrong types are "Invalid parameters".
+struct Params {
+    m: Map<String, Value>,
+}
+
+impl Params {
+    fn new(p: Option<&Value>, known: &[&str]) -> Result<Params, RpcError> {
+        let m = params_object(p)?;
+        if let Some(k) = m.keys().find(|k| !known.contains(&k.as_str())) {
+            return Err(RpcError::params(format!(
+                "Invalid parameters: unknown key {k:?}"
+            )));
+        }
+        Ok(Params { m })
+    }
+    fn opt_str(&self, k: &str) -> Result<Option<String>, RpcError> {
+        match self.m.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(RpcError::params(format!(
+                "Invalid parameters: {k} must be a string"
+            ))),
+        }
+    }
+    fn str(&self, k: &str) -> Result<String, RpcError> {
+        self.opt_str(k)?
+            .ok_or_else(|| RpcError::params(format!("Invalid parameters: missing {k}")))
+    }
+    fn opt_u64(&self, k: &str) -> Result<Option<u64>, RpcError> {
+        match self.m.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+                RpcError::params(format!(
+                    "Invalid parameters: {k} must be an unsigned integer"
+                ))
+            }),
+        }
+    }
+    fn u64(&self, k: &str) -> Result<u64, RpcError> {
+        self.opt_u64(k)?
+            .ok_or_else(|| RpcError::params(format!("Invalid parameters: missing {k}")))
+    }
+    fn opt_bool(&self, k: &str) -> Result<Option<bool>, RpcError> {
+        match self.m.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(_) => Err(RpcError::params(format!(
+                "Invalid parameters: {k} must be a bool"
+            ))),
+        }
+    }
+    fn obj(&self, k: &str, known: &[&str]) -> Result<Params, RpcError> {
+        match self.m.get(k) {
+            Some(v @ Value::Object(_)) => Params::new(Some(v), known),
+            None => Err(RpcError::params(format!("Invalid parameters: missing {k}"))),
+            Some(_) => Err(RpcError::params(format!(
+                "Invalid parameters: {k} must be an object"
+            ))),
+        }
+    }
+}
+
+const BDEV_CREATE_KEYS: &[&str] = &[
+    "name",
+    "num_blocks",
+    "block_size",
+    "physical_block_size",
+    "uuid",
+    "optimal_io_boundary",
+    "md_size",
+    "md_interleave",
+    "dif_type",
+    "dif_is_head_of_md",
+    "dif_pi_format",
+    "numa_id",
+    "preferred_write_alignment",
+    "preferred_write_granularity",
+    "optimal_write_size",
+    "preferred_unmap_alignment",
+    "preferred_unmap_granularity",
+];
+
+const TRANSPORT_KEYS: &[&str] = &[
+    "trtype",
+    "tgt_name",
+    "max_queue_depth",
+    "max_io_qpairs_per_ctrlr",
+    "max_qpairs_per_ctrlr",
+    "in_capsule_data_size",
+    "max_io_size",
+    "io_unit_size",
+    "max_aq_depth",
+    "num_shared_buffers",
+    "buf_cache_size",
+    "iobuf_small_cache_size",
+    "iobuf_large_cache_size",
+    "zcopy",
+    "num_cqe",
+    "max_srq_depth",
+    "no_srq",
+    "c2h_success",
+    "dif_insert_or_strip",
+    "sock_priority",
+    "acceptor_backlog",
+    "abort_timeout_sec",
+    "no_wr_batching",
+    "control_msg_num",
+    "disable_mappable_bar0",
+    "disable_adaptive_irq",
+    "disable_shadow_doorbells",
+    "disable_command_passthru",
+    "ack_timeout",
+    "data_wr_pool_size",
+    "disable_command_passthru",
+    "kas",
+    "min_kato",
+    "transport_specific",
+    "masked_oncs",
+    "masked_fuses",
+];
+
+impl Default for Mgmt {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Mgmt {
+    pub fn new() -> Mgmt {
+        Mgmt {
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn st(&self) -> Result<MutexGuard<'_, State>, RpcError> {
+        self.state
+            .lock()
+            .map_err(|_| RpcError::internal("management state lock poisoned"))
+    }
+
+    /// Serves the running NVMe-oF target: its subsystems' bdevs are imported
+    /// (`kinds` says which were malloc/null, by bdev name), its listeners
+    /// become every subsystem's listeners, TCP is the one transport.
+    pub fn attach_nvmf(
+        &self,
+        tgt: Arc<Tgt>,
+        listeners: ListenerHandle,
+        kinds: &[(String, BdevKind)],
+    ) -> Result<(), RpcError> {
+        let mut st = self.st()?;
+        for s in tgt.subsystems() {
+            for ns in s.namespaces() {
+                let name = ns.bdev.name().to_string();
+                if st.bdevs.iter().any(|b| b.dev.name() == name) {
+                    continue;
+                }
+                let kind = kinds
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map_or(BdevKind::Other, |k| k.1);
+                let uuid = new_uuid(&name);
+                st.bdevs.push(BdevEntry {
+                    kind,
+                    uuid,
+                    dev: ns.bdev.clone(),
+                });
+            }
+            for l in tgt.listeners().iter().filter(|l| !l.discovery_only) {
+                st.listeners.push(ListenerEntry {
+                    nqn: s.nqn.clone(),
+                    trid: l.trid.clone(),
+                });
+            }
+        }
+        if !tgt.listeners().is_empty() || tgt.subsystems().next().is_some() {
+            let mut t = Map::new();
+            t.insert("trtype".into(), json!("TCP"));
+            st.transports.push(t);
+        }
+        st.nvmf = Some((tgt, listeners));
+        Ok(())
+    }
+
+    /// Plays back an SPDK JSON config (`{"subsystems":[{"subsystem":..,"config":[..]}]}`);
+    /// a method dpustack does not have is an error naming it and its place.
+    pub fn load_config(&self, cfg: &Value) -> Result<usize, RpcError> {
+        let subs = cfg
+            .get("subsystems")
+            .and_then(Value::as_array)
+            .ok_or_else(|| RpcError::params("config: no \"subsystems\" array"))?;
+        let mut n = 0;
+        for (i, s) in subs.iter().enumerate() {
+            let name = s.get("subsystem").and_then(Value::as_str).unwrap_or("?");
+            let Some(entries) = s.get("config") else {
+                continue;
+            };
+            let entries = match entries {
+                Value::Null => continue,
+                Value::Array(a) => a,
+                _ => {
+                    return Err(RpcError::params(format!(
+                        "config: subsystems[{i}] ({name}): \"config\" is not an array"
+                    )))
+                }
+            };
+            for (j, e) in entries.iter().enumerate() {
+                let place = format!("subsystems[{i}] ({name}) config[{j}]");
+                let method = e
+                    .get("method")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| RpcError::params(format!("config: {place}: no method")))?;
+                if !METHODS.contains(&method)
+                    || matches!(
+                        method,
+                        "save_config" | "load_config" | "framework_get_config"
+                    )
+                {
+                    return Err(RpcError::new(
+                        ENOTSUP,
+                        format!("config: {place}: method {method:?} is not supported by dpustack"),
+                    ));
+                }
+                self.call(method, e.get("params")).map_err(|err| {
+                    RpcError::new(
+                        err.code,
+                        format!("config: {place}: {method}: {}", err.message),
+                    )
+                })?;
+                n += 1;
+            }
+        }
+        info!(methods = n, "JSON config loaded");
+        Ok(n)
+    }
+
+    fn bdev_create(&self, p: Option<&Value>, kind: BdevKind) -> Result<Value, RpcError> {
+        let p = Params::new(p, BDEV_CREATE_KEYS)?;
+        let mut st = self.st()?;
+        let name = match (p.opt_str("name")?, kind) {
+            (Some(n), _) => n,
+            (None, BdevKind::Malloc) => loop {
+                let n = format!("Malloc{}", st.next_malloc);
+                st.next_malloc += 1;
+                if !st.bdevs.iter().any(|b| b.dev.name() == n) {
+                    break n;
+                }
+            },
+            (None, _) => return Err(RpcError::params("Invalid parameters: missing name")),
+        };
+        let num_blocks = p.u64("num_blocks")?;
+        let bs = p.u64("block_size")?;
+        for k in ["md_size", "dif_type"] {
+            if p.opt_u64(k)?.unwrap_or(0) != 0 {
+                return Err(RpcError::new(
+                    ENOTSUP,
+                    format!("{k} (metadata/DIF) is not supported"),
+                ));
+            }
+        }
+        if st.bdevs.iter().any(|b| b.dev.name() == name) {
+            return Err(RpcError::exists(format!(
+                "Bdev {name} already exists: File exists"
+            )));
+        }
+        let uuid = match p.opt_str("uuid")? {
+            Some(u) => {
+                let b = parse_hex::<16>(&u).ok_or_else(|| {
+                    RpcError::params(format!("Invalid parameters: bad uuid {u:?}"))
+                })?;
+                uuid_str(&b)
+            }
+            None => new_uuid(&name),
+        };
+        let bytes = num_blocks
+            .checked_mul(bs)
+            .filter(|b| *b > 0)
+            .ok_or_else(|| RpcError::params("Invalid parameters: size is zero or overflows"))?;
+        let spec = match kind {
+            BdevKind::Malloc => format!("malloc:{bytes}"),
+            _ => format!("null:{bytes}"),
+        };
+        let dev = bdev::spec::create(&name, &spec, bs as u32)
+            .map_err(|e| RpcError::params(format!("Invalid parameters: {e}")))?;
+        info!(%name, %spec, "bdev created");
+        st.bdevs.push(BdevEntry { kind, uuid, dev });
+        Ok(json!(name))
+    }
+
+    fn bdev_delete(&self, p: Option<&Value>, kind: BdevKind) -> Result<Value, RpcError> {
+        let p = Params::new(p, &["name"])?;
+        let name = p.str("name")?;
+        let mut st = self.st()?;
+        let Some(i) = st
+            .bdevs
+            .iter()
+            .position(|b| b.dev.name() == name && b.kind == kind)
+        else {
+            return Err(RpcError::no_device("No such device"));
+        };
+        if let Some((tgt, _)) = &st.nvmf {
+            if tgt
+                .subsystems()
+                .any(|s| s.namespaces().iter().any(|n| n.bdev.name() == name))
+            {
+                return Err(RpcError::new(
+                    -16,
+                    format!("bdev {name} is a namespace of a subsystem (remove the namespace first): Device or resource busy"),
+                ));
+            }
+        }
+        st.bdevs.remove(i);
+        Ok(json!(true))
+    }
+
+    /// Names of the bdevs that are namespaces (one pass over the subsystems).
+    fn claimed(st: &State) -> std::collections::HashSet<String> {
+        let mut set = std::collections::HashSet::new();
+        if let Some((t, _)) = &st.nvmf {
+            for s in t.subsystems() {
+                set.extend(s.namespaces().iter().map(|n| n.bdev.name().to_string()));
+            }
+        }
+        set
+    }
+
+    fn bdev_json(claimed: &std::collections::HashSet<String>, b: &BdevEntry) -> Value {
+        let d = &b.dev;
+        let sup = |t| d.io_type_supported(t);
+        json!({
+            "name": d.name(),
+            "aliases": [],
+            "product_name": match b.kind {
+                BdevKind::Malloc => "Malloc disk",
+                BdevKind::Null => "Null disk",
+                BdevKind::Other => "dpustack bdev",
+            },
+            "block_size": d.block_size(),
+            "num_blocks": d.num_blocks(),
+            "uuid": b.uuid,
+            "assigned_rate_limits": {
+                "rw_ios_per_sec": 0, "rw_mbytes_per_sec": 0,
+                "r_mbytes_per_sec": 0, "w_mbytes_per_sec": 0
+            },
+            "claimed": claimed.contains(d.name()),
+            "zoned": false,
+            "supported_io_types": {
+                "read": sup(bdev::IoType::Read),
+                "write": sup(bdev::IoType::Write),
+                "unmap": sup(bdev::IoType::Unmap),
+                "write_zeroes": sup(bdev::IoType::WriteZeroes),
+                "flush": sup(bdev::IoType::Flush),
+                "reset": false,
+                "compare": false,
+                "compare_and_write": false,
+                "abort": false,
+                "nvme_admin": false,
+                "nvme_io": false
+            },
+            "driver_specific": {}
+        })
+    }
+
+    fn bdev_get_bdevs(&self, p: Option<&Value>) -> Result<Value, RpcError> {
+        let p = Params::new(p, &["name", "timeout"])?;
+        let st = self.st()?;
+        match p.opt_str("name")? {
+            Some(n) => {
+                let b = st
+                    .bdevs
+                    .iter()
+                    .find(|b| b.dev.name() == n || b.uuid == n)
+                    .ok_or_else(|| RpcError::no_device("No such device"))?;
+                Ok(json!([Self::bdev_json(&Self::claimed(&st), b)]))
+            }
+            None => {
+                let claimed = Self::claimed(&st);
+                Ok(Value::Array(
+                    st.bdevs
+                        .iter()
+                        .map(|b| Self::bdev_json(&claimed, b))
+                        .collect(),
+                ))
+            }
+        }
+    }
+
+    fn tgt(st: &State) -> Result<Arc<Tgt>, RpcError> {
+        st.nvmf
+            .as_ref()
+            .map(|(t, _)| t.clone())
+            .ok_or_else(|| RpcError::no_device("the NVMe-oF target is not running in this node"))
+    }
+
+    fn subsys(tgt: &Tgt, nqn: &str) -> Result<Subsystem, RpcError> {
+        tgt.subsystem(nqn)
+            .filter(|s| s.subtype == SubsystemType::Nvme)
+            .map(|s| (*s).clone())
+            .ok_or_else(|| RpcError::params(format!("Unable to find subsystem with NQN {nqn}")))
+    }
+
+    fn create_transport(&self, p: Option<&Value>) -> Result<Value, RpcError> {
+        let p = Params::new(p, TRANSPORT_KEYS)?;
+        let trtype = p.str("trtype")?.to_ascii_uppercase();
+        let mut st = self.st()?;
+        Self::tgt(&st)?;
+        if trtype != "TCP" {
+            return Err(RpcError::params(format!(
+                "Transport type '{trtype}' is not supported by dpustack (TCP only)"
+            )));
+        }
+        if st.transports.iter().any(|t| t["trtype"] == trtype.as_str()) {
+            return Err(RpcError::params(format!(
+                "Transport type '{trtype}' already exists"
+            )));
+        }
+        let mut m = p.m;
+        m.insert("trtype".into(), json!(trtype));
+        m.remove("tgt_name");
+        st.transports.push(m);
+        Ok(json!(true))
+    }
+
+    fn create_subsystem(&self, p: Option<&Value>) -> Result<Value, RpcError> {
+        let p = Params::new(
+            p,
+            &[
+                "nqn",
+                "tgt_name",
+                "serial_number",
+                "model_number",
+                "allow_any_host",
+                "max_namespaces",
+                "ana_reporting",
+                "min_cntlid",
+                "max_cntlid",
+                "dmrsl",
+                "wzsl",
+                "passthrough",
+                "enable_nssr",
+                "admin_label",
+            ],
+        )?;
+        let nqn = p.str("nqn")?;
+        let st = self.st()?;
+        let tgt = Self::tgt(&st)?;
+        if tgt.subsystem(&nqn).is_some() {
+            return Err(RpcError::exists(format!(
+                "Subsystem NQN {nqn} already exists: File exists"
+            )));
+        }
+        let serial = p
+            .opt_str("serial_number")?
+            .unwrap_or_else(|| "00000000000000000000".into());
+        let model = p
+            .opt_str("model_number")?
+            .unwrap_or_else(|| "SPDK bdev Controller".into());
+        let mut s = Subsystem::new(&nqn, &serial, &model)
+            .map_err(|e| RpcError::params(format!("Unable to create subsystem {nqn}: {e}")))?;
+        s.allow_any_host = p.opt_bool("allow_any_host")?.unwrap_or(false);
+        if let Some(m) = p.opt_u64("max_namespaces")? {
+            if m > 0 {
+                s.max_namespaces = m.min(u32::MAX as u64 - 1) as u32;
+            }
+        }
+        tgt.insert_subsystem(s)
+            .map_err(|e| RpcError::params(format!("Unable to create subsystem {nqn}: {e}")))?;
+        info!(%nqn, "subsystem created");
+        Ok(json!(true))
+    }
+
+    fn delete_subsystem(&self, p: Option<&Value>) -> Result<Value, RpcError> {
+        let p = Params::new(p, &["nqn", "tgt_name"])?;
+        let nqn = p.str("nqn")?;
+        let mut st = self.st()?;
+        let tgt = Self::tgt(&st)?;
+        tgt.remove_subsystem(&nqn)
+            .ok_or_else(|| RpcError::params(format!("Unable to find subsystem with NQN {nqn}")))?;
+        st.listeners.retain(|l| l.nqn != nqn);
+        Ok(json!(true))
+    }
+
+    fn add_ns(&self, p: Option<&Value>) -> Result<Value, RpcError> {
+        let p = Params::new(p, &["nqn", "namespace", "tgt_name", "no_auto_visible"])?;
+        let nqn = p.str("nqn")?;
+        let ns = p.obj(
+            "namespace",
+            &[
+                "bdev_name",
+                "nsid",
+                "nguid",
+                "eui64",
+                "uuid",
+                "ptpl_file",
+                "anagrpid",
+                "no_auto_visible",
+                "hide_metadata",
+            ],
+        )?;
+        let bdev_name = ns.str("bdev_name")?;
+        let nsid = ns.opt_u64("nsid")?.unwrap_or(0);
+        let uuid =
+            match ns.opt_str("uuid")? {
+                Some(u) => Some(parse_hex::<16>(&u).ok_or_else(|| {
+                    RpcError::params(format!("Invalid parameters: bad uuid {u:?}"))
+                })?),
+                None => None,
+            };
+        for k in ["nguid", "eui64", "ptpl_file"] {
+            if ns.opt_str(k)?.is_some() {
+                return Err(RpcError::new(
+                    ENOTSUP,
+                    format!("namespace {k} is not supported (derived from the UUID)"),
+                ));
+            }
+        }
+        let st = self.st()?;
+        let tgt = Self::tgt(&st)?;
+        let mut s = Self::subsys(&tgt, &nqn)?;
+        let dev = st
+            .bdevs
+            .iter()
+            .find(|b| b.dev.name() == bdev_name)
+            .map(|b| b.dev.clone())
+            .ok_or_else(|| {
+                RpcError::params(format!(
+                    "Unable to add namespace: bdev {bdev_name} not found"
+                ))
+            })?;
+        let nsid = u32::try_from(nsid).map_err(|_| RpcError::params("Invalid parameters: nsid"))?;
+        let nsid = s
+            .add_ns(nsid, dev, uuid)
+            .map_err(|e| RpcError::params(format!("Unable to add namespace: {e}")))?;
+        tgt.replace_subsystem(s);
+        info!(%nqn, nsid, bdev = %bdev_name, "namespace added");
+        Ok(json!(nsid))
+    }
+
+    fn remove_ns(&self, p: Option<&Value>) -> Result<Value, RpcError> {
+        let p = Params::new(p, &["nqn", "nsid", "tgt_name"])?;
+        let nqn = p.str("nqn")?;
+        let nsid = p.u64("nsid")?;
+        let st = self.st()?;
+        let tgt = Self::tgt(&st)?;
+        let mut s = Self::subsys(&tgt, &nqn)?;
+        if !s.remove_ns(nsid as u32) {
+            return Err(RpcError::params(format!(
+                "Invalid parameters: no namespace {nsid}"
+            )));
+        }
+        tgt.replace_subsystem(s);
+        Ok(json!(true))
+    }
+
+    fn add_listener(&self, p: Option<&Value>) -> Result<Value, RpcError> {
+        let p = Params::new(
+            p,
+            &[
+                "nqn",
+                "listen_address",
+                "tgt_name",
+                "secure_channel",
+                "ana_state",
+                "sock_impl",
+                "numa_id",
+            ],
+        )?;
+        let nqn = p.str("nqn")?;
+        let la = p.obj("listen_address", &["trtype", "adrfam", "traddr", "trsvcid"])?;
+        let trtype = la.str("trtype")?.to_ascii_uppercase();
+        let traddr = la.str("traddr")?;
+        let trsvcid = la.opt_str("trsvcid")?.unwrap_or_else(|| "4420".into());
+        if trtype != "TCP" {
+            return Err(RpcError::params(format!(
+                "Unable to add listener: transport {trtype} is not supported (TCP only)"
+            )));
+        }
+        let addr: std::net::SocketAddr = format!(
+            "{}:{trsvcid}",
+            if traddr.contains(':') {
+                format!("[{traddr}]")
+            } else {
+                traddr.clone()
+            }
+        )
+        .parse()
+        .map_err(|_| {
+            RpcError::params(format!(
+                "Invalid parameters: bad address {traddr}:{trsvcid}"
+            ))
+        })?;
+        let mut st = self.st()?;
+        let tgt = Self::tgt(&st)?;
+        if !st.transports.iter().any(|t| t["trtype"] == "TCP") {
+            return Err(RpcError::params("Unable to add listener: transport TCP has not been created (nvmf_create_transport)"));
+        }
+        let discovery = nvmf::tgt::is_discovery_nqn(&nqn);
+        if !discovery {
+            Self::subsys(&tgt, &nqn)?;
+        }
+        let want = TransportId::tcp(addr);
+        if st.listeners.iter().any(|l| l.nqn == nqn && l.trid == want) {
+            return Err(RpcError::exists("Listener already exists: File exists"));
+        }
+        let bound = tgt
+            .listeners()
+            .into_iter()
+            .find(|l| l.trid == want || (addr.port() != 0 && l.trid.socket_addr() == Some(addr)))
+            .map(|l| l.trid);
+        let trid = match bound {
+            Some(t) => t,
+            None => {
+                let h = st
+                    .nvmf
+                    .as_ref()
+                    .map(|(_, h)| h.clone())
+                    .ok_or_else(|| RpcError::internal("no target"))?;
+                h.add(Listen {
+                    trid: want,
+                    discovery_only: discovery,
+                })
+                .map_err(|e| RpcError::internal(format!("Unable to add listener {addr}: {e}")))?
+            }
+        };
+        info!(%nqn, trid = %trid.uri(), "listener added");
+        st.listeners.push(ListenerEntry { nqn, trid });
+        Ok(json!(true))
+    }
+
+    fn add_host(&self, p: Option<&Value>) -> Result<Value, RpcError> {
+        let p = Params::new(
+            p,
+            &[
+                "nqn",
+                "host",
+                "tgt_name",
+                "psk",
+                "dhchap_key",
+                "dhchap_ctrlr_key",
+            ],
+        )?;
+        let nqn = p.str("nqn")?;
+        let host = p.str("host")?;
+        let st = self.st()?;
+        let tgt = Self::tgt(&st)?;
+        let mut s = Self::subsys(&tgt, &nqn)?;
+        if s.hosts.contains(&host) {
+            return Err(RpcError::exists(format!(
+                "Host {host} already allowed: File exists"
+            )));
+        }
+        let any = s.allow_any_host;
+        s.add_host(&host);
+        s.allow_any_host = any;
+        tgt.replace_subsystem(s);
+        Ok(json!(true))
+    }
+
+    fn allow_any_host(&self, p: Option<&Value>) -> Result<Value, RpcError> {
+        let p = Params::new(p, &["nqn", "allow_any_host", "tgt_name"])?;
+        let nqn = p.str("nqn")?;
+        let allow = p
+            .opt_bool("allow_any_host")?
+            .ok_or_else(|| RpcError::params("Invalid parameters: missing allow_any_host"))?;
+        let st = self.st()?;
+        let tgt = Self::tgt(&st)?;
+        let mut s = Self::subsys(&tgt, &nqn)?;
+        s.allow_any_host = allow;
+        tgt.replace_subsystem(s);
+        Ok(json!(true))
+    }
+
+    fn addr_json(trid: &TransportId) -> Value {
+        let (adrfam, traddr, trsvcid) = match trid.socket_addr() {
+            Some(a) => (
+                if a.is_ipv4() { "IPv4" } else { "IPv6" },
+                a.ip().to_string(),
+                a.port().to_string(),
+            ),
+            None => ("IPv4", trid.to_string(), String::new()),
+        };
+        json!({"trtype": "TCP", "adrfam": adrfam, "traddr": traddr, "trsvcid": trsvcid})
+    }
+
+    fn get_subsystems(&self, p: Option<&Value>) -> Result<Value, RpcError> {
+        let p = Params::new(p, &["nqn", "tgt_name"])?;
+        let only = p.opt_str("nqn")?;
+        let st = self.st()?;
+        let tgt = Self::tgt(&st)?;
+        let mut out = Vec::new();
+        let disc_addrs: Vec<Value> = tgt
+            .listeners()
+            .iter()
+            .map(|l| Self::addr_json(&l.trid))
+            .collect();
+        out.push(json!({
+            "nqn": nvmf::DISCOVERY_NQN,
+            "subtype": "Discovery",
+            "listen_addresses": disc_addrs,
+            "allow_any_host": true,
+            "hosts": []
+        }));
+        for s in tgt.subsystems() {
+            let ls: Vec<Value> = st
+                .listeners
+                .iter()
+                .filter(|l| l.nqn == s.nqn)
+                .map(|l| Self::addr_json(&l.trid))
+                .collect();
+            let nss: Vec<Value> = s
+                .namespaces()
+                .iter()
+                .map(|n| {
+                    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02X}")).collect::<String>();
+                    json!({
+                        "nsid": n.nsid,
+                        "bdev_name": n.bdev.name(),
+                        "name": n.bdev.name(),
+                        "nguid": hex(&n.nguid),
+                        "eui64": hex(&n.eui64),
+                        "uuid": uuid_str(&n.uuid)
+                    })
+                })
+                .collect();
+            out.push(json!({
+                "nqn": s.nqn,
+                "subtype": "NVMe",
+                "listen_addresses": ls,
+                "allow_any_host": s.allow_any_host,
+                "hosts": s.hosts.iter().map(|h| json!({"nqn": h})).collect::<Vec<_>>(),
+                "serial_number": s.serial,
+                "model_number": s.model,
+                "max_namespaces": s.max_namespaces,
+                "min_cntlid": 1,
+                "max_cntlid": 65519,
+                "namespaces": nss
+            }));
+        }
+        if let Some(n) = only {
+            out.retain(|s| s["nqn"] == n.as_str());
+            if out.is_empty() {
+                return Err(RpcError::params(format!(
+                    "Unable to find subsystem with NQN {n}"
+                )));
+            }
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn save_config(&self) -> Result<Value, RpcError> {
+        let st = self.st()?;
+        let mut bdevs = Vec::new();
+        for b in &st.bdevs {
+            let method = match b.kind {
+                BdevKind::Malloc => "bdev_malloc_create",
+                BdevKind::Null => "bdev_null_create",
+                BdevKind::Other => {
+                    return Err(RpcError::new(
+                        ENOTSUP,
+                        format!("save_config: bdev {} was not made by a malloc/null RPC or target file entry; cannot be saved", b.dev.name()),
+                    ))
+                }
+            };
+            bdevs.push(json!({"method": method, "params": {
+                "name": b.dev.name(),
+                "num_blocks": b.dev.num_blocks(),
+                "block_size": b.dev.block_size(),
+                "uuid": b.uuid
+            }}));
+        }
+        bdevs.push(json!({"method": "bdev_wait_for_examine"}));
+        let mut nv = Vec::new();
+        for t in &st.transports {
+            nv.push(json!({"method": "nvmf_create_transport", "params": t}));
+        }
+        if let Some((tgt, _)) = &st.nvmf {
+            for s in tgt.subsystems() {
+                nv.push(json!({"method": "nvmf_create_subsystem", "params": {
+                    "nqn": s.nqn, "allow_any_host": s.allow_any_host,
+                    "serial_number": s.serial, "model_number": s.model,
+                    "max_namespaces": s.max_namespaces
+                }}));
+                for h in &s.hosts {
+                    nv.push(json!({"method": "nvmf_subsystem_add_host", "params": {"nqn": s.nqn, "host": h}}));
+                }
+                for n in s.namespaces() {
+                    nv.push(json!({"method": "nvmf_subsystem_add_ns", "params": {
+                        "nqn": s.nqn,
+                        "namespace": {"nsid": n.nsid, "bdev_name": n.bdev.name(), "uuid": uuid_str(&n.uuid)}
+                    }}));
+                }
+                for l in st.listeners.iter().filter(|l| l.nqn == s.nqn) {
+                    nv.push(json!({"method": "nvmf_subsystem_add_listener", "params": {
+                        "nqn": s.nqn, "listen_address": Self::addr_json(&l.trid)
+                    }}));
+                }
+            }
+        }
+        if let Some((tgt, _)) = &st.nvmf {
+            for l in tgt.listeners().iter().filter(|l| l.discovery_only) {
+                nv.push(json!({"method": "nvmf_subsystem_add_listener", "params": {
+                    "nqn": nvmf::DISCOVERY_NQN, "listen_address": Self::addr_json(&l.trid)
+                }}));
+            }
+        }
+        Ok(json!({"subsystems": [
+            {"subsystem": "bdev", "config": bdevs},
+            {"subsystem": "nvmf", "config": nv}
+        ]}))
+    }
+}
+
+impl Dispatch for Mgmt {
+    fn call(&self, method: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+        match method {
+            "rpc_get_methods" => {
+                Params::new(params, &["current", "include_aliases"])?;
+                Ok(json!(METHODS))
+            }
+            "spdk_get_version" => {
+                Params::new(params, &[])?;
+                let v = env!("CARGO_PKG_VERSION");
+                Ok(json!({
+                    "version": format!("dpustack {v} (SPDK JSON-RPC subset)"),
+                    "fields": {"major": 0, "minor": 1, "patch": 0, "suffix": "-dpustack"}
+                }))
+            }
+            "framework_wait_init" | "bdev_wait_for_examine" => {
+                Params::new(params, &[])?;
+                Ok(json!(true))
+            }
+            "framework_get_subsystems" => Ok(json!([
+                {"subsystem": "bdev", "depends_on": []},
+                {"subsystem": "nvmf", "depends_on": ["bdev"]}
+            ])),
+            "framework_get_config" => {
+                let p = Params::new(params, &["name", "with_batches"])?;
+                let name = p.str("name")?;
+                let cfg = self.save_config()?;
+                cfg["subsystems"]
+                    .as_array()
+                    .and_then(|a| a.iter().find(|s| s["subsystem"] == name.as_str()))
+                    .map(|s| s["config"].clone())
+                    .ok_or_else(|| RpcError::params(format!("Subsystem {name} not found")))
+            }
+            "save_config" => {
+                Params::new(params, &["subsystems"])?;
+                self.save_config()
+            }
+            "load_config" => {
+                let cfg = params.cloned().unwrap_or(Value::Null);
+                self.load_config(&cfg).map(|_| json!(true))
+            }
+            "bdev_malloc_create" => self.bdev_create(params, BdevKind::Malloc),
+            "bdev_null_create" => self.bdev_create(params, BdevKind::Null),
+            "bdev_malloc_delete" => self.bdev_delete(params, BdevKind::Malloc),
+            "bdev_null_delete" => self.bdev_delete(params, BdevKind::Null),
+            "bdev_get_bdevs" => self.bdev_get_bdevs(params),
+            "nvmf_create_transport" => self.create_transport(params),
+            "nvmf_get_transports" => {
+                let p = Params::new(params, &["trtype", "tgt_name"])?;
+                let want = p.opt_str("trtype")?.map(|t| t.to_ascii_uppercase());
+                let st = self.st()?;
+                Ok(Value::Array(
+                    st.transports
+                        .iter()
+                        .filter(|t| want.as_deref().is_none_or(|w| t["trtype"] == w))
+                        .map(|t| Value::Object(t.clone()))
+                        .collect(),
+                ))
+            }
+            "nvmf_create_subsystem" => self.create_subsystem(params),
+            "nvmf_delete_subsystem" => self.delete_subsystem(params),
+            "nvmf_subsystem_add_ns" => self.add_ns(params),
+            "nvmf_subsystem_remove_ns" => self.remove_ns(params),
+            "nvmf_subsystem_add_listener" => self.add_listener(params),
+            "nvmf_subsystem_add_host" => self.add_host(params),
+            "nvmf_subsystem_allow_any_host" => self.allow_any_host(params),
+            "nvmf_get_subsystems" => self.get_subsystems(params),
+            _ => Err(RpcError::method_not_found()),
+        }
+    }
+}

@@ -1,0 +1,744 @@
+//! The NVMe/RDMA target transport: [`RdmaTransport`] (CM listeners, connection
+//! requests with the NVMe/RDMA private data), [`RdmaQpair`] (one RC QP, its CQ,
+//! receive and response regions, a registered buffer pool) and [`RdmaPollGroup`].
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bdev::IoBuf;
+use cm::driver::{CmDevice, CmId, EventChannel};
+use cm::{CmIdHandle, ConnParam, EventType, PortSpace};
+use nvme::log::{DiscoveryEntry, TrType};
+use nvme::opcode::DataDirection;
+use nvme::sgl::SglType;
+use nvme::Psdt;
+use nvme::{Cqe, Sqe};
+use tracing::{debug, info, warn};
+use verbs::{AccessFlags, Cq, Mr, Qp, QpCap, RecvWr, SendWr, Wc, WcStatus, WrDetail, WrOpcode};
+use wire::nvme_rdma::{CmRej, CmRejStatus, CmRep, CmReq, RECFMT_1_0};
+
+use super::pool::{BufPool, RdmaBuf};
+use super::{discovery_entry, wrid, RdmaCounters, CQE_LEN, SQE_LEN};
+use crate::tcp::{data_direction, SGL_IN_CAPSULE};
+use crate::transport::{
+    Accepted, DataError, QpairEvent, Request, Transport, TransportId, TransportLimits,
+    TransportPollGroup, TransportQpair,
+};
+
+/// Keyed SGL data block, subtype Address (0x40) and Invalidate Key (0x4f).
+const SGL_KEYED: u8 = 0x40;
+const SGL_KEYED_INV: u8 = 0x4f;
+
+/// Target parameters of the RDMA transport.
+#[derive(Debug, Clone, Copy)]
+pub struct RdmaParams {
+    /// MDTS in bytes.
+    pub max_xfer: u32,
+    /// In-capsule data per command on I/O queues (IOCCSZ = (64 + this) / 16).
+    pub in_capsule: u32,
+    /// Largest queue (HSQSIZE + 1) a host may ask for (CAP.MQES + 1).
+    pub max_queue_size: u16,
+}
+
+impl Default for RdmaParams {
+    /// 1 MiB transfers, 4 KiB in-capsule (Linux nvmet-rdma's default), 128 entries.
+    fn default() -> Self {
+        RdmaParams {
+            max_xfer: 1024 * 1024,
+            in_capsule: 4096,
+            max_queue_size: 128,
+        }
+    }
+}
+
+/// The NVMe/RDMA transport, target side, on one CM device (a soft RoCE device).
+pub struct RdmaTransport {
+    params: RdmaParams,
+    dev: CmDevice,
+    ch: EventChannel,
+    listeners: Vec<CmId>,
+    /// Termination flags of live connections by cm_id (the poll groups' qpairs
+    /// hold the other reference).
+    conns: HashMap<CmIdHandle, Arc<AtomicBool>>,
+    counters: Arc<RdmaCounters>,
+}
+
+impl std::fmt::Debug for RdmaTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaTransport")
+            .field("params", &self.params)
+            .field("ip", &self.dev.ip())
+            .field("listeners", &self.listeners.len())
+            .finish()
+    }
+}
+
+impl RdmaTransport {
+    pub fn new(dev: CmDevice, params: RdmaParams) -> Self {
+        let ch = dev.create_event_channel();
+        RdmaTransport {
+            params,
+            dev,
+            ch,
+            listeners: Vec::new(),
+            conns: HashMap::new(),
+            counters: Arc::default(),
+        }
+    }
+
+    /// Live queue pairs, MRs and lent buffers of this transport's queues.
+    pub fn counters(&self) -> Arc<RdmaCounters> {
+        self.counters.clone()
+    }
+
+    fn reject(id: &CmId, sts: CmRejStatus) {
+        debug!(?sts, "NVMe/RDMA connection rejected");
+        if let Err(e) = id.reject(&CmRej::new(sts).emit()) {
+            warn!(%e, "rdma_reject failed");
+        }
+    }
+
+    fn on_connect_request(&mut self, ev: &cm::CmEvent, out: &mut Vec<Accepted<RdmaQpair>>) {
+        let id = CmId::from_request(&self.dev, ev);
+        let listener = self
+            .listeners
+            .iter()
+            .position(|l| Some(l.handle()) == ev.listen_id)
+            .unwrap_or(0);
+        let req = match CmReq::parse(&ev.param.private_data) {
+            Ok(r) => r,
+            Err(wire::Error::BadVersion) => return Self::reject(&id, CmRejStatus::InvalidRecfmt),
+            Err(_) => return Self::reject(&id, CmRejStatus::InvalidLength),
+        };
+        let qsize = req.hsqsize as u32 + 1;
+        if qsize < 2 || qsize > self.params.max_queue_size as u32 {
+            return Self::reject(&id, CmRejStatus::InvalidHsqsize);
+        }
+        if (req.hrqsize as u32) < qsize {
+            return Self::reject(&id, CmRejStatus::InvalidHrqsize);
+        }
+        let icd = if req.qid == 0 {
+            0
+        } else {
+            self.params.in_capsule
+        };
+        let flag = Arc::new(AtomicBool::new(false));
+        let qp = match RdmaQpair::new(
+            id,
+            qsize as u16,
+            (req.qid, icd),
+            self.params,
+            flag.clone(),
+            self.counters.clone(),
+        ) {
+            Ok(q) => q,
+            Err((id, e)) => {
+                warn!(%e, "NVMe/RDMA queue set-up failed");
+                return Self::reject(&id, CmRejStatus::NoResources);
+            }
+        };
+        let rep = CmRep {
+            recfmt: RECFMT_1_0,
+            crqsize: qsize as u16,
+        };
+        let param = ConnParam {
+            private_data: rep.emit().to_vec(),
+            responder_resources: ev.param.responder_resources.min(16),
+            initiator_depth: ev.param.initiator_depth.min(16),
+            flow_control: true,
+            rnr_retry_count: 7,
+            ..ConnParam::default()
+        };
+        if let Err(e) = qp.id.accept(&param, Duration::from_secs(5)) {
+            warn!(%e, "rdma_accept failed");
+            return;
+        }
+        debug!(peer = %qp.peer, qid = req.qid, qsize, "NVMe/RDMA queue accepted");
+        self.conns.insert(qp.id.handle(), flag);
+        out.push(Accepted {
+            qpair: qp,
+            listener,
+        });
+    }
+}
+
+impl Transport for RdmaTransport {
+    type Qpair = RdmaQpair;
+    type PollGroup = RdmaPollGroup;
+
+    fn trtype(&self) -> TrType {
+        TrType::Rdma
+    }
+    fn limits(&self) -> TransportLimits {
+        TransportLimits {
+            max_xfer: self.params.max_xfer,
+            in_capsule: self.params.in_capsule,
+            sgls: nvme::identify::sgls::SUPPORTED
+                | nvme::identify::sgls::KEYED
+                | nvme::identify::sgls::OFFSET,
+            msdbd: 1,
+        }
+    }
+    fn listen(&mut self, trid: &TransportId) -> io::Result<TransportId> {
+        let addr = trid.socket_addr().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("not an IP address: {trid}"),
+            )
+        })?;
+        let id = self.dev.create_id(Some(&self.ch), PortSpace::Tcp);
+        id.bind_addr(addr)
+            .and_then(|_| id.listen(128))
+            .map_err(|e| io::Error::other(format!("rdma listen {addr}: {e}")))?;
+        let bound = id.local_addr().unwrap_or(addr);
+        self.listeners.push(id);
+        Ok(TransportId::ip(TrType::Rdma, bound))
+    }
+    fn listener_discover(&self, trid: &TransportId, entry: &mut DiscoveryEntry) {
+        *entry = discovery_entry(trid);
+    }
+    fn accept(&mut self, timeout: Duration, out: &mut Vec<Accepted<RdmaQpair>>) -> io::Result<()> {
+        let mut next = self.ch.get_event(Some(timeout)).ok();
+        while let Some(ev) = next {
+            match ev.event {
+                EventType::ConnectRequest => self.on_connect_request(&ev, out),
+                EventType::Established => debug!(id = %ev.id, "established"),
+                EventType::Disconnected
+                | EventType::Rejected
+                | EventType::Unreachable
+                | EventType::ConnectError
+                | EventType::DeviceRemoval => {
+                    debug!(id = %ev.id, event = ?ev.event, status = ev.status, "connection over");
+                    if let Some(f) = self.conns.get(&ev.id) {
+                        f.store(true, Ordering::Release);
+                    }
+                }
+                _ => {}
+            }
+            next = self.ch.try_get_event();
+        }
+        // forget connections whose qpair is gone
+        self.conns.retain(|_, f| Arc::strong_count(f) > 1);
+        Ok(())
+    }
+    fn poll_group_create(&self, _event_driven: bool) -> RdmaPollGroup {
+        RdmaPollGroup { _p: () }
+    }
+}
+
+/// Per-command state kept for a read's data (keyed SGL of the host's buffer).
+#[derive(Debug, Clone, Copy)]
+struct C2hDest {
+    cid: u16,
+    addr: u64,
+    key: u32,
+    len: u32,
+}
+
+/// Counters of one queue.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RdmaQpairStats {
+    pub capsules: u64,
+    pub in_capsule: u64,
+    pub rdma_reads: u64,
+    pub rdma_writes: u64,
+    pub responses: u64,
+    /// Keyed SGLs asking for remote invalidation (answered with plain SEND).
+    pub invalidate_asked: u64,
+    /// Admin data copied into registered memory (control path).
+    pub copied: u64,
+    pub wc_errors: u64,
+}
+
+/// One NVMe/RDMA queue pair, target side.
+pub struct RdmaQpair {
+    id: CmId,
+    qp: Qp,
+    cq: Cq,
+    qsize: usize,
+    /// Receive slot size: SQE + in-capsule data.
+    rsz: usize,
+    recv_mr: Mr,
+    rsp_mr: Mr,
+    rsp_free: Vec<u16>,
+    /// Per response slot: the read's data buffer, recycled when the SEND completes.
+    rsp_data: Vec<Option<Box<RdmaBuf>>>,
+    pool: BufPool,
+    c2h: Vec<C2hDest>,
+    /// Outstanding RDMA READs: the command and the buffer being filled.
+    reads: Vec<Option<(Sqe, Box<RdmaBuf>)>>,
+    read_free: Vec<u16>,
+    events: VecDeque<QpairEvent>,
+    terminated: Arc<AtomicBool>,
+    qp_error: bool,
+    told_terminated: bool,
+    peer: String,
+    max_xfer: u32,
+    icd: u32,
+    stats: RdmaQpairStats,
+    wcs: Vec<Wc>,
+    counters: Arc<RdmaCounters>,
+}
+
+impl std::fmt::Debug for RdmaQpair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaQpair")
+            .field("peer", &self.peer)
+            .field("qsize", &self.qsize)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl RdmaQpair {
+    #[allow(clippy::result_large_err)]
+    fn new(
+        mut id: CmId,
+        qsize: u16,
+        (qid, icd): (u16, u32),
+        params: RdmaParams,
+        terminated: Arc<AtomicBool>,
+        counters: Arc<RdmaCounters>,
+    ) -> Result<Self, (CmId, String)> {
+        let qsize = qsize as usize;
+        let rsz = SQE_LEN + icd as usize;
+        let setup = |id: &mut CmId| -> Result<(Cq, Qp, Mr, Mr), String> {
+            let ctx = id.device().context().clone();
+            let pd = id.device().pd().clone();
+            let cq = ctx
+                .create_cq(qsize * 4 + 8, None)
+                .map_err(|e| e.to_string())?;
+            let cap = QpCap {
+                max_send_wr: (qsize * 3) as u32,
+                max_recv_wr: qsize as u32,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            };
+            let qp = id
+                .create_qp(&cq, &cq, cap)
+                .map_err(|e| e.to_string())?
+                .clone();
+            let recv_mr = pd
+                .reg_mr(qsize * rsz, AccessFlags::LOCAL_WRITE)
+                .map_err(|e| e.to_string())?;
+            let rsp_mr = pd
+                .reg_mr(qsize * CQE_LEN, AccessFlags::LOCAL_WRITE)
+                .map_err(|e| e.to_string())?;
+            for i in 0..qsize {
+                let sge = [recv_mr.sge(i * rsz, rsz as u32)];
+                qp.post_recv(&[RecvWr {
+                    wr_id: wrid::RECV | i as u64,
+                    sg_list: &sge,
+                }])
+                .map_err(|e| format!("post_recv: {e:?}"))?;
+            }
+            Ok((cq, qp, recv_mr, rsp_mr))
+        };
+        let (cq, qp, recv_mr, rsp_mr) = match setup(&mut id) {
+            Ok(x) => x,
+            Err(e) => return Err((id, e)),
+        };
+        let pool = BufPool::new(
+            id.device().pd(),
+            AccessFlags::LOCAL_WRITE,
+            params.max_xfer as usize,
+            counters.clone(),
+        );
+        RdmaCounters::add(&counters.qpairs, 1);
+        RdmaCounters::add(&counters.mrs, 2);
+        let peer = id
+            .peer_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|| "?".into());
+        debug!(%peer, qid, qsize, icd, "NVMe/RDMA qpair");
+        Ok(RdmaQpair {
+            id,
+            qp,
+            cq,
+            qsize,
+            rsz,
+            recv_mr,
+            rsp_mr,
+            rsp_free: (0..qsize as u16).rev().collect(),
+            rsp_data: (0..qsize).map(|_| None).collect(),
+            pool,
+            c2h: Vec::with_capacity(qsize),
+            reads: (0..qsize).map(|_| None).collect(),
+            read_free: (0..qsize as u16).rev().collect(),
+            events: VecDeque::with_capacity(qsize),
+            terminated,
+            qp_error: false,
+            told_terminated: false,
+            peer,
+            max_xfer: params.max_xfer,
+            icd,
+            stats: RdmaQpairStats::default(),
+            wcs: vec![Wc::default(); 32],
+            counters,
+        })
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> RdmaQpairStats {
+        self.stats
+    }
+
+    fn fail_qp(&mut self, why: &str) {
+        if !self.qp_error {
+            debug!(peer = %self.peer, why, "NVMe/RDMA queue failed");
+        }
+        self.qp_error = true;
+    }
+
+    /// Polls the CQ; returns progress.
+    fn poll_cq(&mut self) -> bool {
+        let mut progress = false;
+        loop {
+            let mut wcs = std::mem::take(&mut self.wcs);
+            let n = self.cq.poll(&mut wcs).unwrap_or(0);
+            for wc in &wcs[..n] {
+                self.on_wc(wc);
+            }
+            self.wcs = wcs;
+            progress |= n > 0;
+            if n < self.wcs.len() {
+                break;
+            }
+        }
+        progress
+    }
+
+    fn on_wc(&mut self, wc: &Wc) {
+        let slot = wrid::slot(wc.wr_id);
+        let kind = wrid::kind(wc.wr_id);
+        if wc.status != WcStatus::Success {
+            if wc.status != WcStatus::WrFlushErr {
+                self.stats.wc_errors += 1;
+                warn!(peer = %self.peer, status = wc.status.as_str(), kind = kind >> 56,
+                    "NVMe/RDMA work request failed; the queue is torn down");
+            }
+            // give buffers back; the QP is in error, so nothing else completes normally
+            match kind {
+                wrid::SEND => self.release_rsp(slot),
+                wrid::READ => {
+                    if let Some((_, b)) = self.reads.get_mut(slot).and_then(Option::take) {
+                        self.pool.put(b);
+                        self.read_free.push(slot as u16);
+                    }
+                }
+                _ => {}
+            }
+            self.fail_qp("work completion error");
+            return;
+        }
+        match kind {
+            wrid::RECV => self.on_recv(slot, wc.byte_len as usize),
+            wrid::SEND => self.release_rsp(slot),
+            wrid::READ => {
+                if let Some((sqe, b)) = self.reads.get_mut(slot).and_then(Option::take) {
+                    self.read_free.push(slot as u16);
+                    self.events.push_back(QpairEvent::Command(Request {
+                        sqe,
+                        data: IoBuf::External(b),
+                        c2h_len: 0,
+                        error: None,
+                    }));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn release_rsp(&mut self, slot: usize) {
+        if slot < self.rsp_data.len() {
+            if let Some(b) = self.rsp_data[slot].take() {
+                self.pool.put(b);
+            }
+            self.rsp_free.push(slot as u16);
+        }
+    }
+
+    fn on_recv(&mut self, slot: usize, len: usize) {
+        self.stats.capsules += 1;
+        let mut sqe_b = [0u8; SQE_LEN];
+        let off = slot * self.rsz;
+        let ok = len >= SQE_LEN && self.recv_mr.read(off, &mut sqe_b);
+        let sqe = Sqe::from_bytes(&sqe_b).ok().filter(|_| ok);
+        let icd_len = len.saturating_sub(SQE_LEN);
+        // the in-capsule data is copied into a pool buffer below, so the receive
+        // can be posted again before the command runs
+        let mut req = Request {
+            sqe: sqe.unwrap_or_default(),
+            data: IoBuf::Vec(Vec::new()),
+            c2h_len: 0,
+            error: None,
+        };
+        let repost = |q: &mut Self| {
+            let sge = [q.recv_mr.sge(off, q.rsz as u32)];
+            if q.qp
+                .post_recv(&[RecvWr {
+                    wr_id: wrid::RECV | slot as u64,
+                    sg_list: &sge,
+                }])
+                .is_err()
+            {
+                q.fail_qp("post_recv");
+            }
+        };
+        let Some(sqe) = sqe else {
+            repost(self);
+            self.fail_qp("capsule shorter than an SQE");
+            return;
+        };
+        let dir = data_direction(&sqe);
+        let sgl = sqe.sgl1();
+        let sgl_id = sgl.id();
+        let dlen = sgl.data_length();
+        let psdt_sgl = sqe.psdt() == Psdt::SglMptrContig;
+        match dir {
+            DataDirection::None => {}
+            _ if dlen == 0 => {}
+            _ if !psdt_sgl => req.error = Some(DataError::SglTypeInvalid),
+            DataDirection::HostToController if sgl_id == SGL_IN_CAPSULE => {
+                if sgl.address() != 0 {
+                    req.error = Some(DataError::SglOffsetInvalid);
+                } else if dlen as usize > icd_len || dlen > self.icd {
+                    req.error = Some(DataError::SglLengthInvalid);
+                } else {
+                    match self.pool.get(dlen as usize) {
+                        Some(mut b) => {
+                            // copy out of the receive slot into the command's buffer
+                            let dst = bdev::ExternalBuf::as_mut_slice(&mut *b);
+                            self.recv_mr.read(off + SQE_LEN, dst);
+                            self.stats.in_capsule += 1;
+                            req.data = IoBuf::External(b);
+                        }
+                        None => {
+                            repost(self);
+                            self.fail_qp("buffer pool exhausted");
+                            return;
+                        }
+                    }
+                }
+            }
+            DataDirection::HostToController
+                if sgl.sgl_type() == SglType::KeyedDataBlock
+                    && (sgl_id == SGL_KEYED || sgl_id == SGL_KEYED_INV) =>
+            {
+                if dlen > self.max_xfer {
+                    req.error = Some(DataError::SglLengthInvalid);
+                } else if sgl_id == SGL_KEYED_INV {
+                    // a host write's buffer is not invalidated by us either
+                    self.stats.invalidate_asked += 1;
+                    self.start_read(sqe, sgl.address(), sgl.key(), dlen);
+                    repost(self);
+                    return;
+                } else {
+                    self.start_read(sqe, sgl.address(), sgl.key(), dlen);
+                    repost(self);
+                    return;
+                }
+            }
+            DataDirection::ControllerToHost
+                if sgl.sgl_type() == SglType::KeyedDataBlock
+                    && (sgl_id == SGL_KEYED || sgl_id == SGL_KEYED_INV) =>
+            {
+                if dlen > self.max_xfer {
+                    req.error = Some(DataError::SglLengthInvalid);
+                } else {
+                    if sgl_id == SGL_KEYED_INV {
+                        self.stats.invalidate_asked += 1;
+                    }
+                    self.c2h.retain(|d| d.cid != sqe.cid());
+                    self.c2h.push(C2hDest {
+                        cid: sqe.cid(),
+                        addr: sgl.address(),
+                        key: sgl.key(),
+                        len: dlen,
+                    });
+                    req.c2h_len = dlen;
+                }
+            }
+            _ => req.error = Some(DataError::SglTypeInvalid),
+        }
+        if dir != DataDirection::HostToController
+            && icd_len > 0
+            && dlen > 0
+            && sgl_id == SGL_IN_CAPSULE
+            && req.error.is_none()
+        {
+            req.error = Some(DataError::SglTypeInvalid);
+        }
+        repost(self);
+        self.events.push_back(QpairEvent::Command(req));
+    }
+
+    /// RDMA READ of a host write's data; the command goes to the core when it completes.
+    fn start_read(&mut self, sqe: Sqe, addr: u64, key: u32, len: u32) {
+        let (Some(slot), Some(b)) = (self.read_free.pop(), self.pool.get(len as usize)) else {
+            self.fail_qp("no READ slot or buffer");
+            return;
+        };
+        let sge = [b.sge()];
+        let mut wr = SendWr::new(wrid::READ | slot as u64, WrOpcode::RdmaRead, &sge);
+        wr.wr = WrDetail::Rdma {
+            remote_addr: addr,
+            rkey: key,
+        };
+        let posted = self.qp.post_send(&[wr]).is_ok();
+        self.reads[slot as usize] = Some((sqe, b));
+        self.stats.rdma_reads += 1;
+        if !posted {
+            self.fail_qp("post RDMA READ");
+        }
+    }
+}
+
+impl TransportQpair for RdmaQpair {
+    fn poll_event(&mut self) -> Option<QpairEvent> {
+        if let Some(e) = self.events.pop_front() {
+            return Some(e);
+        }
+        if self.is_terminated() && !self.told_terminated {
+            self.told_terminated = true;
+            return Some(QpairEvent::Terminated {
+                by_peer: self.terminated.load(Ordering::Acquire),
+            });
+        }
+        None
+    }
+
+    fn complete(&mut self, cqe: &Cqe, data: IoBuf) {
+        let cid = cqe.cid();
+        let dest = self
+            .c2h
+            .iter()
+            .position(|d| d.cid == cid)
+            .map(|i| self.c2h.swap_remove(i));
+        let Some(slot) = self.rsp_free.pop() else {
+            self.put_buf(data);
+            self.fail_qp("more responses than the host's receive queue");
+            return;
+        };
+        let rs = slot as usize;
+        self.rsp_mr.write(rs * CQE_LEN, cqe.as_bytes());
+        let rsp_sge = [self.rsp_mr.sge(rs * CQE_LEN, CQE_LEN as u32)];
+        let send = SendWr::new(wrid::SEND | rs as u64, WrOpcode::Send, &rsp_sge);
+        self.stats.responses += 1;
+        let posted = match (dest, data.is_empty()) {
+            (Some(d), false) => {
+                // the data as a registered buffer (reads: already one; admin pages: copied)
+                let buf = match BufPool::own(data) {
+                    Ok(b) => Some(b),
+                    Err(v) => {
+                        self.stats.copied += 1;
+                        self.pool.get(v.len()).map(|mut b| {
+                            bdev::ExternalBuf::as_mut_slice(&mut *b).copy_from_slice(&v);
+                            b
+                        })
+                    }
+                };
+                match buf {
+                    Some(b) => {
+                        let n = (b.len() as u32).min(d.len);
+                        let dsge = [b.mr().sge(0, n)];
+                        let mut w =
+                            SendWr::new(wrid::WRITE | rs as u64, WrOpcode::RdmaWrite, &dsge);
+                        w.wr = WrDetail::Rdma {
+                            remote_addr: d.addr,
+                            rkey: d.key,
+                        };
+                        self.stats.rdma_writes += 1;
+                        let r = self.qp.post_send(&[w, send]).is_ok();
+                        self.rsp_data[rs] = Some(b);
+                        r
+                    }
+                    None => false,
+                }
+            }
+            (_, _) => {
+                self.put_buf(data);
+                self.qp.post_send(&[send]).is_ok()
+            }
+        };
+        if !posted {
+            self.release_rsp(rs);
+            self.fail_qp("post response");
+        }
+    }
+
+    fn get_buf(&mut self, len: usize) -> IoBuf {
+        match self.pool.get(len) {
+            Some(b) => IoBuf::External(b),
+            None => {
+                warn!(
+                    len,
+                    "no registered buffer; using an unregistered one (copied)"
+                );
+                IoBuf::Vec(vec![0; len])
+            }
+        }
+    }
+    fn put_buf(&mut self, buf: IoBuf) {
+        self.pool.put_iobuf(buf);
+    }
+    fn connected(&mut self, _sqflow_disabled: bool) {}
+    fn is_terminated(&self) -> bool {
+        self.qp_error || self.terminated.load(Ordering::Acquire)
+    }
+    fn peer(&self) -> String {
+        self.peer.clone()
+    }
+    fn describe_stats(&self) -> String {
+        format!("{:?} pool {:?}", self.stats, self.pool.stats())
+    }
+}
+
+impl Drop for RdmaQpair {
+    fn drop(&mut self) {
+        let _ = self.id.disconnect();
+        // buffers still out in READs/responses go with the pool's MRs
+        for b in self.rsp_data.iter_mut().filter_map(Option::take) {
+            self.pool.put(b);
+        }
+        for (_, b) in self.reads.iter_mut().filter_map(Option::take) {
+            self.pool.put(b);
+        }
+        RdmaCounters::add(&self.counters.qpairs, -1);
+        RdmaCounters::add(&self.counters.mrs, -2);
+    }
+}
+
+/// The RDMA part of a poll group: polls each qpair's CQ.
+#[derive(Debug)]
+pub struct RdmaPollGroup {
+    _p: (),
+}
+
+impl TransportPollGroup for RdmaPollGroup {
+    type Qpair = RdmaQpair;
+
+    fn poll<Q: AsMut<RdmaQpair>>(&mut self, qpairs: &mut [Q]) -> bool {
+        let mut progress = false;
+        for q in qpairs.iter_mut() {
+            progress |= q.as_mut().poll_cq();
+        }
+        progress
+    }
+    fn flush<Q: AsMut<RdmaQpair>>(&mut self, _qpairs: &mut [Q]) -> bool {
+        false // `complete` posts directly
+    }
+    fn wait<Q: AsMut<RdmaQpair>>(&mut self, _qpairs: &mut [Q], timeout: Duration) -> bool {
+        // no completion channel yet: a short nap
+        std::thread::sleep(timeout.min(Duration::from_micros(50)));
+        false
+    }
+    fn remove(&mut self, q: RdmaQpair) {
+        info!(peer = %q.peer, stats = %q.describe_stats(), "NVMe/RDMA qpair closed");
+        drop(q);
+    }
+}

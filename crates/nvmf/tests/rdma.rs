@@ -1,0 +1,327 @@
+//! NVMe/RDMA target and host over two soft RoCE devices on loopback addresses
+//! (real UDP 4791 sockets, each device on its own 127.0.0.x address), through the
+//! RDMA CM with the NVMe/RDMA private data.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cm::driver::CmDevice;
+use cm::CmConfig;
+use nvme::log::{AdrFam, SubType, TrType};
+use nvme::status::FabricsStatus;
+use nvme::Status;
+use nvmf::host::{discover_with, Controller, HostError, HostOpts};
+use nvmf::rdma::{RdmaCounters, RdmaHostTransport, RdmaParams, RdmaTransport};
+use nvmf::subsystem::Subsystem;
+use nvmf::transport::{HostQueueParams, HostTransport, QueueError, TransportId};
+use nvmf::{Listen, NvmfServer, Tgt, TgtParams};
+use wire::nvme_rdma::{CmRej, CmRejStatus, CmReq};
+
+const NQN: &str = "nqn.2024-01.io.dpustack:rdma";
+
+fn dev(ip: &str) -> CmDevice {
+    let ctx = verbs::Context::open(ip).expect("open soft device");
+    let cfg = CmConfig {
+        timewait: Duration::from_millis(100),
+        ..CmConfig::default()
+    };
+    CmDevice::open(&ctx, cfg).unwrap()
+}
+
+fn start(ip: &str, port: u16, blocks: u64) -> (NvmfServer, TransportId, Arc<RdmaCounters>) {
+    let mut tgt = Tgt::new(TgtParams::default());
+    let mut s = Subsystem::new(NQN, "SN-RDMA", "dpustack rdma").unwrap();
+    let m = bdev::malloc::MallocBdev::new("m0", blocks, 512).unwrap();
+    s.add_ns(1, Arc::new(m), None).unwrap();
+    tgt.add_subsystem(s).unwrap();
+    let transport = RdmaTransport::new(dev(ip), RdmaParams::default());
+    let counters = transport.counters();
+    let addr: SocketAddr = format!("{ip}:{port}").parse().unwrap();
+    let trid = TransportId::ip(TrType::Rdma, addr);
+    let listen = [Listen {
+        trid: trid.clone(),
+        discovery_only: false,
+    }];
+    let srv = NvmfServer::start_with(tgt, transport, &listen, 2).unwrap();
+    (srv, trid, counters)
+}
+
+/// Waits until the target has torn every queue down and given back every QP, MR
+/// and buffer (the CM disconnect reaches it asynchronously).
+fn assert_no_leaks(c: &RdmaCounters, what: &str) {
+    let t0 = std::time::Instant::now();
+    while c.snapshot() != (0, 0, 0) && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        c.snapshot(),
+        (0, 0, 0),
+        "{what}: (qpairs, MRs, buffers lent) left"
+    );
+}
+
+fn opts() -> HostOpts {
+    HostOpts {
+        timeout: Duration::from_secs(5),
+        ..Default::default()
+    }
+}
+
+fn pattern(n: usize, seed: u32) -> Vec<u8> {
+    (0..n as u32)
+        .map(|i| (i.wrapping_mul(31).wrapping_add(seed * 7) % 251) as u8)
+        .collect()
+}
+
+#[test]
+fn discover_connect_io_every_size_several_queues() {
+    let (srv, trid, tc) = start("127.0.0.41", 4420, 8192); // 4 MiB
+    let host = RdmaHostTransport::new(dev("127.0.0.42"));
+
+    let (_, entries) = discover_with(&host, &trid, &opts()).unwrap();
+    assert_eq!(entries.len(), 1);
+    let e = &entries[0];
+    assert_eq!(
+        (
+            e.trtype,
+            e.adrfam,
+            e.subtype,
+            e.traddr.as_str(),
+            e.trsvcid.as_str()
+        ),
+        (
+            TrType::Rdma,
+            AdrFam::Ipv4,
+            SubType::Nvme,
+            "127.0.0.41",
+            "4420"
+        )
+    );
+    assert_eq!(e.subnqn, NQN);
+    // TSAS RDMA: QPTYPE connected, PRTYPE not specified, CMS RDMA_CM
+    assert_eq!(&e.tsas[..3], &[1, 1, 1]);
+
+    let mut c = Controller::connect_with(&host, &trid, NQN, &opts(), 4, 32).unwrap();
+    let id = c.identity.as_ref().unwrap();
+    assert_eq!(id.mdts, 8, "1 MiB = 2^8 pages");
+    // every size from 512 B to 1 MiB, on each queue in turn (in-capsule up to 4 KiB
+    // on I/O queues, keyed SGL beyond), written, read back and compared
+    let mut size = 512usize;
+    let mut n = 0u32;
+    while size <= 1 << 20 {
+        let q = n as usize % 4;
+        let nlb = (size / 512) as u32;
+        let slba = (n as u64 * 97) % (8192 - nlb as u64);
+        let data = pattern(size, n);
+        c.write(q, 1, slba, &data, 512).unwrap();
+        let back = c.read((q + 1) % 4, 1, slba, nlb, 512).unwrap();
+        assert!(back == data, "size {size}: data differs");
+        size *= 2;
+        n += 1;
+    }
+
+    // qd 32 on each of the 4 queues: 32 writes of 4 KiB in flight, then 32 reads
+    for q in 0..4 {
+        let io = &mut c.io[q];
+        for i in 0..32u32 {
+            let slba = (q as u64 * 32 + i as u64) * 8;
+            let sqe = nvmf::host::write_sqe(1, slba, 8);
+            io.submit(sqe, &pattern(4096, 1000 + q as u32 * 32 + i), 0)
+                .unwrap();
+        }
+        let mut got = 0;
+        while got < 32 {
+            io.progress(true).unwrap();
+            while let Some(done) = io.pop_completion() {
+                assert!(done.cqe.status().is_success(), "{:?}", done.cqe.status());
+                got += 1;
+            }
+        }
+        let mut cids = Vec::new();
+        for i in 0..32u32 {
+            let slba = (q as u64 * 32 + i as u64) * 8;
+            let sqe = nvmf::host::read_sqe(1, slba, 8);
+            cids.push((io.submit(sqe, &[], 4096).unwrap(), i));
+        }
+        assert_eq!(io.outstanding(), 32);
+        let mut got = 0;
+        while got < 32 {
+            io.progress(true).unwrap();
+            while let Some(done) = io.pop_completion() {
+                let i = cids.iter().find(|(c, _)| *c == done.cqe.cid()).unwrap().1;
+                assert!(done.cqe.status().is_success());
+                assert!(
+                    done.data == pattern(4096, 1000 + q as u32 * 32 + i),
+                    "qd read {i}"
+                );
+                got += 1;
+            }
+        }
+    }
+
+    // an unknown subsystem NQN: Fabrics Connect refused (Invalid Parameters)
+    match Controller::connect_with(&host, &trid, "nqn.2024-01.io.dpustack:nope", &opts(), 1, 8) {
+        Err(HostError::Status { status, .. }) => assert_eq!(
+            status,
+            Status::fabrics(FabricsStatus::InvalidParameters).with_dnr(true)
+        ),
+        other => panic!("expected Connect Invalid Parameters, got {other:?}"),
+    }
+    // the first controller still works
+    let data = pattern(8192, 9);
+    c.write(0, 1, 100, &data, 512).unwrap();
+    assert_eq!(c.read(0, 1, 100, 16, 512).unwrap(), data);
+    let (q, mrs, _) = tc.snapshot();
+    assert_eq!(q, 5, "admin + 4 I/O queues live on the target");
+    assert!(
+        mrs >= 10,
+        "receive + response regions of 5 queues, plus pool buffers"
+    );
+    c.shutdown().unwrap();
+    assert_eq!(host.counters().snapshot(), (0, 0, 0), "host side");
+    assert_no_leaks(&tc, "target after shutdown");
+    srv.stop();
+}
+
+#[test]
+fn cm_reject_with_nvme_rdma_status() {
+    let (srv, trid, tc) = start("127.0.0.43", 4420, 2048);
+    let host = RdmaHostTransport::new(dev("127.0.0.44"));
+    // HSQSIZE 199 (a 200-entry queue) is more than MQES + 1 = 128: REJ INVALID_HSQSIZE
+    let p = HostQueueParams {
+        hdgst: false,
+        ddgst: false,
+        timeout: Duration::from_secs(5),
+        qid: 0,
+        depth: 200,
+    };
+    match host.connect(&trid, &p) {
+        Err(QueueError::Terminated(why)) => {
+            assert_eq!(why, nvmf::rdma::host::rej_text(CmRejStatus::InvalidHsqsize))
+        }
+        Err(e) => panic!("expected REJ, got {e}"),
+        Ok(_) => panic!("expected REJ, got a queue"),
+    }
+    // the REJ private data bytes as Linux nvme-rdma parses them
+    assert_eq!(CmRej::new(CmRejStatus::InvalidHsqsize).emit(), [0, 0, 4, 0]);
+    // no listener on another port: the CM's own REJ (reason 8)
+    let other = TransportId::ip(TrType::Rdma, "127.0.0.43:4421".parse().unwrap());
+    match host.connect(&other, &HostQueueParams { depth: 8, ..p }) {
+        Err(QueueError::Terminated(why)) => assert!(why.contains("no listener"), "{why}"),
+        Err(e) => panic!("expected REJ 8, got {e}"),
+        Ok(_) => panic!("expected REJ 8, got a queue"),
+    }
+    // and the target still takes a good connection
+    let mut c = Controller::connect_with(&host, &trid, NQN, &opts(), 1, 8).unwrap();
+    let data = pattern(4096, 3);
+    c.write(0, 1, 0, &data, 512).unwrap();
+    assert_eq!(c.read(0, 1, 0, 8, 512).unwrap(), data);
+    c.shutdown().unwrap();
+    assert_no_leaks(&tc, "target after rejects and a shutdown");
+    srv.stop();
+}
+
+/// A host that goes away mid-connection (its queues dropped without shutdown,
+/// i.e. a DREQ) does not disturb another controller.
+#[test]
+fn peer_disappears_others_carry_on() {
+    let (srv, trid, tc) = start("127.0.0.45", 4420, 2048);
+    let host = RdmaHostTransport::new(dev("127.0.0.46"));
+    let host2 = RdmaHostTransport::new(dev("127.0.0.47"));
+    let mut a = Controller::connect_with(&host, &trid, NQN, &opts(), 2, 16).unwrap();
+    let mut b = Controller::connect_with(&host2, &trid, NQN, &opts(), 2, 16).unwrap();
+    let d = pattern(65536, 5);
+    a.write(0, 1, 0, &d, 512).unwrap();
+    drop(a); // no Property Set / shutdown: the queues just disconnect
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(b.read(1, 1, 0, 128, 512).unwrap(), d);
+    b.write(1, 1, 128, &d, 512).unwrap();
+    assert_eq!(b.read(0, 1, 128, 128, 512).unwrap(), d);
+    b.shutdown().unwrap();
+    assert_no_leaks(&tc, "target after a lost host and a shutdown");
+    srv.stop();
+}
+
+/// A keyed SGL that reaches past the host's registered region: the target's RDMA
+/// READ fails with a remote access error, the queue is torn down (the host sees
+/// the CM disconnect), and the target carries on serving other hosts.
+#[test]
+fn keyed_sgl_past_the_registered_region_tears_the_queue_down() {
+    use cm::{ConnParam, EventType, PortSpace};
+    use verbs::{AccessFlags, QpCap, SendWr, WrOpcode};
+
+    let (srv, trid, tc) = start("127.0.0.48", 4420, 2048);
+    let d = dev("127.0.0.49");
+    let t = Duration::from_secs(5);
+    let mut id = d.create_id(None, PortSpace::Tcp);
+    id.resolve_addr(None, trid.socket_addr().unwrap(), t)
+        .unwrap();
+    id.resolve_route(t).unwrap();
+    let cq = d.context().create_cq(32, None).unwrap();
+    id.create_qp(&cq, &cq, QpCap::default()).unwrap();
+    let req = CmReq {
+        recfmt: 0,
+        qid: 0,
+        hrqsize: 8,
+        hsqsize: 7,
+        cntlid: 0,
+    };
+    let ev = id
+        .connect(
+            &ConnParam {
+                private_data: req.emit().to_vec(),
+                responder_resources: 16,
+                initiator_depth: 16,
+                rnr_retry_count: 7,
+                ..ConnParam::default()
+            },
+            t,
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(ev.event, EventType::Established);
+    // REP private data: CRQSIZE = our 8-entry queue
+    let rep = wire::nvme_rdma::CmRep::parse(&ev.param.private_data).unwrap();
+    assert_eq!(rep.crqsize, 8);
+    let data = d
+        .pd()
+        .reg_mr(
+            4096,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
+        )
+        .unwrap();
+    let cap = d.pd().reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+    // Fabrics Connect: 1024 bytes of data, but the SGL starts 512 bytes before the end
+    let mut sqe = nvme::Sqe::connect(0, 0, 31, 0);
+    sqe.set_cid(1);
+    sqe.set_sgl(nvme::sgl::SglDescriptor::keyed_data_block(
+        data.addr() + 4096 - 512,
+        1024,
+        data.rkey(),
+        false,
+    ));
+    cap.write(0, sqe.as_bytes());
+    let sge = [cap.sge(0, 64)];
+    id.qp()
+        .unwrap()
+        .post_send(&[SendWr::new(1, WrOpcode::Send, &sge)])
+        .unwrap();
+    let ev = id.get_event(Some(t)).unwrap();
+    assert_eq!(
+        ev.event,
+        EventType::Disconnected,
+        "the target drops the queue"
+    );
+    drop(id);
+
+    // other hosts are served
+    let host = RdmaHostTransport::new(dev("127.0.0.50"));
+    let mut c = Controller::connect_with(&host, &trid, NQN, &opts(), 1, 8).unwrap();
+    let p = pattern(4096, 4);
+    c.write(0, 1, 8, &p, 512).unwrap();
+    assert_eq!(c.read(0, 1, 8, 8, 512).unwrap(), p);
+    c.shutdown().unwrap();
+    assert_no_leaks(&tc, "target after a failed RDMA READ");
+    srv.stop();
+}

@@ -1,0 +1,329 @@
+//! A client over several engines: objects placed with the pool map
+//! ([`crate::placement`]), replicated KV updates, reads from a healthy replica,
+//! engines detected dead by heartbeats ([`crate::membership`]).
+//!
+//! Each engine is one fault domain holding one target of the pool map (an
+//! engine spreads its share over its own target threads by OID hash, which a
+//! client cannot address). The same pool and container (by label) exist on
+//! every engine ([`DistClient::create`]).
+//!
+//! What this is **not** yet (see docs/obj.md, "Distributed"):
+//! - the pool map lives in the client: there is no replicated pool service
+//!   (no Raft), engines do not know the map, so no stale-map refusal;
+//! - replication is client-driven, replica by replica, not DAOS's DTX through
+//!   a leader replica: an update that fails half-way can stay visible on the
+//!   replicas that took it (it is not acknowledged, and a retry rewrites it);
+//! - no rebuild: after a failure, new writes go to the spare the layout picks,
+//!   but the lost replicas of older data are not copied, so redundancy is not
+//!   restored; a returning engine is not reintegrated (it stays DOWN here).
+
+use std::time::{Duration, Instant};
+
+use crate::client::{Client, ContHandle, Error as ClientError, Kv};
+use crate::membership::{Detector, DetectorConfig, Liveness};
+use crate::placement::{layout, MapError, PoolMap, TargetState};
+use crate::rpc::Status;
+use crate::types::{Epoch, ObjectId};
+
+/// Errors of the distributed client.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Map(#[from] MapError),
+    #[error("engine {rank} ({addr}): {source}")]
+    Engine {
+        rank: usize,
+        addr: String,
+        source: ClientError,
+    },
+    #[error("no replica of the object answered")]
+    NoReplica,
+    #[error("no engine is reachable")]
+    NoEngine,
+    #[error("the pool map does not have one single-target domain for each of the {0} engines")]
+    MapShape(usize),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+struct Conn {
+    addr: String,
+    /// `None` when the engine is down (never connected, or dropped).
+    client: Option<(Client, ContHandle)>,
+}
+
+/// Whether a client error means the engine is gone (rather than refusing).
+fn is_transport(e: &ClientError) -> bool {
+    matches!(
+        e,
+        ClientError::Disconnected | ClientError::Unreachable { .. } | ClientError::TimedOut
+    )
+}
+
+/// A client of a system of engines.
+pub struct DistClient {
+    conns: Vec<Conn>,
+    map: PoolMap,
+    detector: Detector,
+    timeout: Duration,
+}
+
+impl DistClient {
+    /// Creates pool `pool` (`size` bytes on each engine) and container `cont`
+    /// on every engine of `addrs`.
+    pub fn create(addrs: &[String], pool: &str, size: u64, cont: &str) -> Result<()> {
+        for (rank, a) in addrs.iter().enumerate() {
+            let err = |source| Error::Engine {
+                rank,
+                addr: a.clone(),
+                source,
+            };
+            let c = Client::connect(a).map_err(err)?;
+            c.pool_create(pool, size, None)
+                .and_then(|p| p.get())
+                .map_err(err)?;
+            let poh = c
+                .pool_connect(pool, None)
+                .and_then(|p| p.get())
+                .map_err(err)?;
+            c.cont_create(&poh, cont, &[], None)
+                .and_then(|p| p.get())
+                .map_err(err)?;
+        }
+        Ok(())
+    }
+
+    /// Connects to every engine of `addrs` (rank = index) and opens `pool` /
+    /// `cont` there. Engines that do not answer start DOWN in the map.
+    pub fn connect(
+        addrs: &[String],
+        pool: &str,
+        cont: &str,
+        timeout: Duration,
+        detector: DetectorConfig,
+    ) -> Result<DistClient> {
+        Self::connect_with_map(addrs, pool, cont, timeout, detector, None)
+    }
+
+    /// [`DistClient::connect`] starting from a known map (one single-target
+    /// domain per engine): engines not `UP-IN` in it are not contacted and
+    /// stay as they are (a DOWN engine that came back is not trusted: it may
+    /// have missed writes, and there is no reintegration yet).
+    pub fn connect_with_map(
+        addrs: &[String],
+        pool: &str,
+        cont: &str,
+        timeout: Duration,
+        detector: DetectorConfig,
+        map: Option<PoolMap>,
+    ) -> Result<DistClient> {
+        let mut map = map.unwrap_or_else(|| PoolMap::uniform(addrs.len() as u32, 1));
+        if map.domains() != addrs.len()
+            || map.targets().len() != addrs.len()
+            || map.targets().iter().any(|t| t.id != t.domain)
+        {
+            return Err(Error::MapShape(addrs.len()));
+        }
+        let mut conns = Vec::with_capacity(addrs.len());
+        for (rank, a) in addrs.iter().enumerate() {
+            if !map.target(rank as u32)?.state.is_serving() {
+                conns.push(Conn {
+                    addr: a.clone(),
+                    client: None,
+                });
+                continue;
+            }
+            let opened = (|| -> std::result::Result<_, ClientError> {
+                let c = Client::connect_with(a, timeout)?;
+                let poh = c.pool_connect(pool, None)?.get()?;
+                let coh = c.cont_open(&poh, cont, None)?.get()?;
+                Ok((c, coh))
+            })();
+            let client = match opened {
+                Ok(x) => Some(x),
+                Err(e) if is_transport(&e) => {
+                    tracing::warn!(rank, addr = %a, error = %e, "engine down at connect");
+                    map.set_domain_state(rank as u32, TargetState::Down)?;
+                    None
+                }
+                Err(source) => {
+                    return Err(Error::Engine {
+                        rank,
+                        addr: a.clone(),
+                        source,
+                    })
+                }
+            };
+            conns.push(Conn {
+                addr: a.clone(),
+                client,
+            });
+        }
+        if conns.iter().all(|c| c.client.is_none()) {
+            return Err(Error::NoEngine);
+        }
+        Ok(DistClient {
+            conns,
+            map,
+            detector: Detector::new(detector, addrs.len(), Instant::now()),
+            timeout,
+        })
+    }
+
+    /// The client's pool map.
+    pub fn map(&self) -> &PoolMap {
+        &self.map
+    }
+
+    /// The RPC deadline of every engine connection.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Marks engine `rank` DOWN (its connection dropped): the layout remaps
+    /// its shards to spares from now on.
+    pub fn mark_down(&mut self, rank: usize) -> Result<()> {
+        if self.conns[rank].client.take().is_some() {
+            tracing::warn!(rank, addr = %self.conns[rank].addr, "engine marked DOWN");
+        }
+        if matches!(
+            self.map.target(rank as u32)?.state,
+            TargetState::UpIn | TargetState::Up
+        ) {
+            self.map.set_domain_state(rank as u32, TargetState::Down)?;
+        }
+        Ok(())
+    }
+
+    /// One round of heartbeats: pings the engines that are due, feeds the
+    /// detector, marks dead engines DOWN. Returns the ranks newly marked DOWN.
+    pub fn heartbeat(&mut self, now: Instant) -> Result<Vec<usize>> {
+        for m in self.detector.probes_due(now) {
+            let ok = match &self.conns[m].client {
+                Some((c, _)) => c.ping(None).and_then(|p| p.get()).is_ok(),
+                None => false,
+            };
+            if ok {
+                self.detector.heard(m, Instant::now());
+            }
+        }
+        let mut down = Vec::new();
+        for (m, s) in self.detector.tick(Instant::now()) {
+            if s == Liveness::Dead {
+                self.mark_down(m)?;
+                down.push(m);
+            } else {
+                tracing::info!(rank = m, state = ?s, "engine liveness");
+            }
+        }
+        Ok(down)
+    }
+
+    fn kv(&self, rank: usize, oid: ObjectId) -> Option<(&Client, Kv)> {
+        let (c, coh) = self.conns[rank].client.as_ref()?;
+        let kv = c.kv_open(coh, oid, None).ok()?.get().ok()?;
+        Some((c, kv))
+    }
+
+    /// `kv_put` on every serving replica of the key's group under the
+    /// current map. An engine that fails at the transport level is marked DOWN
+    /// and the put is redone under the new layout (the spare gets the value).
+    /// Acknowledged (`Ok`) when every serving replica of the final layout took
+    /// it; a group with fewer serving replicas than its class (no spare left)
+    /// is written degraded, with a warning. Returns the highest replica epoch.
+    pub fn kv_put(&mut self, oid: ObjectId, key: &[u8], value: &[u8]) -> Result<Epoch> {
+        'remap: for _ in 0..=self.conns.len() {
+            let l = layout(oid, &self.map)?;
+            let grp = l.groups[crate::placement::group_of(key, l.groups.len())].clone();
+            let mut epoch = Epoch::default();
+            let mut written = 0;
+            for &t in &grp {
+                let tgt = *self.map.target(t)?;
+                if !tgt.state.is_serving() {
+                    continue;
+                }
+                let rank = tgt.domain as usize;
+                let Some((c, kv)) = self.kv(rank, oid) else {
+                    self.mark_down(rank)?;
+                    continue 'remap;
+                };
+                match c.kv_put(&kv, key, value, None).and_then(|p| p.get()) {
+                    Ok(e) => {
+                        epoch = epoch.max(e);
+                        written += 1;
+                    }
+                    Err(e) if is_transport(&e) => {
+                        self.mark_down(rank)?;
+                        continue 'remap;
+                    }
+                    Err(source) => {
+                        return Err(Error::Engine {
+                            rank,
+                            addr: self.conns[rank].addr.clone(),
+                            source,
+                        })
+                    }
+                }
+            }
+            if written == 0 {
+                return Err(Error::NoReplica);
+            }
+            if written < grp.len() {
+                tracing::warn!(%oid, written, replicas = grp.len(), "degraded write");
+            }
+            return Ok(epoch);
+        }
+        Err(Error::NoReplica)
+    }
+
+    /// Replica ranks to read `key` from, best first: the replicas of the
+    /// original layout (all targets in) that still serve, then the spares of
+    /// the current layout (no rebuild: a spare has only what was written
+    /// after the failure).
+    fn read_order(&self, oid: ObjectId, key: &[u8]) -> Result<Vec<usize>> {
+        let orig = layout(oid, &self.map.all_in())?;
+        let cur = layout(oid, &self.map)?;
+        let g = crate::placement::group_of(key, orig.groups.len());
+        let mut order = Vec::new();
+        for &t in orig.groups[g].iter().chain(cur.groups[g].iter()) {
+            let tgt = self.map.target(t)?;
+            let rank = tgt.domain as usize;
+            if tgt.state.is_serving() && !order.contains(&rank) {
+                order.push(rank);
+            }
+        }
+        Ok(order)
+    }
+
+    /// `kv_get` from the first replica that answers (see [`Self::read_order`]);
+    /// a replica that fails at the transport level is marked DOWN and the next
+    /// one is tried. A key no serving replica has is `Engine(NonExist)`.
+    pub fn kv_get(&mut self, oid: ObjectId, key: &[u8]) -> Result<Vec<u8>> {
+        let mut last = None;
+        for rank in self.read_order(oid, key)? {
+            let Some((c, kv)) = self.kv(rank, oid) else {
+                self.mark_down(rank)?;
+                continue;
+            };
+            match c.kv_get(&kv, key, None).and_then(|p| p.get()) {
+                Ok(v) => return Ok(v),
+                Err(e) if is_transport(&e) => self.mark_down(rank)?,
+                Err(e) if e.status() == Some(Status::NonExist) => {
+                    last = Some(Error::Engine {
+                        rank,
+                        addr: self.conns[rank].addr.clone(),
+                        source: e,
+                    })
+                }
+                Err(source) => {
+                    return Err(Error::Engine {
+                        rank,
+                        addr: self.conns[rank].addr.clone(),
+                        source,
+                    })
+                }
+            }
+        }
+        Err(last.unwrap_or(Error::NoReplica))
+    }
+}
