@@ -20,6 +20,9 @@ if [ -n "$missing" ]; then
   $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 -y -qq --no-install-recommends install $missing || exit 1
 fi
+# SPDK's own JSON-RPC client and spdkcli (PyPI), for the management-plane test
+python3 -c "import spdk.spdk_rpc, configshell_fb" 2>/dev/null ||
+  python3 -m pip install -q --user spdk configshell-fb || exit 1
 if [ -z "${DPUSTACK_SKIP_INTEROP:-}" ]; then
   $SUDO bash tests/peers/vm.sh setup || exit 1     # QEMU, guest kernel, rdma-core, perftest, nvme-cli
 fi
@@ -47,6 +50,8 @@ elif [ "${CI:-}" = true ]; then
 else
   echo "not root: the netio AF_XDP and cm network-namespace tests (#[ignore]d) do not run"
 fi
+# SPDK's spdk_rpc.py and spdkcli drive our JSON-RPC server (installed in step 1)
+ignored -p dpustack --test rpc_spdk
 if [ -n "${DPUSTACK_SKIP_INTEROP:-}" ]; then
   if command -v ovs-vswitchd >/dev/null; then ignored -p flow --test ovs_oracle --test ovs_rules
   else echo "openvswitch-switch missing: the OVS oracle tests (#[ignore]d) do not run"; fi
