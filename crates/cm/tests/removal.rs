@@ -155,8 +155,9 @@ fn addr_removed_hook_gives_addr_change() {
 /// panics (the test fails) when that cannot be done.
 fn in_netns(name: &str, f: impl FnOnce() + Send + 'static) {
     // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
     assert!(
-        unsafe { libc::geteuid() } == 0,
+        euid == 0,
         "{name} needs root (network namespaces, addresses, links): run --ignored only as root"
     );
     let ok = std::thread::spawn(move || {

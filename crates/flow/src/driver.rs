@@ -69,12 +69,14 @@ impl AfPacket {
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         loop {
             let cap = buf.len().saturating_sub(4);
+            // SAFETY: an all-zero sockaddr_ll is a valid value (plain integers).
             let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
             let mut cbuf = [0u64; 16];
             let mut iov = libc::iovec {
                 iov_base: buf.as_mut_ptr() as *mut libc::c_void,
                 iov_len: cap,
             };
+            // SAFETY: an all-zero msghdr is a valid value (null pointers, zero lengths).
             let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
             msg.msg_name = &mut sll as *mut libc::sockaddr_ll as *mut libc::c_void;
             msg.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as u32;

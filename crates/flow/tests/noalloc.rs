@@ -16,12 +16,16 @@ fn allocs() -> usize {
     MINE.with(|c| c.get())
 }
 
+// SAFETY: every call is forwarded unchanged to the system allocator, which upholds
+// GlobalAlloc's contract; counting touches only a thread-local.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         let _ = MINE.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: the caller's layout contract is passed on as is.
         unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: `p` came from System.alloc with layout `l` (the caller's contract).
         unsafe { System.dealloc(p, l) }
     }
 }

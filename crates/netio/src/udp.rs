@@ -394,10 +394,12 @@ impl RxBatch {
     /// `MAX_BATCH` buffers of `slot` bytes each.
     pub fn new(slot: usize) -> RxBatch {
         let mut buf = vec![0u8; MAX_BATCH * slot];
-        // SAFETY: all-zero iovec/sockaddr_in/mmsghdr are valid values.
+        // SAFETY: an all-zero iovec is a valid value (null base, length 0).
         let mut iov: Box<[libc::iovec; MAX_BATCH]> = Box::new(unsafe { std::mem::zeroed() });
+        // SAFETY: an all-zero sockaddr_in is a valid value (AF_UNSPEC, 0.0.0.0:0).
         let mut names: Box<[libc::sockaddr_in; MAX_BATCH]> =
             Box::new(unsafe { std::mem::zeroed() });
+        // SAFETY: an all-zero mmsghdr is a valid value (null pointers, zero lengths).
         let mut msgs: Box<[libc::mmsghdr; MAX_BATCH]> = Box::new(unsafe { std::mem::zeroed() });
         let base = buf.as_mut_ptr();
         for i in 0..MAX_BATCH {

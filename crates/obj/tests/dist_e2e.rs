@@ -204,8 +204,9 @@ fn heartbeats_find_a_dead_engine_within_the_bound() {
 }
 
 fn cpu_time() -> Duration {
-    // SAFETY: getrusage fills the struct it is given.
+    // SAFETY: an all-zero rusage is a valid value (plain integers).
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct it is given.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(ru.ru_utime) + tv(ru.ru_stime)

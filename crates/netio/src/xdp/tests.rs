@@ -15,8 +15,9 @@ use super::XdpConfig;
 /// (the test fails) when that cannot be done.
 fn in_private_netns(f: impl FnOnce() + Send + 'static) {
     // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
     assert!(
-        unsafe { libc::geteuid() } == 0,
+        euid == 0,
         "xdp lo test needs root (run with --ignored only as root)"
     );
     std::thread::spawn(move || {

@@ -637,9 +637,10 @@ fn cont_idx(conts: &[ContMeta], r: &NameRef) -> Result<usize, Status> {
 fn fs_free_bytes(dir: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero statvfs is a valid value (plain integers).
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: `c` is a valid NUL-terminated path and `st` a properly sized,
     // writable statvfs for the duration of the call.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     let r = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
     (r == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
 }
