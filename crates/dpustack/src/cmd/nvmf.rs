@@ -650,23 +650,13 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         1,
     )?;
     let addr = srv.addrs()[0];
-    // the same target over NVMe/RDMA: soft RoCE devices on two loopback addresses
+    // the same target over NVMe/RDMA: soft RoCE devices on two loopback addresses. One
+    // transport's target runs at a time: an idle target's pollers (the soft RoCE device
+    // threads, the RDMA poll group) would take CPU from the other transport's figures
+    // (and from the TCP baseline) on a small machine.
     let rdma_addr: SocketAddr = "127.0.0.91:4420".parse()?;
-    let rdma_srv = nvmf::rdma::start_server(
-        bench_tgt()?,
-        &[nvmf::Listen {
-            trid: TransportId::ip(TrType::Rdma, rdma_addr),
-            discovery_only: false,
-        }],
-        1,
-        Default::default(),
-    )
-    .context("NVMe/RDMA bench target on 127.0.0.91")?;
-    let rdma_host = nvmf::rdma::host_transport(rdma_addr, Some("127.0.0.92".parse()?))?;
-    let transports: [(&str, &dyn nvmf::HostTransport, TransportId); 2] = [
-        ("TCP", &nvmf::tcp::TcpHostTransport, TransportId::tcp(addr)),
-        ("RDMA", &rdma_host, TransportId::ip(TrType::Rdma, rdma_addr)),
-    ];
+    let mut srv = Some(srv);
+    let mut rdma_srv = None;
     let mut r = Report::new("nvmf");
     let mut tcp_runs = Vec::new();
     for _ in 0..runs {
@@ -681,80 +671,114 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         ("128 KiB seq write", 1, "null", 128 * 1024, 8),
         ("128 KiB seq write", 2, "malloc", 128 * 1024, 8),
     ];
-    for ((name, nsid, bdev_name, size, depth), (tr, host_tr, trid)) in transports
-        .iter()
-        .flat_map(|t| cases.iter().map(move |c| (*c, t)))
-    {
-        let workload = if name.contains("randread") {
-            Workload::RandRead
-        } else if name.contains("read") {
-            Workload::Read
+    for tr in ["TCP", "RDMA"] {
+        let (host_tr, trid): (Box<dyn nvmf::HostTransport>, TransportId) = if tr == "TCP" {
+            (
+                Box::new(nvmf::tcp::TcpHostTransport),
+                TransportId::tcp(addr),
+            )
         } else {
-            Workload::Write
-        };
-        let mut vals = Vec::new();
-        let mut last = None;
-        for _ in 0..runs {
-            let mut c = Controller::connect_with(
-                *host_tr,
-                trid,
-                DEFAULT_NQN,
-                &HostOpts::default(),
-                1,
-                depth,
-            )?;
-            let res = nvmf::perf::run(
-                &mut c,
-                &PerfOpts {
-                    depth,
-                    io_size: size,
-                    workload,
-                    read_pct: 100,
-                    time: t,
-                    nsid,
-                    warmup: Duration::from_millis(if args.quick { 20 } else { 100 }),
-                },
-            )?;
-            let _ = c.shutdown();
-            if res.errors > 0 {
-                bail!("{tr} {name} on {bdev_name}: {} I/O errors", res.errors);
+            if let Some(s) = srv.take() {
+                s.stop();
             }
-            let rep = report(res);
-            vals.push(if name.contains("IOPS") {
-                rep.iops
-            } else {
-                rep.mib_s * (1 << 20) as f64 / 1e6
-            });
-            last = Some(rep);
-        }
-        let v = median(&mut vals).unwrap_or(0.0);
-        let detail = serde_json::json!({
-            "transport": tr, "bdev": bdev_name, "io_size": size, "queue_depth": depth, "queues": 1,
-            "last_run": last,
-        });
-        let fig = if name.contains("IOPS") {
-            Figure::new(
-                format!("NVMe/{tr} {name} ({bdev_name}, qd {depth})"),
-                v,
-                "IOPS",
-                "TCP loopback bw / 4 KiB",
-                tcp / 4096.0,
-                Better::Higher,
-            )
-        } else {
-            Figure::new(
-                format!("NVMe/{tr} {name} ({bdev_name}, qd {depth})"),
-                v,
-                "MB/s",
-                "TCP loopback",
-                tcp / 1e6,
-                Better::Higher,
+            rdma_srv = Some(
+                nvmf::rdma::start_server(
+                    bench_tgt()?,
+                    &[nvmf::Listen {
+                        trid: TransportId::ip(TrType::Rdma, rdma_addr),
+                        discovery_only: false,
+                    }],
+                    1,
+                    Default::default(),
+                )
+                .context("NVMe/RDMA bench target on 127.0.0.91")?,
+            );
+            (
+                Box::new(nvmf::rdma::host_transport(
+                    rdma_addr,
+                    Some("127.0.0.92".parse()?),
+                )?),
+                TransportId::ip(TrType::Rdma, rdma_addr),
             )
         };
-        r.push(fig.with_detail(detail));
+        let host_tr: &dyn nvmf::HostTransport = &*host_tr;
+        let trid = &trid;
+        for &(name, nsid, bdev_name, size, depth) in &cases {
+            let workload = if name.contains("randread") {
+                Workload::RandRead
+            } else if name.contains("read") {
+                Workload::Read
+            } else {
+                Workload::Write
+            };
+            let mut vals = Vec::new();
+            let mut last = None;
+            for _ in 0..runs {
+                let mut c = Controller::connect_with(
+                    host_tr,
+                    trid,
+                    DEFAULT_NQN,
+                    &HostOpts::default(),
+                    1,
+                    depth,
+                )?;
+                let res = nvmf::perf::run(
+                    &mut c,
+                    &PerfOpts {
+                        depth,
+                        io_size: size,
+                        workload,
+                        read_pct: 100,
+                        time: t,
+                        nsid,
+                        warmup: Duration::from_millis(if args.quick { 20 } else { 100 }),
+                    },
+                )?;
+                let _ = c.shutdown();
+                if res.errors > 0 {
+                    bail!("{tr} {name} on {bdev_name}: {} I/O errors", res.errors);
+                }
+                let rep = report(res);
+                vals.push(if name.contains("IOPS") {
+                    rep.iops
+                } else {
+                    rep.mib_s * (1 << 20) as f64 / 1e6
+                });
+                last = Some(rep);
+            }
+            let v = median(&mut vals).unwrap_or(0.0);
+            let detail = serde_json::json!({
+                "transport": tr, "bdev": bdev_name, "io_size": size, "queue_depth": depth, "queues": 1,
+                "last_run": last,
+            });
+            let fig = if name.contains("IOPS") {
+                Figure::new(
+                    format!("NVMe/{tr} {name} ({bdev_name}, qd {depth})"),
+                    v,
+                    "IOPS",
+                    "TCP loopback bw / 4 KiB",
+                    tcp / 4096.0,
+                    Better::Higher,
+                )
+            } else {
+                Figure::new(
+                    format!("NVMe/{tr} {name} ({bdev_name}, qd {depth})"),
+                    v,
+                    "MB/s",
+                    "TCP loopback",
+                    tcp / 1e6,
+                    Better::Higher,
+                )
+            };
+            r.push(fig.with_detail(detail));
+        }
     }
-    srv.stop();
-    rdma_srv.stop();
+    if let Some(s) = srv {
+        s.stop();
+    }
+    if let Some(s) = rdma_srv {
+        s.stop();
+    }
     r.note(format!(
         "{runs} run(s) of {:.2} s each, medians; target (1 poll group) and host (1 queue, 1 thread) in one process; TCP on 127.0.0.1, no digests; RDMA over two soft RoCE devices (127.0.0.91 target, 127.0.0.92 host, UDP 4791 on loopback)",
         t.as_secs_f64()
