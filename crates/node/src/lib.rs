@@ -357,7 +357,7 @@ fn start_tse(cfg: &Config) -> Result<Status> {
     tse_self_check()?;
     Ok(Status::Running(
         "library, no service of its own: schedulers and event queues are progressed by \
-         the threads that use them (the object-store client, not built yet); \
+         the threads that use them (e.g. the object-store client's event queues); \
          self-check ran a 4-task DAG in order"
             .into(),
     ))
