@@ -144,10 +144,17 @@ pub fn open_device(ip: Ipv4Addr, cm: &CmConfig) -> Result<CmDevice> {
 }
 
 /// Waits for one completion on `cq`, also watching `id` for DISCONNECTED (→ `Ok(None)`).
+/// How long a completion still in flight is awaited after the peer's DISCONNECTED.
+const DISCONNECT_GRACE: Duration = Duration::from_millis(200);
+
 pub(crate) fn wait_wc(cq: &Cq, id: &CmId, timeout: Duration) -> Result<Option<Wc>> {
     let t0 = Instant::now();
     let mut wc = [Wc::default(); 1];
     let mut spins = 0u32;
+    // When the peer disconnects its DREQ may overtake the ACK of our last SEND (its CQE is
+    // written before the responder's ACK leaves): the QP stays in RTS until we disconnect
+    // (as with Linux's CM), so a completion still in flight is given a short grace.
+    let mut peer_gone: Option<Instant> = None;
     loop {
         if cq.poll(&mut wc)? == 1 {
             if wc[0].status == WcStatus::WrFlushErr {
@@ -165,8 +172,13 @@ pub(crate) fn wait_wc(cq: &Cq, id: &CmId, timeout: Duration) -> Result<Option<Wc
         }
         spins += 1;
         if spins & 63 == 0 {
+            if peer_gone.is_some_and(|t| t.elapsed() > DISCONNECT_GRACE) {
+                return Ok(None);
+            }
             match id.get_event(Some(Duration::ZERO)) {
-                Ok(ev) if ev.event == EventType::Disconnected => return Ok(None),
+                Ok(ev) if ev.event == EventType::Disconnected => {
+                    peer_gone.get_or_insert_with(Instant::now);
+                }
                 Ok(ev) if ev.event == EventType::DeviceRemoval => return Ok(None),
                 Ok(ev) => tracing::debug!("cm event {}", ev.event),
                 Err(_) => {}

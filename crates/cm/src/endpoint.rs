@@ -656,10 +656,14 @@ impl CmEndpoint {
         id.timer = Timer::TimeWait;
     }
 
-    fn report_disconnect(&mut self, idx: usize) {
+    /// DISCONNECTED to the user. `err_qp`: also move a CM-managed QP to ERR (the connection is
+    /// gone: REJ, DREP, DREQ timeout). A received DREQ does not: as with Linux's CM the QP stays
+    /// usable until the user's own `rdma_disconnect` (which librdmacm's `ucma_modify_qp_err` and
+    /// ours move to ERR), so an ACK still in flight completes the user's last SEND.
+    fn report_disconnect(&mut self, idx: usize, err_qp: bool) {
         if !self.id(idx).disconnect_reported {
             self.id_mut(idx).disconnect_reported = true;
-            if self.id(idx).managed_qp {
+            if err_qp && self.id(idx).managed_qp {
                 let h = self.handle(idx);
                 self.qp_actions.push_back((h, QpAction::Error));
             }
@@ -1341,6 +1345,9 @@ impl CmEndpoint {
                 Ok(())
             }
             CmState::DreqRcvd => {
+                if self.id(idx).managed_qp {
+                    self.qp_actions.push_back((h, QpAction::Error));
+                }
                 let mad = self.drep_mad(idx);
                 self.send_id(idx, &mad);
                 self.enter_timewait(idx, now);
@@ -1388,6 +1395,9 @@ impl CmEndpoint {
             }
             CmState::DreqSent => self.enter_timewait(idx, now),
             CmState::DreqRcvd => {
+                if self.id(idx).managed_qp {
+                    self.qp_actions.push_back((h, QpAction::Error));
+                }
                 let mad = self.drep_mad(idx);
                 self.send_id(idx, &mad);
                 self.enter_timewait(idx, now);
@@ -1523,7 +1533,7 @@ impl CmEndpoint {
             }
             CmState::DreqSent => {
                 self.enter_timewait(idx, now);
-                self.report_disconnect(idx);
+                self.report_disconnect(idx, true);
             }
             _ => {}
         }
@@ -1915,7 +1925,7 @@ impl CmEndpoint {
             CmState::Established | CmState::DreqSent => {
                 self.disarm(idx);
                 self.enter_timewait(idx, now);
-                self.report_disconnect(idx);
+                self.report_disconnect(idx, true);
             }
             _ => self.unmatched("REJ"),
         }
@@ -1967,14 +1977,14 @@ impl CmEndpoint {
                 self.disarm(idx);
                 self.id_mut(idx).state = CmState::DreqRcvd;
                 self.id_mut(idx).tid = tid;
-                self.report_disconnect(idx);
+                self.report_disconnect(idx, false);
             }
             CmState::DreqSent => {
                 // Both sides disconnect at once.
                 let mad = self.drep_mad(idx);
                 self.send_id(idx, &mad);
                 self.enter_timewait(idx, now);
-                self.report_disconnect(idx);
+                self.report_disconnect(idx, true);
             }
             CmState::TimeWait => {
                 let mad = self.drep_mad(idx);
@@ -1992,7 +2002,7 @@ impl CmEndpoint {
         if self.id(idx).state == CmState::DreqSent {
             self.disarm(idx);
             self.enter_timewait(idx, now);
-            self.report_disconnect(idx);
+            self.report_disconnect(idx, true);
         } else {
             self.unmatched("DREP");
         }

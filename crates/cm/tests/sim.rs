@@ -5,7 +5,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use cm::{
-    CmConfig, CmEndpoint, CmEvent, CmIdHandle, CmState, ConnParam, Ece, Error, EventType, PortSpace,
+    CmConfig, CmEndpoint, CmEvent, CmIdHandle, CmState, ConnParam, Ece, Error, EventType,
+    PortSpace, QpAction,
 };
 use sim::{Clock, Link, LinkConfig};
 use wire::mad::{CmMadRepr, CmMsgRepr, RejReason, RDMA_UDP_QKEY};
@@ -1126,4 +1127,34 @@ fn ib_port_space_connects() {
     n.connect(PortSpace::Tcp, b"");
     assert!(n.drive(Duration::from_secs(1)));
     assert_eq!(n.s[0].events[0].status, 8);
+}
+
+/// A received DREQ leaves the CM-managed QP usable (Linux: only the user's own
+/// `rdma_disconnect` moves it to ERR), so an ACK still in flight can complete the last SEND.
+#[test]
+fn received_dreq_leaves_qp_until_own_disconnect() {
+    let mut n = Net::new(LinkConfig::default(), 31);
+    n.s[1].disconnect_on_dreq = false;
+    n.listen(PortSpace::Tcp);
+    let c = n.connect(PortSpace::Tcp, b"");
+    assert!(n.drive(Duration::from_secs(5)));
+    let s_id = n.s[1].events[0].id;
+    while n.s[1].ep.poll_qp_action().is_some() {}
+    let now = n.clock.now();
+    n.s[0].ep.disconnect(now, c).unwrap();
+    // the active side errs its own QP at once
+    let acts: Vec<_> = std::iter::from_fn(|| n.s[0].ep.poll_qp_action()).collect();
+    assert!(acts.iter().any(|(h, a)| *h == c && *a == QpAction::Error));
+    n.drive(Duration::from_millis(50));
+    assert_eq!(n.kinds(1), vec![ConnectRequest, Established, Disconnected]);
+    assert_eq!(
+        n.s[1].ep.poll_qp_action(),
+        None,
+        "DREQ alone must not touch the QP"
+    );
+    let now = n.clock.now();
+    n.s[1].ep.disconnect(now, s_id).unwrap();
+    assert_eq!(n.s[1].ep.poll_qp_action(), Some((s_id, QpAction::Error)));
+    assert!(n.drive(Duration::from_secs(5)));
+    assert_eq!(n.kinds(0), vec![Established, Disconnected, TimewaitExit]);
 }
