@@ -660,6 +660,7 @@ mod tests {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/admin_pages.golden");
         if std::env::var_os("NVMF_BLESS").is_some() {
             std::fs::write(path, &out).unwrap();
+            panic!("NVMF_BLESS: {path} re-recorded, not compared; run again without it");
         }
         let want = std::fs::read_to_string(path).unwrap();
         assert_eq!(out, want, "admin pages differ from {path}");
