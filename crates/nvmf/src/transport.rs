@@ -123,6 +123,9 @@ pub enum DataError {
     SglLengthInvalid,
     /// SGL offset invalid (generic 0x16).
     SglOffsetInvalid,
+    /// Invalid number of SGL descriptors (generic 0x0e): a descriptor list longer than
+    /// MSDBD allows, empty, or not a whole number of descriptors.
+    SglCountInvalid,
     /// The data arrived damaged (a data digest mismatch; generic 0x04, data
     /// transfer error).
     DataDigest,
@@ -135,6 +138,7 @@ impl DataError {
             DataError::SglTypeInvalid => (0, 0x11),
             DataError::SglLengthInvalid => (0, 0x0f),
             DataError::SglOffsetInvalid => (0, 0x16),
+            DataError::SglCountInvalid => (0, 0x0e),
             DataError::DataDigest => (0, 0x04),
         }
     }

@@ -325,3 +325,58 @@ fn keyed_sgl_past_the_registered_region_tears_the_queue_down() {
     assert_no_leaks(&tc, "target after a failed RDMA READ");
     srv.stop();
 }
+
+/// Data named by a Last Segment list of several keyed data blocks in the capsule
+/// (MSDBD 16, as SPDK's RDMA transport): the target gathers a write with one RDMA READ
+/// per block into one buffer and scatters a read with one RDMA WRITE per block, the
+/// response behind them; a list longer than MSDBD is refused with Invalid Number of
+/// SGL Descriptors.
+#[test]
+fn keyed_descriptor_lists() {
+    let (srv, trid, tc) = start("127.0.0.83", 4420, 8192);
+    for split in [2usize, 3, 16] {
+        let host = RdmaHostTransport::new(dev("127.0.0.84")).with_keyed_split(split);
+        let mut c = Controller::connect_with(&host, &trid, NQN, &opts(), 2, 16).unwrap();
+        if split == 2 {
+            let raw = &c.identity.as_ref().unwrap().raw;
+            assert_eq!(raw[1803], 16, "Identify MSDBD");
+        }
+        // sizes past the 4 KiB in-capsule limit, most not a multiple of the split
+        for (n, size) in [8192usize, 12 * 1024, 36 * 1024, 1 << 20]
+            .into_iter()
+            .enumerate()
+        {
+            let nlb = (size / 512) as u32;
+            let slba = (n as u64 * 211 + split as u64) % (8192 - nlb as u64);
+            let data = pattern(size, (split * 10 + n) as u32);
+            c.write(n % 2, 1, slba, &data, 512).unwrap();
+            let back = c.read((n + 1) % 2, 1, slba, nlb, 512).unwrap();
+            assert!(back == data, "split {split}, size {size}: data differs");
+        }
+        c.shutdown().unwrap();
+        drop(host);
+        assert_no_leaks(&tc, "after a keyed-list controller");
+    }
+    // 17 descriptors: one more than MSDBD
+    let host = RdmaHostTransport::new(dev("127.0.0.84")).with_keyed_split(17);
+    let mut c = Controller::connect_with(&host, &trid, NQN, &opts(), 1, 8).unwrap();
+    match c.write(0, 1, 0, &pattern(64 * 1024, 1), 512) {
+        Err(HostError::Status { status, .. }) => {
+            assert_eq!(
+                (u8::from(status.sct()), status.sc()),
+                (0, 0x0e),
+                "{status:?}"
+            )
+        }
+        other => panic!("expected Invalid Number of SGL Descriptors, got {other:?}"),
+    }
+    // the queue still serves a well-formed command afterwards
+    let host1 = RdmaHostTransport::new(dev("127.0.0.85"));
+    let mut c1 = Controller::connect_with(&host1, &trid, NQN, &opts(), 1, 8).unwrap();
+    c1.write(0, 1, 0, &pattern(8192, 2), 512).unwrap();
+    assert_eq!(c1.read(0, 1, 0, 16, 512).unwrap(), pattern(8192, 2));
+    c.shutdown().unwrap();
+    c1.shutdown().unwrap();
+    assert_no_leaks(&tc, "end");
+    srv.stop();
+}

@@ -13,7 +13,7 @@ use cm::driver::{CmDevice, CmId, EventChannel};
 use cm::{CmIdHandle, ConnParam, EventType, PortSpace};
 use nvme::log::{DiscoveryEntry, TrType};
 use nvme::opcode::DataDirection;
-use nvme::sgl::SglType;
+use nvme::sgl::{SglDescriptor, SglSubtype, SglType, SGL_DESC_LEN};
 use nvme::Psdt;
 use nvme::{Cqe, Sqe};
 use tracing::{debug, info, warn};
@@ -31,6 +31,40 @@ use crate::transport::{
 /// Keyed SGL data block, subtype Address (0x40) and Invalidate Key (0x4f).
 const SGL_KEYED: u8 = 0x40;
 const SGL_KEYED_INV: u8 = 0x4f;
+
+/// Most keyed data block descriptors in one command (Identify MSDBD; SPDK's default
+/// for its RDMA transport is 16). Several come as a Last Segment list in the capsule.
+pub const MAX_KEYED: usize = 16;
+
+/// One keyed data block of the host's memory.
+#[derive(Debug, Clone, Copy, Default)]
+struct Keyed {
+    addr: u64,
+    key: u32,
+    len: u32,
+}
+
+/// The keyed data blocks of one command, in order (no allocation per I/O).
+#[derive(Debug, Clone, Copy, Default)]
+struct KeyedList {
+    n: u8,
+    d: [Keyed; MAX_KEYED],
+}
+
+impl KeyedList {
+    fn one(addr: u64, key: u32, len: u32) -> Self {
+        let mut l = KeyedList::default();
+        l.d[0] = Keyed { addr, key, len };
+        l.n = 1;
+        l
+    }
+    fn blocks(&self) -> &[Keyed] {
+        &self.d[..self.n as usize]
+    }
+    fn total(&self) -> u64 {
+        self.blocks().iter().map(|k| k.len as u64).sum()
+    }
+}
 
 /// Target parameters of the RDMA transport.
 #[derive(Debug, Clone, Copy)]
@@ -179,7 +213,7 @@ impl Transport for RdmaTransport {
             sgls: nvme::identify::sgls::SUPPORTED
                 | nvme::identify::sgls::KEYED
                 | nvme::identify::sgls::OFFSET,
-            msdbd: 1,
+            msdbd: MAX_KEYED as u8,
         }
     }
     fn listen(&mut self, trid: &TransportId) -> io::Result<TransportId> {
@@ -233,9 +267,7 @@ impl Transport for RdmaTransport {
 #[derive(Debug, Clone, Copy)]
 struct C2hDest {
     cid: u16,
-    addr: u64,
-    key: u32,
-    len: u32,
+    dest: KeyedList,
 }
 
 /// Counters of one queue.
@@ -248,6 +280,8 @@ pub struct RdmaQpairStats {
     pub responses: u64,
     /// Keyed SGLs asking for remote invalidation (answered with plain SEND).
     pub invalidate_asked: u64,
+    /// Commands whose data came as a list of several keyed descriptors.
+    pub keyed_lists: u64,
     /// Admin data copied into registered memory (control path).
     pub copied: u64,
     pub wc_errors: u64,
@@ -268,8 +302,9 @@ pub struct RdmaQpair {
     rsp_data: Vec<Option<Box<RdmaBuf>>>,
     pool: BufPool,
     c2h: Vec<C2hDest>,
-    /// Outstanding RDMA READs: the command and the buffer being filled.
-    reads: Vec<Option<(Sqe, Box<RdmaBuf>)>>,
+    /// Outstanding RDMA READs: the command, the buffer being filled and how many of
+    /// its READs (one per keyed descriptor) are still to complete.
+    reads: Vec<Option<(Sqe, Box<RdmaBuf>, u8)>>,
     read_free: Vec<u16>,
     events: VecDeque<QpairEvent>,
     terminated: Arc<AtomicBool>,
@@ -308,11 +343,13 @@ impl RdmaQpair {
         let setup = |id: &mut CmId| -> Result<(Cq, Qp, Mr, Mr), String> {
             let ctx = id.device().context().clone();
             let pd = id.device().pd().clone();
+            // per command: a response SEND and up to MAX_KEYED READs or WRITEs
+            let max_send = qsize * (2 + MAX_KEYED);
             let cq = ctx
-                .create_cq(qsize * 4 + 8, None)
+                .create_cq(max_send + qsize + 8, None)
                 .map_err(|e| e.to_string())?;
             let cap = QpCap {
-                max_send_wr: (qsize * 3) as u32,
+                max_send_wr: max_send as u32,
                 max_recv_wr: qsize as u32,
                 max_send_sge: 1,
                 max_recv_sge: 1,
@@ -425,7 +462,7 @@ impl RdmaQpair {
             match kind {
                 wrid::SEND => self.release_rsp(slot),
                 wrid::READ => {
-                    if let Some((_, b)) = self.reads.get_mut(slot).and_then(Option::take) {
+                    if let Some((_, b, _)) = self.reads.get_mut(slot).and_then(Option::take) {
                         self.pool.put(b);
                         self.read_free.push(slot as u16);
                     }
@@ -439,7 +476,14 @@ impl RdmaQpair {
             wrid::RECV => self.on_recv(slot, wc.byte_len as usize),
             wrid::SEND => self.release_rsp(slot),
             wrid::READ => {
-                if let Some((sqe, b)) = self.reads.get_mut(slot).and_then(Option::take) {
+                let Some(Some((_, _, left))) = self.reads.get_mut(slot) else {
+                    return;
+                };
+                *left = left.saturating_sub(1);
+                if *left > 0 {
+                    return;
+                }
+                if let Some((sqe, b, _)) = self.reads.get_mut(slot).and_then(Option::take) {
                     self.read_free.push(slot as u16);
                     self.events.push_back(QpairEvent::Command(Request {
                         sqe,
@@ -525,42 +569,40 @@ impl RdmaQpair {
                     }
                 }
             }
-            DataDirection::HostToController
-                if sgl.sgl_type() == SglType::KeyedDataBlock
-                    && (sgl_id == SGL_KEYED || sgl_id == SGL_KEYED_INV) =>
+            DataDirection::HostToController | DataDirection::ControllerToHost
+                if (sgl.sgl_type() == SglType::KeyedDataBlock
+                    && (sgl_id == SGL_KEYED || sgl_id == SGL_KEYED_INV))
+                    || (sgl.sgl_type() == SglType::LastSegment
+                        && sgl.subtype() == SglSubtype::Offset) =>
             {
-                if dlen > self.max_xfer {
-                    req.error = Some(DataError::SglLengthInvalid);
-                } else if sgl_id == SGL_KEYED_INV {
-                    // a host write's buffer is not invalidated by us either
-                    self.stats.invalidate_asked += 1;
-                    self.start_read(sqe, sgl.address(), sgl.key(), dlen);
-                    repost(self);
-                    return;
-                } else {
-                    self.start_read(sqe, sgl.address(), sgl.key(), dlen);
-                    repost(self);
-                    return;
-                }
-            }
-            DataDirection::ControllerToHost
-                if sgl.sgl_type() == SglType::KeyedDataBlock
-                    && (sgl_id == SGL_KEYED || sgl_id == SGL_KEYED_INV) =>
-            {
-                if dlen > self.max_xfer {
-                    req.error = Some(DataError::SglLengthInvalid);
-                } else {
+                // one keyed block, or a Last Segment list of them in the capsule
+                let list = if sgl.sgl_type() == SglType::KeyedDataBlock {
                     if sgl_id == SGL_KEYED_INV {
+                        // we answer with a plain SEND: the host invalidates its own key
                         self.stats.invalidate_asked += 1;
                     }
-                    self.c2h.retain(|d| d.cid != sqe.cid());
-                    self.c2h.push(C2hDest {
-                        cid: sqe.cid(),
-                        addr: sgl.address(),
-                        key: sgl.key(),
-                        len: dlen,
-                    });
-                    req.c2h_len = dlen;
+                    Ok(KeyedList::one(sgl.address(), sgl.key(), dlen))
+                } else {
+                    self.keyed_list(off, icd_len, &sgl)
+                };
+                match list {
+                    Err(e) => req.error = Some(e),
+                    Ok(l) if l.total() > self.max_xfer as u64 => {
+                        req.error = Some(DataError::SglLengthInvalid)
+                    }
+                    Ok(l) if dir == DataDirection::HostToController => {
+                        self.start_read(sqe, &l);
+                        repost(self);
+                        return;
+                    }
+                    Ok(l) => {
+                        self.c2h.retain(|d| d.cid != sqe.cid());
+                        self.c2h.push(C2hDest {
+                            cid: sqe.cid(),
+                            dest: l,
+                        });
+                        req.c2h_len = l.total() as u32;
+                    }
                 }
             }
             _ => req.error = Some(DataError::SglTypeInvalid),
@@ -577,21 +619,80 @@ impl RdmaQpair {
         self.events.push_back(QpairEvent::Command(req));
     }
 
-    /// RDMA READ of a host write's data; the command goes to the core when it completes.
-    fn start_read(&mut self, sqe: Sqe, addr: u64, key: u32, len: u32) {
-        let (Some(slot), Some(b)) = (self.read_free.pop(), self.pool.get(len as usize)) else {
+    /// The keyed descriptors of a Last Segment (Offset) list in the capsule at receive
+    /// slot offset `off` (`icd_len` bytes of in-capsule data arrived).
+    fn keyed_list(
+        &mut self,
+        off: usize,
+        icd_len: usize,
+        seg: &SglDescriptor,
+    ) -> Result<KeyedList, DataError> {
+        let (start, len) = (seg.address(), seg.length() as usize);
+        if len == 0 || len % SGL_DESC_LEN != 0 || len / SGL_DESC_LEN > MAX_KEYED {
+            return Err(DataError::SglCountInvalid);
+        }
+        if start > icd_len as u64 || start as usize + len > icd_len {
+            return Err(DataError::SglOffsetInvalid);
+        }
+        let mut l = KeyedList::default();
+        let mut raw = [0u8; SGL_DESC_LEN];
+        for i in 0..len / SGL_DESC_LEN {
+            let at = off + SQE_LEN + start as usize + i * SGL_DESC_LEN;
+            if !self.recv_mr.read(at, &mut raw) {
+                return Err(DataError::SglOffsetInvalid);
+            }
+            let d = SglDescriptor::from_bytes(&raw).map_err(|_| DataError::SglTypeInvalid)?;
+            match d.id() {
+                SGL_KEYED => {}
+                SGL_KEYED_INV => self.stats.invalidate_asked += 1,
+                _ => return Err(DataError::SglTypeInvalid),
+            }
+            l.d[i] = Keyed {
+                addr: d.address(),
+                key: d.key(),
+                len: d.keyed_length(),
+            };
+            l.n += 1;
+        }
+        self.stats.keyed_lists += 1;
+        Ok(l)
+    }
+
+    /// RDMA READs of a host write's data (one per keyed block, into one registered
+    /// buffer); the command goes to the core when the last of them completes.
+    fn start_read(&mut self, sqe: Sqe, list: &KeyedList) {
+        let len = list.total() as usize;
+        let (Some(slot), Some(b)) = (self.read_free.pop(), self.pool.get(len)) else {
             self.fail_qp("no READ slot or buffer");
             return;
         };
-        let sge = [b.sge()];
-        let mut wr = SendWr::new(wrid::READ | slot as u64, WrOpcode::RdmaRead, &sge);
-        wr.wr = WrDetail::Rdma {
-            remote_addr: addr,
-            rkey: key,
-        };
-        let posted = self.qp.post_send(&[wr]).is_ok();
-        self.reads[slot as usize] = Some((sqe, b));
-        self.stats.rdma_reads += 1;
+        let mut posted = true;
+        let mut at = 0usize;
+        let mut n = 0u8;
+        for k in list.blocks().iter().filter(|k| k.len > 0) {
+            let sge = [b.mr().sge(at, k.len)];
+            let mut wr = SendWr::new(wrid::READ | slot as u64, WrOpcode::RdmaRead, &sge);
+            wr.wr = WrDetail::Rdma {
+                remote_addr: k.addr,
+                rkey: k.key,
+            };
+            posted &= self.qp.post_send(&[wr]).is_ok();
+            at += k.len as usize;
+            n += 1;
+            self.stats.rdma_reads += 1;
+        }
+        if n == 0 {
+            // nothing to move (all blocks empty): the command runs at once
+            self.read_free.push(slot);
+            self.events.push_back(QpairEvent::Command(Request {
+                sqe,
+                data: IoBuf::External(b),
+                c2h_len: 0,
+                error: None,
+            }));
+            return;
+        }
+        self.reads[slot as usize] = Some((sqe, b, n));
         if !posted {
             self.fail_qp("post RDMA READ");
         }
@@ -644,16 +745,29 @@ impl TransportQpair for RdmaQpair {
                 };
                 match buf {
                     Some(b) => {
-                        let n = (b.len() as u32).min(d.len);
-                        let dsge = [b.mr().sge(0, n)];
-                        let mut w =
-                            SendWr::new(wrid::WRITE | rs as u64, WrOpcode::RdmaWrite, &dsge);
-                        w.wr = WrDetail::Rdma {
-                            remote_addr: d.addr,
-                            rkey: d.key,
-                        };
-                        self.stats.rdma_writes += 1;
-                        let r = self.qp.post_send(&[w, send]).is_ok();
+                        // the data by RDMA WRITEs (one per keyed block, scattered from
+                        // the buffer in order), the response SEND right behind them
+                        let mut left = b.len();
+                        let mut at = 0usize;
+                        let mut r = true;
+                        for k in d.dest.blocks() {
+                            let n = (k.len as usize).min(left);
+                            if n == 0 {
+                                break;
+                            }
+                            let dsge = [b.mr().sge(at, n as u32)];
+                            let mut w =
+                                SendWr::new(wrid::WRITE | rs as u64, WrOpcode::RdmaWrite, &dsge);
+                            w.wr = WrDetail::Rdma {
+                                remote_addr: k.addr,
+                                rkey: k.key,
+                            };
+                            self.stats.rdma_writes += 1;
+                            r &= self.qp.post_send(&[w]).is_ok();
+                            at += n;
+                            left -= n;
+                        }
+                        r &= self.qp.post_send(&[send]).is_ok();
                         self.rsp_data[rs] = Some(b);
                         r
                     }
@@ -705,7 +819,7 @@ impl Drop for RdmaQpair {
         for b in self.rsp_data.iter_mut().filter_map(Option::take) {
             self.pool.put(b);
         }
-        for (_, b) in self.reads.iter_mut().filter_map(Option::take) {
+        for (_, b, _) in self.reads.iter_mut().filter_map(Option::take) {
             self.pool.put(b);
         }
         RdmaCounters::add(&self.counters.qpairs, -1);
