@@ -124,7 +124,8 @@ impl CmConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct NvmfConfig {
     pub enabled: bool,
-    /// I/O listener of `dpustack up` (`IP:PORT` or `tcp://IP:PORT`).
+    /// I/O listener of `dpustack up` (`IP:PORT`, `tcp://IP:PORT`, or `rdma://IP[:PORT]`:
+    /// NVMe/RDMA on the node's soft RoCE device when IP is its address).
     pub listen: String,
     /// Discovery-only port (0 = none); discovery also answers on `listen`.
     pub discovery_port: u16,

@@ -25,6 +25,7 @@ pub mod objstore;
 pub mod target;
 
 use std::cell::RefCell;
+use std::net::IpAddr;
 use std::rc::Rc;
 
 pub use cm_agent::CmAgent;
@@ -244,16 +245,27 @@ impl Node {
             let (t, l) = f.build()?;
             (t, l, f.poll_groups.unwrap_or(n.poll_groups))
         } else {
-            let a = target::parse_addr(&n.listen, 4420)?;
-            let (t, l) = target::quick_target(&n.nqn, &n.bdev, &[a], n.discovery_port)?;
-            (t, l, n.poll_groups)
+            let l = target::parse_listen(&n.listen, 4420, false)?;
+            let a = l.trid.socket_addr().ok_or_else(|| {
+                Error::Part(format!("[nvmf] listen {}: not an IP address", n.listen))
+            })?;
+            let (t, specs) = target::quick_target(&n.nqn, &n.bdev, &[a], n.discovery_port)?;
+            (t, target::listen_as(l.trid.trtype, &specs), n.poll_groups)
         };
-        let srv = nvmf::NvmfServer::start(tgt, &listen, groups).map_err(|e| Error::Context {
-            what: "starting the NVMe/TCP target".into(),
-            source: Box::new(e),
-        })?;
+        // NVMe/RDMA listeners on the node's address go through the CM agent's device
+        // (it owns UDP 4791 there); elsewhere a soft device of their own
+        let rdma = listen
+            .iter()
+            .any(|l| l.trid.trtype == nvme::log::TrType::Rdma);
+        let dev = self.cm.as_ref().map(|c| c.device().clone()).filter(|d| {
+            listen
+                .iter()
+                .all(|l| l.trid.socket_addr().map(|a| a.ip()) == Some(IpAddr::V4(d.ip())))
+        });
+        let srv = target::start_target(tgt, &listen, groups, dev)?;
         let detail = format!(
-            "NVMe/TCP target: {} on {}",
+            "{} target: {} on {}",
+            if rdma { "NVMe/RDMA" } else { "NVMe/TCP" },
             srv.tgt()
                 .subsystems()
                 .map(|s| s.nqn.clone())
@@ -264,7 +276,7 @@ impl Node {
                 .iter()
                 .map(|l| format!(
                     "{}{}",
-                    l.trid,
+                    l.trid.uri(),
                     if l.discovery_only { " (discovery)" } else { "" }
                 ))
                 .collect::<Vec<_>>()

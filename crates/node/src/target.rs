@@ -9,8 +9,10 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use nvme::log::TrType;
 use nvmf::subsystem::Subsystem;
-use nvmf::{ListenSpec, Tgt, TgtParams};
+use nvmf::transport::TransportId;
+use nvmf::{Listen, ListenSpec, NvmfServer, Tgt, TgtParams};
 
 /// NQN of the subsystem the quick forms (`serve --bdev`, `up`) create.
 pub const DEFAULT_NQN: &str = "nqn.2024-01.io.dpustack:nvme0";
@@ -225,16 +227,82 @@ pub fn rdma_addr(s: &str, default_port: u16) -> Result<Option<SocketAddr>> {
     }
 }
 
+/// A listener address: `rdma://IP[:PORT]` (NVMe/RDMA), or `tcp://IP:PORT`,
+/// `IP:PORT`, `IP` (NVMe/TCP).
+pub fn parse_listen(s: &str, default_port: u16, discovery_only: bool) -> Result<Listen> {
+    let trid = match rdma_addr(s, default_port)? {
+        Some(a) => TransportId::ip(TrType::Rdma, a),
+        None => TransportId::tcp(parse_addr(s, default_port)?),
+    };
+    Ok(Listen {
+        trid,
+        discovery_only,
+    })
+}
+
+/// `specs` (addresses of the quick form) as listeners of transport `tr`.
+pub fn listen_as(tr: TrType, specs: &[ListenSpec]) -> Vec<Listen> {
+    specs
+        .iter()
+        .map(|l| Listen {
+            trid: TransportId::ip(tr, l.addr),
+            discovery_only: l.discovery_only,
+        })
+        .collect()
+}
+
+/// Starts `tgt` on `listen`: NVMe/TCP when every listener is TCP, NVMe/RDMA when
+/// every one is RDMA (on `rdma_dev` when given — the node's CM device, which owns
+/// UDP 4791 on its address — else on a soft RoCE device opened on the listeners'
+/// address). One server serves one transport: a mix is refused with a message.
+pub fn start_target(
+    tgt: Tgt,
+    listen: &[Listen],
+    poll_groups: usize,
+    rdma_dev: Option<cm::driver::CmDevice>,
+) -> Result<NvmfServer> {
+    let rdma = listen
+        .iter()
+        .filter(|l| l.trid.trtype == TrType::Rdma)
+        .count();
+    if rdma == 0 {
+        let specs: Vec<ListenSpec> = listen
+            .iter()
+            .filter_map(|l| {
+                l.trid.socket_addr().map(|addr| ListenSpec {
+                    addr,
+                    discovery_only: l.discovery_only,
+                })
+            })
+            .collect();
+        return NvmfServer::start(tgt, &specs, poll_groups)
+            .map_err(context("starting the NVMe/TCP target".into()));
+    }
+    if rdma != listen.len() {
+        bail!(
+            "listeners {}: one target serves one transport (all tcp:// or all rdma://); \
+             run a second target for the other",
+            listen
+                .iter()
+                .map(|l| l.trid.uri())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let params = nvmf::rdma::RdmaParams::default();
+    match rdma_dev {
+        Some(dev) => nvmf::rdma::start_server_on(tgt, dev, listen, poll_groups, params),
+        None => nvmf::rdma::start_server(tgt, listen, poll_groups, params),
+    }
+    .map_err(context("starting the NVMe/RDMA target".into()))
+}
+
 /// Parses `tcp://IP:PORT`, `IP:PORT`, or `IP` (with `default_port`). An
-/// `rdma://` address is refused with a message saying NVMe/RDMA is not wired
-/// here (target files, the node's nvmf part); [`rdma_addr`] is for the places
-/// that speak it.
+/// `rdma://` address is refused here (a TCP address is wanted); [`parse_listen`]
+/// takes both.
 pub fn parse_addr(s: &str, default_port: u16) -> Result<SocketAddr> {
     if s.starts_with("rdma://") {
-        bail!(
-            "{s}: NVMe/RDMA is not supported here yet (target files, `up`); \
-             only `nvmf serve --listen rdma://` and `nvme ... -a rdma://` speak it"
-        );
+        bail!("{s}: a TCP address is wanted here (rdma:// is for NVMe/RDMA listeners and hosts)");
     }
     let s = s.strip_prefix("tcp://").unwrap_or(s);
     if let Ok(a) = s.parse::<SocketAddr>() {
@@ -283,8 +351,8 @@ impl TargetFile {
         }
     }
 
-    /// Builds the target and the listen list.
-    pub fn build(&self) -> Result<(Tgt, Vec<ListenSpec>)> {
+    /// Builds the target and the listen list (tcp:// and rdma:// listeners).
+    pub fn build(&self) -> Result<(Tgt, Vec<Listen>)> {
         let mut params = TgtParams::default();
         if let Some(d) = self.digests {
             params.digests = d;
@@ -320,10 +388,7 @@ impl TargetFile {
         }
         let mut listen = Vec::new();
         for l in &self.listener {
-            listen.push(ListenSpec {
-                addr: parse_addr(&l.address, 4420)?,
-                discovery_only: l.discovery_only,
-            });
+            listen.push(parse_listen(&l.address, 4420, l.discovery_only)?);
         }
         if listen.is_empty() {
             bail!("no listener configured");
@@ -367,7 +432,20 @@ pub fn quick_target(
 mod tests {
     use super::*;
     use nvmf::host::{self, HostOpts};
-    use nvmf::NvmfServer;
+
+    /// One server, one transport: tcp:// and rdma:// listeners together are refused
+    /// (before anything binds).
+    #[test]
+    fn mixed_transports_are_refused() {
+        let listen = [
+            parse_listen("127.0.0.1:4420", 4420, false).unwrap(),
+            parse_listen("rdma://127.0.0.1:4421", 4420, false).unwrap(),
+        ];
+        let e = start_target(Tgt::new(TgtParams::default()), &listen, 1, None)
+            .expect_err("a mix of transports must be refused")
+            .to_string();
+        assert!(e.contains("one target serves one transport"), "{e}");
+    }
 
     #[test]
     fn sizes_and_addresses() {
@@ -383,6 +461,13 @@ mod tests {
             Some("10.0.0.1:4420".parse().unwrap())
         );
         assert_eq!(rdma_addr("tcp://10.0.0.1", 4420).unwrap(), None);
+        let l = parse_listen("rdma://10.0.0.1", 4420, false).unwrap();
+        assert_eq!(
+            (l.trid.trtype, l.trid.uri().as_str()),
+            (TrType::Rdma, "rdma://10.0.0.1:4420")
+        );
+        let l = parse_listen("10.0.0.1:4421", 4420, true).unwrap();
+        assert_eq!((l.trid.trtype, l.discovery_only), (TrType::Tcp, true));
         assert_eq!(
             parse_uuid("6b3c7e0e-1111-4222-8333-444455556666").unwrap()[0],
             0x6b
@@ -453,7 +538,7 @@ mod tests {
         );
         let (tgt, listen) = f.build().unwrap();
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 1 << 20);
-        let srv = NvmfServer::start(tgt, &listen, 1).unwrap();
+        let srv = start_target(tgt, &listen, 1, None).unwrap();
         let o = HostOpts {
             timeout: std::time::Duration::from_secs(5),
             ..Default::default()

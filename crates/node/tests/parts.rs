@@ -136,25 +136,50 @@ fn failed_parts_are_counted() {
     assert_eq!(n.missing(), 1);
 }
 
-/// `[nvmf] listen = "rdma://..."`: the node's nvmf part does not speak NVMe/RDMA
-/// yet and fails saying so (not "bad address"); the other parts carry on.
+/// `[nvmf] listen = "rdma://IP"` on the node's address: the nvmf part serves
+/// NVMe/RDMA through the CM agent's device (the one soft device that owns UDP 4791
+/// there, so the agent keeps answering for the ports nobody listens on); a host on
+/// another address discovers, connects, writes and reads back.
 #[test]
-fn nvmf_part_refuses_rdma_loudly() {
+fn nvmf_part_serves_rdma_on_the_cm_agents_device() {
+    use nvme::log::TrType;
+    use nvmf::host::{discover_with, Controller, HostOpts};
+    use nvmf::transport::TransportId;
     let mut c = node("127.0.4.81");
-    c.cm.enabled = false;
+    c.rdma.enabled = true;
     c.nvmf.enabled = true;
     c.nvmf.listen = "rdma://127.0.4.81:4420".into();
+    c.nvmf.bdev = "malloc:4M".into();
     let n = Node::start(&c);
-    match &n.parts()[2].status {
-        Status::Failed(e) => assert!(
-            e.contains("rdma://127.0.4.81:4420: NVMe/RDMA is not supported here yet"),
-            "{e}"
-        ),
-        other => panic!("nvmf should have failed: {other:?}"),
+    let part = n.parts().iter().find(|p| p.name == "nvmf").unwrap();
+    match &part.status {
+        Status::Running(d) => {
+            assert!(d.starts_with("NVMe/RDMA target: "), "{d}");
+            assert!(d.contains("rdma://127.0.4.81:4420"), "{d}");
+        }
+        other => panic!("nvmf part not running: {other:?}"),
     }
-    assert!(n.nvmf().is_none());
-    assert!(matches!(n.parts()[3].status, Status::Running(_)));
-    assert_eq!(n.missing(), 1);
+    assert_eq!(n.missing(), 0);
+    let host = nvmf::rdma::RdmaHostTransport::new(
+        nvmf::rdma::open_device(Ipv4Addr::new(127, 0, 4, 91)).unwrap(),
+    );
+    let opts = HostOpts {
+        timeout: Duration::from_secs(5),
+        ..Default::default()
+    };
+    let trid = TransportId::ip(TrType::Rdma, "127.0.4.81:4420".parse().unwrap());
+    let (_, entries) = discover_with(&host, &trid, &opts).unwrap();
+    assert!(
+        entries
+            .iter()
+            .any(|e| e.trtype == TrType::Rdma && e.subnqn == c.nvmf.nqn),
+        "{entries:?}"
+    );
+    let mut ctl = Controller::connect_with(&host, &trid, &c.nvmf.nqn, &opts, 1, 8).unwrap();
+    let data: Vec<u8> = (0..64 * 1024u32).map(|i| (i % 253) as u8).collect();
+    ctl.write(0, 1, 8, &data, 512).unwrap();
+    assert!(ctl.read(0, 1, 8, 128, 512).unwrap() == data);
+    ctl.shutdown().unwrap();
 }
 
 /// The obj part: an engine on `[obj]` (its own port, data under the node's data

@@ -273,11 +273,11 @@ fn start_server(a: &ServeArgs) -> Result<NvmfServer> {
                 .collect::<Result<_>>()?
         };
         let (t, l) = quick_target(&a.nqn, &a.bdev, &listen, a.discovery_port)?;
-        (t, l, a.poll_groups)
+        (t, node::target::listen_as(TrType::Tcp, &l), a.poll_groups)
     };
     let mut tgt = tgt;
     tgt.params.idle_spins = a.idle_spins;
-    NvmfServer::start(tgt, &listen, groups).context("starting the NVMe/TCP target")
+    Ok(node::target::start_target(tgt, &listen, groups, None)?)
 }
 
 /// `serve --listen rdma://IP:PORT ...`: the quick form over NVMe/RDMA on a soft

@@ -109,6 +109,32 @@ pub fn start_server(
         ));
     }
     let dev = open_device(v4(first.ip())?)?;
+    start_server_on(tgt, dev, listen, poll_groups, params)
+}
+
+/// As [`start_server`], on a CM device that already runs (e.g. the node's CM agent
+/// on its soft RoCE device: one device per address, since each binds UDP 4791); the
+/// listeners must be on its address.
+pub fn start_server_on(
+    tgt: Tgt,
+    dev: CmDevice,
+    listen: &[Listen],
+    poll_groups: usize,
+    params: RdmaParams,
+) -> io::Result<NvmfServer> {
+    let ip = IpAddr::V4(dev.ip());
+    if let Some(l) = listen
+        .iter()
+        .find(|l| l.trid.socket_addr().map(|a| a.ip()) != Some(ip))
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "NVMe/RDMA listener {}: not the RDMA device's address {ip}",
+                l.trid.uri()
+            ),
+        ));
+    }
     NvmfServer::start_with(tgt, RdmaTransport::new(dev, params), listen, poll_groups)
 }
 
