@@ -13,7 +13,7 @@
 # runs after the target has stopped.
 # Prints PLAN and PASS/FAIL(/SKIP) lines. Needs $V (vm.sh), $BIN (dpustack), $ROOT.
 set -u
-echo "PLAN 11"
+echo "PLAN 12"
 NQN=nqn.2024-01.io.dpustack:rdma
 KNQN=nqn.2024-01.io.vmh:ram0
 TAP=${VMH_TAP:-vmhtap0}
@@ -74,9 +74,10 @@ if command -v fio >/dev/null; then
     --ioengine=libaio --verify=crc32c --do_verify=1 > /tmp/fio.out 2>&1 && echo "FIO ok" || { echo "FIO bad"; tail -5 /tmp/fio.out; }
 else echo "FIO none"; fi
 nvme disconnect -n $NQN | grep -q "disconnected 1 controller" && echo "DISC ok"
+dmesg | grep -q "Bogus remote invalidation" && echo "INV bogus" || echo "INV clean"
 GEOF
 cp $W/g.sh $MBOX/nvmf-rdma-g.sh
-out=$(GT=180 g "sh /vmh/nvmf-rdma-g.sh 2>&1")
+out=$(GT=180 g "sh /vmh/nvmf-rdma-g.sh 2>&1"); out_io=$out
 echo "$out" | grep -q "CMP4M ok" && pass "linux-connect-rdma-dd-4MiB (write, read back, cmp)" || { fail "linux-connect-rdma-dd-4MiB"; echo "$out" | tail -5; }
 echo "$out" | grep -q "CMP4K ok" && pass "linux-rdma-dd-4KiB (write, read back, cmp)" || fail "linux-rdma-dd-4KiB"
 if echo "$out" | grep -q "FIO none"; then echo "SKIP linux-rdma-fio-verify (fio not installed)"
@@ -97,6 +98,13 @@ mal=$(tshark -r $W/rdma.pcap -Y "_ws.malformed || _ws.expert.severity >= error" 
 [ $n -gt 0 ] && [ $nv -gt 0 ] && [ $mal = 0 ] \
   && pass "nvmf-rdma-tshark ($n RoCE frames, $nv decoded as NVMe/RDMA, 0 malformed)" \
   || fail "nvmf-rdma-tshark ($n RoCE, $nv NVMe/RDMA, $mal malformed/error)"
+# Linux's host asks for remote invalidation of its fast-registered MRs (keyed SGL subtype
+# Invalidate Key): our responses must be SEND with Invalidate (0x17) of exactly that key,
+# else the kernel logs "Bogus remote invalidation" and fails the I/O
+ninv=$(tshark -r $W/rdma.pcap -Y "ip.src == 10.99.0.1 && infiniband.bth.opcode == 0x17" 2>/dev/null | wc -l)
+[ "$ninv" -gt 0 ] && echo "$out_io" | grep -q "INV clean" \
+  && pass "nvmf-rdma-send-with-invalidate ($ninv SEND_ONLY_WITH_INVALIDATE responses, kernel accepted every key)" \
+  || fail "nvmf-rdma-send-with-invalidate ($ninv frames; $(echo "$out_io" | grep INV))"
 
 # --- 3. dpustack host -> Linux nvmet-rdma in the guest -----------------------------------
 out=$(g "sh $ROOT/tests/peers/guest/nvmet.sh rdma 10.99.0.2 4420 2>&1")

@@ -72,6 +72,10 @@ pub enum WrOpcode {
     RdmaWriteWithImm,
     Send,
     SendWithImm,
+    /// SEND that asks the responder to invalidate an R_Key (`IBV_WR_SEND_WITH_INV`,
+    /// RC only): the key travels in [`SendWr::imm_data`], which is rdma-core's union
+    /// of `imm_data` and `invalidate_rkey` (the key in host order).
+    SendWithInv,
     RdmaRead,
     AtomicCmpAndSwp,
     AtomicFetchAndAdd,
@@ -109,7 +113,7 @@ impl From<WrOpcode> for WcOpcode {
     fn from(o: WrOpcode) -> Self {
         match o {
             WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
-            WrOpcode::Send | WrOpcode::SendWithImm => WcOpcode::Send,
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => WcOpcode::Send,
             WrOpcode::RdmaRead => WcOpcode::RdmaRead,
             WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
             WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
@@ -185,7 +189,8 @@ pub struct Wc {
     pub vendor_err: u32,
     pub byte_len: u32,
     /// Immediate data in network byte order, as rdma-core's `__be32 imm_data`
-    /// (i.e. `u32::from_be_bytes` of the 4 wire bytes).
+    /// (i.e. `u32::from_be_bytes` of the 4 wire bytes); with [`WcFlags::WITH_INV`]
+    /// the R_Key the sender invalidated (rdma-core's `invalidated_rkey` union member).
     pub imm_data: u32,
     pub qp_num: u32,
     pub src_qp: u32,
@@ -378,7 +383,8 @@ pub struct SendWr<'a> {
     pub sg_list: &'a [Sge],
     pub opcode: WrOpcode,
     pub send_flags: SendFlags,
-    /// Immediate data, network order as in rdma-core.
+    /// Immediate data, network order as in rdma-core; for
+    /// [`WrOpcode::SendWithInv`] the R_Key to invalidate (rdma-core's union).
     pub imm_data: u32,
     pub wr: WrDetail,
 }

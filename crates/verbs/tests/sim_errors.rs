@@ -717,3 +717,65 @@ fn max_rd_atomic_and_fence() {
     assert_eq!(ca.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [1, 2]);
     assert_eq!(cb[0].wr_id, 9);
 }
+
+/// SEND with Invalidate (IBV_WR_SEND_WITH_INV): the receive completes with
+/// WITH_INV and the invalidated R_Key (rdma-core's union with imm_data), the named
+/// region loses remote access (a later RDMA WRITE to it is a remote access error),
+/// over one packet (SEND_ONLY_WITH_INVALIDATE) and several (…_LAST_WITH_INVALIDATE).
+/// An R_Key naming no region fails the receive and the QP, as rxe does.
+#[test]
+fn send_with_invalidate() {
+    // MTU 1024: 64 bytes go in one packet, 3000 in three
+    for len in [64usize, 3000] {
+        let mut n = Net::rc(LinkConfig::default(), 3, 8192, &RcParams::default());
+        let r = [n.b.mr.sge(0, 4096)];
+        n.b.qp
+            .post_recv(&[RecvWr {
+                wr_id: 9,
+                sg_list: &r,
+            }])
+            .unwrap();
+        let s = [n.a.mr.sge(0, len as u32)];
+        let mut w = SendWr::new(1, WrOpcode::SendWithInv, &s);
+        w.imm_data = n.b.mr.rkey();
+        n.a.qp.post_send(&[w]).unwrap();
+        let (ca, cb) = drive_wcs(&mut n, 1, 1);
+        assert_eq!(
+            (ca[0].status, ca[0].opcode),
+            (WcStatus::Success, WcOpcode::Send)
+        );
+        assert_eq!(
+            (cb[0].status, cb[0].byte_len),
+            (WcStatus::Success, len as u32)
+        );
+        assert!(cb[0].wc_flags.contains(WcFlags::WITH_INV), "{:?}", cb[0]);
+        assert!(!cb[0].wc_flags.contains(WcFlags::WITH_IMM));
+        assert_eq!(cb[0].imm_data, n.b.mr.rkey(), "invalidated_rkey");
+        // the region is invalid for remote access now
+        let mut w = SendWr::new(2, WrOpcode::RdmaWrite, &s);
+        w.wr = WrDetail::Rdma {
+            remote_addr: n.b.mr.addr(),
+            rkey: n.b.mr.rkey(),
+        };
+        n.a.qp.post_send(&[w]).unwrap();
+        let (ca, _) = drive_wcs(&mut n, 1, 0);
+        assert_eq!((ca[0].wr_id, ca[0].status), (2, WcStatus::RemAccessErr));
+    }
+    // an R_Key nobody registered
+    let mut n = Net::rc(LinkConfig::default(), 4, 8192, &RcParams::default());
+    let r = [n.b.mr.sge(0, 4096)];
+    n.b.qp
+        .post_recv(&[RecvWr {
+            wr_id: 9,
+            sg_list: &r,
+        }])
+        .unwrap();
+    let s = [n.a.mr.sge(0, 64)];
+    let mut w = SendWr::new(1, WrOpcode::SendWithInv, &s);
+    w.imm_data = n.b.mr.rkey() ^ 0x5a5a;
+    n.a.qp.post_send(&[w]).unwrap();
+    let (ca, cb) = drive_wcs(&mut n, 1, 1);
+    assert_eq!(ca[0].status, WcStatus::RemInvReqErr);
+    assert_eq!(cb[0].status, WcStatus::LocProtErr);
+    assert_eq!(n.b.qp.query().unwrap().qp_state, QpState::Err);
+}

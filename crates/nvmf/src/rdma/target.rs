@@ -49,11 +49,18 @@ struct Keyed {
 struct KeyedList {
     n: u8,
     d: [Keyed; MAX_KEYED],
+    /// The R_Key the host asked to invalidate (Invalidate Key subtype).
+    invalidate: Option<u32>,
+    /// Blocks asked to invalidate different keys.
+    several_inv: bool,
 }
 
 impl KeyedList {
-    fn one(addr: u64, key: u32, len: u32) -> Self {
-        let mut l = KeyedList::default();
+    fn one(addr: u64, key: u32, len: u32, invalidate: bool) -> Self {
+        let mut l = KeyedList {
+            invalidate: invalidate.then_some(key),
+            ..Default::default()
+        };
         l.d[0] = Keyed { addr, key, len };
         l.n = 1;
         l
@@ -278,8 +285,10 @@ pub struct RdmaQpairStats {
     pub rdma_reads: u64,
     pub rdma_writes: u64,
     pub responses: u64,
-    /// Keyed SGLs asking for remote invalidation (answered with plain SEND).
+    /// Keyed SGLs asking for remote invalidation.
     pub invalidate_asked: u64,
+    /// Responses sent as SEND with Invalidate (the host's R_Key).
+    pub invalidate_sent: u64,
     /// Commands whose data came as a list of several keyed descriptors.
     pub keyed_lists: u64,
     /// Admin data copied into registered memory (control path).
@@ -302,6 +311,8 @@ pub struct RdmaQpair {
     rsp_data: Vec<Option<Box<RdmaBuf>>>,
     pool: BufPool,
     c2h: Vec<C2hDest>,
+    /// Commands whose host asked for remote invalidation: (CID, R_Key).
+    inv: Vec<(u16, u32)>,
     /// Outstanding RDMA READs: the command, the buffer being filled and how many of
     /// its READs (one per keyed descriptor) are still to complete.
     reads: Vec<Option<(Sqe, Box<RdmaBuf>, u8)>>,
@@ -404,6 +415,7 @@ impl RdmaQpair {
             rsp_data: (0..qsize).map(|_| None).collect(),
             pool,
             c2h: Vec::with_capacity(qsize),
+            inv: Vec::with_capacity(qsize),
             reads: (0..qsize).map(|_| None).collect(),
             read_free: (0..qsize as u16).rev().collect(),
             events: VecDeque::with_capacity(qsize),
@@ -577,14 +589,22 @@ impl RdmaQpair {
             {
                 // one keyed block, or a Last Segment list of them in the capsule
                 let list = if sgl.sgl_type() == SglType::KeyedDataBlock {
-                    if sgl_id == SGL_KEYED_INV {
-                        // we answer with a plain SEND: the host invalidates its own key
-                        self.stats.invalidate_asked += 1;
-                    }
-                    Ok(KeyedList::one(sgl.address(), sgl.key(), dlen))
+                    Ok(KeyedList::one(
+                        sgl.address(),
+                        sgl.key(),
+                        dlen,
+                        sgl_id == SGL_KEYED_INV,
+                    ))
                 } else {
                     self.keyed_list(off, icd_len, &sgl)
                 };
+                // the response goes as SEND with Invalidate of the host's key when it
+                // asked (Linux nvme-rdma does for its fast-registered MRs), one key
+                self.inv.retain(|(c, _)| *c != sqe.cid());
+                if let Ok(Some(key)) = list.as_ref().map(|l| l.invalidate) {
+                    self.stats.invalidate_asked += 1;
+                    self.inv.push((sqe.cid(), key));
+                }
                 match list {
                     Err(e) => req.error = Some(e),
                     Ok(l) if l.total() > self.max_xfer as u64 => {
@@ -644,7 +664,12 @@ impl RdmaQpair {
             let d = SglDescriptor::from_bytes(&raw).map_err(|_| DataError::SglTypeInvalid)?;
             match d.id() {
                 SGL_KEYED => {}
-                SGL_KEYED_INV => self.stats.invalidate_asked += 1,
+                // one key to invalidate per response: a list naming several is
+                // answered with a plain SEND (the host then invalidates its keys)
+                SGL_KEYED_INV if l.invalidate.is_none() || l.invalidate == Some(d.key()) => {
+                    l.invalidate = Some(d.key())
+                }
+                SGL_KEYED_INV => l.several_inv = true,
                 _ => return Err(DataError::SglTypeInvalid),
             }
             l.d[i] = Keyed {
@@ -655,6 +680,9 @@ impl RdmaQpair {
             l.n += 1;
         }
         self.stats.keyed_lists += 1;
+        if l.several_inv {
+            l.invalidate = None;
+        }
         Ok(l)
     }
 
@@ -728,7 +756,13 @@ impl TransportQpair for RdmaQpair {
         let rs = slot as usize;
         self.rsp_mr.write(rs * CQE_LEN, cqe.as_bytes());
         let rsp_sge = [self.rsp_mr.sge(rs * CQE_LEN, CQE_LEN as u32)];
-        let send = SendWr::new(wrid::SEND | rs as u64, WrOpcode::Send, &rsp_sge);
+        let mut send = SendWr::new(wrid::SEND | rs as u64, WrOpcode::Send, &rsp_sge);
+        if let Some(i) = self.inv.iter().position(|(c, _)| *c == cid) {
+            let (_, key) = self.inv.swap_remove(i);
+            send.opcode = WrOpcode::SendWithInv;
+            send.imm_data = key;
+            self.stats.invalidate_sent += 1;
+        }
         self.stats.responses += 1;
         let posted = match (dest, data.is_empty()) {
             (Some(d), false) => {

@@ -443,6 +443,7 @@ pub(crate) fn reg_mr(pd: &RcPd, len: usize, access: AccessFlags) -> Result<RcMr>
         rkey: 0,
         access,
         pd: 0,
+        remote_invalid: Default::default(),
     };
     // SAFETY: pd is live; the buffer is `len` bytes we own and keep until after
     // ibv_dereg_mr (Drop below deregisters before `inner` is freed).
@@ -861,6 +862,7 @@ fn wr_opcode(o: WrOpcode) -> i32 {
         WrOpcode::RdmaRead => 4,
         WrOpcode::AtomicCmpAndSwp => 5,
         WrOpcode::AtomicFetchAndAdd => 6,
+        WrOpcode::SendWithInv => 9,
     }
 }
 

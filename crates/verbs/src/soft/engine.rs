@@ -65,6 +65,7 @@ impl Engine {
             rkey: 0,
             access: AccessFlags::empty(),
             pd: u32::MAX,
+            remote_invalid: Default::default(),
         });
         Engine {
             ip,
@@ -135,6 +136,7 @@ impl Engine {
             rkey: key,
             access,
             pd,
+            remote_invalid: Default::default(),
         });
         self.mrs.insert(mr.clone());
         Ok(mr)

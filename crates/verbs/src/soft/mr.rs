@@ -47,6 +47,8 @@ pub(crate) struct MrInner {
     pub(crate) rkey: u32,
     pub(crate) access: AccessFlags,
     pub(crate) pd: u32,
+    /// Invalidated by a peer's SEND with Invalidate (IETH): no remote access any more.
+    pub(crate) remote_invalid: std::sync::atomic::AtomicBool,
 }
 
 impl MrInner {

@@ -469,6 +469,7 @@ impl QpCore {
             }
             (QpType::Ud, _, _) => return Err(Error::Inval),
             (QpType::Rc | QpType::Uc, WrOpcode::Send | WrOpcode::SendWithImm, _) => {}
+            (QpType::Rc, WrOpcode::SendWithInv, _) => {}
             (
                 QpType::Rc,
                 WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm | WrOpcode::RdmaRead,

@@ -207,8 +207,18 @@ impl QpCore {
                     let plen = (total - off).min(mtu);
                     let last = off + plen >= total;
                     let imm = matches!(o, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm);
-                    let send = matches!(o, WrOpcode::Send | WrOpcode::SendWithImm);
+                    let send = matches!(
+                        o,
+                        WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv
+                    );
                     let op = match (send, first, last, imm) {
+                        // SEND with invalidate: the ONLY/LAST packets carry the IETH
+                        (true, true, true, _) if o == WrOpcode::SendWithInv => {
+                            Opcode::RC_SEND_ONLY_WITH_INVALIDATE
+                        }
+                        (true, false, true, _) if o == WrOpcode::SendWithInv => {
+                            Opcode::RC_SEND_LAST_WITH_INVALIDATE
+                        }
                         (true, true, true, false) => Opcode::RC_SEND_ONLY,
                         (true, true, true, true) => Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
                         (true, true, false, _) => Opcode::RC_SEND_FIRST,
@@ -256,6 +266,9 @@ impl QpCore {
             }
             if r.imm.is_some() {
                 r.imm = Some(w.imm);
+            }
+            if r.ieth.is_some() {
+                r.ieth = Some(w.imm);
             }
             r.bth.se = info.has(OpFlags::LAST) && w.flags.contains(SendFlags::SOLICITED);
             if !uc {

@@ -131,6 +131,9 @@ impl QpCore {
         if r.imm.is_some() || opcode == WcOpcode::RecvRdmaWithImm {
             fl |= WcFlags::WITH_IMM;
         }
+        if r.ieth.is_some() {
+            fl |= WcFlags::WITH_INV;
+        }
         if r.bth.se {
             fl |= WcFlags::SOLICITED;
         }
@@ -141,7 +144,7 @@ impl QpCore {
             WcStatus::Success,
             opcode,
             byte_len,
-            r.imm.unwrap_or(0),
+            r.imm.or(r.ieth).unwrap_or(0),
             fl,
             src_qp,
         );
@@ -202,7 +205,10 @@ impl QpCore {
             return None;
         }
         let mr = ctx.mrs.get(rkey)?;
-        if mr.pd != self.pd || !mr.access.contains(need) {
+        if mr.pd != self.pd
+            || !mr.access.contains(need)
+            || mr.remote_invalid.load(std::sync::atomic::Ordering::Relaxed)
+        {
             return None;
         }
         let off = mr.offset_of(va, len as u64)?;
@@ -304,6 +310,26 @@ impl QpCore {
             cur.off += payload.len();
             if last {
                 let c = self.resp.cur_recv.take()?;
+                if let Some(rkey) = r.ieth {
+                    // SEND with Invalidate: the R_Key must name a memory region of this
+                    // QP's PD (rxe_invalidate_mr); it loses remote access. An unknown
+                    // key fails the receive and the QP, as rxe's RESPST_ERROR does.
+                    match ctx
+                        .mrs
+                        .get(rkey)
+                        .filter(|m| m.pd == self.pd && m.rkey == rkey)
+                    {
+                        Some(m) => m
+                            .remote_invalid
+                            .store(true, std::sync::atomic::Ordering::Relaxed),
+                        None => {
+                            self.fail_recv(ctx, c.wqe.wr_id, WcStatus::LocProtErr, 0);
+                            return self
+                                .resp_fatal(ctx, psn, NakCode::InvalidRequest)
+                                .map(RespOutPkt);
+                        }
+                    }
+                }
                 self.complete_recv(ctx, c.wqe.wr_id, WcOpcode::Recv, c.off as u32, r);
                 self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
             }
