@@ -30,12 +30,17 @@ fn dev(ip: &str) -> CmDevice {
 }
 
 fn start(ip: &str, port: u16, blocks: u64) -> (NvmfServer, TransportId, Arc<RdmaCounters>) {
+    start_on(dev(ip), port, blocks)
+}
+
+fn start_on(d: CmDevice, port: u16, blocks: u64) -> (NvmfServer, TransportId, Arc<RdmaCounters>) {
+    let ip = d.ip();
     let mut tgt = Tgt::new(TgtParams::default());
     let mut s = Subsystem::new(NQN, "SN-RDMA", "dpustack rdma").unwrap();
     let m = bdev::malloc::MallocBdev::new("m0", blocks, 512).unwrap();
     s.add_ns(1, Arc::new(m), None).unwrap();
     tgt.add_subsystem(s).unwrap();
-    let transport = RdmaTransport::new(dev(ip), RdmaParams::default());
+    let transport = RdmaTransport::new(d, RdmaParams::default());
     let counters = transport.counters();
     let addr: SocketAddr = format!("{ip}:{port}").parse().unwrap();
     let trid = TransportId::ip(TrType::Rdma, addr);
@@ -379,4 +384,90 @@ fn keyed_descriptor_lists() {
     c1.shutdown().unwrap();
     assert_no_leaks(&tc, "end");
     srv.stop();
+}
+
+/// A host that sends the CM REQ, gets the REP and never sends the RTU (nor any
+/// capsule): the target's CM retries the REP, gives up (REJ timeout), and the
+/// target tears the half-open queue down (leak counters back to zero) while
+/// another host is served meanwhile.
+#[test]
+fn host_that_never_sends_rtu_is_timed_out() {
+    use cm::{ConnParam, EventType, PortSpace};
+    // the target gives up after 3 REP retries (librdmacm's default is 15), each waiting
+    // the host's CM response timeout plus twice its own packet lifetime (2^10 x 4 us)
+    let tctx = verbs::Context::open("127.0.0.86").expect("open soft device");
+    let td = CmDevice::open(
+        &tctx,
+        CmConfig {
+            max_cm_retries: 3,
+            packet_life_time: 10,
+            timewait: Duration::from_millis(100),
+            ..CmConfig::default()
+        },
+    )
+    .unwrap();
+    let (srv, trid, tc) = start_on(td, 4420, 2048);
+    // the host announces a short CM response timeout (2^14 x 4.096 us = 67 ms)
+    let ctx = verbs::Context::open("127.0.0.87").expect("open soft device");
+    let d = CmDevice::open(
+        &ctx,
+        CmConfig {
+            cm_response_timeout: 14,
+            timewait: Duration::from_millis(100),
+            ..CmConfig::default()
+        },
+    )
+    .unwrap();
+    let t = Duration::from_secs(5);
+    let id = d.create_id(None, PortSpace::Tcp);
+    id.resolve_addr(None, trid.socket_addr().unwrap(), t)
+        .unwrap();
+    id.resolve_route(t).unwrap();
+    let req = CmReq {
+        recfmt: 0,
+        qid: 0,
+        hrqsize: 8,
+        hsqsize: 7,
+        cntlid: 0,
+    };
+    let param = ConnParam {
+        private_data: req.emit().to_vec(),
+        qp_num: 0x77,
+        responder_resources: 4,
+        initiator_depth: 4,
+        ..ConnParam::default()
+    };
+    // no QP attached: CONNECT_RESPONSE, and no rdma_establish (so no RTU) follows
+    let ev = id.connect(&param, t).unwrap().expect("an event");
+    assert_eq!(ev.event, EventType::ConnectResponse);
+    let t0 = std::time::Instant::now();
+    while tc.snapshot().0 == 0 && t0.elapsed() < t {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        tc.snapshot().0,
+        1,
+        "the half-open queue exists on the target"
+    );
+    // another host is served meanwhile
+    let host = RdmaHostTransport::new(dev("127.0.0.88"));
+    let mut c = Controller::connect_with(&host, &trid, NQN, &opts(), 1, 8).unwrap();
+    let data = pattern(8192, 4);
+    c.write(0, 1, 0, &data, 512).unwrap();
+    assert_eq!(c.read(0, 1, 0, 16, 512).unwrap(), data);
+    c.shutdown().unwrap();
+    // 3 REP retries: the target gives up within a few seconds
+    let t0 = std::time::Instant::now();
+    while tc.snapshot() != (0, 0, 0) && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        tc.snapshot(),
+        (0, 0, 0),
+        "the half-open queue was not torn down"
+    );
+    let gave_up = t0.elapsed();
+    drop(id);
+    srv.stop();
+    eprintln!("target gave up on the missing RTU {gave_up:?} after the other host finished");
 }
