@@ -761,6 +761,13 @@ pub trait ObjectStore {
     /// Space used and free.
     fn space(&mut self) -> StoreResult<SpaceInfo>;
 
+    /// The highest epoch this store has used: of any update or punch, any
+    /// container's newest snapshot and aggregated epoch. An engine that opens
+    /// the store after a restart starts its clock above it, so that no new
+    /// update is tagged below an acknowledged one (or refused as below a
+    /// snapshot) when the wall clock is behind.
+    fn epoch_high_water(&mut self) -> StoreResult<Epoch>;
+
     /// Make every change so far durable (bdev data flushed, then the index
     /// transaction committed with fsync).
     fn commit(&mut self) -> StoreResult<()>;

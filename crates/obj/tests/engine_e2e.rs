@@ -424,3 +424,75 @@ fn pools_containers_objects_snapshots_and_restart() {
     c.pool_destroy("tank", false, None).unwrap().get().unwrap();
     assert!(c.pool_list(None).unwrap().get().unwrap().is_empty());
 }
+
+/// After a restart the engine's clock starts above every epoch its shards hold
+/// (updates, snapshots), even when the wall clock is behind them (a clock that
+/// was stepped back, or a shard written by a host whose clock ran ahead): a new
+/// update is tagged above the acknowledged ones, so it is the one a read at the
+/// latest epoch sees, and it is not refused as below a snapshot.
+#[test]
+fn restart_clock_starts_above_the_stored_epochs() {
+    use obj::engine::backend::StoreBackend;
+    use obj::types::{Epoch, ObjectStore};
+    let dir = tempfile::tempdir().unwrap();
+    let eng = start(dir.path(), "127.0.0.2", 1);
+    let c = Client::connect(&eng.addr().to_string()).unwrap();
+    c.pool_create("tank", 64 << 20, None)
+        .unwrap()
+        .get()
+        .unwrap();
+    let poh = c.pool_connect("tank", None).unwrap().get().unwrap();
+    c.cont_create(&poh, "c1", &[], None).unwrap().get().unwrap();
+    let coh = c.cont_open(&poh, "c1", None).unwrap().get().unwrap();
+    let kv_oid = oid(9, ObjType::KvHashed);
+    let kv = c.kv_open(&coh, kv_oid, None).unwrap().get().unwrap();
+    let e1 = c.kv_put(&kv, b"k", b"old", None).unwrap().get().unwrap();
+    c.cont_close(&coh, None).unwrap().get().unwrap();
+    drop(c);
+    eng.stop();
+
+    // one hour ahead of the engine's clock: a value and a snapshot above it
+    let ahead = Epoch(e1.0 + 3_600_000_000_000);
+    let shard = std::fs::read_dir(dir.path().join("pools"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+        .join("t0");
+    {
+        let mut s = VosBackend::default().open(&shard, 0, false).unwrap();
+        let cont = s.cont_list().unwrap()[0];
+        s.update(
+            cont,
+            kv_oid,
+            ahead,
+            &DKey(b"k".to_vec()),
+            &[Iod::single(obj::client::kv::KV_AKEY, 6)],
+            &[SgList::one(b"future".to_vec())],
+        )
+        .unwrap();
+        s.snap_create(cont, Epoch(ahead.0 + 1), None).unwrap();
+        s.commit().unwrap();
+        assert_eq!(s.epoch_high_water().unwrap(), Epoch(ahead.0 + 1));
+    }
+
+    let eng = start(dir.path(), "127.0.0.2", 1);
+    let c = Client::connect(&eng.addr().to_string()).unwrap();
+    let poh = c.pool_connect("tank", None).unwrap().get().unwrap();
+    let coh = c.cont_open(&poh, "c1", None).unwrap().get().unwrap();
+    let kv = c.kv_open(&coh, kv_oid, None).unwrap().get().unwrap();
+    assert_eq!(c.kv_get(&kv, b"k", None).unwrap().get().unwrap(), b"future");
+    let e2 =
+        c.kv_put(&kv, b"k", b"new", None).unwrap().get().expect(
+            "an update after the restart is refused: its epoch is below the stored snapshot",
+        );
+    assert!(
+        e2.0 > ahead.0 + 1,
+        "new epoch {e2:?} not above the stored {ahead:?}"
+    );
+    assert_eq!(c.kv_get(&kv, b"k", None).unwrap().get().unwrap(), b"new");
+    c.cont_close(&coh, None).unwrap().get().unwrap();
+    drop(c);
+    eng.stop();
+}

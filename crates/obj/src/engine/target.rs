@@ -256,6 +256,12 @@ impl Target {
                         warn!(target_id = self.id, %pool, dir = %dir.display(), error = %e, "opening pool shard failed");
                         status_of(&e)
                     })?;
+                // restart: the clock goes above every epoch the shard holds
+                // (updates, punches, snapshots, aggregation), whatever the wall
+                // clock says
+                let mut s = s;
+                let high = s.epoch_high_water().map_err(|e| status_of(&e))?;
+                self.hlc.observe(high);
                 self.stores.insert(pool, s);
                 Ok(CtlOut::Done)
             }

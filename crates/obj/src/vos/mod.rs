@@ -1838,6 +1838,18 @@ impl ObjectStore for Vos {
         })
     }
 
+    fn epoch_high_water(&mut self) -> StoreResult<Epoch> {
+        let conts = self.cont_list()?;
+        let max = self.st.max_epoch;
+        self.with_view(|r, _| {
+            let mut m = max;
+            for c in conts {
+                m = m.max(r.write_floor(c)?);
+            }
+            Ok(Epoch(m))
+        })
+    }
+
     fn commit(&mut self) -> StoreResult<()> {
         self.commit_inner()
     }
