@@ -205,6 +205,12 @@ pub struct ObjConfig {
     /// Also serve RPC over RDMA (soft RoCE on this IP, RDMA CM on this
     /// port), e.g. `127.0.0.1:7480`; empty = TCP only.
     pub rdma_listen: String,
+    /// Seconds between two background VOS aggregation passes (0 = none: the
+    /// space of overwritten versions then comes back only with the container).
+    pub aggregate_interval_secs: f64,
+    /// A pass aggregates the versions older than this many seconds that no
+    /// snapshot needs (reads at younger epochs keep theirs).
+    pub aggregate_delay_secs: f64,
 }
 
 impl Default for ObjConfig {
@@ -215,6 +221,8 @@ impl Default for ObjConfig {
             targets: 0,
             data_dir: None,
             rdma_listen: String::new(),
+            aggregate_interval_secs: 10.0,
+            aggregate_delay_secs: 30.0,
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use obj::engine::vos_backend::VosBackend;
 use obj::engine::{Engine, EngineConfig};
@@ -33,6 +34,10 @@ pub fn engine_config(
         data_dir: dir.unwrap_or_else(|| o.data_dir(cfg)),
         targets: targets.unwrap_or(o.targets),
         rdma_listen,
+        aggregation: obj::engine::AggregationPolicy {
+            interval: Some(secs(o.aggregate_interval_secs)).filter(|d| !d.is_zero()),
+            delay: secs(o.aggregate_delay_secs),
+        },
     })
 }
 
@@ -55,4 +60,9 @@ pub fn start_engine(ec: &EngineConfig) -> Result<Engine> {
         ),
         source: Box::new(e),
     })
+}
+
+/// Seconds from the config (negative, NaN: 0; at most ~30 years).
+fn secs(x: f64) -> Duration {
+    Duration::try_from_secs_f64(x.clamp(0.0, 1e9)).unwrap_or_default()
 }

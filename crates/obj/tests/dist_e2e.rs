@@ -21,6 +21,7 @@ fn start(dir: &std::path::Path, ip: &str) -> Engine {
         data_dir: dir.to_path_buf(),
         targets: 1,
         rdma_listen: None,
+        aggregation: Default::default(),
     };
     Engine::start(&cfg, Arc::new(VosBackend::default())).unwrap()
 }

@@ -24,6 +24,7 @@ fn start(dir: &std::path::Path, ip: &str) -> Engine {
         data_dir: dir.to_path_buf(),
         targets: 2,
         rdma_listen: None,
+        aggregation: Default::default(),
     };
     Engine::start(&cfg, Arc::new(VosBackend::default())).unwrap()
 }

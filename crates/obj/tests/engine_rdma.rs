@@ -25,6 +25,7 @@ fn rpc_over_rdma_end_to_end() {
         data_dir: dir.path().to_path_buf(),
         targets: 2,
         rdma_listen: Some(rdma),
+        aggregation: Default::default(),
     };
     let eng = Engine::start(&cfg, Arc::new(VosBackend::default())).unwrap();
     let c = Client::connect_rdma(rdma, "127.0.0.16").unwrap();

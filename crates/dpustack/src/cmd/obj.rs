@@ -917,6 +917,7 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
             data_dir: dir.join("engine"),
             targets: 0,
             rdma_listen: Some(rdma_at),
+            aggregation: Default::default(),
         };
         let eng = start_engine(&ec)?;
         let c = Client::connect(&eng.addr().to_string()).map_err(|e| explain(e, "engine"))?;

@@ -13,8 +13,9 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 
@@ -171,6 +172,27 @@ struct ContHdl {
     poh: u64,
 }
 
+/// When the engine aggregates (DAOS runs VOS aggregation in the background
+/// on epochs old enough that no reader at a non-snapshot epoch needs them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AggregationPolicy {
+    /// Time between two passes over every container; `None`: never (space of
+    /// overwritten versions is then reclaimed only by destroying the container).
+    pub interval: Option<Duration>,
+    /// A pass aggregates up to `now - delay`: reads at epochs younger than
+    /// that (and at every snapshot) keep their versions.
+    pub delay: Duration,
+}
+
+impl Default for AggregationPolicy {
+    fn default() -> Self {
+        AggregationPolicy {
+            interval: Some(Duration::from_secs(10)),
+            delay: Duration::from_secs(30),
+        }
+    }
+}
+
 /// The management thread's state.
 pub struct Mgmt {
     data_dir: PathBuf,
@@ -181,6 +203,7 @@ pub struct Mgmt {
     next_hdl: u64,
     pohs: HashMap<u64, PoolHdl>,
     cohs: HashMap<u64, ContHdl>,
+    aggregation: AggregationPolicy,
 }
 
 type Answer = Result<Reply, Status>;
@@ -203,7 +226,51 @@ impl Mgmt {
             next_hdl: 0x5eed_0000_0000_0001 ^ (std::process::id() as u64) << 20,
             pohs: HashMap::new(),
             cohs: HashMap::new(),
+            aggregation: AggregationPolicy::default(),
         }
+    }
+
+    /// Sets when the engine aggregates.
+    pub fn with_aggregation(mut self, p: AggregationPolicy) -> Self {
+        self.aggregation = p;
+        self
+    }
+
+    /// One aggregation pass: every container of every pool, on every target,
+    /// up to `now - delay`. Returns the versions dropped and bytes freed.
+    pub fn aggregate_all(&self) -> (u64, u64) {
+        let now = self.hlc.now();
+        let delay = self.aggregation.delay.as_nanos() as u64;
+        let Some(upto) = now.0.checked_sub(delay).filter(|&e| e > 0) else {
+            return (0, 0);
+        };
+        let (mut versions, mut bytes) = (0, 0);
+        for p in &self.meta.pools {
+            for c in &p.conts {
+                let r = self.fan_out(|_| CtlOp::Aggregate {
+                    pool: p.uuid,
+                    cont: c.uuid,
+                    upto: Epoch(upto),
+                });
+                match r {
+                    Ok(outs) => {
+                        for o in outs {
+                            if let CtlOut::Aggregated(st) = o {
+                                versions += st.versions_removed;
+                                bytes += st.bdev_bytes_freed + st.inline_bytes_freed;
+                            }
+                        }
+                    }
+                    Err(st) => {
+                        warn!(pool = %p.label, cont = %c.label, status = ?st, "aggregation failed")
+                    }
+                }
+            }
+        }
+        if versions > 0 {
+            debug!(versions, bytes, upto, "aggregated");
+        }
+        (versions, bytes)
     }
 
     /// Opens every recorded pool's shards on the targets (engine start).
@@ -222,7 +289,23 @@ impl Mgmt {
     }
 
     pub fn run(mut self, rx: Receiver<MgmtMsg>) {
-        while let Ok(m) = rx.recv() {
+        let mut next_pass = self.aggregation.interval.map(|i| Instant::now() + i);
+        loop {
+            let m = match next_pass {
+                None => match rx.recv() {
+                    Ok(m) => m,
+                    Err(_) => break,
+                },
+                Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                    Ok(m) => m,
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.aggregate_all();
+                        next_pass = self.aggregation.interval.map(|i| Instant::now() + i);
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => break,
+                },
+            };
             match m {
                 MgmtMsg::Stop => break,
                 MgmtMsg::ConnClosed(conn) => self.conn_closed(conn),

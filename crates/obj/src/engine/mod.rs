@@ -43,6 +43,7 @@ use crate::types::StoreError;
 
 pub use backend::StoreBackend;
 use hlc::SharedHlc;
+pub use mgmt::AggregationPolicy;
 use mgmt::{Meta, Mgmt, MgmtMsg};
 use target::{Target, TargetMsg};
 
@@ -78,6 +79,8 @@ pub struct EngineConfig {
     /// Also serve RPC over RDMA (soft RoCE device on this IP, RDMA CM on
     /// this port).
     pub rdma_listen: Option<SocketAddr>,
+    /// When the engine runs VOS aggregation in the background.
+    pub aggregation: AggregationPolicy,
 }
 
 /// The target owning the object `oid` among `n` targets.
@@ -187,7 +190,8 @@ impl Engine {
             );
             targets.push(tx);
         }
-        let mut mgmt = Mgmt::new(cfg.data_dir.clone(), meta, targets.clone(), replies, hlc);
+        let mut mgmt = Mgmt::new(cfg.data_dir.clone(), meta, targets.clone(), replies, hlc)
+            .with_aggregation(cfg.aggregation);
         let stop_targets = |targets: &[Sender<TargetMsg>], threads: Vec<JoinHandle<()>>| {
             for t in targets {
                 let _ = t.send(TargetMsg::Stop);

@@ -28,8 +28,8 @@ use crate::rpc::msg::{
 use crate::rpc::tcp::{ConnId, ReplySender};
 use crate::rpc::{HeaderRepr, Status};
 use crate::types::{
-    AKey, Anchor, ContId, DKey, Epoch, Iod, IodType, ObjectId, ObjectStore, PoolId, Recx, SgList,
-    Snapshot, SpaceInfo, StoreError, EPOCH_MAX,
+    AKey, AggregateStats, Anchor, ContId, DKey, Epoch, Iod, IodType, ObjectId, ObjectStore, PoolId,
+    Recx, SgList, Snapshot, SpaceInfo, StoreError, EPOCH_MAX,
 };
 
 /// Most messages executed between two commits.
@@ -86,6 +86,14 @@ pub enum CtlOp {
     Space {
         pool: PoolId,
     },
+    /// VOS aggregation of this target's shard of `(pool, cont)` up to `upto`
+    /// (versions no snapshot and no read at or above `upto` needs are dropped,
+    /// their space freed), committed.
+    Aggregate {
+        pool: PoolId,
+        cont: ContId,
+        upto: Epoch,
+    },
 }
 
 /// What a control operation returns.
@@ -94,6 +102,7 @@ pub enum CtlOut {
     Done,
     Snapshots(Vec<Snapshot>),
     Space(SpaceInfo),
+    Aggregated(AggregateStats),
 }
 
 pub type CtlResult = Result<CtlOut, Status>;
@@ -131,6 +140,10 @@ pub struct Target {
     replies: ReplySender,
     stores: HashMap<PoolId, Box<dyn ObjectStore>>,
     handles: HashMap<u64, (PoolId, ContId)>,
+    /// Containers with versions an aggregation pass may still drop: the
+    /// highest epoch written (or snapshot destroyed) since a pass last covered
+    /// them. A pass skips the others (it would scan the container for nothing).
+    unaggregated: HashMap<(PoolId, ContId), u64>,
     /// Requests executed (for logs).
     pub executed: u64,
 }
@@ -149,6 +162,7 @@ impl Target {
             replies,
             stores: HashMap::new(),
             handles: HashMap::new(),
+            unaggregated: HashMap::new(),
             executed: 0,
         }
     }
@@ -262,12 +276,17 @@ impl Target {
                 let mut s = s;
                 let high = s.epoch_high_water().map_err(|e| status_of(&e))?;
                 self.hlc.observe(high);
+                // what an earlier run left unaggregated is not known: one pass each
+                for c in s.cont_list().map_err(|e| status_of(&e))? {
+                    self.unaggregated.insert((pool, c), high.0);
+                }
                 self.stores.insert(pool, s);
                 Ok(CtlOut::Done)
             }
             CtlOp::DestroyPool { pool, dir } => {
                 self.stores.remove(&pool);
                 self.handles.retain(|_, (p, _)| *p != pool);
+                self.unaggregated.retain(|(p, _), _| *p != pool);
                 self.backend.destroy(&dir).map_err(|e| {
                     warn!(target_id = self.id, %pool, error = %e, "removing pool shard failed");
                     Status::Io
@@ -288,7 +307,27 @@ impl Target {
                 }
                 s.commit().map_err(|e| status_of(&e))?;
                 self.handles.retain(|_, (p, c)| !(*p == pool && *c == cont));
+                self.unaggregated.remove(&(pool, cont));
                 Ok(CtlOut::Done)
+            }
+            CtlOp::Aggregate { pool, cont, upto } => {
+                let Some(&written) = self.unaggregated.get(&(pool, cont)) else {
+                    return Ok(CtlOut::Aggregated(AggregateStats::default()));
+                };
+                if written <= upto.0 {
+                    self.unaggregated.remove(&(pool, cont));
+                }
+                let s = self.store(pool)?;
+                let st = match s.aggregate(cont, upto) {
+                    Ok(st) => st,
+                    // destroyed meanwhile, or a snapshot / earlier pass above `upto`
+                    Err(StoreError::NoContainer(_)) | Err(StoreError::BadEpoch(..)) => {
+                        AggregateStats::default()
+                    }
+                    Err(e) => return Err(status_of(&e)),
+                };
+                s.commit().map_err(|e| status_of(&e))?;
+                Ok(CtlOut::Aggregated(st))
             }
             CtlOp::OpenHandle { coh, pool, cont } => {
                 self.handles.insert(coh, (pool, cont));
@@ -309,6 +348,9 @@ impl Target {
                 let s = self.store(pool)?;
                 s.snap_destroy(cont, epoch).map_err(|e| status_of(&e))?;
                 s.commit().map_err(|e| status_of(&e))?;
+                // the versions only this snapshot kept can go now
+                let u = self.unaggregated.entry((pool, cont)).or_default();
+                *u = (*u).max(epoch.0);
                 Ok(CtlOut::Done)
             }
             CtlOp::SnapList { pool, cont } => {
@@ -417,6 +459,10 @@ impl Target {
                         .map_err(st)?;
                     Ok((Reply::Updated { epoch: e.0 }, Vec::new()))
                 })();
+                if let Ok((Reply::Updated { epoch }, _)) = &r {
+                    let u = self.unaggregated.entry((pool, cont)).or_default();
+                    *u = (*u).max(*epoch);
+                }
                 (Some(pool).filter(|_| r.is_ok()), r)
             }
             Request::ObjFetch { dkey, iods, .. } => {
@@ -438,6 +484,10 @@ impl Target {
                 }
                 .map(|()| (Reply::Empty, Vec::new()))
                 .map_err(st);
+                if r.is_ok() {
+                    let u = self.unaggregated.entry((pool, cont)).or_default();
+                    *u = (*u).max(e.0);
+                }
                 (Some(pool).filter(|_| r.is_ok()), r)
             }
             Request::ObjListDkey { anchor, max, .. } => {
