@@ -25,6 +25,7 @@ pub mod exec;
 pub mod key;
 pub mod ofctl;
 pub mod ofproto;
+pub mod rule_stats;
 pub mod xlate;
 
 pub use key::FlowKey;

@@ -21,31 +21,7 @@ use crate::ofctl::{Action, Rule, SetField};
 use crate::xlate::{format_rule_match, FlowTable};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-/// Lifetime and counters of one OpenFlow rule (times in ms of the caller's clock).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RuleStats {
-    /// Install time (`duration` counts from here).
-    pub created: u64,
-    /// Last modification (the hard timeout counts from here); = `created` here, as
-    /// there is no modify-flows.
-    pub modified: u64,
-    pub packets: u64,
-    pub bytes: u64,
-    /// Last use; the install time if never used.
-    pub used: u64,
-}
-
-impl RuleStats {
-    pub fn new(now: u64) -> RuleStats {
-        RuleStats {
-            created: now,
-            modified: now,
-            packets: 0,
-            bytes: 0,
-            used: now,
-        }
-    }
-}
+pub use crate::rule_stats::RuleStats;
 
 /// Why a rule expired (OpenFlow `OFPRR_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -260,7 +260,7 @@ pub struct FlowTable {
     /// ("Nonexistent output port"). `None`: every port exists.
     pub ports: Option<std::collections::BTreeSet<u32>>,
     /// Per-rule lifetime and statistics (see [`crate::ofproto`]), same keys as `rules`.
-    pub(crate) life: HashMap<u32, crate::ofproto::RuleStats>,
+    pub(crate) life: HashMap<u32, crate::rule_stats::RuleStats>,
 }
 
 /// The result of translating one flow.
@@ -308,7 +308,7 @@ impl FlowTable {
             self.life.remove(&old);
         }
         self.rules.insert(id, r);
-        self.life.insert(id, crate::ofproto::RuleStats::new(now));
+        self.life.insert(id, crate::rule_stats::RuleStats::new(now));
         id
     }
     /// Deletes rules whose match is covered by `m` (non-strict `del-flows`).

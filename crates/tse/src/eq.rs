@@ -33,36 +33,7 @@ use crate::error::{Error, TaskError, TaskResult};
 use crate::sched::{Scheduler, TaskId, TaskState};
 use crate::slab::{Miss, Slab};
 
-/// A handle to an event of one EQ. `Copy`.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Event {
-    eq: u32,
-    idx: u32,
-    gen: u32,
-}
-
-impl fmt::Display for Event {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ev#{}.{}@eq{}", self.idx, self.gen, self.eq)
-    }
-}
-
-impl fmt::Debug for Event {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-/// Where an event is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventState {
-    /// Initialised, or completed and polled/tested: may be launched.
-    Ready,
-    /// Launched: its operation is in flight.
-    Running,
-    /// Completed, not yet polled or tested.
-    Completed,
-}
+pub use crate::handle::{Event, EventState};
 
 /// How long `poll`/`test` may wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,8 +3,7 @@
 //! a task or event (what the operation itself reports), and [`CallError`] for
 //! an asynchronous call run through [`crate::call()`].
 
-use crate::eq::{Event, EventState};
-use crate::sched::{TaskId, TaskState};
+use crate::handle::{Event, EventState, TaskId, TaskState};
 
 /// How a task or an event failed. `Copy`, so it propagates through a DAG of
 /// dependencies without allocation.

@@ -26,6 +26,7 @@ pub mod clock;
 pub mod demo;
 pub mod eq;
 pub mod error;
+mod handle;
 pub mod sched;
 mod slab;
 

@@ -45,49 +45,7 @@ use crate::clock::{Clock, MonotonicClock, Time};
 use crate::error::{Error, TaskError, TaskResult};
 use crate::slab::{Miss, Slab};
 
-/// A handle to a task: scheduler id, slab index and generation. `Copy`; a
-/// handle outlives its task harmlessly (operations on it then fail with
-/// [`Error::AlreadyCompleted`]).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TaskId {
-    sched: u32,
-    idx: u32,
-    gen: u32,
-}
-
-impl TaskId {
-    /// The slab index (unique among live tasks of one scheduler).
-    pub fn index(self) -> u32 {
-        self.idx
-    }
-}
-
-impl fmt::Display for TaskId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "task#{}.{}@s{}", self.idx, self.gen, self.sched)
-    }
-}
-
-impl fmt::Debug for TaskId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-/// Where a task is in its life (see the module doc).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TaskState {
-    /// Created, not scheduled.
-    Init,
-    /// Scheduled; waiting for dependencies, its delay or the next `progress`.
-    Waiting,
-    /// Prepare callbacks or the body ran; waiting for `complete`.
-    Running,
-    /// `complete` was called; completion callbacks are running.
-    Completing,
-    /// Done; the slot is kept only because the task is held.
-    Completed,
-}
+pub use crate::handle::{TaskId, TaskState};
 
 /// A task body: runs once per (re)initialisation, after the dependencies and
 /// the prepare callbacks. It completes the task itself or leaves it running.
