@@ -33,6 +33,8 @@ cargo clippy --workspace --all-targets -- -D warnings || { echo "clippy failed";
 # the sans-IO cores build without their I/O drivers (data flows down: no driver is
 # needed to use a protocol core)
 cargo check -p bdev -p cm -p flow -p nvmf --no-default-features || { echo "build without drivers failed"; echo "total: 0 passed, 1 failed"; exit 1; }
+# no module import cycles inside a crate (layout shows the architecture)
+python3 scripts/modcycles.py || { echo "module import cycles (scripts/modcycles.py)"; echo "total: 0 passed, 1 failed"; exit 1; }
 cargo test --workspace 2>&1 | tee $log/cargo-test.txt
 cargo_rc=${PIPESTATUS[0]}
 # Tests that need root (network namespaces, AF_XDP) or Open vSwitch are #[ignore]d so a

@@ -16,7 +16,7 @@
 //! [`driver::CmDevice`] offers the rdma_cm-like blocking/async API
 //! ([`driver::CmId`], [`driver::EventChannel`]) over the CM backend of a device,
 //! chosen by its verbs provider: for a soft device our own, an endpoint on the
-//! device's QP1 (`verbs::soft::create_gsi_qp`); librdmacm for kernel devices
+//! device's QP1 (`verbs::gsi::create_gsi_qp`); librdmacm for kernel devices
 //! later, with the same public API.
 //!
 //! `unsafe` is only in the driver (the rtnetlink socket, eventfds); the sans-IO

@@ -24,6 +24,7 @@ pub const MAX_GSO_BYTES: usize = 65000;
 pub struct UdpBatchSocket {
     sock: UdpSocket,
     gso: bool,
+    gro: bool,
 }
 
 fn setsockopt_int(
@@ -72,7 +73,25 @@ impl UdpBatchSocket {
         }
         // probe GSO: setting the socket option works iff the kernel supports it
         let gso = setsockopt_int(fd, libc::SOL_UDP, libc::UDP_SEGMENT, 0).is_ok();
-        Ok(UdpBatchSocket { sock, gso })
+        Ok(UdpBatchSocket {
+            sock,
+            gso,
+            gro: false,
+        })
+    }
+
+    /// Turns UDP GRO on (`UDP_GRO`): the kernel may then hand over several
+    /// datagrams of one flow as one, with their segment size in a control message
+    /// (on loopback a GSO send arrives whole, never segmented). Only an [`RxBatch`]
+    /// made with [`RxBatch::new_gro`] splits them again: receive with one of those.
+    /// Returns whether the kernel took it.
+    pub fn enable_gro(&mut self) -> bool {
+        self.gro = setsockopt_int(self.fd(), libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
+        self.gro
+    }
+
+    pub fn gro(&self) -> bool {
+        self.gro
     }
 
     pub fn local_addr(&self) -> io::Result<SocketAddrV4> {
@@ -376,14 +395,32 @@ impl TxBatch {
 pub struct RxBatch {
     buf: Vec<u8>,
     slot: usize,
+    /// Messages per `recvmmsg` (MAX_BATCH, or fewer big ones with GRO).
+    nmsg: usize,
     lens: [usize; MAX_BATCH],
     srcs: [SocketAddrV4; MAX_BATCH],
+    /// Received messages.
     n: usize,
+    /// GRO: control buffers (the segment size), and the datagrams the messages
+    /// split into: (message, offset in its slot, length).
+    gro: Option<Box<GroState>>,
+    /// Datagrams (= `n` without GRO).
+    nseg: usize,
     // Heap arrays that never move nor resize: `msgs` points into `iov` and
     // `names`, `iov` points into `buf`.
     _iov: Box<[libc::iovec; MAX_BATCH]>,
     names: Box<[libc::sockaddr_in; MAX_BATCH]>,
     msgs: Box<[libc::mmsghdr; MAX_BATCH]>,
+}
+
+/// Most datagrams one GRO receive batch is split into.
+pub const MAX_GRO_SEGS: usize = 1024;
+/// Bytes of control buffer per message (one `UDP_GRO` int).
+const GRO_CMSG: usize = 32;
+
+struct GroState {
+    ctrl: [[u8; GRO_CMSG]; MAX_BATCH],
+    segs: [(u16, u32, u32); MAX_GRO_SEGS],
 }
 
 // SAFETY: the raw pointers only point into the batch's own heap allocations,
@@ -393,7 +430,18 @@ unsafe impl Send for RxBatch {}
 impl RxBatch {
     /// `MAX_BATCH` buffers of `slot` bytes each.
     pub fn new(slot: usize) -> RxBatch {
-        let mut buf = vec![0u8; MAX_BATCH * slot];
+        Self::with_geometry(MAX_BATCH, slot, false)
+    }
+
+    /// For a socket with [`UdpBatchSocket::enable_gro`]: `nmsg` (at most
+    /// `MAX_BATCH`) buffers of 64 KiB, each message split into its datagrams by
+    /// the segment size the kernel reports. [`RxBatch::get`] then indexes datagrams.
+    pub fn new_gro(nmsg: usize) -> RxBatch {
+        Self::with_geometry(nmsg.clamp(1, MAX_BATCH), 65536, true)
+    }
+
+    fn with_geometry(nmsg: usize, slot: usize, gro: bool) -> RxBatch {
+        let mut buf = vec![0u8; nmsg * slot];
         // SAFETY: an all-zero iovec is a valid value (null base, length 0).
         let mut iov: Box<[libc::iovec; MAX_BATCH]> = Box::new(unsafe { std::mem::zeroed() });
         // SAFETY: an all-zero sockaddr_in is a valid value (AF_UNSPEC, 0.0.0.0:0).
@@ -401,8 +449,14 @@ impl RxBatch {
             Box::new(unsafe { std::mem::zeroed() });
         // SAFETY: an all-zero mmsghdr is a valid value (null pointers, zero lengths).
         let mut msgs: Box<[libc::mmsghdr; MAX_BATCH]> = Box::new(unsafe { std::mem::zeroed() });
+        let mut gro = gro.then(|| {
+            Box::new(GroState {
+                ctrl: [[0; GRO_CMSG]; MAX_BATCH],
+                segs: [(0, 0, 0); MAX_GRO_SEGS],
+            })
+        });
         let base = buf.as_mut_ptr();
-        for i in 0..MAX_BATCH {
+        for i in 0..nmsg {
             // SAFETY: i*slot + slot <= buf.len().
             iov[i].iov_base = unsafe { base.add(i * slot) } as *mut libc::c_void;
             iov[i].iov_len = slot;
@@ -411,13 +465,20 @@ impl RxBatch {
             h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
             h.msg_iov = &mut iov[i];
             h.msg_iovlen = 1;
+            if let Some(g) = gro.as_mut() {
+                h.msg_control = g.ctrl[i].as_mut_ptr() as *mut libc::c_void;
+                h.msg_controllen = GRO_CMSG as _;
+            }
         }
         RxBatch {
             buf,
             slot,
+            nmsg,
             lens: [0; MAX_BATCH],
             srcs: [SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0); MAX_BATCH],
             n: 0,
+            gro,
+            nseg: 0,
             _iov: iov,
             names,
             msgs,
@@ -433,7 +494,7 @@ impl RxBatch {
                 libc::recvmmsg(
                     sock.fd(),
                     self.msgs.as_mut_ptr(),
-                    MAX_BATCH as libc::c_uint,
+                    self.nmsg as libc::c_uint,
                     libc::MSG_DONTWAIT,
                     std::ptr::null_mut(),
                 )
@@ -444,6 +505,7 @@ impl RxBatch {
                     Some(libc::EINTR) => continue,
                     Some(libc::EAGAIN) => {
                         self.n = 0;
+                        self.nseg = 0;
                         return Ok(0);
                     }
                     Some(libc::ECONNREFUSED) => continue,
@@ -463,21 +525,75 @@ impl RxBatch {
                 );
             }
             self.n = n;
-            return Ok(n);
+            self.nseg = match self.gro.is_some() {
+                false => n,
+                true => self.split_gro(n),
+            };
+            return Ok(self.nseg);
         }
     }
 
+    /// GRO: each message into its datagrams (the `UDP_GRO` control message gives
+    /// the segment size; none = one datagram), and the control buffers reset.
+    fn split_gro(&mut self, n: usize) -> usize {
+        let Some(g) = self.gro.as_mut() else {
+            return n;
+        };
+        let mut k = 0;
+        for i in 0..n {
+            let h = &mut self.msgs[i].msg_hdr;
+            let mut seg = 0usize;
+            // SAFETY: h.msg_control points at this message's GRO_CMSG-byte buffer and
+            // msg_controllen is what the kernel wrote into it.
+            unsafe {
+                let mut cm = libc::CMSG_FIRSTHDR(h);
+                while !cm.is_null() {
+                    if (*cm).cmsg_level == libc::SOL_UDP && (*cm).cmsg_type == libc::UDP_GRO {
+                        seg = std::ptr::read_unaligned(libc::CMSG_DATA(cm) as *const libc::c_int)
+                            as usize;
+                    }
+                    cm = libc::CMSG_NXTHDR(h, cm);
+                }
+            }
+            h.msg_controllen = GRO_CMSG as _;
+            let len = self.lens[i].min(self.slot);
+            let seg = if seg == 0 { len.max(1) } else { seg };
+            let mut off = 0;
+            while off < len && k < MAX_GRO_SEGS {
+                let l = seg.min(len - off);
+                g.segs[k] = (i as u16, off as u32, l as u32);
+                k += 1;
+                off += l;
+            }
+            if len == 0 && k < MAX_GRO_SEGS {
+                g.segs[k] = (i as u16, 0, 0);
+                k += 1;
+            }
+        }
+        k
+    }
+
+    /// Datagrams received by the last [`RxBatch::recv`].
     pub fn len(&self) -> usize {
-        self.n
+        self.nseg
     }
     pub fn is_empty(&self) -> bool {
-        self.n == 0
+        self.nseg == 0
+    }
+    /// `recvmmsg` messages of the last receive (with GRO: fewer than datagrams).
+    pub fn messages(&self) -> usize {
+        self.n
     }
 
     /// The i-th received datagram and its source.
     pub fn get(&self, i: usize) -> Option<(SocketAddrV4, &[u8])> {
-        if i >= self.n {
+        if i >= self.nseg {
             return None;
+        }
+        if let Some(g) = self.gro.as_ref() {
+            let (m, off, len) = g.segs[i];
+            let base = m as usize * self.slot + off as usize;
+            return Some((self.srcs[m as usize], &self.buf[base..base + len as usize]));
         }
         let off = i * self.slot;
         Some((
@@ -540,5 +656,50 @@ mod tests {
                 (1000, 7)
             ]
         );
+    }
+
+    /// A GSO send to a GRO socket on loopback arrives as one message (the kernel
+    /// never segments it) and is split back into the same datagrams, in order.
+    #[test]
+    fn gro_receive_splits_gso_groups() {
+        let a = UdpBatchSocket::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let mut b = UdpBatchSocket::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)).unwrap();
+        if !a.gso() || !b.enable_gro() {
+            panic!("this kernel has UDP GSO/GRO (Linux >= 5.0): setting them failed");
+        }
+        let dst = b.local_addr().unwrap();
+        let mut tx = TxBatch::new(1500);
+        let lens: Vec<usize> = (0..20).map(|_| 1400).chain([333, 1400]).collect();
+        for (i, &len) in lens.iter().enumerate() {
+            let s = tx.slot().unwrap();
+            s[..len].fill(i as u8);
+            s[0] = 0xA0 ^ i as u8;
+            tx.commit(dst, len);
+        }
+        assert_eq!(tx.flush(&a).unwrap(), lens.len());
+        let mut rx = RxBatch::new_gro(8);
+        let mut got = vec![];
+        let mut msgs = 0;
+        for _ in 0..100 {
+            b.wait_readable(Some(Duration::from_millis(20))).unwrap();
+            rx.recv(&b).unwrap();
+            msgs += rx.messages();
+            for i in 0..rx.len() {
+                let (src, d) = rx.get(i).unwrap();
+                assert_eq!(src.port(), a.local_addr().unwrap().port());
+                got.push((d.len(), d[0], d[d.len() - 1]));
+            }
+            if got.len() == lens.len() {
+                break;
+            }
+        }
+        let want: Vec<_> = lens
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| (l, 0xA0 ^ i as u8, i as u8))
+            .collect();
+        assert_eq!(got, want);
+        // 21 datagrams of the GSO group (20 x 1400 + 333) in one message, the last alone
+        assert_eq!(msgs, 2, "GSO group not delivered whole");
     }
 }

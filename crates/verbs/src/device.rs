@@ -592,3 +592,11 @@ impl Qp {
         release(self.0)
     }
 }
+
+impl crate::soft::DeviceOptions {
+    /// Opens the soft device: binds `ip:port` (unless `IoMode::External`) and
+    /// starts its poller (`IoMode::Threaded`).
+    pub fn open(self) -> Result<Context> {
+        Ok(Context::from_soft(crate::soft::provider::open(self)?))
+    }
+}

@@ -38,7 +38,7 @@
 //! is not on the public objects but in its module: the soft device's I/O mode,
 //! counters, manual progress and sans-IO datagram interface
 //! ([`Context::soft`] → [`soft::Device`]), its options ([`soft::DeviceOptions`])
-//! and its GSI QP for the own CM ([`soft::create_gsi_qp`]).
+//! and its GSI QP for the own CM ([`gsi::create_gsi_qp`]).
 //!
 //! # Ownership
 //! Handles are reference-counted and `Clone`: a clone is another reference to
@@ -59,9 +59,11 @@
 
 mod device;
 mod event;
+pub mod gsi;
 pub mod mr;
 mod provider;
 pub mod rdma_core;
+mod region;
 pub mod soft;
 mod types;
 

@@ -71,7 +71,7 @@ impl Pd {
 impl Mr {
     /// The registration: keys and the buffer the MR owns (both providers
     /// keep the same kind; rdma-core's is registered in place with the NIC).
-    fn soft(&self) -> &crate::soft::mr::MrInner {
+    fn soft(&self) -> &crate::region::MrInner {
         match &self.0.imp {
             MrImpl::Soft(m) => &m.inner,
             #[cfg(feature = "rdma-core")]

@@ -16,7 +16,7 @@
 //! Capabilities one provider has and others do not (the soft device's GSI QP,
 //! its counters and sans-IO datagram interface) are not part of the public
 //! objects: they are reached through the provider's module
-//! (`Context::soft`, `soft::create_gsi_qp`).
+//! (`Context::soft`, `gsi::create_gsi_qp`).
 
 use std::sync::Arc;
 

@@ -73,15 +73,15 @@ fn the_gsi_qp_is_a_soft_capability_once_per_device() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(16, None).unwrap();
-    let gsi = verbs::soft::create_gsi_qp(&pd, &cq, &cq, QpCap::default()).unwrap();
+    let gsi = verbs::gsi::create_gsi_qp(&pd, &cq, &cq, QpCap::default()).unwrap();
     assert_eq!(gsi.qp_num(), 1);
     assert!(matches!(
-        verbs::soft::create_gsi_qp(&pd, &cq, &cq, QpCap::default()),
+        verbs::gsi::create_gsi_qp(&pd, &cq, &cq, QpCap::default()),
         Err(Error::Busy)
     ));
     drop(gsi);
     // QP1 is free again once its last handle is gone
-    let gsi = verbs::soft::create_gsi_qp(&pd, &cq, &cq, QpCap::default()).unwrap();
+    let gsi = verbs::gsi::create_gsi_qp(&pd, &cq, &cq, QpCap::default()).unwrap();
     assert_eq!(gsi.query().unwrap().qp_state, QpState::Rts);
     assert_eq!(ctx.provider(), Provider::Soft);
 }

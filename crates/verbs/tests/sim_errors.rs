@@ -397,9 +397,9 @@ fn ud_send_recv_grh_qkey_and_gsi() {
             .unwrap();
     }
     let gsi_cq = b.ctx.create_cq(16, None).unwrap();
-    let gsi = soft::create_gsi_qp(&b.pd, &gsi_cq, &gsi_cq, QpCap::default()).unwrap();
+    let gsi = gsi::create_gsi_qp(&b.pd, &gsi_cq, &gsi_cq, QpCap::default()).unwrap();
     assert_eq!(gsi.qp_num(), 1);
-    assert!(soft::create_gsi_qp(&b.pd, &gsi_cq, &gsi_cq, QpCap::default()).is_err());
+    assert!(gsi::create_gsi_qp(&b.pd, &gsi_cq, &gsi_cq, QpCap::default()).is_err());
     let r = [b.mr.sge(0, 40 + 100)];
     b.qp.post_recv(&[
         RecvWr {
@@ -441,7 +441,7 @@ fn ud_send_recv_grh_qkey_and_gsi() {
         remote_qkey: 0x3333,
     }; // wrong Q_Key: dropped
        // a MAD from A's GSI QP to B's QP1 (Q_Key with the high bit set: the QP's own)
-    let a_gsi = soft::create_gsi_qp(&a.pd, &a.cq, &a.cq, QpCap::default()).unwrap();
+    let a_gsi = gsi::create_gsi_qp(&a.pd, &a.cq, &a.cq, QpCap::default()).unwrap();
     let mad = [a.mr.sge(0, 256)];
     let mut m = SendWr::new(3, WrOpcode::Send, &mad);
     m.wr = WrDetail::Ud {

@@ -4,7 +4,7 @@
 //!
 //! * [`super::own::OwnCm`]: our own CM, the sans-IO [`crate::CmEndpoint`]
 //!   exchanging CM MADs over QP1 of a soft device (the only provider that gives
-//!   QP1 to user space: `verbs::soft::create_gsi_qp`).
+//!   QP1 to user space: `verbs::gsi::create_gsi_qp`).
 //! * (later) a librdmacm backend for kernel devices: each call maps to the
 //!   `rdma_*` call of the same name on its own `rdma_cm_id`s; the kernel CM moves
 //!   the QPs and sends the MADs; its events are translated into [`CmEvent`]s.

@@ -1,5 +1,5 @@
 //! Our own CM for a soft device: the sans-IO [`CmEndpoint`] exchanging CM MADs
-//! over the device's GSI QP (QP1, `verbs::soft::create_gsi_qp`). MADs come in
+//! over the device's GSI QP (QP1, `verbs::gsi::create_gsi_qp`). MADs come in
 //! through the GSI QP's CQ (the 40-byte GRH slot gives the sender's IPv4
 //! address) and leave as UD SEND_ONLY to QP1 of the peer with Q_Key 0x80010000;
 //! the endpoint's QP transitions are applied to the ids' QPs here.
@@ -111,7 +111,7 @@ impl OwnCm {
             max_recv_sge: 1,
             max_inline_data: 0,
         };
-        let gsi = verbs::soft::create_gsi_qp(pd, &cq, &cq, cap)?;
+        let gsi = verbs::gsi::create_gsi_qp(pd, &cq, &cq, cap)?;
         let recv_mr = pd.reg_mr(NRECV * RECV_SLOT, AccessFlags::LOCAL_WRITE)?;
         let send_mr = pd.reg_mr(NSEND * MAD_LEN, AccessFlags::LOCAL_WRITE)?;
         let st = OwnCm {

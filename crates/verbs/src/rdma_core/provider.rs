@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::ffi::*;
-use crate::soft::mr::{MrInner, MrMem};
+use crate::region::{MrInner, MrMem};
 use crate::types::*;
 use crate::{BadWr, Error, Result};
 

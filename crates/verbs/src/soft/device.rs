@@ -38,6 +38,11 @@ pub struct DeviceOptions {
     pub port: u16,
     /// Use UDP GSO when sending (default on where the kernel has it).
     pub gso: bool,
+    /// Receive with UDP GRO: a GSO burst from a loopback peer arrives in one
+    /// `recvmmsg` message, unsegmented, and is split by the segment size the
+    /// kernel reports. Opt-in (`DPUSTACK_GRO=1`): not measured yet against the
+    /// default receive path, so not the default.
+    pub gro: bool,
 }
 
 impl DeviceOptions {
@@ -52,6 +57,7 @@ impl DeviceOptions {
             // covers the ID); only our own devices are on loopback and they do not
             // check ICRCs arriving through UDP sockets. See docs/roce.md.
             gso: ip.is_loopback(),
+            gro: std::env::var_os("DPUSTACK_GRO").is_some_and(|v| v == "1"),
         }
     }
 }

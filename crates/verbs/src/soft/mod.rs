@@ -26,14 +26,13 @@
 //!   sans-IO `handle_datagram`/`poll_transmit`, [`Device::with_engine`]),
 //!   reached through `Context::soft`.
 //! * `open`: entry points that return public handles: [`DeviceOptions::open`]
-//!   (the soft knobs: [`IoMode`], GSO, UDP port, MTU) and [`create_gsi_qp`].
+//!   (the soft knobs: [`IoMode`], GSO, UDP port, MTU) and [`crate::gsi::create_gsi_qp`].
 
 mod clock;
 pub(crate) mod device;
 mod driver;
 pub mod engine;
 pub(crate) mod mr;
-mod open;
 pub(crate) mod provider;
 pub mod qp;
 mod sgl;
@@ -43,7 +42,6 @@ mod xdp;
 
 pub use device::{device_list, device_name, parse_device, Device, DeviceOptions, IoMode};
 pub use engine::{Counters, Engine, Transmit};
-pub use open::create_gsi_qp;
 pub use qp::QpCounters;
 
 /// Provider limits.

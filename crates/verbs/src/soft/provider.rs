@@ -53,11 +53,12 @@ pub(crate) fn open(o: DeviceOptions) -> Result<Arc<Device>> {
         engine.caps.tx_icrc = false; // the driver fills it, knowing each IPv4 ID
         let maxp = engine.max_packet_len();
         let sport = s.local_addr().map(|a| a.port()).unwrap_or(o.port);
-        Some((
-            Arc::new(s),
-            TxState::new(o.ip, sport, maxp),
-            netio::udp::RxBatch::new(maxp + 64),
-        ))
+        let rx = if o.gro && s.enable_gro() {
+            netio::udp::RxBatch::new_gro(16)
+        } else {
+            netio::udp::RxBatch::new(maxp + 64)
+        };
+        Some((Arc::new(s), TxState::new(o.ip, sport, maxp), rx))
     };
     let name = o.name.unwrap_or_else(|| super::device::device_name(o.ip));
     let dev = Arc::new(Device::new(engine, io, name, o.ip, o.mode)?);
@@ -406,7 +407,7 @@ pub(crate) struct QpSpec<'a> {
     pub(crate) srq: Option<&'a SoftSrq>,
     pub(crate) cap: QpCap,
     pub(crate) sq_sig_all: bool,
-    /// QP1, the GSI QP (see `soft::create_gsi_qp`).
+    /// QP1, the GSI QP (see `gsi::create_gsi_qp`).
     pub(crate) gsi: bool,
 }
 

@@ -1,20 +1,10 @@
-//! The soft provider's entry points that hand out public verbs objects: opening
-//! a device with soft options, and the soft-only GSI QP (QP1) the own CM runs on.
+//! The soft provider's GSI QP (QP1), the one the own CM runs on: a public
+//! verbs object that only the soft provider hands out.
 
-use crate::device::{Context, Pd, QpInitAttr};
+use crate::device::{Pd, QpInitAttr};
 use crate::provider::PdImpl;
 use crate::types::*;
 use crate::{Cq, Qp, Result};
-
-use super::device::DeviceOptions;
-
-impl DeviceOptions {
-    /// Opens the soft device: binds `ip:port` (unless `IoMode::External`) and
-    /// starts its poller (`IoMode::Threaded`).
-    pub fn open(self) -> Result<Context> {
-        Ok(Context::from_soft(super::provider::open(self)?))
-    }
-}
 
 /// The GSI QP (QP1, UD, Q_Key 0x80010000) of a soft device, for MADs (the own
 /// CM): the caller owns it like any UD QP; datagrams to QPN 1 on this device
