@@ -42,7 +42,8 @@ for t in $TARGETS; do
   if [ -n "${MUTANTS_LIST:-}" ]; then cargo mutants "${args[@]}" --list; continue; fi
   cargo mutants "${args[@]}" > "$dir.log" 2>&1; rc=$?
   m="$dir/mutants.out"
-  cnt() { [ -f "$m/$1.txt" ] && grep -c . "$m/$1.txt" || echo 0; }
+  # one number: grep -c prints 0 (and exits 1) for an empty file, so no "|| echo 0"
+  cnt() { local c=0; [ -f "$m/$1.txt" ] && c=$(grep -c . "$m/$1.txt"); echo "${c:-0}"; }
   echo "$crate $file: caught $(cnt caught), missed $(cnt missed), timed out $(cnt timeout), unviable $(cnt unviable) (cargo mutants exit $rc; log $dir.log)"
   [ -s "$m/missed.txt" ] && sed 's/^/  missed: /' "$m/missed.txt"
   total_missed=$((total_missed + $(cnt missed)))
