@@ -100,7 +100,7 @@ print(next(f["value"] for f in json.load(sys.stdin)["figures"] if f["name"].star
   [ -s $L/ours.err ] && { echo "ours stderr:"; tail -3 $L/ours.err; }
   for f in $(ls $L/failed.* 2>/dev/null); do echo "retried a measurement that gave no figure; its output ($f):"; tail -4 $f | sed 's/^/     /'; done
   python3 - "$L" "$ROUNDS" "$OURS" $MODES <<'EOF'
-import math, statistics, sys
+import math, os, statistics, sys
 L, rounds, ours, modes = sys.argv[1], int(sys.argv[2]), sys.argv[3] or "(none)", sys.argv[4:]
 def load(f):
     return {int(r[0]): r[1:] for r in (list(map(float, l.split())) for l in open(f) if l.strip())}
@@ -108,6 +108,11 @@ rxe = load(f"{L}/rxe")
 udp = load(f"{L}/udp")
 if udp:
     floor = statistics.median(v[0] for v in udp.values())
+    try:
+        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except Exception:
+        cpu = "unknown"
+    print(f"guest CPU: {cpu} ({os.cpu_count()} CPUs)")
     print(f"UDP busy-poll half round trip in the guest (the floor under a UDP-socket provider): median {floor:.1f} us over {len(udp)} rounds")
 for m in modes:
     o = load(f"{L}/ours.{m}")
@@ -130,6 +135,9 @@ for m in modes:
     fl = [o[k][1] / udp[k][0] for k in good if k in udp]
     if fl:
         print(f"[{m}] write-lat p50 / UDP busy-poll half RTT of the same round: {statistics.median(fl):.2f} (rxe: {statistics.median(rxe[k][1] / udp[k][0] for k in good if k in udp):.2f})")
+    bws = [o[k][0] / rxe[k][0] for k in good]
+    lats = [o[k][1] / rxe[k][1] for k in good]
+    print(f"[{m}] per-round ratios: bw {min(bws):.2f}-{max(bws):.2f}x, lat {min(lats):.2f}-{max(lats):.2f}x")
     print(f"INFO roce-perf-measured.{m}  ({len(good)} rounds, --mode {m}, extra flags {ours}: bw {bw_ratio:.2f}x rxe, lat p50 {lat_ratio:.2f}x rxe)")
     met = bw_ratio >= 2.0 and lat_ratio <= 1.0
     print(f"GOAL [{m}] {'met' if met else 'not met'}: bandwidth {bw_ratio:.2f}x rxe (goal >= 2x), latency {lat_ratio:.2f}x rxe (goal <= 1x)")

@@ -59,6 +59,7 @@ run() {
   esac
   echo "$o"
 }
+echo "   guest CPU: $(g "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-; nproc" | tr '\n' ' ')"
 ours=() kern=() ratios=() ok=1 ours_bad=0 kern_bad=0
 for r in $(seq $ROUNDS); do
   # alternate which target goes first, so a drift in the host's load cancels out
@@ -79,6 +80,7 @@ if [ $ok = 1 ] && [ ${#ours[@]} -gt 0 ]; then
   mo=$(med "${ours[@]}"); mk=$(med "${kern[@]}")
   rm_=$(awk -v a=$mo -v b=$mk 'BEGIN { printf "%.2f", a / b }')
   rp=$(awk -v r=$(med "${ratios[@]}") 'BEGIN { printf "%.2f", r }')
+  echo "   per-round ratios (dpustack/nvmet-tcp): min $(printf '%s\n' "${ratios[@]}" | sort -g | head -1), max $(printf '%s\n' "${ratios[@]}" | sort -g | tail -1)"
   echo "INFO nvmf-guest-perf (4 KiB randread qd32, $ROUNDS x ${SECS}s: median IOPS dpustack $mo, nvmet-tcp $mk (ratio $rm_); median of per-round ratios $rp)"
   awk -v r=$rp 'BEGIN { exit !(r >= 1.5) }' && echo "GOAL met: per-round median dpustack/nvmet-tcp = $rp >= 1.5" \
     || echo "GOAL not met: per-round median dpustack/nvmet-tcp = $rp (< 1.5)"

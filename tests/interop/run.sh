@@ -31,6 +31,7 @@ started=0
 cleanup() { [ $started = 1 ] && [ -z "${VMH_KEEP:-}" ] && bash $V stop >/dev/null 2>&1; rm -f $out; }
 trap cleanup EXIT INT TERM
 
+echo "INFO host CPU: $(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed "s/^ *//") ($(nproc) CPUs)"
 bash $V build >/dev/null || { echo "HARNESS FAIL harness-build"; echo "0 passed, 1 failed"; exit 1; }
 if ! bash $V status >/dev/null 2>&1; then
   bash $V start || { echo "HARNESS FAIL guest-boot"; echo "0 passed, 1 failed"; exit 1; }

@@ -259,6 +259,23 @@ fn fmt_num(v: f64) -> String {
 /// Keeps a value alive for the optimiser (re-export of `std::hint::black_box`).
 pub use std::hint::black_box;
 
+/// The machine's CPU as `/proc/cpuinfo` names it, with the number of CPUs this
+/// process may run on ("unknown" where there is no /proc/cpuinfo): printed with
+/// benchmark figures, which only compare within one machine.
+pub fn cpu_model() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let n = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{model} ({n} CPUs)")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

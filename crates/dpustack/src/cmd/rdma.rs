@@ -312,8 +312,9 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     ];
     for _ in 0..runs {
         let gso = netio::baseline::udp_loopback_bw(dgram, t, true)?;
+        // the floor of a socket-based provider: both ends busy-poll, as ours do
         let half_rtt =
-            netio::baseline::udp_half_rtt(t.min(Duration::from_millis(500)), false)? / 1e3;
+            netio::baseline::udp_half_rtt(t.min(Duration::from_millis(500)), true)? / 1e3;
         for BenchCase {
             test,
             size,
@@ -343,6 +344,7 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
             }
         }
     }
+    let mut spreads = Vec::new();
     for BenchCase {
         name,
         test,
@@ -355,6 +357,10 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         // ratios (each against the baseline of its own run), not median/median
         let mut ratios: Vec<f64> = vals.iter().zip(&bases).map(|(v, b)| v / b).collect();
         let per_run = ratios.clone();
+        let (lo, hi) = per_run
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| (l.min(x), h.max(x)));
+        spreads.push(format!("{name}: {lo:.2}-{hi:.2}"));
         let r = benchkit::median(&mut ratios).unwrap_or(f64::NAN);
         let v = benchkit::median(&mut vals.clone()).unwrap_or(f64::NAN);
         let b = benchkit::median(&mut bases.clone()).unwrap_or(f64::NAN);
@@ -363,7 +369,7 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
                 name,
                 v,
                 "us",
-                "UDP loopback half round trip (p50)",
+                "UDP loopback half round trip, busy poll (p50)",
                 b,
                 Better::Lower,
             )
@@ -385,6 +391,9 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     rep.note("two dpustack soft RoCE devices on 127.0.0.1 / 127.0.0.2 in one process, poller thread each, path MTU 4096, 128 WRs in flight");
     rep.note("baseline measured in the same run: netio::baseline::udp_loopback_bw(gso=true) at the RoCE datagram size");
     rep.note("value and baseline are medians over runs; ratio is the median of per-run ratios");
+    rep.note("latency baseline: netio::baseline::udp_half_rtt(busy=true), a 2-byte UDP ping-pong with both ends busy-polling (the floor of a socket-based provider)");
+    rep.note(format!("per-run ratio range over {runs} run(s): {}", spreads.join("; ")));
+    rep.note(format!("CPU: {}", benchkit::cpu_model()));
     Ok(rep)
 }
 
