@@ -471,3 +471,88 @@ fn host_that_never_sends_rtu_is_timed_out() {
     srv.stop();
     eprintln!("target gave up on the missing RTU {gave_up:?} after the other host finished");
 }
+
+/// A read whose RDMA WRITE post is refused by the provider (fault injected: the
+/// last WRITE of the read's keyed blocks is rejected at post time, the ones before
+/// it go out): no success response may follow for data that was not sent. The
+/// target posts the WRITEs and the response SEND as one WR list, so the SEND behind
+/// a refused WRITE is never posted, and the queue is torn down: the host's read
+/// fails (it must not complete with success), another queue carries on, nothing
+/// leaks. Before the fix, each WRITE was posted alone and the SEND went out anyway.
+#[test]
+fn refused_rdma_write_post_never_sends_success() {
+    let d = dev("127.0.0.89");
+    let ip = d.ip();
+    let mut tgt = Tgt::new(TgtParams::default());
+    let mut s = Subsystem::new(NQN, "SN-RDMA", "dpustack rdma").unwrap();
+    let m = bdev::malloc::MallocBdev::new("m0", 2048, 512).unwrap();
+    s.add_ns(1, Arc::new(m), None).unwrap();
+    tgt.add_subsystem(s).unwrap();
+    let transport = RdmaTransport::new(d, RdmaParams::default());
+    let tc = transport.counters();
+    let faults = transport.faults();
+    let trid = TransportId::ip(TrType::Rdma, format!("{ip}:4420").parse().unwrap());
+    let listen = [Listen {
+        trid: trid.clone(),
+        discovery_only: false,
+    }];
+    let srv = NvmfServer::start_with(tgt, transport, &listen, 2).unwrap();
+
+    for split in [1usize, 2, 3] {
+        let host = RdmaHostTransport::new(dev("127.0.0.90")).with_keyed_split(split);
+        let mut c = Controller::connect_with(&host, &trid, NQN, &opts(), 1, 8).unwrap();
+        let mut other = Controller::connect_with(&host, &trid, NQN, &opts(), 1, 8).unwrap();
+        let data = pattern(24 * 1024, split as u32);
+        c.write(0, 1, 0, &data, 512).unwrap();
+        assert_eq!(c.read(0, 1, 0, 48, 512).unwrap(), data, "before the fault");
+        faults
+            .refuse_write_posts
+            .store(1, std::sync::atomic::Ordering::Release);
+        // new data on the medium, so a read served without its WRITEs would return
+        // the host buffer's previous contents
+        let data2 = pattern(24 * 1024, 100 + split as u32);
+        other.write(0, 1, 0, &data2, 512).unwrap();
+        // the read at the queue level: every completion that arrives is kept, also
+        // one that came in just before the target's disconnect
+        let io = &mut c.io[0];
+        let cid = io
+            .submit(nvmf::host::read_sqe(1, 0, 48), &[], 24 * 1024)
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        let err = loop {
+            match io.progress(true) {
+                Err(e) => break e,
+                Ok(_) if t0.elapsed() > Duration::from_secs(5) => {
+                    panic!("split {split}: the queue was not torn down")
+                }
+                Ok(_) => {}
+            }
+        };
+        eprintln!("split {split}: the queue failed as it must: {err}");
+        while let Some(done) = io.pop_completion() {
+            assert!(
+                !(done.cqe.cid() == cid && done.cqe.status().is_success()),
+                "split {split}: success for a read whose WRITE was refused (data {})",
+                if done.data == data2 {
+                    "right anyway"
+                } else {
+                    "wrong"
+                }
+            );
+        }
+        assert_eq!(
+            faults
+                .refuse_write_posts
+                .load(std::sync::atomic::Ordering::Acquire),
+            0,
+            "the fault was used by the read"
+        );
+        // the other controller is served
+        assert_eq!(other.read(0, 1, 0, 48, 512).unwrap(), data2);
+        other.shutdown().unwrap();
+        drop(c);
+        drop(host);
+        assert_no_leaks(&tc, "after a refused WRITE post");
+    }
+    srv.stop();
+}

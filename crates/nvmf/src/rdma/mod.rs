@@ -29,7 +29,7 @@ pub mod pool;
 pub mod target;
 
 pub use host::RdmaHostTransport;
-pub use target::{RdmaParams, RdmaPollGroup, RdmaQpair, RdmaTransport};
+pub use target::{RdmaFaults, RdmaParams, RdmaPollGroup, RdmaQpair, RdmaTransport};
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};

@@ -17,7 +17,9 @@ use nvme::sgl::{SglDescriptor, SglSubtype, SglType, SGL_DESC_LEN};
 use nvme::Psdt;
 use nvme::{Cqe, Sqe};
 use tracing::{debug, info, warn};
-use verbs::{AccessFlags, Cq, Mr, Qp, QpCap, RecvWr, SendWr, Wc, WcStatus, WrDetail, WrOpcode};
+use verbs::{
+    AccessFlags, Cq, Mr, Qp, QpCap, RecvWr, SendWr, Sge, Wc, WcStatus, WrDetail, WrOpcode,
+};
 use wire::nvme_rdma::{CmRej, CmRejStatus, CmRep, CmReq, RECFMT_1_0};
 
 use super::pool::{BufPool, RdmaBuf};
@@ -73,6 +75,29 @@ impl KeyedList {
     }
 }
 
+/// Fault injection for tests: make the target behave as if the provider refused
+/// some of its work requests at post time (no provider can be made to do so on
+/// demand). Shared by the transport and all its queues.
+#[derive(Debug, Default)]
+pub struct RdmaFaults {
+    /// The next this many reads' RDMA WRITE posts are refused: the last WRITE of
+    /// the read is rejected, the ones before it are posted.
+    pub refuse_write_posts: std::sync::atomic::AtomicU32,
+}
+
+impl RdmaFaults {
+    /// Index of the WRITE to refuse among `n` (None: post normally).
+    fn refuse_write(&self, n: usize) -> Option<usize> {
+        if n == 0 {
+            return None;
+        }
+        self.refuse_write_posts
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1))
+            .ok()
+            .map(|_| n - 1)
+    }
+}
+
 /// Target parameters of the RDMA transport.
 #[derive(Debug, Clone, Copy)]
 pub struct RdmaParams {
@@ -105,6 +130,7 @@ pub struct RdmaTransport {
     /// hold the other reference).
     conns: HashMap<CmIdHandle, Arc<AtomicBool>>,
     counters: Arc<RdmaCounters>,
+    faults: Arc<RdmaFaults>,
 }
 
 impl std::fmt::Debug for RdmaTransport {
@@ -127,7 +153,13 @@ impl RdmaTransport {
             listeners: Vec::new(),
             conns: HashMap::new(),
             counters: Arc::default(),
+            faults: Arc::default(),
         }
+    }
+
+    /// The fault injection switches of this transport's queues (tests).
+    pub fn faults(&self) -> Arc<RdmaFaults> {
+        self.faults.clone()
     }
 
     /// Live queue pairs, MRs and lent buffers of this transport's queues.
@@ -173,7 +205,7 @@ impl RdmaTransport {
             (req.qid, icd),
             self.params,
             flag.clone(),
-            self.counters.clone(),
+            (self.counters.clone(), self.faults.clone()),
         ) {
             Ok(q) => q,
             Err((id, e)) => {
@@ -327,6 +359,7 @@ pub struct RdmaQpair {
     stats: RdmaQpairStats,
     wcs: Vec<Wc>,
     counters: Arc<RdmaCounters>,
+    faults: Arc<RdmaFaults>,
 }
 
 impl std::fmt::Debug for RdmaQpair {
@@ -347,7 +380,7 @@ impl RdmaQpair {
         (qid, icd): (u16, u32),
         params: RdmaParams,
         terminated: Arc<AtomicBool>,
-        counters: Arc<RdmaCounters>,
+        (counters, faults): (Arc<RdmaCounters>, Arc<RdmaFaults>),
     ) -> Result<Self, (CmId, String)> {
         let qsize = qsize as usize;
         let rsz = SQE_LEN + icd as usize;
@@ -428,6 +461,7 @@ impl RdmaQpair {
             stats: RdmaQpairStats::default(),
             wcs: vec![Wc::default(); 32],
             counters,
+            faults,
         })
     }
 
@@ -704,10 +738,20 @@ impl RdmaQpair {
                 remote_addr: k.addr,
                 rkey: k.key,
             };
-            posted &= self.qp.post_send(&[wr]).is_ok();
+            if self.qp.post_send(&[wr]).is_err() {
+                // the command never runs: its data would be incomplete
+                posted = false;
+                break;
+            }
             at += k.len as usize;
             n += 1;
             self.stats.rdma_reads += 1;
+        }
+        if !posted {
+            // one more than posted: the refused READ never completes
+            self.reads[slot as usize] = Some((sqe, b, n + 1));
+            self.fail_qp("post RDMA READ");
+            return;
         }
         if n == 0 {
             // nothing to move (all blocks empty): the command runs at once
@@ -721,9 +765,6 @@ impl RdmaQpair {
             return;
         }
         self.reads[slot as usize] = Some((sqe, b, n));
-        if !posted {
-            self.fail_qp("post RDMA READ");
-        }
     }
 }
 
@@ -780,30 +821,57 @@ impl TransportQpair for RdmaQpair {
                 match buf {
                     Some(b) => {
                         // the data by RDMA WRITEs (one per keyed block, scattered from
-                        // the buffer in order), the response SEND right behind them
+                        // the buffer in order) and the response SEND behind them, in
+                        // one post: if the provider refuses a WRITE, the WRs after it
+                        // (the SEND among them) are not posted, so no success response
+                        // goes out for data not sent; the queue is torn down instead
+                        let mut sges = [Sge::default(); MAX_KEYED];
+                        let mut remote = [(0u64, 0u32); MAX_KEYED];
                         let mut left = b.len();
                         let mut at = 0usize;
-                        let mut r = true;
+                        let mut n = 0usize;
                         for k in d.dest.blocks() {
-                            let n = (k.len as usize).min(left);
-                            if n == 0 {
+                            let len = (k.len as usize).min(left);
+                            if len == 0 {
                                 break;
                             }
-                            let dsge = [b.mr().sge(at, n as u32)];
-                            let mut w =
-                                SendWr::new(wrid::WRITE | rs as u64, WrOpcode::RdmaWrite, &dsge);
-                            w.wr = WrDetail::Rdma {
-                                remote_addr: k.addr,
-                                rkey: k.key,
-                            };
-                            self.stats.rdma_writes += 1;
-                            r &= self.qp.post_send(&[w]).is_ok();
-                            at += n;
-                            left -= n;
+                            sges[n] = b.mr().sge(at, len as u32);
+                            remote[n] = (k.addr, k.key);
+                            n += 1;
+                            at += len;
+                            left -= len;
                         }
-                        r &= self.qp.post_send(&[send]).is_ok();
+                        let mut wrs: [SendWr; MAX_KEYED + 1] = std::array::from_fn(|i| {
+                            let i = i.min(MAX_KEYED - 1);
+                            let mut w = SendWr::new(
+                                wrid::WRITE | rs as u64,
+                                WrOpcode::RdmaWrite,
+                                &sges[i..i + 1],
+                            );
+                            w.wr = WrDetail::Rdma {
+                                remote_addr: remote[i].0,
+                                rkey: remote[i].1,
+                            };
+                            w
+                        });
+                        wrs[n] = send;
+                        self.stats.rdma_writes += n as u64;
+                        let r = match self.faults.refuse_write(n) {
+                            // injected: the provider refuses WRITE `i` (those before go)
+                            Some(i) => {
+                                let _ = self.qp.post_send(&wrs[..i]);
+                                false
+                            }
+                            None => self.qp.post_send(&wrs[..=n]).is_ok(),
+                        };
+                        // WRITEs may be under way from the buffer: it stays with the
+                        // response slot until the SEND completes or the queue goes
                         self.rsp_data[rs] = Some(b);
-                        r
+                        if !r {
+                            self.fail_qp("post RDMA WRITE + response");
+                            return;
+                        }
+                        true
                     }
                     None => false,
                 }
