@@ -18,6 +18,8 @@ use nvmf::transport::{HostQueueParams, HostTransport, QueueError, TransportId};
 use nvmf::{Listen, NvmfServer, Tgt, TgtParams};
 use wire::nvme_rdma::{CmRej, CmRejStatus, CmReq};
 
+mod rdma_common;
+
 const NQN: &str = "nqn.2024-01.io.dpustack:rdma";
 
 fn dev(ip: &str) -> CmDevice {
@@ -81,7 +83,7 @@ fn pattern(n: usize, seed: u32) -> Vec<u8> {
 
 #[test]
 fn discover_connect_io_every_size_several_queues() {
-    let (srv, trid, tc) = start("127.0.0.41", 4420, 8192); // 4 MiB
+    let (srv, trid, tc) = start("127.0.0.41", 4420, 131072); // 64 MiB
     let host = RdmaHostTransport::new(dev("127.0.0.42"));
 
     let (_, entries) = discover_with(&host, &trid, &opts()).unwrap();
@@ -107,63 +109,17 @@ fn discover_connect_io_every_size_several_queues() {
     // TSAS RDMA: QPTYPE connected, PRTYPE not specified, CMS RDMA_CM
     assert_eq!(&e.tsas[..3], &[1, 1, 1]);
 
-    let mut c = Controller::connect_with(&host, &trid, NQN, &opts(), 4, 32).unwrap();
+    let mut c = Controller::connect_with(&host, &trid, NQN, &opts(), 8, 32).unwrap();
     let id = c.identity.as_ref().unwrap();
     assert_eq!(id.mdts, 8, "1 MiB = 2^8 pages");
-    // every size from 512 B to 1 MiB, on each queue in turn (in-capsule up to 4 KiB
-    // on I/O queues, keyed SGL beyond), written, read back and compared
-    let mut size = 512usize;
-    let mut n = 0u32;
-    while size <= 1 << 20 {
-        let q = n as usize % 4;
-        let nlb = (size / 512) as u32;
-        let slba = (n as u64 * 97) % (8192 - nlb as u64);
-        let data = pattern(size, n);
-        c.write(q, 1, slba, &data, 512).unwrap();
-        let back = c.read((q + 1) % 4, 1, slba, nlb, 512).unwrap();
-        assert!(back == data, "size {size}: data differs");
-        size *= 2;
-        n += 1;
-    }
-
-    // qd 32 on each of the 4 queues: 32 writes of 4 KiB in flight, then 32 reads
-    for q in 0..4 {
-        let io = &mut c.io[q];
-        for i in 0..32u32 {
-            let slba = (q as u64 * 32 + i as u64) * 8;
-            let sqe = nvmf::host::write_sqe(1, slba, 8);
-            io.submit(sqe, &pattern(4096, 1000 + q as u32 * 32 + i), 0)
-                .unwrap();
-        }
-        let mut got = 0;
-        while got < 32 {
-            io.progress(true).unwrap();
-            while let Some(done) = io.pop_completion() {
-                assert!(done.cqe.status().is_success(), "{:?}", done.cqe.status());
-                got += 1;
-            }
-        }
-        let mut cids = Vec::new();
-        for i in 0..32u32 {
-            let slba = (q as u64 * 32 + i as u64) * 8;
-            let sqe = nvmf::host::read_sqe(1, slba, 8);
-            cids.push((io.submit(sqe, &[], 4096).unwrap(), i));
-        }
-        assert_eq!(io.outstanding(), 32);
-        let mut got = 0;
-        while got < 32 {
-            io.progress(true).unwrap();
-            while let Some(done) = io.pop_completion() {
-                let i = cids.iter().find(|(c, _)| *c == done.cqe.cid()).unwrap().1;
-                assert!(done.cqe.status().is_success());
-                assert!(
-                    done.data == pattern(4096, 1000 + q as u32 * 32 + i),
-                    "qd read {i}"
-                );
-                got += 1;
-            }
-        }
-    }
+    // every size from 512 B to 1 MiB (rdma_common::SIZES: powers of two and sizes
+    // off them; in-capsule up to 4 KiB on I/O queues, keyed SGL beyond), 32 in
+    // flight on each of the 8 queues at once (up to 256 KiB; at most 64 MiB in
+    // flight: 512 KiB at qd 16, 1 MiB at qd 8), written, read back from another
+    // queue and compared
+    let t0 = std::time::Instant::now();
+    let ios = rdma_common::qd_sweep(&mut c, rdma_common::SIZES, 32, 64 << 20);
+    eprintln!("{ios} I/Os over 8 queues in {:?}", t0.elapsed());
 
     // an unknown subsystem NQN: Fabrics Connect refused (Invalid Parameters)
     match Controller::connect_with(&host, &trid, "nqn.2024-01.io.dpustack:nope", &opts(), 1, 8) {
@@ -178,10 +134,10 @@ fn discover_connect_io_every_size_several_queues() {
     c.write(0, 1, 100, &data, 512).unwrap();
     assert_eq!(c.read(0, 1, 100, 16, 512).unwrap(), data);
     let (q, mrs, _) = tc.snapshot();
-    assert_eq!(q, 5, "admin + 4 I/O queues live on the target");
+    assert_eq!(q, 9, "admin + 8 I/O queues live on the target");
     assert!(
-        mrs >= 10,
-        "receive + response regions of 5 queues, plus pool buffers"
+        mrs >= 18,
+        "receive + response regions of 9 queues, plus pool buffers"
     );
     c.shutdown().unwrap();
     assert_eq!(host.counters().snapshot(), (0, 0, 0), "host side");
