@@ -312,6 +312,15 @@ impl Client {
         self.net.borrow_mut().timeout = t;
     }
 
+    /// The RDMA transport's counters (buffer pool, sinks, READs); `None`
+    /// over TCP.
+    pub fn rdma_stats(&self) -> Option<crate::rpc::rdma::RdmaStats> {
+        match &self.net.borrow().link {
+            Link::Rdma(r) => Some(r.stats()),
+            Link::Tcp(_) => None,
+        }
+    }
+
     /// RPCs in flight.
     pub fn in_flight(&self) -> usize {
         self.net.borrow().pending.len()

@@ -179,6 +179,24 @@ impl ClientCore {
         self.decode();
     }
 
+    /// Feeds one whole reply frame already cut by the transport (RDMA: one
+    /// message), without copying it through the stream decoder. `hdr` must
+    /// describe `body` (its `body_len`); a body over the limit fails the RPC
+    /// as the decoder would.
+    pub fn handle_frame(&mut self, hdr: HeaderRepr, body: Vec<u8>) {
+        if body.len() > MAX_BODY || hdr.body_len as usize != body.len() {
+            self.finish(
+                hdr.rpc_id,
+                Err(RpcError::BadReply(WireError::BadLength {
+                    field: "body_len",
+                    len: body.len(),
+                })),
+            );
+            return;
+        }
+        self.on_reply(hdr, body);
+    }
+
     fn decode(&mut self) {
         loop {
             match self.dec.decode() {

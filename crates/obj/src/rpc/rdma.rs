@@ -1,54 +1,92 @@
 //! RPC over RDMA: the same frames as over TCP, one frame per RDMA SEND on an
 //! RC QP set up with the RDMA CM (`cm`, `verbs`: the soft RoCEv2 provider),
-//! and values larger than a message slot moved by RDMA READ:
+//! and values larger than a message slot moved by RDMA READ and WRITE
+//! between registered buffers:
 //!
+//! - both sides register a pool of large buffers ([`BufPool`]) when the
+//!   connection is set up and lend them per request; a pool grows (and counts
+//!   it, [`RdmaStats::pool_grown`]) only when none of its free buffers is big
+//!   enough, so the I/O path does no memory registration in steady state;
 //! - a request whose frame exceeds [`SLOT`] is sent with [`FLAG_RDMA_BULK`]
 //!   and a 16-byte descriptor `(addr u64, rkey u32, len u32)` of a client
-//!   buffer registered for remote reads as its bulk region; the engine READs
-//!   the bulk and serves the request as if it had come inline;
-//! - a reply larger than a slot comes the same way (the engine registers the
-//!   bulk, the client READs it and sends a one-way [`FLAG_RELEASE`] message
-//!   so the engine can drop the registration).
+//!   pool buffer as its bulk region; the engine READs the bulk into one of
+//!   its own pool buffers and serves the request as if it had come inline;
+//! - a fetch request carries [`FLAG_SINK`] and the descriptor of a client
+//!   pool buffer the engine may WRITE (the sink, sized for what the fetch can
+//!   return); a reply too big for a slot is RDMA-WRITten into the sink and
+//!   then SENT (back to back: RC ordering makes the data land before the
+//!   reply is seen) with [`FLAG_SINK`] and the written length as its bulk
+//!   region. A reply bulk larger than the sink is refused with
+//!   [`Status::RecTooBig`](super::Status::RecTooBig) (nothing is written);
+//! - any other reply larger than a slot (listings, a fetch without a sink)
+//!   comes the old way: the engine exposes a pool buffer for READ, the client
+//!   READs it and sends a one-way [`FLAG_RELEASE`] message so the engine can
+//!   take the buffer back.
 //!
 //! Both sides post [`NSLOT`] receives of [`SLOT`] bytes; a client keeps at
 //! most `NSLOT / 2` requests in flight, so neither side overruns the other.
 //! The driver is a frame transformer around the same sans-IO cores as TCP
 //! ([`ClientCore`], [`ServerConn`]).
 //!
-//! Limits, said loudly: the soft provider's memory regions own their bytes,
-//! so data is copied into and out of them (no zero copy); completions are
-//! polled (the engine's RDMA thread naps 50 us when idle).
+//! Copies that remain (the soft provider's memory regions own their bytes,
+//! and the client API and the engine's dispatch take and return `Vec`s):
+//! client side, request bulk from the encoded frame into a pool buffer, and
+//! reply bulk from the sink (or READ landing buffer) into the reply's body;
+//! engine side, request bulk from the READ landing buffer into the request
+//! body handed to the dispatch, and reply bulk from the target's frame into
+//! the WRITE source. Inline messages are copied once out of their receive
+//! slot (and once into a send slot). Completions are polled (the engine's
+//! RDMA thread naps 50 us when idle).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cm::driver::{CmDevice, CmId, DriverError};
 use cm::{CmConfig, ConnParam, EventType, PortSpace};
 use tracing::{debug, info, warn};
-use verbs::{Context, Mr, QpCap, WcOpcode, WcStatus};
+use verbs::{AccessFlags, Context, Mr, Pd, QpCap, WcOpcode, WcStatus};
 
-use super::core::{ClientCore, Incoming, ServerConn};
+use super::core::{ClientCore, ServerConn};
+use super::frame::encode_reply;
 use super::header::{Header, HeaderRepr, Opcode, HEADER_LEN};
+use super::msg::{IodType, Reply, Request};
 use super::tcp::{ConnId, Dispatch};
+use super::Status;
 pub use super::RDMA_CONN_BIT;
 
 /// Bytes of one message slot (a SEND carries at most this).
 pub const SLOT: usize = 64 * 1024;
 /// Receives posted per connection (and send slots).
 pub const NSLOT: usize = 16;
-/// Header flag: the bulk region is a remote descriptor, not the data.
+/// Header flag: the bulk region is a remote descriptor to READ, not the data.
 pub const FLAG_RDMA_BULK: u8 = 0x02;
 /// Header flag: one-way "I have read the reply bulk of `rpc_id`".
 pub const FLAG_RELEASE: u8 = 0x04;
+/// Header flag: in a request, the bulk region is the descriptor of a sink
+/// the engine may RDMA WRITE the reply bulk into; in a reply, the bulk was
+/// written there and the bulk region is its length (u32).
+pub const FLAG_SINK: u8 = 0x08;
+/// Size of a pool buffer registered at connect (a larger need registers a
+/// buffer of the next power of two, kept in the pool afterwards).
+pub const POOL_BUF: usize = 1 << 20;
+/// Pool buffers registered at connect, per side.
+pub const POOL_INIT: usize = NSLOT / 2;
 const DESC_LEN: usize = 16;
+/// The most a fetch can return (the engine refuses more).
+const FETCH_MAX: usize = super::MAX_BODY - SLOT;
+/// Bytes past a capped sink checked for stray writes (see
+/// [`RdmaClient::set_sink_cap`]).
+const CANARY: usize = 4096;
+const CANARY_BYTE: u8 = 0xa5;
 
 const KIND_SEND: u64 = 1 << 60;
 const KIND_READ: u64 = 2 << 60;
+const KIND_WRITE: u64 = 3 << 60;
 const KIND_MASK: u64 = 0xf << 60;
 const T: Duration = Duration::from_secs(5);
 
@@ -63,6 +101,166 @@ pub enum RdmaError {
     Verbs(#[from] verbs::Error),
     #[error("RDMA peer broke the protocol: {0}")]
     Protocol(&'static str),
+}
+
+/// Counters of one RDMA client, or of all connections of one engine
+/// listener ([`server_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RdmaStats {
+    /// Connections alive (engine) / 1 (client).
+    pub conns: usize,
+    /// Pool buffers registered (free + lent).
+    pub pool_buffers: usize,
+    /// Bytes of those buffers.
+    pub pool_bytes: usize,
+    /// Pool buffers lent right now (in use by a request or reply).
+    pub pool_lent: usize,
+    /// Buffers registered after connect because the pool had none big
+    /// enough free (memory registration on the I/O path).
+    pub pool_grown: u64,
+    /// Times a pool buffer was lent.
+    pub pool_lends: u64,
+    /// Fetch replies pushed by RDMA WRITE into a client's sink.
+    pub sink_writes: u64,
+    /// Fetch replies refused because the sink was too small.
+    pub sink_too_small: u64,
+    /// Request or reply bulk moved by RDMA READ.
+    pub bulk_reads: u64,
+    /// Client: writes found outside a capped sink (must stay 0).
+    pub sink_overruns: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    conns: AtomicUsize,
+    pool_buffers: AtomicUsize,
+    pool_bytes: AtomicUsize,
+    pool_lent: AtomicUsize,
+    pool_grown: AtomicU64,
+    pool_lends: AtomicU64,
+    sink_writes: AtomicU64,
+    sink_too_small: AtomicU64,
+    bulk_reads: AtomicU64,
+    sink_overruns: AtomicU64,
+}
+
+impl Counters {
+    fn snapshot(&self) -> RdmaStats {
+        let l = |a: &AtomicUsize| a.load(Ordering::Relaxed);
+        let q = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        RdmaStats {
+            conns: l(&self.conns),
+            pool_buffers: l(&self.pool_buffers),
+            pool_bytes: l(&self.pool_bytes),
+            pool_lent: l(&self.pool_lent),
+            pool_grown: q(&self.pool_grown),
+            pool_lends: q(&self.pool_lends),
+            sink_writes: q(&self.sink_writes),
+            sink_too_small: q(&self.sink_too_small),
+            bulk_reads: q(&self.bulk_reads),
+            sink_overruns: q(&self.sink_overruns),
+        }
+    }
+}
+
+fn bump(a: &AtomicU64) {
+    a.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counters of the running engine listeners, by listen address.
+static SERVERS: Mutex<Vec<(SocketAddr, Arc<Counters>)>> = Mutex::new(Vec::new());
+
+/// The counters of the engine's RDMA listener at `listen` (all its
+/// connections together), while it runs.
+pub fn server_stats(listen: SocketAddr) -> Option<RdmaStats> {
+    let g = SERVERS.lock().unwrap_or_else(|p| p.into_inner());
+    g.iter()
+        .find(|(a, _)| *a == listen)
+        .map(|(_, c)| c.snapshot())
+}
+
+/// Registered buffers lent per request: taken with [`BufPool::take`] (the
+/// smallest free one big enough, or a new registration, counted), returned
+/// with [`BufPool::give`]. Dropping the pool deregisters its free buffers
+/// (lent ones go when their last handle does) and takes them off the counters.
+struct BufPool {
+    pd: Pd,
+    access: AccessFlags,
+    free: Vec<Mr>,
+    buffers: usize,
+    bytes: usize,
+    lent: usize,
+    counters: Arc<Counters>,
+}
+
+impl BufPool {
+    fn new(
+        pd: &Pd,
+        access: AccessFlags,
+        n: usize,
+        counters: Arc<Counters>,
+    ) -> Result<BufPool, RdmaError> {
+        let mut p = BufPool {
+            pd: pd.clone(),
+            access,
+            free: Vec::with_capacity(n),
+            buffers: 0,
+            bytes: 0,
+            lent: 0,
+            counters,
+        };
+        for _ in 0..n {
+            let mr = p.register(POOL_BUF)?;
+            p.free.push(mr);
+        }
+        Ok(p)
+    }
+
+    fn register(&mut self, len: usize) -> Result<Mr, RdmaError> {
+        let mr = self.pd.reg_mr(len, self.access)?;
+        self.buffers += 1;
+        self.bytes += len;
+        self.counters.pool_buffers.fetch_add(1, Ordering::Relaxed);
+        self.counters.pool_bytes.fetch_add(len, Ordering::Relaxed);
+        Ok(mr)
+    }
+
+    /// A buffer of at least `need` bytes.
+    fn take(&mut self, need: usize) -> Result<Mr, RdmaError> {
+        let best = self
+            .free
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.len() >= need)
+            .min_by_key(|(_, m)| m.len())
+            .map(|(i, _)| i);
+        let mr = match best {
+            Some(i) => self.free.swap_remove(i),
+            None => {
+                bump(&self.counters.pool_grown);
+                self.register(need.max(1).next_power_of_two().max(POOL_BUF))?
+            }
+        };
+        self.lent += 1;
+        self.counters.pool_lent.fetch_add(1, Ordering::Relaxed);
+        bump(&self.counters.pool_lends);
+        Ok(mr)
+    }
+
+    fn give(&mut self, mr: Mr) {
+        self.lent -= 1;
+        self.counters.pool_lent.fetch_sub(1, Ordering::Relaxed);
+        self.free.push(mr);
+    }
+}
+
+impl Drop for BufPool {
+    fn drop(&mut self) {
+        let c = &self.counters;
+        c.pool_buffers.fetch_sub(self.buffers, Ordering::Relaxed);
+        c.pool_bytes.fetch_sub(self.bytes, Ordering::Relaxed);
+        c.pool_lent.fetch_sub(self.lent, Ordering::Relaxed);
+    }
 }
 
 fn open_device(ip: &str) -> Result<CmDevice, RdmaError> {
@@ -95,27 +293,31 @@ fn set_flags(frame: &mut [u8], flags: u8) {
     }
 }
 
-/// Rewrites a frame whose bulk region is `bulk_len` bytes into one whose
-/// bulk region is the descriptor of `mr`.
-fn with_descriptor(frame: &[u8], hdr: &HeaderRepr, mr: &Mr) -> Vec<u8> {
-    let body = &frame[HEADER_LEN..];
-    let args = &body[..body.len() - hdr.bulk_len as usize];
-    let mut out = Vec::with_capacity(HEADER_LEN + args.len() + DESC_LEN);
+/// A frame of `hdr` with arguments `args` and, as its bulk region, `tail`
+/// (a descriptor or a length), with `flags` set.
+fn with_tail(hdr: &HeaderRepr, args: &[u8], tail: &[u8], flags: u8) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN + args.len() + tail.len());
     HeaderRepr {
-        body_len: (args.len() + DESC_LEN) as u32,
-        bulk_len: DESC_LEN as u32,
+        body_len: (args.len() + tail.len()) as u32,
+        bulk_len: tail.len() as u32,
         ..*hdr
     }
     .emit_to(&mut out);
-    set_flags(&mut out, FLAG_RDMA_BULK);
+    set_flags(&mut out, flags);
     out.extend_from_slice(args);
-    out.extend_from_slice(&mr.addr().to_le_bytes());
-    out.extend_from_slice(&mr.rkey().to_le_bytes());
-    out.extend_from_slice(&(hdr.bulk_len).to_le_bytes());
+    out.extend_from_slice(tail);
     out
 }
 
-/// The descriptor at the end of a [`FLAG_RDMA_BULK`] frame body.
+fn desc_bytes(addr: u64, rkey: u32, len: u32) -> [u8; DESC_LEN] {
+    let mut d = [0u8; DESC_LEN];
+    d[..8].copy_from_slice(&addr.to_le_bytes());
+    d[8..12].copy_from_slice(&rkey.to_le_bytes());
+    d[12..].copy_from_slice(&len.to_le_bytes());
+    d
+}
+
+/// The descriptor at the end of a [`FLAG_RDMA_BULK`]/[`FLAG_SINK`] body.
 fn descriptor(body: &[u8]) -> Option<(u64, u32, u32)> {
     let d = body.get(body.len().checked_sub(DESC_LEN)?..)?;
     Some((
@@ -125,26 +327,55 @@ fn descriptor(body: &[u8]) -> Option<(u64, u32, u32)> {
     ))
 }
 
-/// The frame with its descriptor replaced by the bulk `data` (TCP form).
-fn inline_form(hdr: &HeaderRepr, body: &[u8], data: &[u8]) -> Vec<u8> {
-    let args = &body[..body.len().saturating_sub(DESC_LEN)];
-    let mut out = Vec::with_capacity(HEADER_LEN + args.len() + data.len());
-    HeaderRepr {
-        body_len: (args.len() + data.len()) as u32,
-        bulk_len: data.len() as u32,
-        ..*hdr
+/// The arguments of a frame body whose bulk region is `bulk_len` bytes.
+fn args_of(body: &[u8], bulk_len: u32) -> &[u8] {
+    &body[..body.len().saturating_sub(bulk_len as usize)]
+}
+
+/// A body of `args` followed by the first `n` bytes of `mr` (one copy).
+fn body_from_mr(args: &[u8], mr: &Mr, n: usize) -> Vec<u8> {
+    let mut body = Vec::with_capacity(args.len() + n);
+    body.extend_from_slice(args);
+    // SAFETY: callers pass a buffer no posted operation and no peer writes
+    // any more: a READ landing buffer whose READ completed (the peer has no
+    // write access to it), or a sink whose reply arrived (the engine writes
+    // a sink once, before its reply, and never after).
+    let src = unsafe { mr.as_slice() };
+    body.extend_from_slice(&src[..n.min(src.len())]);
+    body
+}
+
+/// The largest reply bulk a fetch request `args` can bring (exact when
+/// every iod names its record size; [`FETCH_MAX`] otherwise).
+fn fetch_need(args: &[u8]) -> usize {
+    let Ok(Request::ObjFetch { iods, .. }) = Request::parse(Opcode::ObjFetch, args, 0) else {
+        return FETCH_MAX;
+    };
+    let mut total = 0u64;
+    for i in &iods {
+        if i.rsize == 0 {
+            return FETCH_MAX;
+        }
+        let n = match i.kind {
+            IodType::Single => i.rsize,
+            IodType::Array => i
+                .recxs
+                .iter()
+                .map(|r| r.nr.saturating_mul(i.rsize))
+                .fold(0, u64::saturating_add),
+        };
+        total = total.saturating_add(n);
     }
-    .emit_to(&mut out);
-    out.extend_from_slice(args);
-    out.extend_from_slice(data);
-    out
+    total.min(FETCH_MAX as u64) as usize
 }
 
 /// One RC connection's message slots.
 struct Ep {
     id: CmId,
     send_mr: Mr,
-    recv_mr: Mr,
+    /// One region per receive slot, so a completed slot can be borrowed
+    /// while the others are being received into.
+    recv_mrs: Vec<Mr>,
     free: Vec<usize>,
     dead: bool,
 }
@@ -154,17 +385,23 @@ impl Ep {
     /// is established, so the peer's first SEND finds one).
     fn new(id: CmId) -> Result<Ep, RdmaError> {
         let send_mr = id.reg_msgs(SLOT * NSLOT)?;
-        let recv_mr = id.reg_msgs(SLOT * NSLOT)?;
+        let mut recv_mrs = Vec::with_capacity(NSLOT);
         for i in 0..NSLOT {
-            id.post_recv(i as u64, &recv_mr, i * SLOT, SLOT as u32)?;
+            let mr = id.reg_msgs(SLOT)?;
+            id.post_recv(i as u64, &mr, 0, SLOT as u32)?;
+            recv_mrs.push(mr);
         }
         Ok(Ep {
             id,
             send_mr,
-            recv_mr,
+            recv_mrs,
             free: (0..NSLOT).collect(),
             dead: false,
         })
+    }
+
+    fn pd(&self) -> &Pd {
+        self.id.device().pd()
     }
 
     /// SENDs one frame (at most [`SLOT`] bytes); `false` when no slot is free.
@@ -185,20 +422,17 @@ impl Ep {
         Ok(true)
     }
 
-    /// Reaps completions: received messages (copied out, receive reposted)
-    /// go to `recv`, finished READs (by wr_id) to `read_done`.
-    fn poll(
-        &mut self,
-        mut recv: impl FnMut(Vec<u8>),
-        mut read_done: impl FnMut(u64, bool),
-    ) -> usize {
+    /// Reaps completions: each received message is shown to `recv` (borrowed
+    /// from its slot, which is reposted afterwards); finished READs and
+    /// WRITEs (by wr_id, kind bits included) go to `done`.
+    fn poll(&mut self, mut recv: impl FnMut(&[u8]), mut done: impl FnMut(u64, bool)) -> usize {
         let mut n = 0;
         while let Ok(wc) = self.id.get_send_comp(Duration::ZERO) {
             n += 1;
             let ok = wc.status == WcStatus::Success;
             match wc.wr_id & KIND_MASK {
                 KIND_SEND => self.free.push((wc.wr_id & !KIND_MASK) as usize),
-                KIND_READ => read_done(wc.wr_id & !KIND_MASK, ok),
+                KIND_READ | KIND_WRITE => done(wc.wr_id, ok),
                 _ => {}
             }
             if !ok {
@@ -213,16 +447,20 @@ impl Ep {
                 continue;
             }
             let slot = wc.wr_id as usize;
-            let mut m = vec![0u8; wc.byte_len as usize];
-            self.recv_mr.read(slot * SLOT, &mut m);
-            if self
-                .id
-                .post_recv(slot as u64, &self.recv_mr, slot * SLOT, SLOT as u32)
-                .is_err()
+            let Some(mr) = self.recv_mrs.get(slot) else {
+                self.dead = true;
+                continue;
+            };
             {
+                // SAFETY: this slot's receive completed and is reposted only
+                // below, after the borrow ends; the region is LOCAL_WRITE only
+                // (no peer can write it), so nothing writes it meanwhile.
+                let m = unsafe { mr.as_slice() };
+                recv(&m[..(wc.byte_len as usize).min(m.len())]);
+            }
+            if self.id.post_recv(slot as u64, mr, 0, SLOT as u32).is_err() {
                 self.dead = true;
             }
-            recv(m);
         }
         if let Ok(ev) = self.id.get_event(Some(Duration::ZERO)) {
             if matches!(ev.event, EventType::Disconnected | EventType::DeviceRemoval) {
@@ -230,6 +468,61 @@ impl Ep {
             }
         }
         n
+    }
+}
+
+/// A reply whose bulk is being READ by the client.
+struct ClientRead {
+    hdr: HeaderRepr,
+    args: Vec<u8>,
+    mr: Mr,
+    len: usize,
+}
+
+/// What turns the client core's frames into wire frames (the client's
+/// fields it needs, borrowed apart from the core whose bytes it reads).
+struct Outgoing<'a> {
+    pool: &'a mut BufPool,
+    sinks: &'a mut HashMap<u64, (Mr, usize)>,
+    req_bulk: &'a mut HashMap<u64, Mr>,
+    sink_cap: Option<usize>,
+}
+
+impl Outgoing<'_> {
+    /// One frame of the core's stream as it goes on the wire: a fetch with
+    /// its sink's descriptor, a large request with its bulk in a pool buffer
+    /// (one copy) and that buffer's descriptor, anything else as it is.
+    fn frame(&mut self, hdr: &HeaderRepr, frame: &[u8]) -> Result<Vec<u8>, RdmaError> {
+        let body = &frame[HEADER_LEN..];
+        if !hdr.response && hdr.opcode == Opcode::ObjFetch && hdr.bulk_len == 0 {
+            let need = fetch_need(body);
+            let (len, mr) = match self.sink_cap {
+                None => (need, self.pool.take(need)?),
+                Some(c) => {
+                    let len = c.min(need);
+                    let mr = self.pool.take(len + CANARY)?;
+                    mr.write(len, &[CANARY_BYTE; CANARY]);
+                    (len, mr)
+                }
+            };
+            let d = desc_bytes(mr.addr(), mr.rkey(), len as u32);
+            if let Some((old, _)) = self.sinks.insert(hdr.rpc_id, (mr, len)) {
+                self.pool.give(old);
+            }
+            return Ok(with_tail(hdr, body, &d, FLAG_SINK));
+        }
+        if frame.len() <= SLOT {
+            return Ok(frame.to_vec());
+        }
+        let bulk = &body[body.len() - hdr.bulk_len as usize..];
+        let mr = self.pool.take(bulk.len())?;
+        mr.write(0, bulk);
+        let d = desc_bytes(mr.addr(), mr.rkey(), bulk.len() as u32);
+        let out = with_tail(hdr, args_of(body, hdr.bulk_len), &d, FLAG_RDMA_BULK);
+        if let Some(old) = self.req_bulk.insert(hdr.rpc_id, mr) {
+            self.pool.give(old);
+        }
+        Ok(out)
     }
 }
 
@@ -241,11 +534,18 @@ pub struct RdmaClient {
     pub core: ClientCore,
     queued: VecDeque<Vec<u8>>,
     requests: usize,
-    /// Request bulk the engine may read, by RPC id.
+    pool: BufPool,
+    counters: Arc<Counters>,
+    /// Request bulk the engine may read, by RPC id (lent until the reply).
     req_bulk: HashMap<u64, Mr>,
-    /// READs of reply bulk in flight: id → (reply frame, landing region).
-    reads: HashMap<u64, (Vec<u8>, Mr)>,
+    /// Sinks the engine may write, by RPC id: (buffer, advertised length).
+    /// Lent until the reply comes (even after a timeout or cancel: the
+    /// engine may still write).
+    sinks: HashMap<u64, (Mr, usize)>,
+    /// READs of reply bulk in flight.
+    reads: HashMap<u64, ClientRead>,
     next_read: u64,
+    sink_cap: Option<usize>,
     peer: SocketAddr,
 }
 
@@ -265,6 +565,14 @@ impl RdmaClient {
         id.resolve_route(T)?;
         id.create_qp_default(cap())?;
         let ep = Ep::new(id)?;
+        let counters = Arc::new(Counters::default());
+        counters.conns.store(1, Ordering::Relaxed);
+        let pool = BufPool::new(
+            ep.pd(),
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
+            POOL_INIT,
+            counters.clone(),
+        )?;
         ep.id.connect(&ConnParam::default(), T)?;
         Ok(RdmaClient {
             _dev: dev,
@@ -272,15 +580,33 @@ impl RdmaClient {
             core: ClientCore::new(),
             queued: VecDeque::new(),
             requests: 0,
+            pool,
+            counters,
             req_bulk: HashMap::new(),
+            sinks: HashMap::new(),
             reads: HashMap::new(),
             next_read: 1,
+            sink_cap: None,
             peer: server,
         })
     }
 
     pub fn peer(&self) -> SocketAddr {
         self.peer
+    }
+
+    /// This connection's counters (its buffer pool, sinks, READs).
+    pub fn stats(&self) -> RdmaStats {
+        self.counters.snapshot()
+    }
+
+    /// Advertises sinks of at most `cap` bytes from now on (`None`: as big
+    /// as the fetch can return). With a cap, a fetch whose reply is larger
+    /// gets `RecTooBig`; the bytes just past the advertised length are
+    /// filled with a canary and checked when the reply comes (a change is
+    /// counted in [`RdmaStats::sink_overruns`]). For tests and tools.
+    pub fn set_sink_cap(&mut self, cap: Option<usize>) {
+        self.sink_cap = cap;
     }
 
     /// Queues a frame exactly as given, bypassing the core (for tests and
@@ -313,24 +639,20 @@ impl RdmaClient {
     fn round(&mut self) -> usize {
         let mut n = 0;
         // cut the core's byte stream into frames
-        let tx = self.core.transmit().to_vec();
         let mut at = 0;
+        let tx = self.core.transmit();
+        let mut out = Outgoing {
+            pool: &mut self.pool,
+            sinks: &mut self.sinks,
+            req_bulk: &mut self.req_bulk,
+            sink_cap: self.sink_cap,
+        };
         while let Some((hdr, len)) = frame_at(&tx[at..]) {
-            let frame = &tx[at..at + len];
-            if len <= SLOT {
-                self.queued.push_back(frame.to_vec());
-            } else {
-                match self.ep.id.reg_read(hdr.bulk_len as usize) {
-                    Ok(mr) => {
-                        let body = &frame[HEADER_LEN..];
-                        mr.write(0, &body[body.len() - hdr.bulk_len as usize..]);
-                        self.queued.push_back(with_descriptor(frame, &hdr, &mr));
-                        self.req_bulk.insert(hdr.rpc_id, mr);
-                    }
-                    Err(e) => {
-                        warn!(error = %e, "registering request bulk failed");
-                        self.ep.dead = true;
-                    }
+            match out.frame(&hdr, &tx[at..at + len]) {
+                Ok(f) => self.queued.push_back(f),
+                Err(e) => {
+                    warn!(error = %e, "preparing an RDMA request failed");
+                    self.ep.dead = true;
                 }
             }
             at += len;
@@ -357,58 +679,77 @@ impl RdmaClient {
                 }
             }
         }
-        let mut msgs = Vec::new();
+        let mut msgs: Vec<(HeaderRepr, u8, Vec<u8>)> = Vec::new();
         let mut done_reads = Vec::new();
-        n += self
-            .ep
-            .poll(|m| msgs.push(m), |id, ok| done_reads.push((id, ok)));
-        for m in msgs {
-            let Some((hdr, len)) = frame_at(&m) else {
-                self.ep.dead = true;
-                continue;
-            };
-            let flags = m[5];
-            if flags & FLAG_RDMA_BULK != 0 {
-                let Some((addr, rkey, blen)) = descriptor(&m[HEADER_LEN..len]) else {
+        let mut bad = false;
+        n += self.ep.poll(
+            |m| match frame_at(m) {
+                Some((hdr, len)) => msgs.push((hdr, m[5], m[HEADER_LEN..len].to_vec())),
+                None => bad = true,
+            },
+            |id, ok| done_reads.push((id, ok)),
+        );
+        if bad {
+            self.ep.dead = true;
+        }
+        for (hdr, flags, body) in msgs {
+            if flags & FLAG_SINK != 0 {
+                self.sink_reply(hdr, &body);
+            } else if flags & FLAG_RDMA_BULK != 0 {
+                let Some((addr, rkey, blen)) = descriptor(&body) else {
                     self.ep.dead = true;
                     continue;
                 };
                 let read_id = self.next_read;
                 self.next_read += 1;
-                let r = self.ep.id.reg_msgs(blen as usize).and_then(|mr| {
-                    self.ep
+                let r = self.pool.take(blen as usize).and_then(|mr| {
+                    match self
+                        .ep
                         .id
                         .post_read(KIND_READ | read_id, &mr, 0, blen, addr, rkey)
-                        .map(|()| mr)
+                    {
+                        Ok(()) => Ok(mr),
+                        Err(e) => {
+                            self.pool.give(mr);
+                            Err(e.into())
+                        }
+                    }
                 });
                 match r {
                     Ok(mr) => {
-                        self.reads.insert(read_id, (m[..len].to_vec(), mr));
+                        self.reads.insert(
+                            read_id,
+                            ClientRead {
+                                hdr,
+                                args: args_of(&body, hdr.bulk_len).to_vec(),
+                                mr,
+                                len: blen as usize,
+                            },
+                        );
                     }
                     Err(_) => self.ep.dead = true,
                 }
             } else {
-                self.deliver(&hdr, &m[..len]);
+                self.deliver(hdr, body);
             }
         }
         for (id, ok) in done_reads {
-            let Some((m, mr)) = self.reads.remove(&id) else {
+            let Some(r) = self.reads.remove(&(id & !KIND_MASK)) else {
                 continue;
             };
             if !ok {
+                self.pool.give(r.mr);
                 continue;
             }
-            let Some((hdr, len)) = frame_at(&m) else {
-                continue;
-            };
-            let data = mr.to_vec();
-            let frame = inline_form(&hdr, &m[HEADER_LEN..len], &data);
-            // the engine may drop its registration now
+            bump(&self.counters.bulk_reads);
+            let body = body_from_mr(&r.args, &r.mr, r.len);
+            self.pool.give(r.mr);
+            // the engine may take its buffer back now
             let mut rel = Vec::new();
             HeaderRepr {
                 response: false,
                 opcode: Opcode::Ping,
-                rpc_id: hdr.rpc_id,
+                rpc_id: r.hdr.rpc_id,
                 status: 0,
                 timeout_ms: 0,
                 body_len: 0,
@@ -417,28 +758,94 @@ impl RdmaClient {
             .emit_to(&mut rel);
             set_flags(&mut rel, FLAG_RELEASE);
             self.queued.push_back(rel);
-            self.deliver(&hdr, &frame);
+            let hdr = HeaderRepr {
+                body_len: body.len() as u32,
+                bulk_len: r.len as u32,
+                ..r.hdr
+            };
+            self.deliver(hdr, body);
         }
         n
     }
 
-    fn deliver(&mut self, hdr: &HeaderRepr, frame: &[u8]) {
+    /// A reply whose bulk the engine wrote into this RPC's sink.
+    fn sink_reply(&mut self, hdr: HeaderRepr, body: &[u8]) {
+        let Some(d) = body
+            .get(body.len().saturating_sub(4)..)
+            .filter(|d| d.len() == 4)
+        else {
+            self.ep.dead = true;
+            return;
+        };
+        let written = u32::from_le_bytes([d[0], d[1], d[2], d[3]]) as usize;
+        let Some((mr, len)) = self.sinks.get(&hdr.rpc_id) else {
+            self.ep.dead = true;
+            return;
+        };
+        if hdr.bulk_len != 4 || written > *len {
+            warn!("engine claims more bytes written than the sink holds");
+            self.ep.dead = true;
+            return;
+        }
+        bump(&self.counters.sink_writes);
+        let body = body_from_mr(args_of(body, 4), mr, written);
+        let hdr = HeaderRepr {
+            body_len: body.len() as u32,
+            bulk_len: written as u32,
+            ..hdr
+        };
+        self.deliver(hdr, body);
+    }
+
+    /// A whole reply (TCP form) for the core; the RPC's buffers go back to
+    /// the pool.
+    fn deliver(&mut self, hdr: HeaderRepr, body: Vec<u8>) {
         self.requests = self.requests.saturating_sub(1);
-        self.req_bulk.remove(&hdr.rpc_id);
-        self.core.handle_input(frame);
+        if let Some(mr) = self.req_bulk.remove(&hdr.rpc_id) {
+            self.pool.give(mr);
+        }
+        if let Some((mr, len)) = self.sinks.remove(&hdr.rpc_id) {
+            if self.sink_cap.is_some() {
+                let mut c = [0u8; CANARY];
+                if !mr.read(len, &mut c) || c.iter().any(|&b| b != CANARY_BYTE) {
+                    bump(&self.counters.sink_overruns);
+                }
+            }
+            self.pool.give(mr);
+        }
+        self.core.handle_frame(hdr, body);
+    }
+}
+
+impl Drop for RdmaClient {
+    fn drop(&mut self) {
+        self.counters.conns.store(0, Ordering::Relaxed);
     }
 }
 
 /// Where replies for RDMA connections go (the RDMA thread's queue).
 pub type RdmaReplies = Sender<(ConnId, Vec<u8>)>;
 
+/// A request whose bulk the engine is READing.
+struct SrvRead {
+    hdr: HeaderRepr,
+    args: Vec<u8>,
+    mr: Mr,
+    len: usize,
+}
+
 struct SrvConn {
     ep: Ep,
     io: ServerConn,
-    /// Reply bulk registered for the client to READ, by RPC id.
+    pool: BufPool,
+    /// Reply bulk exposed for the client to READ, by RPC id (until release).
     reply_bulk: HashMap<u64, Mr>,
-    /// READs of request bulk in flight: id → (request frame, landing region).
-    reads: HashMap<u64, (Vec<u8>, Mr)>,
+    /// READs of request bulk in flight, by work request id.
+    reads: HashMap<u64, SrvRead>,
+    /// WRITE sources in flight, by work request id.
+    writes: HashMap<u64, Mr>,
+    /// Sinks of fetches being served, by RPC id: (addr, rkey, len).
+    sinks: HashMap<u64, (u64, u32, u32)>,
     queued: VecDeque<Vec<u8>>,
 }
 
@@ -468,6 +875,8 @@ impl RdmaServer {
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = channel();
         let s2 = stop.clone();
+        let counters = Arc::new(Counters::default());
+        let c2 = counters.clone();
         let thread = std::thread::Builder::new()
             .name("obj-rdma".into())
             .spawn(move || {
@@ -479,7 +888,7 @@ impl RdmaServer {
                 match setup {
                     Ok((dev, l)) => {
                         let _ = ready_tx.send(Ok(()));
-                        server_loop(dev, l, dispatch, rx, s2);
+                        server_loop(dev, l, dispatch, rx, s2, c2);
                     }
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -495,6 +904,10 @@ impl RdmaServer {
             }
             Err(_) => return Err(RdmaError::Protocol("RDMA thread died")),
         }
+        SERVERS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((listen, counters));
         info!(%listen, "object engine listening (RDMA, soft RoCE)");
         Ok(RdmaServer {
             addr: listen,
@@ -515,6 +928,10 @@ impl RdmaServer {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+            SERVERS
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|(a, _)| *a != self.addr);
         }
     }
 }
@@ -525,16 +942,34 @@ impl Drop for RdmaServer {
     }
 }
 
+/// Hands one request (TCP form: arguments + bulk) to the dispatch, with the
+/// checks [`ServerConn::poll_incoming`] makes on the TCP path.
+fn serve(
+    dispatch: &mut impl Dispatch,
+    cid: ConnId,
+    c: &mut SrvConn,
+    hdr: HeaderRepr,
+    body: Vec<u8>,
+) {
+    if hdr.response {
+        c.io.rejected += 1;
+        c.io.reply_error(&hdr, Status::Proto);
+        return;
+    }
+    dispatch.request(cid, hdr, body, &mut c.io);
+}
+
 fn server_loop(
     _dev: CmDevice,
     listener: CmId,
     mut dispatch: impl Dispatch,
     rx: Receiver<(ConnId, Vec<u8>)>,
     stop: Arc<AtomicBool>,
+    counters: Arc<Counters>,
 ) {
     let mut conns: HashMap<ConnId, SrvConn> = HashMap::new();
     let mut next: ConnId = RDMA_CONN_BIT | 1;
-    let mut next_read = 1u64;
+    let mut next_wr = 1u64;
     let mut idle = 0u32;
     while !stop.load(Ordering::Relaxed) {
         let mut work = 0usize;
@@ -546,20 +981,32 @@ fn server_loop(
         };
         if let Ok((mut id, _ev)) = listener.get_request(Some(wait)) {
             let r = match id.create_qp_default(cap()) {
-                Ok(_) => Ep::new(id),
+                Ok(_) => Ep::new(id).and_then(|ep| {
+                    let pool = BufPool::new(
+                        ep.pd(),
+                        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+                        POOL_INIT,
+                        counters.clone(),
+                    )?;
+                    Ok((ep, pool))
+                }),
                 Err(e) => Err(e.into()),
             };
             match r {
-                Ok(ep) => match ep.id.accept(&ConnParam::default(), T) {
+                Ok((ep, pool)) => match ep.id.accept(&ConnParam::default(), T) {
                     Ok(_) => {
                         debug!(conn = next, "RDMA client connected");
+                        counters.conns.fetch_add(1, Ordering::Relaxed);
                         conns.insert(
                             next,
                             SrvConn {
                                 ep,
                                 io: ServerConn::new(),
+                                pool,
                                 reply_bulk: HashMap::new(),
                                 reads: HashMap::new(),
+                                writes: HashMap::new(),
+                                sinks: HashMap::new(),
                                 queued: VecDeque::new(),
                             },
                         );
@@ -575,75 +1022,122 @@ fn server_loop(
         while let Ok((conn, frame)) = rx.try_recv() {
             work += 1;
             if let Some(c) = conns.get_mut(&conn) {
-                queue_reply(c, frame);
+                queue_reply(c, &frame, &mut next_wr, &counters);
             }
         }
         for (cid, c) in conns.iter_mut() {
-            let mut msgs = Vec::new();
-            let mut reads = Vec::new();
-            work += c.ep.poll(|m| msgs.push(m), |id, ok| reads.push((id, ok)));
-            for m in msgs {
-                let Some((hdr, len)) = frame_at(&m) else {
-                    c.ep.dead = true;
-                    continue;
-                };
-                let flags = m[5];
+            let mut msgs: Vec<(HeaderRepr, u8, Vec<u8>)> = Vec::new();
+            let mut done = Vec::new();
+            let mut bad = false;
+            work += c.ep.poll(
+                |m| match frame_at(m) {
+                    Some((hdr, len)) => msgs.push((hdr, m[5], m[HEADER_LEN..len].to_vec())),
+                    None => bad = true,
+                },
+                |id, ok| done.push((id, ok)),
+            );
+            if bad {
+                c.ep.dead = true;
+            }
+            for (hdr, flags, body) in msgs {
                 if flags & FLAG_RELEASE != 0 {
-                    c.reply_bulk.remove(&hdr.rpc_id);
+                    if let Some(mr) = c.reply_bulk.remove(&hdr.rpc_id) {
+                        c.pool.give(mr);
+                    }
+                } else if flags & FLAG_SINK != 0 {
+                    let d = descriptor(&body);
+                    match d {
+                        Some(d)
+                            if hdr.bulk_len as usize == DESC_LEN && flags & FLAG_RDMA_BULK == 0 =>
+                        {
+                            c.sinks.insert(hdr.rpc_id, d);
+                            let mut body = body;
+                            body.truncate(body.len() - DESC_LEN);
+                            let hdr = HeaderRepr {
+                                body_len: body.len() as u32,
+                                bulk_len: 0,
+                                ..hdr
+                            };
+                            serve(&mut dispatch, *cid, c, hdr, body);
+                        }
+                        _ => c.io.reply_error(&hdr, Status::Proto),
+                    }
                 } else if flags & FLAG_RDMA_BULK != 0 {
-                    let Some((addr, rkey, blen)) = descriptor(&m[HEADER_LEN..len]) else {
-                        c.io.reply_error(&hdr, super::Status::Proto);
+                    let Some((addr, rkey, blen)) = descriptor(&body) else {
+                        c.io.reply_error(&hdr, Status::Proto);
                         continue;
                     };
-                    if blen as usize > super::MAX_BODY {
-                        c.io.reply_error(&hdr, super::Status::RecTooBig);
+                    if hdr.bulk_len as usize != DESC_LEN {
+                        c.io.reply_error(&hdr, Status::Proto);
                         continue;
                     }
-                    let rid = next_read;
-                    next_read += 1;
-                    let r = c.ep.id.reg_msgs(blen as usize).and_then(|mr| {
-                        c.ep.id
-                            .post_read(KIND_READ | rid, &mr, 0, blen, addr, rkey)
-                            .map(|()| mr)
+                    if blen as usize > super::MAX_BODY {
+                        c.io.reply_error(&hdr, Status::RecTooBig);
+                        continue;
+                    }
+                    let wr = next_wr;
+                    next_wr += 1;
+                    let r = c.pool.take(blen as usize).and_then(|mr| {
+                        match c.ep.id.post_read(KIND_READ | wr, &mr, 0, blen, addr, rkey) {
+                            Ok(()) => Ok(mr),
+                            Err(e) => {
+                                c.pool.give(mr);
+                                Err(e.into())
+                            }
+                        }
                     });
                     match r {
                         Ok(mr) => {
-                            c.reads.insert(rid, (m[..len].to_vec(), mr));
+                            c.reads.insert(
+                                wr,
+                                SrvRead {
+                                    hdr,
+                                    args: args_of(&body, hdr.bulk_len).to_vec(),
+                                    mr,
+                                    len: blen as usize,
+                                },
+                            );
                         }
-                        Err(_) => c.io.reply_error(&hdr, super::Status::Io),
+                        Err(_) => c.io.reply_error(&hdr, Status::Io),
                     }
                 } else {
-                    c.io.handle_input(&m[..len]);
+                    serve(&mut dispatch, *cid, c, hdr, body);
                 }
             }
-            for (rid, ok) in reads {
-                let Some((m, mr)) = c.reads.remove(&rid) else {
+            for (wr, ok) in done {
+                if wr & KIND_MASK == KIND_WRITE {
+                    // the WRITE's data is out: its source goes back
+                    if let Some(mr) = c.writes.remove(&(wr & !KIND_MASK)) {
+                        c.pool.give(mr);
+                    }
                     continue;
-                };
-                let Some((hdr, len)) = frame_at(&m) else {
+                }
+                let Some(r) = c.reads.remove(&(wr & !KIND_MASK)) else {
                     continue;
                 };
                 if !ok {
                     // a descriptor outside the client's registered memory: the
                     // READ failed, which breaks the RC connection (IBTA: remote
                     // access error); only this client is affected
+                    c.pool.give(r.mr);
                     continue;
                 }
-                let data = mr.to_vec();
-                c.io.handle_input(&inline_form(&hdr, &m[HEADER_LEN..len], &data));
-            }
-            while let Some(inc) = c.io.poll_incoming() {
-                match inc {
-                    Incoming::Request { hdr, body } => dispatch.request(*cid, hdr, body, &mut c.io),
-                    Incoming::Reject { hdr, status } => c.io.reply_error(&hdr, status),
-                }
+                bump(&counters.bulk_reads);
+                let body = body_from_mr(&r.args, &r.mr, r.len);
+                c.pool.give(r.mr);
+                let hdr = HeaderRepr {
+                    body_len: body.len() as u32,
+                    bulk_len: r.len as u32,
+                    ..r.hdr
+                };
+                serve(&mut dispatch, *cid, c, hdr, body);
             }
             // inline replies (errors, ping) written by the core
             let tx = c.io.transmit().to_vec();
             c.io.transmitted(tx.len());
             let mut at = 0;
             while let Some((_, len)) = frame_at(&tx[at..]) {
-                queue_reply(c, tx[at..at + len].to_vec());
+                queue_reply(c, &tx[at..at + len], &mut next_wr, &counters);
                 at += len;
             }
             while let Some(f) = c.queued.front() {
@@ -665,6 +1159,7 @@ fn server_loop(
                 debug!(conn = cid, "RDMA client gone");
                 let _ = c.ep.id.disconnect();
                 dispatch.closed(*cid);
+                counters.conns.fetch_sub(1, Ordering::Relaxed);
                 false
             } else {
                 true
@@ -675,26 +1170,81 @@ fn server_loop(
     for (cid, c) in conns.drain() {
         let _ = c.ep.id.disconnect();
         dispatch.closed(cid);
+        counters.conns.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-/// Queues a reply frame, registering its bulk for the client to READ when
-/// the frame exceeds a slot.
-fn queue_reply(c: &mut SrvConn, frame: Vec<u8>) {
-    if frame.len() <= SLOT {
-        c.queued.push_back(frame);
-        return;
-    }
-    let Some((hdr, len)) = frame_at(&frame) else {
+/// Queues a reply frame: inline when it fits a slot; else its bulk is
+/// WRITten into the request's sink (then the reply SENT), or exposed in a
+/// pool buffer for the client to READ when the request had no sink.
+fn queue_reply(c: &mut SrvConn, frame: &[u8], next_wr: &mut u64, counters: &Counters) {
+    let Some((hdr, len)) = frame_at(frame) else {
         return;
     };
+    let sink = c.sinks.remove(&hdr.rpc_id);
+    if len <= SLOT {
+        c.queued.push_back(frame[..len].to_vec());
+        return;
+    }
     let body = &frame[HEADER_LEN..len];
-    match c.ep.id.reg_read(hdr.bulk_len as usize) {
+    let bulk = &body[body.len() - hdr.bulk_len as usize..];
+    let args = args_of(body, hdr.bulk_len);
+    if let Some((addr, rkey, slen)) = sink {
+        if bulk.len() > slen as usize {
+            bump(&counters.sink_too_small);
+            let mut e = Vec::new();
+            encode_reply(
+                &mut e,
+                hdr.rpc_id,
+                hdr.opcode,
+                Status::RecTooBig,
+                &Reply::Empty,
+                &[],
+            );
+            c.queued.push_back(e);
+            return;
+        }
+        let wr = *next_wr;
+        *next_wr += 1;
+        let r = c.pool.take(bulk.len()).and_then(|mr| {
+            mr.write(0, bulk);
+            match c
+                .ep
+                .id
+                .post_write(KIND_WRITE | wr, &mr, 0, bulk.len() as u32, addr, rkey)
+            {
+                Ok(()) => Ok(mr),
+                Err(e) => {
+                    c.pool.give(mr);
+                    Err(e.into())
+                }
+            }
+        });
+        match r {
+            Ok(mr) => {
+                bump(&counters.sink_writes);
+                c.writes.insert(wr, mr);
+                // posted after the WRITE on the same QP: RC delivers the data
+                // before the client sees this reply
+                let n = (bulk.len() as u32).to_le_bytes();
+                c.queued.push_back(with_tail(&hdr, args, &n, FLAG_SINK));
+            }
+            Err(e) => {
+                warn!(error = %e, "posting a reply WRITE failed");
+                c.ep.dead = true;
+            }
+        }
+        return;
+    }
+    match c.pool.take(bulk.len()) {
         Ok(mr) => {
-            mr.write(0, &body[body.len() - hdr.bulk_len as usize..]);
+            mr.write(0, bulk);
+            let d = desc_bytes(mr.addr(), mr.rkey(), bulk.len() as u32);
             c.queued
-                .push_back(with_descriptor(&frame[..len], &hdr, &mr));
-            c.reply_bulk.insert(hdr.rpc_id, mr);
+                .push_back(with_tail(&hdr, args, &d, FLAG_RDMA_BULK));
+            if let Some(old) = c.reply_bulk.insert(hdr.rpc_id, mr) {
+                c.pool.give(old);
+            }
         }
         Err(e) => {
             warn!(error = %e, "registering reply bulk failed");
