@@ -19,8 +19,21 @@
 #   dpustack perf write-bw / write-lat --provider rdma-core vs perftest's
 #   ib_write_bw / ib_write_lat (64 KiB WRITEs for bandwidth, 2 B for latency,
 #   MTU 1024 = the veth's rxe MTU); every figure, then median [min-max].
+# Servers are waited for by polling their TCP exchange port (ss), not by sleeping.
 set -u
 NCHECKS=9
+# listening NS PORT PID: until something listens on TCP PORT in netns NS ("-": the
+# initial one), polled every 50 ms for up to ${READY_SECS:-30} s (TCG: our binary takes
+# seconds to start from 9p); fails at once if the server PID has exited
+listening() {
+  local x="" i; [ "$1" != - ] && x="ip netns exec $1"
+  for i in $(seq $(( ${READY_SECS:-30} * 20 ))); do
+    $x ss -Hltn "sport = :$2" | grep -q . && return 0
+    kill -0 $3 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}
 
 if [ "${1:-}" = perf-guest ]; then
   BIN=$2 ROUNDS=$3 D=$4 N=$5 L=/tmp/rc08perf; mkdir -p $L
@@ -28,13 +41,19 @@ if [ "${1:-}" = perf-guest ]; then
   OUR="$BIN --provider rdma-core perf"
   ours() {  # TEST ARGS -> client JSON in $L/ours.json
     timeout 90 $OUR $1 -d rxe_b -m 1024 > $L/ours.srv 2>&1 & local s=$!
-    sleep 4
+    if ! listening - 18516 $s; then   # our perf's exchange port
+      echo "our perf server not listening on TCP 18516 after ${READY_SECS:-30} s" > $L/ours.err
+      kill $s 2>/dev/null; wait $s; : > $L/ours.json; return
+    fi
     timeout 80 $OUR "$@" -d rxe_a -m 1024 --json 10.99.1.2 > $L/ours.json 2> $L/ours.err
     wait $s
   }
   ptest() {  # TOOL ARGS -> client output
     timeout 90 "$@" -d rxe_b -x 1 -F > $L/pt.srv 2>&1 & local s=$!
-    sleep 2
+    if ! listening - 18515 $s; then   # perftest's exchange port
+      echo "$1 server not listening on TCP 18515 after ${READY_SECS:-30} s"
+      kill $s 2>/dev/null; wait $s; return
+    fi
     timeout 80 "$@" -d rxe_a -x 1 -F 10.99.1.2; wait $s
   }
   prow() { awk '/#bytes/ {getline; print; exit}'; }
@@ -86,11 +105,17 @@ if [ "${1:-}" = guest ]; then
   BIN=$2 TB=$3 L=/tmp/rc08; mkdir -p $L
   ok()  { echo "PASS $1${2:+  ($2)}"; }
   bad() { echo "FAIL $1${2:+  ($2)}"; }
-  pair() {  # NAME SERVER-CMD CLIENT-CMD: both exit 0, no "invalid data" line
+  # pair NAME SERVER-NETNS SERVER-CMD CLIENT-CMD: the server listens on TCP 18515 (the
+  # pingpong exchange) within ${READY_SECS:-30} s, both exit 0, no "invalid data" line
+  pair() {
     local n=$1
-    timeout 80 sh -c "$2" > $L/$n.srv 2>&1 & local s=$!
-    sleep ${WAIT:-5}   # TCG: our binary takes seconds to start from 9p
-    timeout 60 sh -c "$3" > $L/$n.cli 2>&1; local c=$?
+    timeout 80 sh -c "$3" > $L/$n.srv 2>&1 & local s=$!
+    if ! listening $2 18515 $s; then
+      bad $n "server not listening on TCP 18515 after ${READY_SECS:-30} s (or it exited)"
+      kill $s 2>/dev/null; wait $s; tail -n 4 $L/$n.srv; return
+    fi
+    timeout 60 sh -c "$4" > $L/$n.cli 2>&1; local c=$?
+    [ $c != 0 ] && kill $s 2>/dev/null   # a failed client: do not wait out the server
     wait $s; local r=$?
     if [ $c = 0 ] && [ $r = 0 ] && ! grep -qi 'invalid data' $L/$n.cli $L/$n.srv \
        && grep -q 'buffers validated' $L/$n.cli $L/$n.srv; then
@@ -116,20 +141,20 @@ if [ "${1:-}" = guest ]; then
   else
     bad devices-lists-both; head -20 $L/devices
   fi
-  pair rc-pingpong.ours-server "$OUR rc-pingpong -d rxe_a -g 1 -n $N -c" \
+  pair rc-pingpong.ours-server - "$OUR rc-pingpong -d rxe_a -g 1 -n $N -c" \
                                "ibv_rc_pingpong -d rxe_b -g 1 -n $N -c 10.99.1.1"
-  WAIT=1 pair rc-pingpong.ours-client "ibv_rc_pingpong -d rxe_b -g 1 -n $N -c" \
+  pair rc-pingpong.ours-client - "ibv_rc_pingpong -d rxe_b -g 1 -n $N -c" \
                                "$OUR rc-pingpong -d rxe_a -g 1 -n $N -c 10.99.1.2"
-  pair ud-pingpong.ours-server "$OUR ud-pingpong -d rxe_a -g 1 -n $N -s 1024 -c" \
+  pair ud-pingpong.ours-server - "$OUR ud-pingpong -d rxe_a -g 1 -n $N -s 1024 -c" \
                                "ibv_ud_pingpong -d rxe_b -g 1 -n $N -s 1024 -c 10.99.1.1"
-  WAIT=1 pair ud-pingpong.ours-client "ibv_ud_pingpong -d rxe_b -g 1 -n $N -s 1024 -c" \
+  pair ud-pingpong.ours-client - "ibv_ud_pingpong -d rxe_b -g 1 -n $N -s 1024 -c" \
                                "$OUR ud-pingpong -d rxe_a -g 1 -n $N -s 1024 -c 10.99.1.2"
-  WAIT=1 pair uc-pingpong.ours-client-events "ibv_uc_pingpong -d rxe_b -g 1 -n $N -c -e" \
+  pair uc-pingpong.ours-client-events - "ibv_uc_pingpong -d rxe_b -g 1 -n $N -c -e" \
                                "$OUR uc-pingpong -d 10.99.1.1 -g 1 -n $N -c -e 10.99.1.2"
   # ours (kernel rxe_r, 10.99.2.1) <-> ours (soft provider in netns peer, 10.99.2.2)
-  pair rc-pingpong.rdma-core-vs-soft "ip netns exec peer $BIN --provider soft rc-pingpong -d 10.99.2.2 -g 1 -n $N -c" \
+  pair rc-pingpong.rdma-core-vs-soft peer "ip netns exec peer $BIN --provider soft rc-pingpong -d 10.99.2.2 -g 1 -n $N -c" \
                                "$OUR rc-pingpong -d rxe_r -g 1 -n $N -c 10.99.2.2"
-  pair rc-pingpong.soft-vs-rdma-core "$OUR rc-pingpong -d 10.99.2.1 -g 1 -n $N -c" \
+  pair rc-pingpong.soft-vs-rdma-core - "$OUR rc-pingpong -d 10.99.2.1 -g 1 -n $N -c" \
                                "ip netns exec peer $BIN --provider soft rc-pingpong -d 10.99.2.2 -g 1 -n $N -c 10.99.2.1"
   if timeout 120 $TB --ignored --exact rdma_core_provider > $L/api 2>&1; then
     ok verbs-api.rdma-core "$(grep -h 'test result' $L/api)"
