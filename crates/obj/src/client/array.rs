@@ -128,7 +128,7 @@ impl Client {
             &a.oh,
             &md_dkey(),
             &[Iod::single(MD_AKEY, 16)],
-            &[SgList::one(md)],
+            vec![SgList::one(md)],
         )?;
         self.rpc(ev, req, bulk, move |r| decode_update(r).map(|_| a))
     }
@@ -194,7 +194,7 @@ impl Client {
                 &a.oh,
                 &chunk_dkey(c),
                 &[iod],
-                &[SgList::one(bytes.to_vec())],
+                vec![SgList::one(bytes.to_vec())],
             )?);
         }
         self.custom(ev, move |net, done| {
@@ -347,7 +347,7 @@ fn set_size_from(
             &a.oh,
             &chunk_dkey((size - 1) / a.chunk),
             &[iod],
-            &[SgList::one(vec![0u8; a.cell as usize])],
+            vec![SgList::one(vec![0u8; a.cell as usize])],
         );
         return match r {
             Ok((req, bulk)) => send_rpc(net, req, bulk, move |s, r| {
@@ -395,7 +395,7 @@ fn set_size_from(
                 if let Err(e) = r {
                     return arrive(&g, s, Err(e));
                 }
-                match update_req(&a.oh, &chunk_dkey(c), &[iod], &[SgList::one(data)]) {
+                match update_req(&a.oh, &chunk_dkey(c), &[iod], vec![SgList::one(data)]) {
                     Ok((req, bulk)) => send_rpc(&net3, req, bulk, move |s, r| {
                         arrive(&g, s, r.and_then(decode_update).map(|_| ()))
                     }),

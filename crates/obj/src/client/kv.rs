@@ -48,8 +48,8 @@ impl Client {
         ev: Option<&Event>,
     ) -> Result<Pending<Epoch>> {
         let iods = [Iod::single(KV_AKEY, value.len() as u64)];
-        let sgls = [SgList::one(value.to_vec())];
-        let (req, bulk) = update_req(&kv.oh, &DKey(key.to_vec()), &iods, &sgls)?;
+        let sgls = vec![SgList::one(value.to_vec())];
+        let (req, bulk) = update_req(&kv.oh, &DKey(key.to_vec()), &iods, sgls)?;
         if value.is_empty() {
             return Err(Error::Invalid("empty value (use kv_remove)"));
         }

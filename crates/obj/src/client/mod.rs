@@ -724,10 +724,11 @@ fn send_rpc(
     let mut n = net.borrow_mut();
     let parts: Vec<&[u8]> = bulk.iter().map(Vec::as_slice).collect();
     let timeout = n.timeout;
-    let rpc_id = n
-        .link
-        .core()
-        .start(std::time::Instant::now(), &req, &parts, Some(timeout));
+    let now = std::time::Instant::now();
+    let rpc_id = match &mut n.link {
+        Link::Tcp(t) => t.core.start(now, &req, &parts, Some(timeout)),
+        Link::Rdma(r) => r.start(now, &req, &parts, Some(timeout)),
+    };
     n.pending.insert(
         rpc_id,
         Box::new(move |s: &mut Scheduler, r| k(s, r.map_err(Error::from))),

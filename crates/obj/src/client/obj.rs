@@ -103,7 +103,8 @@ impl Client {
         sgls: &[SgList],
         ev: Option<&Event>,
     ) -> Result<Pending<Epoch>> {
-        let (req, bulk) = update_req(oh, dkey, iods, sgls)?;
+        // the caller's buffers are borrowed and the RPC may start later: one copy
+        let (req, bulk) = update_req(oh, dkey, iods, sgls.to_vec())?;
         self.rpc(ev, req, bulk, decode_update)
     }
 
@@ -281,12 +282,13 @@ impl Client {
     }
 }
 
-/// The request of an update and its bulk region (each SGL buffer a part).
+/// The request of an update and its bulk region (each SGL buffer a part,
+/// moved, not copied).
 pub(crate) fn update_req(
     oh: &ObjHandle,
     dkey: &DKey,
     iods: &[Iod],
-    sgls: &[SgList],
+    sgls: Vec<SgList>,
 ) -> Result<(Request, Vec<Vec<u8>>)> {
     check_key(&dkey.0)?;
     if iods.is_empty() || iods.len() != sgls.len() {
@@ -314,13 +316,13 @@ pub(crate) fn update_req(
             ));
         }
         let mut segs = Vec::with_capacity(sgl.iovs.len());
-        for iov in &sgl.iovs {
+        for iov in sgl.iovs {
             segs.push(BulkSeg {
                 off,
                 len: iov.len() as u32,
             });
             off += iov.len() as u32;
-            bulk.push(iov.clone());
+            bulk.push(iov);
         }
         wiods.push(wire_iod(iod, segs)?);
     }

@@ -112,6 +112,22 @@ impl ClientCore {
         bulk: &[&[u8]],
         timeout: Option<Duration>,
     ) -> u64 {
+        self.start_with(now, req, timeout, |tx, id, ms| {
+            encode_request(tx, id, ms, req, bulk)
+        })
+    }
+
+    /// [`ClientCore::start`] with the frame written by `encode(tx, rpc_id,
+    /// timeout_ms)` (a transport that moves the bulk itself appends a frame
+    /// of its own form, e.g. RDMA with a bulk descriptor). Not called when
+    /// the connection is closed.
+    pub fn start_with(
+        &mut self,
+        now: Instant,
+        req: &Request,
+        timeout: Option<Duration>,
+        encode: impl FnOnce(&mut Vec<u8>, u64, u32),
+    ) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         let ms = timeout.map_or(0, |t| t.as_millis().clamp(1, u32::MAX as u128) as u32);
@@ -122,7 +138,7 @@ impl ClientCore {
             });
             return id;
         }
-        encode_request(&mut self.tx, id, ms, req, bulk);
+        encode(&mut self.tx, id, ms);
         let deadline = timeout.map(|t| now + t);
         if let Some(d) = deadline {
             self.deadlines.insert((d, id));

@@ -511,7 +511,8 @@ impl Outgoing<'_> {
             }
             return Ok(with_tail(hdr, body, &d, FLAG_SINK));
         }
-        if frame.len() <= SLOT {
+        if frame.len() <= SLOT || frame[5] & FLAG_RDMA_BULK != 0 {
+            // (a frame from [`RdmaClient::start`] has its descriptor already)
             return Ok(frame.to_vec());
         }
         let bulk = &body[body.len() - hdr.bulk_len as usize..];
@@ -607,6 +608,50 @@ impl RdmaClient {
     /// counted in [`RdmaStats::sink_overruns`]). For tests and tools.
     pub fn set_sink_cap(&mut self, cap: Option<usize>) {
         self.sink_cap = cap;
+    }
+
+    /// Starts `req` (as [`ClientCore::start`]) with its bulk region gathered
+    /// from `bulk`; bulk larger than a slot is copied once, straight into a
+    /// pool buffer the engine READs (not through the core's byte stream).
+    pub fn start(
+        &mut self,
+        now: Instant,
+        req: &Request,
+        bulk: &[&[u8]],
+        timeout: Option<Duration>,
+    ) -> u64 {
+        let total: usize = bulk.iter().map(|b| b.len()).sum();
+        if total <= SLOT || self.core.is_closed() {
+            return self.core.start(now, req, bulk, timeout);
+        }
+        let mr = match self.pool.take(total) {
+            Ok(mr) => mr,
+            Err(e) => {
+                warn!(error = %e, "no buffer for request bulk");
+                self.ep.dead = true;
+                return self.core.start(now, req, bulk, timeout);
+            }
+        };
+        let mut at = 0;
+        for b in bulk {
+            mr.write(at, b);
+            at += b.len();
+        }
+        let d = desc_bytes(mr.addr(), mr.rkey(), total as u32);
+        let id = self.core.start_with(now, req, timeout, |tx, id, ms| {
+            let start = tx.len();
+            super::frame::encode_request(tx, id, ms, req, &[]);
+            tx.extend_from_slice(&d);
+            let body_len = (tx.len() - start - HEADER_LEN) as u32;
+            let f = &mut tx[start..];
+            f[5] |= FLAG_RDMA_BULK;
+            f[24..28].copy_from_slice(&body_len.to_le_bytes());
+            f[28..32].copy_from_slice(&(DESC_LEN as u32).to_le_bytes());
+        });
+        if let Some(old) = self.req_bulk.insert(id, mr) {
+            self.pool.give(old);
+        }
+        id
     }
 
     /// Queues a frame exactly as given, bypassing the core (for tests and
