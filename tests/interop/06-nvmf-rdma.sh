@@ -6,14 +6,16 @@
 #     nvme connect -t rdma, dd write / read back / cmp (4 MiB and 4 KiB), fio --verify
 #     when fio is installed, an unknown NQN refused, nvme disconnect.
 #  2. tshark decodes our capture of that traffic as RoCE (InfiniBand) carrying NVMe
-#     over Fabrics, with no malformed frames.
+#     over Fabrics, with no malformed frames; every frame's ICRC (both directions: our
+#     soft device's and the guest's rxe) is checked by tests/peers/probes/icrc_check.py
+#     (tshark shows the ICRC but does not verify it).
 #  3. dpustack's host against Linux nvmet-rdma in the guest (tests/peers/guest/nvmet.sh):
 #     discover, identify, 1 MiB write / read back / compare, perf.
 # The target and our host both need 10.99.0.1 (one soft device per address), so part 3
 # runs after the target has stopped.
 # Prints PLAN and PASS/FAIL(/SKIP) lines. Needs $V (vm.sh), $BIN (dpustack), $ROOT.
 set -u
-echo "PLAN 12"
+echo "PLAN 13"
 NQN=nqn.2024-01.io.dpustack:rdma
 KNQN=nqn.2024-01.io.vmh:ram0
 TAP=${VMH_TAP:-vmhtap0}
@@ -98,6 +100,9 @@ mal=$(tshark -r $W/rdma.pcap -Y "_ws.malformed || _ws.expert.severity >= error" 
 [ $n -gt 0 ] && [ $nv -gt 0 ] && [ $mal = 0 ] \
   && pass "nvmf-rdma-tshark ($n RoCE frames, $nv decoded as NVMe/RDMA, 0 malformed)" \
   || fail "nvmf-rdma-tshark ($n RoCE, $nv NVMe/RDMA, $mal malformed/error)"
+python3 $ROOT/tests/peers/probes/icrc_check.py $W/rdma.pcap > $W/icrc 2>&1 \
+  && pass "nvmf-rdma-icrc ($(tail -1 $W/icrc))" \
+  || { fail "nvmf-rdma-icrc ($(tail -1 $W/icrc))"; head -5 $W/icrc; }
 # Linux's host asks for remote invalidation of its fast-registered MRs (keyed SGL subtype
 # Invalidate Key): our responses must be SEND with Invalidate (0x17) of exactly that key,
 # else the kernel logs "Bogus remote invalidation" and fails the I/O
