@@ -61,6 +61,15 @@ fn value_of(key: u64) -> Vec<u8> {
         .collect()
 }
 
+/// Kill -9s of the test (one per round).
+const ROUNDS: u64 = 12;
+
+/// Where round `r` kills the engine, ms after its writes start: spread over
+/// 20..420 ms (early in a batch, mid-commit, late) in a fixed pseudo-random order.
+fn kill_point_ms(r: u64) -> u64 {
+    20 + (r * 149 + 37) % 400
+}
+
 fn open_kv(c: &Client) -> Kv {
     let poh = c.pool_connect("crash", None).unwrap().get().unwrap();
     let coh = c.cont_open(&poh, "c", None).unwrap().get().unwrap();
@@ -92,7 +101,7 @@ fn acknowledged_writes_survive_kill_9() {
     let mut unknown: Vec<u64> = Vec::new();
     let mut next_key = 0u64;
     let mut last_used = 0u64;
-    for round in 0..6u64 {
+    for round in 0..ROUNDS {
         let (mut eng, c) = spawn(&addr, &dir);
         let kv = open_kv(&c);
         // everything acknowledged before is there, intact
@@ -125,7 +134,7 @@ fn acknowledged_writes_survive_kill_9() {
         );
         last_used = used;
         // write with 16 updates in flight; kill -9 at a round-dependent point
-        let kill_after = Duration::from_millis(30 + round * 37);
+        let kill_after = Duration::from_millis(kill_point_ms(round));
         let evs: Vec<_> = (0..16).map(|_| c.event(None).unwrap()).collect();
         let mut slots: Vec<Option<(u64, obj::client::Pending<obj::types::Epoch>)>> =
             (0..16).map(|_| None).collect();
@@ -178,6 +187,21 @@ fn acknowledged_writes_survive_kill_9() {
             Some(value_of(*k))
         );
     }
-    eprintln!("{} acknowledged writes survived 6 kill -9s", acked.len());
+    // the last round's writes in flight at the kill: absent or whole
+    for k in unknown.drain(..) {
+        match c.kv_get(&kv, &k.to_be_bytes(), None).unwrap().get() {
+            Ok(v) => assert_eq!(v, value_of(k), "last round: in-flight key {k} half-written"),
+            Err(e) => assert_eq!(e.status(), Some(obj::rpc::Status::NonExist), "{e}"),
+        }
+    }
+    let used = c.pool_query("crash", None).unwrap().get().unwrap().used;
+    assert!(
+        used >= last_used,
+        "space accounting went back: {used} < {last_used}"
+    );
+    eprintln!(
+        "{} acknowledged writes survived {ROUNDS} kill -9s",
+        acked.len()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -359,7 +359,9 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         let per_run = ratios.clone();
         let (lo, hi) = per_run
             .iter()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| (l.min(x), h.max(x)));
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| {
+                (l.min(x), h.max(x))
+            });
         spreads.push(format!("{name}: {lo:.2}-{hi:.2}"));
         let r = benchkit::median(&mut ratios).unwrap_or(f64::NAN);
         let v = benchkit::median(&mut vals.clone()).unwrap_or(f64::NAN);
@@ -392,7 +394,10 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     rep.note("baseline measured in the same run: netio::baseline::udp_loopback_bw(gso=true) at the RoCE datagram size");
     rep.note("value and baseline are medians over runs; ratio is the median of per-run ratios");
     rep.note("latency baseline: netio::baseline::udp_half_rtt(busy=true), a 2-byte UDP ping-pong with both ends busy-polling (the floor of a socket-based provider)");
-    rep.note(format!("per-run ratio range over {runs} run(s): {}", spreads.join("; ")));
+    rep.note(format!(
+        "per-run ratio range over {runs} run(s): {}",
+        spreads.join("; ")
+    ));
     rep.note(format!("CPU: {}", benchkit::cpu_model()));
     Ok(rep)
 }
