@@ -683,7 +683,12 @@ impl RdmaClient {
 
     fn round(&mut self) -> usize {
         let mut n = 0;
-        // cut the core's byte stream into frames
+        // cut the core's byte stream into frames, only as many as may be sent
+        // now (the rest waits in the core), so buffers are lent (sinks) for
+        // at most the requests in flight
+        let is_req = |f: &[u8]| f.get(5).is_some_and(|fl| fl & (FLAG_RELEASE | 1) == 0);
+        let waiting = self.queued.iter().filter(|f| is_req(f)).count();
+        let mut room = (NSLOT / 2).saturating_sub(self.requests + waiting);
         let mut at = 0;
         let tx = self.core.transmit();
         let mut out = Outgoing {
@@ -692,7 +697,11 @@ impl RdmaClient {
             req_bulk: &mut self.req_bulk,
             sink_cap: self.sink_cap,
         };
-        while let Some((hdr, len)) = frame_at(&tx[at..]) {
+        while room > 0 {
+            let Some((hdr, len)) = frame_at(&tx[at..]) else {
+                break;
+            };
+            room -= 1;
             match out.frame(&hdr, &tx[at..at + len]) {
                 Ok(f) => self.queued.push_back(f),
                 Err(e) => {
@@ -705,7 +714,7 @@ impl RdmaClient {
         }
         self.core.transmitted(at);
         while let Some(f) = self.queued.front() {
-            let is_req = f.get(5).is_some_and(|fl| fl & (FLAG_RELEASE | 1) == 0);
+            let is_req = is_req(f);
             if is_req && self.requests >= NSLOT / 2 {
                 break;
             }
