@@ -1,7 +1,8 @@
 //! The engine over RPC over RDMA (soft RoCE on loopback addresses, RC QPs
 //! through the RDMA CM): small messages by SEND/RECV, values larger than a
-//! message slot by RDMA READ in both directions, events in flight, and the
-//! same data seen by a TCP client.
+//! message slot by RDMA READ (requests) and RDMA WRITE into registered sinks
+//! (fetch replies), pooled buffers, events in flight, and the same data seen
+//! by a TCP client.
 
 use std::sync::Arc;
 
