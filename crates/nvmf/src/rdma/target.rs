@@ -325,6 +325,8 @@ pub struct RdmaQpairStats {
     pub keyed_lists: u64,
     /// Admin data copied into registered memory (control path).
     pub copied: u64,
+    /// Responses that waited for a response slot (all held by unacknowledged SENDs).
+    pub rsp_waited: u64,
     pub wc_errors: u64,
 }
 
@@ -350,6 +352,8 @@ pub struct RdmaQpair {
     reads: Vec<Option<(Sqe, Box<RdmaBuf>, u8)>>,
     read_free: Vec<u16>,
     events: VecDeque<QpairEvent>,
+    /// Completions waiting for a response slot, in order.
+    pending: VecDeque<(Cqe, IoBuf)>,
     terminated: Arc<AtomicBool>,
     qp_error: bool,
     told_terminated: bool,
@@ -452,6 +456,7 @@ impl RdmaQpair {
             reads: (0..qsize).map(|_| None).collect(),
             read_free: (0..qsize as u16).rev().collect(),
             events: VecDeque::with_capacity(qsize),
+            pending: VecDeque::new(),
             terminated,
             qp_error: false,
             told_terminated: false,
@@ -549,6 +554,11 @@ impl RdmaQpair {
                 self.pool.put(b);
             }
             self.rsp_free.push(slot as u16);
+        }
+        if !self.qp_error {
+            if let Some((cqe, data)) = self.pending.pop_front() {
+                self.complete(&cqe, data);
+            }
         }
     }
 
@@ -783,6 +793,19 @@ impl TransportQpair for RdmaQpair {
     }
 
     fn complete(&mut self, cqe: &Cqe, data: IoBuf) {
+        // every response slot still held by a SEND not yet acknowledged (the host has
+        // seen the response and sent a new command while the target's SEND waits for
+        // its ACK, e.g. a lost one): the response waits for a slot (FIFO)
+        if (self.rsp_free.is_empty() || !self.pending.is_empty())
+            && !self.qp_error
+            && self.pending.len() < self.qsize
+        {
+            {
+                self.stats.rsp_waited += 1;
+                self.pending.push_back((*cqe, data));
+                return;
+            }
+        }
         let cid = cqe.cid();
         let dest = self
             .c2h
@@ -882,8 +905,8 @@ impl TransportQpair for RdmaQpair {
             }
         };
         if !posted {
-            self.release_rsp(rs);
             self.fail_qp("post response");
+            self.release_rsp(rs);
         }
     }
 
@@ -923,6 +946,9 @@ impl Drop for RdmaQpair {
         }
         for (_, b, _) in self.reads.iter_mut().filter_map(Option::take) {
             self.pool.put(b);
+        }
+        for (_, data) in std::mem::take(&mut self.pending) {
+            self.pool.put_iobuf(data);
         }
         RdmaCounters::add(&self.counters.qpairs, -1);
         RdmaCounters::add(&self.counters.mrs, -2);

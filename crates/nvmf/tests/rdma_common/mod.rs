@@ -45,7 +45,15 @@ pub fn qd_sweep(c: &mut Controller, sizes: &[usize], qd: usize, max_bytes: usize
             assert_eq!(c.io[q].outstanding(), per_q, "qd on queue {q}");
         }
         let mut got = 0;
+        let t0 = std::time::Instant::now();
         while got < queues * per_q {
+            if t0.elapsed() > std::time::Duration::from_secs(30) {
+                let out: Vec<usize> = c.io.iter().map(|q| q.outstanding()).collect();
+                panic!(
+                    "size {size}: {got} of {} I/Os done after 30 s (outstanding per queue {out:?})",
+                    queues * per_q
+                );
+            }
             for q in 0..queues {
                 c.io[q]
                     .progress(false)
@@ -73,7 +81,15 @@ pub fn qd_sweep(c: &mut Controller, sizes: &[usize], qd: usize, max_bytes: usize
             }
         }
         let mut got = 0;
+        let t0 = std::time::Instant::now();
         while got < queues * per_q {
+            if t0.elapsed() > std::time::Duration::from_secs(30) {
+                let out: Vec<usize> = c.io.iter().map(|q| q.outstanding()).collect();
+                panic!(
+                    "size {size}: {got} of {} I/Os done after 30 s (outstanding per queue {out:?})",
+                    queues * per_q
+                );
+            }
             for q in 0..queues {
                 c.io[q]
                     .progress(false)
