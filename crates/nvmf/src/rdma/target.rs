@@ -556,8 +556,9 @@ impl RdmaQpair {
             self.rsp_free.push(slot as u16);
         }
         if !self.qp_error {
+            // the oldest waiting response takes the slot just freed
             if let Some((cqe, data)) = self.pending.pop_front() {
-                self.complete(&cqe, data);
+                self.respond(&cqe, data);
             }
         }
     }
@@ -730,82 +731,9 @@ impl RdmaQpair {
         Ok(l)
     }
 
-    /// RDMA READs of a host write's data (one per keyed block, into one registered
-    /// buffer); the command goes to the core when the last of them completes.
-    fn start_read(&mut self, sqe: Sqe, list: &KeyedList) {
-        let len = list.total() as usize;
-        let (Some(slot), Some(b)) = (self.read_free.pop(), self.pool.get(len)) else {
-            self.fail_qp("no READ slot or buffer");
-            return;
-        };
-        let mut posted = true;
-        let mut at = 0usize;
-        let mut n = 0u8;
-        for k in list.blocks().iter().filter(|k| k.len > 0) {
-            let sge = [b.mr().sge(at, k.len)];
-            let mut wr = SendWr::new(wrid::READ | slot as u64, WrOpcode::RdmaRead, &sge);
-            wr.wr = WrDetail::Rdma {
-                remote_addr: k.addr,
-                rkey: k.key,
-            };
-            if self.qp.post_send(&[wr]).is_err() {
-                // the command never runs: its data would be incomplete
-                posted = false;
-                break;
-            }
-            at += k.len as usize;
-            n += 1;
-            self.stats.rdma_reads += 1;
-        }
-        if !posted {
-            // one more than posted: the refused READ never completes
-            self.reads[slot as usize] = Some((sqe, b, n + 1));
-            self.fail_qp("post RDMA READ");
-            return;
-        }
-        if n == 0 {
-            // nothing to move (all blocks empty): the command runs at once
-            self.read_free.push(slot);
-            self.events.push_back(QpairEvent::Command(Request {
-                sqe,
-                data: IoBuf::External(b),
-                c2h_len: 0,
-                error: None,
-            }));
-            return;
-        }
-        self.reads[slot as usize] = Some((sqe, b, n));
-    }
-}
-
-impl TransportQpair for RdmaQpair {
-    fn poll_event(&mut self) -> Option<QpairEvent> {
-        if let Some(e) = self.events.pop_front() {
-            return Some(e);
-        }
-        if self.is_terminated() && !self.told_terminated {
-            self.told_terminated = true;
-            return Some(QpairEvent::Terminated {
-                by_peer: self.terminated.load(Ordering::Acquire),
-            });
-        }
-        None
-    }
-
-    fn complete(&mut self, cqe: &Cqe, data: IoBuf) {
-        // every response slot still held by a SEND not yet acknowledged (the host has
-        // seen the response and sent a new command while the target's SEND waits for
-        // its ACK, e.g. a lost one): the response waits for a slot (FIFO)
-        if (self.rsp_free.is_empty() || !self.pending.is_empty())
-            && !self.qp_error
-            && self.pending.len() < self.qsize
-        {
-            {
-                self.stats.rsp_waited += 1;
-                self.pending.push_back((*cqe, data));
-                return;
-            }
-        }
+    /// Sends the response of a completed command (and a read's data before it) from a
+    /// free response slot.
+    fn respond(&mut self, cqe: &Cqe, data: IoBuf) {
         let cid = cqe.cid();
         let dest = self
             .c2h
@@ -908,6 +836,83 @@ impl TransportQpair for RdmaQpair {
             self.fail_qp("post response");
             self.release_rsp(rs);
         }
+    }
+
+    /// RDMA READs of a host write's data (one per keyed block, into one registered
+    /// buffer); the command goes to the core when the last of them completes.
+    fn start_read(&mut self, sqe: Sqe, list: &KeyedList) {
+        let len = list.total() as usize;
+        let (Some(slot), Some(b)) = (self.read_free.pop(), self.pool.get(len)) else {
+            self.fail_qp("no READ slot or buffer");
+            return;
+        };
+        let mut posted = true;
+        let mut at = 0usize;
+        let mut n = 0u8;
+        for k in list.blocks().iter().filter(|k| k.len > 0) {
+            let sge = [b.mr().sge(at, k.len)];
+            let mut wr = SendWr::new(wrid::READ | slot as u64, WrOpcode::RdmaRead, &sge);
+            wr.wr = WrDetail::Rdma {
+                remote_addr: k.addr,
+                rkey: k.key,
+            };
+            if self.qp.post_send(&[wr]).is_err() {
+                // the command never runs: its data would be incomplete
+                posted = false;
+                break;
+            }
+            at += k.len as usize;
+            n += 1;
+            self.stats.rdma_reads += 1;
+        }
+        if !posted {
+            // one more than posted: the refused READ never completes
+            self.reads[slot as usize] = Some((sqe, b, n + 1));
+            self.fail_qp("post RDMA READ");
+            return;
+        }
+        if n == 0 {
+            // nothing to move (all blocks empty): the command runs at once
+            self.read_free.push(slot);
+            self.events.push_back(QpairEvent::Command(Request {
+                sqe,
+                data: IoBuf::External(b),
+                c2h_len: 0,
+                error: None,
+            }));
+            return;
+        }
+        self.reads[slot as usize] = Some((sqe, b, n));
+    }
+}
+
+impl TransportQpair for RdmaQpair {
+    fn poll_event(&mut self) -> Option<QpairEvent> {
+        if let Some(e) = self.events.pop_front() {
+            return Some(e);
+        }
+        if self.is_terminated() && !self.told_terminated {
+            self.told_terminated = true;
+            return Some(QpairEvent::Terminated {
+                by_peer: self.terminated.load(Ordering::Acquire),
+            });
+        }
+        None
+    }
+
+    fn complete(&mut self, cqe: &Cqe, data: IoBuf) {
+        // every response slot still held by a SEND not yet acknowledged (the host has
+        // seen the response and sent a new command while the target's SEND waits for
+        // its ACK, e.g. a lost one): the response waits for a slot (FIFO)
+        if (self.rsp_free.is_empty() || !self.pending.is_empty())
+            && !self.qp_error
+            && self.pending.len() < self.qsize
+        {
+            self.stats.rsp_waited += 1;
+            self.pending.push_back((*cqe, data));
+            return;
+        }
+        self.respond(cqe, data);
     }
 
     fn get_buf(&mut self, len: usize) -> IoBuf {
