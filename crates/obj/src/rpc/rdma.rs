@@ -30,8 +30,9 @@
 //!
 //! Copies that remain (the soft provider's memory regions own their bytes,
 //! and the client API and the engine's dispatch take and return `Vec`s):
-//! client side, request bulk from the encoded frame into a pool buffer, and
-//! reply bulk from the sink (or READ landing buffer) into the reply's body;
+//! client side, request bulk from the operation's buffers into a pool buffer
+//! ([`RdmaClient::start`]), and reply bulk from the sink (or READ landing
+//! buffer) into the reply's body;
 //! engine side, request bulk from the READ landing buffer into the request
 //! body handed to the dispatch, and reply bulk from the target's frame into
 //! the WRITE source. Inline messages are copied once out of their receive
@@ -337,9 +338,10 @@ fn body_from_mr(args: &[u8], mr: &Mr, n: usize) -> Vec<u8> {
     let mut body = Vec::with_capacity(args.len() + n);
     body.extend_from_slice(args);
     // SAFETY: callers pass a buffer no posted operation and no peer writes
-    // any more: a READ landing buffer whose READ completed (the peer has no
-    // write access to it), or a sink whose reply arrived (the engine writes
-    // a sink once, before its reply, and never after).
+    // any more: an engine READ landing buffer whose READ completed (clients
+    // have no write access to engine buffers); a client READ landing buffer
+    // whose READ completed, or a sink whose reply arrived (the engine writes
+    // a client buffer only as a sink, once, before that sink's reply).
     let src = unsafe { mr.as_slice() };
     body.extend_from_slice(&src[..n.min(src.len())]);
     body
