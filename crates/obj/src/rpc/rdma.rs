@@ -226,6 +226,11 @@ impl BufPool {
         Ok(mr)
     }
 
+    /// Whether a free buffer of at least `need` bytes is there.
+    fn has(&self, need: usize) -> bool {
+        self.free.iter().any(|m| m.len() >= need)
+    }
+
     /// A buffer of at least `need` bytes.
     fn take(&mut self, need: usize) -> Result<Mr, RdmaError> {
         let best = self
@@ -379,6 +384,9 @@ struct Ep {
     /// while the others are being received into.
     recv_mrs: Vec<Mr>,
     free: Vec<usize>,
+    /// READ/WRITE completions reaped by [`Ep::reap_sends`], handed out by
+    /// the next [`Ep::poll`].
+    early: Vec<(u64, bool)>,
     dead: bool,
 }
 
@@ -398,6 +406,7 @@ impl Ep {
             send_mr,
             recv_mrs,
             free: (0..NSLOT).collect(),
+            early: Vec::new(),
             dead: false,
         })
     }
@@ -424,23 +433,33 @@ impl Ep {
         Ok(true)
     }
 
-    /// Reaps completions: each received message is shown to `recv` (borrowed
-    /// from its slot, which is reposted afterwards); finished READs and
-    /// WRITEs (by wr_id, kind bits included) go to `done`.
-    fn poll(&mut self, mut recv: impl FnMut(&[u8]), mut done: impl FnMut(u64, bool)) -> usize {
+    /// Reaps send-side completions: SEND slots come free, READ/WRITE
+    /// completions wait in `early` for the next [`Ep::poll`].
+    fn reap_sends(&mut self) -> usize {
         let mut n = 0;
         while let Ok(wc) = self.id.get_send_comp(Duration::ZERO) {
             n += 1;
             let ok = wc.status == WcStatus::Success;
             match wc.wr_id & KIND_MASK {
                 KIND_SEND => self.free.push((wc.wr_id & !KIND_MASK) as usize),
-                KIND_READ | KIND_WRITE => done(wc.wr_id, ok),
+                KIND_READ | KIND_WRITE => self.early.push((wc.wr_id, ok)),
                 _ => {}
             }
             if !ok {
                 debug!(status = ?wc.status, "RDMA work request failed: connection broken");
                 self.dead = true;
             }
+        }
+        n
+    }
+
+    /// Reaps completions: each received message is shown to `recv` (borrowed
+    /// from its slot, which is reposted afterwards); finished READs and
+    /// WRITEs (by wr_id, kind bits included) go to `done`.
+    fn poll(&mut self, mut recv: impl FnMut(&[u8]), mut done: impl FnMut(u64, bool)) -> usize {
+        let mut n = self.reap_sends();
+        for (wr, ok) in self.early.drain(..) {
+            done(wr, ok);
         }
         while let Ok(wc) = self.id.get_recv_comp(Duration::ZERO) {
             n += 1;
@@ -905,6 +924,27 @@ struct SrvConn {
     queued: VecDeque<Vec<u8>>,
 }
 
+impl SrvConn {
+    /// A pool buffer of at least `need` bytes; before growing the pool,
+    /// takes back the sources of WRITEs that completed meanwhile.
+    fn take(&mut self, need: usize) -> Result<Mr, RdmaError> {
+        if !self.pool.has(need) && !self.writes.is_empty() {
+            self.ep.reap_sends();
+            let (pool, writes) = (&mut self.pool, &mut self.writes);
+            self.ep.early.retain(|&(wr, _)| {
+                if wr & KIND_MASK != KIND_WRITE {
+                    return true;
+                }
+                if let Some(mr) = writes.remove(&(wr & !KIND_MASK)) {
+                    pool.give(mr);
+                }
+                false
+            });
+        }
+        self.pool.take(need)
+    }
+}
+
 /// The engine's RDMA listener and connections, on one thread.
 pub struct RdmaServer {
     addr: SocketAddr,
@@ -1133,7 +1173,7 @@ fn server_loop(
                     }
                     let wr = next_wr;
                     next_wr += 1;
-                    let r = c.pool.take(blen as usize).and_then(|mr| {
+                    let r = c.take(blen as usize).and_then(|mr| {
                         match c.ep.id.post_read(KIND_READ | wr, &mr, 0, blen, addr, rkey) {
                             Ok(()) => Ok(mr),
                             Err(e) => {
@@ -1210,22 +1250,27 @@ fn server_loop(
                 }
             }
         }
-        conns.retain(|cid, c| {
-            if c.ep.dead || c.io.is_closing() {
+        let gone: Vec<ConnId> = conns
+            .iter()
+            .filter(|(_, c)| c.ep.dead || c.io.is_closing())
+            .map(|(id, _)| *id)
+            .collect();
+        for cid in gone {
+            if let Some(c) = conns.remove(&cid) {
                 debug!(conn = cid, "RDMA client gone");
                 let _ = c.ep.id.disconnect();
-                dispatch.closed(*cid);
+                dispatch.closed(cid);
+                // counted gone once its pool is deregistered
+                drop(c);
                 counters.conns.fetch_sub(1, Ordering::Relaxed);
-                false
-            } else {
-                true
             }
-        });
+        }
         idle = if work > 0 { 0 } else { idle.saturating_add(1) };
     }
     for (cid, c) in conns.drain() {
         let _ = c.ep.id.disconnect();
         dispatch.closed(cid);
+        drop(c);
         counters.conns.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -1262,7 +1307,7 @@ fn queue_reply(c: &mut SrvConn, frame: &[u8], next_wr: &mut u64, counters: &Coun
         }
         let wr = *next_wr;
         *next_wr += 1;
-        let r = c.pool.take(bulk.len()).and_then(|mr| {
+        let r = c.take(bulk.len()).and_then(|mr| {
             mr.write(0, bulk);
             match c
                 .ep
@@ -1292,7 +1337,7 @@ fn queue_reply(c: &mut SrvConn, frame: &[u8], next_wr: &mut u64, counters: &Coun
         }
         return;
     }
-    match c.pool.take(bulk.len()) {
+    match c.take(bulk.len()) {
         Ok(mr) => {
             mr.write(0, bulk);
             let d = desc_bytes(mr.addr(), mr.rkey(), bulk.len() as u32);
