@@ -23,7 +23,17 @@ mod rdma_common;
 const NQN: &str = "nqn.2024-01.io.dpustack:rdma";
 
 fn dev(ip: &str) -> CmDevice {
-    let ctx = verbs::Context::open(ip).expect("open soft device");
+    // a device just dropped on this address may still hold its UDP socket for a moment
+    let t0 = std::time::Instant::now();
+    let ctx = loop {
+        match verbs::Context::open(ip) {
+            Err(e) if t0.elapsed() < Duration::from_secs(3) => {
+                eprintln!("open {ip}: {e}; retrying");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r => break r.expect("open soft device"),
+        }
+    };
     let cfg = CmConfig {
         timewait: Duration::from_millis(100),
         ..CmConfig::default()
@@ -454,8 +464,9 @@ fn refused_rdma_write_post_never_sends_success() {
     }];
     let srv = NvmfServer::start_with(tgt, transport, &listen, 2).unwrap();
 
-    for split in [1usize, 2, 3] {
-        let host = RdmaHostTransport::new(dev("127.0.0.90")).with_keyed_split(split);
+    // a host device per round (a fresh address: no wait for the last one's socket)
+    for (split, hip) in [(1usize, "127.0.0.90"), (2, "127.0.0.95"), (3, "127.0.0.96")] {
+        let host = RdmaHostTransport::new(dev(hip)).with_keyed_split(split);
         let mut c = Controller::connect_with(&host, &trid, NQN, &opts(), 1, 8).unwrap();
         let mut other = Controller::connect_with(&host, &trid, NQN, &opts(), 1, 8).unwrap();
         let data = pattern(24 * 1024, split as u32);

@@ -459,7 +459,30 @@ impl HostQueue for RdmaHostQueue {
 
 impl Drop for RdmaHostQueue {
     fn drop(&mut self) {
-        let _ = self.id.disconnect();
+        // wait (briefly) for the target's DREP before the cm_id goes, as librdmacm
+        // programs wait for DISCONNECTED: destroying it stops the DREQ retries, and a
+        // target that missed the one DREQ sent would keep the queue (no traffic tells it)
+        let sent = self.id.disconnect().is_ok();
+        if sent && self.dead.is_none() {
+            let t0 = Instant::now();
+            let wait = Duration::from_millis(1000);
+            while let Some(left) = wait.checked_sub(t0.elapsed()) {
+                match self.ch.get_event(Some(left)) {
+                    Ok(ev)
+                        if matches!(
+                            ev.event,
+                            EventType::Disconnected
+                                | EventType::DeviceRemoval
+                                | EventType::Unreachable
+                        ) =>
+                    {
+                        break
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+        }
         for s in self.slots.iter_mut() {
             if let Some(b) = s.buf.take() {
                 self.pool.put(b);
