@@ -40,8 +40,10 @@ pub struct DeviceOptions {
     pub gso: bool,
     /// Receive with UDP GRO: a GSO burst from a loopback peer arrives in one
     /// `recvmmsg` message, unsegmented, and is split by the segment size the
-    /// kernel reports. Opt-in (`DPUSTACK_GRO=1`): not measured yet against the
-    /// default receive path, so not the default.
+    /// kernel reports. On by default where the kernel takes `UDP_GRO`; off
+    /// with the environment variable `DPUSTACK_NO_GRO=1` (for comparisons).
+    /// `bench roce`, same machine, 3 alternating runs: WRITE 64 KiB 0.60 -> 0.90
+    /// of UDP-GSO loopback, WRITE 4 KiB 0.24 -> 0.51; 2-byte latency +5 %.
     pub gro: bool,
 }
 
@@ -57,7 +59,7 @@ impl DeviceOptions {
             // covers the ID); only our own devices are on loopback and they do not
             // check ICRCs arriving through UDP sockets. See docs/roce.md.
             gso: ip.is_loopback(),
-            gro: std::env::var_os("DPUSTACK_GRO").is_some_and(|v| v == "1"),
+            gro: std::env::var_os("DPUSTACK_NO_GRO").is_none_or(|v| v == "0"),
         }
     }
 }
