@@ -377,6 +377,9 @@ fn fetch_need(args: &[u8]) -> usize {
 }
 
 /// One RC connection's message slots.
+/// A received frame: header, flags byte, body.
+type RecvFrame = (HeaderRepr, u8, Vec<u8>);
+
 struct Ep {
     id: CmId,
     send_mr: Mr,
@@ -456,6 +459,26 @@ impl Ep {
     /// Reaps completions: each received message is shown to `recv` (borrowed
     /// from its slot, which is reposted afterwards); finished READs and
     /// WRITEs (by wr_id, kind bits included) go to `done`.
+    /// [`Ep::poll`] collecting the received frames (header, flags byte, body)
+    /// and the completed RDMA operations (id, ok); a receive that is not a
+    /// frame marks the endpoint dead. Returns the work done with them.
+    fn poll_frames(&mut self) -> (usize, Vec<RecvFrame>, Vec<(u64, bool)>) {
+        let mut msgs = Vec::new();
+        let mut done = Vec::new();
+        let mut bad = false;
+        let n = self.poll(
+            |m| match frame_at(m) {
+                Some((hdr, len)) => msgs.push((hdr, m[5], m[HEADER_LEN..len].to_vec())),
+                None => bad = true,
+            },
+            |id, ok| done.push((id, ok)),
+        );
+        if bad {
+            self.dead = true;
+        }
+        (n, msgs, done)
+    }
+
     fn poll(&mut self, mut recv: impl FnMut(&[u8]), mut done: impl FnMut(u64, bool)) -> usize {
         let mut n = self.reap_sends();
         for (wr, ok) in self.early.drain(..) {
@@ -754,19 +777,8 @@ impl RdmaClient {
                 }
             }
         }
-        let mut msgs: Vec<(HeaderRepr, u8, Vec<u8>)> = Vec::new();
-        let mut done_reads = Vec::new();
-        let mut bad = false;
-        n += self.ep.poll(
-            |m| match frame_at(m) {
-                Some((hdr, len)) => msgs.push((hdr, m[5], m[HEADER_LEN..len].to_vec())),
-                None => bad = true,
-            },
-            |id, ok| done_reads.push((id, ok)),
-        );
-        if bad {
-            self.ep.dead = true;
-        }
+        let (k, msgs, done_reads) = self.ep.poll_frames();
+        n += k;
         for (hdr, flags, body) in msgs {
             if flags & FLAG_SINK != 0 {
                 self.sink_reply(hdr, &body);
@@ -1122,19 +1134,8 @@ fn server_loop(
             }
         }
         for (cid, c) in conns.iter_mut() {
-            let mut msgs: Vec<(HeaderRepr, u8, Vec<u8>)> = Vec::new();
-            let mut done = Vec::new();
-            let mut bad = false;
-            work += c.ep.poll(
-                |m| match frame_at(m) {
-                    Some((hdr, len)) => msgs.push((hdr, m[5], m[HEADER_LEN..len].to_vec())),
-                    None => bad = true,
-                },
-                |id, ok| done.push((id, ok)),
-            );
-            if bad {
-                c.ep.dead = true;
-            }
+            let (k, msgs, done) = c.ep.poll_frames();
+            work += k;
             for (hdr, flags, body) in msgs {
                 if flags & FLAG_RELEASE != 0 {
                     if let Some(mr) = c.reply_bulk.remove(&hdr.rpc_id) {
