@@ -44,30 +44,13 @@ pub fn qd_sweep(c: &mut Controller, sizes: &[usize], qd: usize, max_bytes: usize
         for q in 0..queues {
             assert_eq!(c.io[q].outstanding(), per_q, "qd on queue {q}");
         }
-        let mut got = 0;
-        let t0 = std::time::Instant::now();
-        while got < queues * per_q {
-            if t0.elapsed() > std::time::Duration::from_secs(30) {
-                let out: Vec<usize> = c.io.iter().map(|q| q.outstanding()).collect();
-                panic!(
-                    "size {size}: {got} of {} I/Os done after 30 s (outstanding per queue {out:?})",
-                    queues * per_q
-                );
-            }
-            for q in 0..queues {
-                c.io[q]
-                    .progress(false)
-                    .unwrap_or_else(|e| panic!("size {size} q {q}: {e}"));
-                while let Some(done) = c.io[q].pop_completion() {
-                    assert!(
-                        done.cqe.status().is_success(),
-                        "size {size} q {q} write: {:?}",
-                        done.cqe.status()
-                    );
-                    got += 1;
-                }
-            }
-        }
+        drain(c, queues * per_q, size, |_, q, done| {
+            assert!(
+                done.cqe.status().is_success(),
+                "size {size} q {q} write: {:?}",
+                done.cqe.status()
+            );
+        });
         // reads of the same blocks, from another queue than wrote them
         let mut cids = vec![Vec::new(); queues];
         for q in 0..queues {
@@ -80,40 +63,52 @@ pub fn qd_sweep(c: &mut Controller, sizes: &[usize], qd: usize, max_bytes: usize
                 cids[q].push((cid, from, i));
             }
         }
-        let mut got = 0;
-        let t0 = std::time::Instant::now();
-        while got < queues * per_q {
-            if t0.elapsed() > std::time::Duration::from_secs(30) {
-                let out: Vec<usize> = c.io.iter().map(|q| q.outstanding()).collect();
-                panic!(
-                    "size {size}: {got} of {} I/Os done after 30 s (outstanding per queue {out:?})",
-                    queues * per_q
-                );
-            }
-            for q in 0..queues {
-                c.io[q]
-                    .progress(false)
-                    .unwrap_or_else(|e| panic!("size {size} q {q}: {e}"));
-                while let Some(done) = c.io[q].pop_completion() {
-                    let &(_, from, i) = cids[q]
-                        .iter()
-                        .find(|(cid, _, _)| *cid == done.cqe.cid())
-                        .expect("a read in flight");
-                    assert!(
-                        done.cqe.status().is_success(),
-                        "size {size} q {q} read: {:?}",
-                        done.cqe.status()
-                    );
-                    assert!(
-                        done.data == pattern(size, seed(from, i)),
-                        "size {size}: read {i} of queue {from}'s blocks (on queue {q}) differs"
-                    );
-                    c.io[q].recycle(done.data);
-                    got += 1;
-                }
-            }
-        }
+        drain(c, queues * per_q, size, |c, q, done| {
+            let &(_, from, i) = cids[q]
+                .iter()
+                .find(|(cid, _, _)| *cid == done.cqe.cid())
+                .expect("a read in flight");
+            assert!(
+                done.cqe.status().is_success(),
+                "size {size} q {q} read: {:?}",
+                done.cqe.status()
+            );
+            assert!(
+                done.data == pattern(size, seed(from, i)),
+                "size {size}: read {i} of queue {from}'s blocks (on queue {q}) differs"
+            );
+            c.io[q].recycle(done.data);
+        });
         total += 2 * queues * per_q;
     }
     total
+}
+
+/// Progresses every I/O queue of `c` until `want` completions came, handing each
+/// to `check` with its queue; fails after 30 s without them all.
+fn drain(
+    c: &mut Controller,
+    want: usize,
+    size: usize,
+    mut check: impl FnMut(&mut Controller, usize, nvmf::host::Completion),
+) {
+    let mut got = 0;
+    let t0 = std::time::Instant::now();
+    while got < want {
+        if t0.elapsed() > std::time::Duration::from_secs(30) {
+            let out: Vec<usize> = c.io.iter().map(|q| q.outstanding()).collect();
+            panic!(
+                "size {size}: {got} of {want} I/Os done after 30 s (outstanding per queue {out:?})"
+            );
+        }
+        for q in 0..c.io.len() {
+            c.io[q]
+                .progress(false)
+                .unwrap_or_else(|e| panic!("size {size} q {q}: {e}"));
+            while let Some(done) = c.io[q].pop_completion() {
+                check(c, q, done);
+                got += 1;
+            }
+        }
+    }
 }
