@@ -33,6 +33,17 @@ fn start_with(
     Engine::start(&cfg, Arc::new(VosBackend::default())).unwrap()
 }
 
+/// Pool "tank" (64 MiB) and its container "c1", created and opened.
+fn new_pool_and_cont(c: &Client) -> obj::client::ContHandle {
+    c.pool_create("tank", 64 << 20, None)
+        .unwrap()
+        .get()
+        .unwrap();
+    let poh = c.pool_connect("tank", None).unwrap().get().unwrap();
+    c.cont_create(&poh, "c1", &[], None).unwrap().get().unwrap();
+    c.cont_open(&poh, "c1", None).unwrap().get().unwrap()
+}
+
 fn oid(lo: u64, t: ObjType) -> ObjectId {
     ObjectId::generate(0, lo, t, ObjClass::S1).unwrap()
 }
@@ -447,13 +458,7 @@ fn restart_clock_starts_above_the_stored_epochs() {
     let dir = tempfile::tempdir().unwrap();
     let eng = start(dir.path(), "127.0.0.2", 1);
     let c = Client::connect(&eng.addr().to_string()).unwrap();
-    c.pool_create("tank", 64 << 20, None)
-        .unwrap()
-        .get()
-        .unwrap();
-    let poh = c.pool_connect("tank", None).unwrap().get().unwrap();
-    c.cont_create(&poh, "c1", &[], None).unwrap().get().unwrap();
-    let coh = c.cont_open(&poh, "c1", None).unwrap().get().unwrap();
+    let coh = new_pool_and_cont(&c);
     let kv_oid = oid(9, ObjType::KvHashed);
     let kv = c.kv_open(&coh, kv_oid, None).unwrap().get().unwrap();
     let e1 = c.kv_put(&kv, b"k", b"old", None).unwrap().get().unwrap();
@@ -521,13 +526,7 @@ fn background_aggregation_reclaims_overwritten_versions() {
         let dir = tempfile::tempdir().unwrap();
         let eng = start_with(dir.path(), ip, 1, policy);
         let c = Client::connect(&eng.addr().to_string()).unwrap();
-        c.pool_create("tank", 64 << 20, None)
-            .unwrap()
-            .get()
-            .unwrap();
-        let poh = c.pool_connect("tank", None).unwrap().get().unwrap();
-        c.cont_create(&poh, "c1", &[], None).unwrap().get().unwrap();
-        let coh = c.cont_open(&poh, "c1", None).unwrap().get().unwrap();
+        let coh = new_pool_and_cont(&c);
         let oh = c
             .obj_open(&coh, oid(11, ObjType::MultiHashed), None)
             .unwrap()
