@@ -929,6 +929,13 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
             .and_then(|p| p.get())
             .map_err(|e| explain(e, "container"))?;
         let coh = cont_open(&c, "bench", "b")?;
+        // DPUSTACK_BENCH_OBJ_ONLY=ior-easy,ior-hard,mdtest-easy,mdtest-hard,rdma:
+        // only these groups (for profiling one workload; the baselines always run)
+        let only = std::env::var("DPUSTACK_BENCH_OBJ_ONLY").ok();
+        let want = |g: &str| {
+            only.as_deref()
+                .is_none_or(|o| o.split(',').any(|x| x.trim() == g))
+        };
         let steps = 4 + 11 * runs as u64;
         let bar = if args.json {
             indicatif::ProgressBar::hidden()
@@ -993,166 +1000,183 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
         };
         const MIB: u64 = 1 << 20;
         const HARD: u64 = 47_008;
+        let buf = vec![0xa5u8; MIB as usize];
+        // the mdtest-hard object and its key count, for the RDMA read row
+        let mut hard_kv: Option<(obj::client::Kv, u64)> = None;
         for run in 0..runs {
-            // ior-easy: 1 MiB sequential array I/O
-            bar.set_message("ior-easy write");
-            let arr = c
-                .array_create(&coh, oid(ObjType::Array)?, 1, MIB, None)
-                .and_then(|p| p.get())
-                .map_err(|e| explain(e, "array"))?;
-            let buf = vec![0xa5u8; MIB as usize];
-            let (n, el, lat) = drive(&c, qd, t, |i, ev| {
-                Ok(check(
-                    c.array_write(&arr, i * MIB, &buf, Some(ev))?,
-                    "ior-easy write",
-                ))
-            })?;
-            record("ior-easy write", (n * MIB) as f64 / el.as_secs_f64(), lat);
-            bar.inc(1);
-            bar.set_message("ior-easy read");
-            let written = n.max(1);
-            let (n, el, lat) = drive(&c, qd, t, |i, ev| {
-                Ok(check(
-                    c.array_read(&arr, (i % written) * MIB, MIB, Some(ev))?,
-                    "ior-easy read",
-                ))
-            })?;
-            record("ior-easy read", (n * MIB) as f64 / el.as_secs_f64(), lat);
-            bar.inc(1);
-            // ior-hard: 47008-byte records strided into one object
-            bar.set_message("ior-hard write");
-            let arr = c
-                .array_create(&coh, oid(ObjType::Array)?, 1, MIB, None)
-                .and_then(|p| p.get())
-                .map_err(|e| explain(e, "array"))?;
-            let rec = vec![0x3cu8; HARD as usize];
-            let (n, el, lat) = drive(&c, qd, t, |i, ev| {
-                Ok(check(
-                    c.array_write(&arr, i * HARD, &rec, Some(ev))?,
-                    "ior-hard write",
-                ))
-            })?;
-            record("ior-hard write", n as f64 / el.as_secs_f64(), lat);
-            bar.inc(1);
-            bar.set_message("ior-hard read");
-            let written = n.max(1);
-            let (n, el, lat) = drive(&c, qd, t, |i, ev| {
-                Ok(check(
-                    c.array_read(&arr, (i % written) * HARD, HARD, Some(ev))?,
-                    "ior-hard read",
-                ))
-            })?;
-            record("ior-hard read", n as f64 / el.as_secs_f64(), lat);
-            bar.inc(1);
-            // mdtest-easy: many small objects (one key each)
-            bar.set_message("mdtest-easy create");
-            // object numbers far above the ones `oid` hands out
-            let base = (u64::from(run) + 1) << 32;
-            let (n, el, lat) = drive(&c, qd, t, |i, ev| {
-                let o = ObjectId::generate(0, base + i, ObjType::KvHashed, ObjClass::S1)?;
-                let kv = obj::client::Kv {
-                    oh: obj::client::ObjHandle {
-                        coh: coh.coh,
-                        oid: o,
-                    },
-                };
-                Ok(check(
-                    c.kv_put(&kv, b"stat", &[7u8; 64], Some(ev))?,
-                    "mdtest-easy create",
-                ))
-            })?;
-            record("mdtest-easy create", n as f64 / el.as_secs_f64(), lat);
-            bar.inc(1);
-            bar.set_message("mdtest-easy stat");
-            let made = n.max(1);
-            let (n, el, lat) = drive(&c, qd, t, |i, ev| {
-                let o = ObjectId::generate(0, base + i % made, ObjType::KvHashed, ObjClass::S1)?;
-                let kv = obj::client::Kv {
-                    oh: obj::client::ObjHandle {
-                        coh: coh.coh,
-                        oid: o,
-                    },
-                };
-                Ok(check(c.kv_get(&kv, b"stat", Some(ev))?, "mdtest-easy stat"))
-            })?;
-            record("mdtest-easy stat", n as f64 / el.as_secs_f64(), lat);
-            bar.inc(1);
-            // mdtest-hard: many 3901-byte keys in one object
-            bar.set_message("mdtest-hard write");
-            let kv = c
-                .kv_open(&coh, oid(ObjType::KvHashed)?, None)
-                .and_then(|p| p.get())
-                .map_err(|e| explain(e, "kv"))?;
-            let val = vec![0x11u8; 3901];
-            let (n, el, lat) = drive(&c, qd, t, |i, ev| {
-                Ok(check(
-                    c.kv_put(&kv, &i.to_be_bytes(), &val, Some(ev))?,
-                    "mdtest-hard write",
-                ))
-            })?;
-            record("mdtest-hard write", n as f64 / el.as_secs_f64(), lat);
-            bar.inc(1);
-            bar.set_message("mdtest-hard read");
-            let made = n.max(1);
-            let (n, el, lat) = drive(&c, qd, t, |i, ev| {
-                Ok(check(
-                    c.kv_get(&kv, &(i % made).to_be_bytes(), Some(ev))?,
-                    "mdtest-hard read",
-                ))
-            })?;
-            record("mdtest-hard read", n as f64 / el.as_secs_f64(), lat);
-            bar.inc(1);
-            // the same client code over RPC over RDMA
-            bar.set_message("ior-easy write over RDMA");
-            let arr = rc
-                .array_create(&rcoh, oid(ObjType::Array)?, 1, MIB, None)
-                .and_then(|p| p.get())
-                .map_err(|e| explain(e, "array"))?;
-            let (n, el, lat) = drive(&rc, qd, t, |i, ev| {
-                Ok(check(
-                    rc.array_write(&arr, i * MIB, &buf, Some(ev))?,
+            if want("ior-easy") {
+                // ior-easy: 1 MiB sequential array I/O
+                bar.set_message("ior-easy write");
+                let arr = c
+                    .array_create(&coh, oid(ObjType::Array)?, 1, MIB, None)
+                    .and_then(|p| p.get())
+                    .map_err(|e| explain(e, "array"))?;
+                let (n, el, lat) = drive(&c, qd, t, |i, ev| {
+                    Ok(check(
+                        c.array_write(&arr, i * MIB, &buf, Some(ev))?,
+                        "ior-easy write",
+                    ))
+                })?;
+                record("ior-easy write", (n * MIB) as f64 / el.as_secs_f64(), lat);
+                bar.inc(1);
+                bar.set_message("ior-easy read");
+                let written = n.max(1);
+                let (n, el, lat) = drive(&c, qd, t, |i, ev| {
+                    Ok(check(
+                        c.array_read(&arr, (i % written) * MIB, MIB, Some(ev))?,
+                        "ior-easy read",
+                    ))
+                })?;
+                record("ior-easy read", (n * MIB) as f64 / el.as_secs_f64(), lat);
+                bar.inc(1);
+            }
+            if want("ior-hard") {
+                // ior-hard: 47008-byte records strided into one object
+                bar.set_message("ior-hard write");
+                let arr = c
+                    .array_create(&coh, oid(ObjType::Array)?, 1, MIB, None)
+                    .and_then(|p| p.get())
+                    .map_err(|e| explain(e, "array"))?;
+                let rec = vec![0x3cu8; HARD as usize];
+                let (n, el, lat) = drive(&c, qd, t, |i, ev| {
+                    Ok(check(
+                        c.array_write(&arr, i * HARD, &rec, Some(ev))?,
+                        "ior-hard write",
+                    ))
+                })?;
+                record("ior-hard write", n as f64 / el.as_secs_f64(), lat);
+                bar.inc(1);
+                bar.set_message("ior-hard read");
+                let written = n.max(1);
+                let (n, el, lat) = drive(&c, qd, t, |i, ev| {
+                    Ok(check(
+                        c.array_read(&arr, (i % written) * HARD, HARD, Some(ev))?,
+                        "ior-hard read",
+                    ))
+                })?;
+                record("ior-hard read", n as f64 / el.as_secs_f64(), lat);
+                bar.inc(1);
+            }
+            if want("mdtest-easy") {
+                // mdtest-easy: many small objects (one key each)
+                bar.set_message("mdtest-easy create");
+                // object numbers far above the ones `oid` hands out
+                let base = (u64::from(run) + 1) << 32;
+                let (n, el, lat) = drive(&c, qd, t, |i, ev| {
+                    let o = ObjectId::generate(0, base + i, ObjType::KvHashed, ObjClass::S1)?;
+                    let kv = obj::client::Kv {
+                        oh: obj::client::ObjHandle {
+                            coh: coh.coh,
+                            oid: o,
+                        },
+                    };
+                    Ok(check(
+                        c.kv_put(&kv, b"stat", &[7u8; 64], Some(ev))?,
+                        "mdtest-easy create",
+                    ))
+                })?;
+                record("mdtest-easy create", n as f64 / el.as_secs_f64(), lat);
+                bar.inc(1);
+                bar.set_message("mdtest-easy stat");
+                let made = n.max(1);
+                let (n, el, lat) = drive(&c, qd, t, |i, ev| {
+                    let o =
+                        ObjectId::generate(0, base + i % made, ObjType::KvHashed, ObjClass::S1)?;
+                    let kv = obj::client::Kv {
+                        oh: obj::client::ObjHandle {
+                            coh: coh.coh,
+                            oid: o,
+                        },
+                    };
+                    Ok(check(c.kv_get(&kv, b"stat", Some(ev))?, "mdtest-easy stat"))
+                })?;
+                record("mdtest-easy stat", n as f64 / el.as_secs_f64(), lat);
+                bar.inc(1);
+            }
+            if want("mdtest-hard") {
+                // mdtest-hard: many 3901-byte keys in one object
+                bar.set_message("mdtest-hard write");
+                let kv = c
+                    .kv_open(&coh, oid(ObjType::KvHashed)?, None)
+                    .and_then(|p| p.get())
+                    .map_err(|e| explain(e, "kv"))?;
+                let val = vec![0x11u8; 3901];
+                let (n, el, lat) = drive(&c, qd, t, |i, ev| {
+                    Ok(check(
+                        c.kv_put(&kv, &i.to_be_bytes(), &val, Some(ev))?,
+                        "mdtest-hard write",
+                    ))
+                })?;
+                record("mdtest-hard write", n as f64 / el.as_secs_f64(), lat);
+                bar.inc(1);
+                bar.set_message("mdtest-hard read");
+                let made = n.max(1);
+                let (n, el, lat) = drive(&c, qd, t, |i, ev| {
+                    Ok(check(
+                        c.kv_get(&kv, &(i % made).to_be_bytes(), Some(ev))?,
+                        "mdtest-hard read",
+                    ))
+                })?;
+                record("mdtest-hard read", n as f64 / el.as_secs_f64(), lat);
+                bar.inc(1);
+                hard_kv = Some((kv, made));
+            }
+            if want("rdma") {
+                // the same client code over RPC over RDMA
+                bar.set_message("ior-easy write over RDMA");
+                let arr = rc
+                    .array_create(&rcoh, oid(ObjType::Array)?, 1, MIB, None)
+                    .and_then(|p| p.get())
+                    .map_err(|e| explain(e, "array"))?;
+                let (n, el, lat) = drive(&rc, qd, t, |i, ev| {
+                    Ok(check(
+                        rc.array_write(&arr, i * MIB, &buf, Some(ev))?,
+                        "ior-easy write over RDMA",
+                    ))
+                })?;
+                record(
                     "ior-easy write over RDMA",
-                ))
-            })?;
-            record(
-                "ior-easy write over RDMA",
-                (n * MIB) as f64 / el.as_secs_f64(),
-                lat,
-            );
-            bar.inc(1);
-            bar.set_message("ior-easy read over RDMA");
-            let written = n.max(1);
-            let (n, el, lat) = drive(&rc, qd, t, |i, ev| {
-                Ok(check(
-                    rc.array_read(&arr, (i % written) * MIB, MIB, Some(ev))?,
+                    (n * MIB) as f64 / el.as_secs_f64(),
+                    lat,
+                );
+                bar.inc(1);
+                bar.set_message("ior-easy read over RDMA");
+                let written = n.max(1);
+                let (n, el, lat) = drive(&rc, qd, t, |i, ev| {
+                    Ok(check(
+                        rc.array_read(&arr, (i % written) * MIB, MIB, Some(ev))?,
+                        "ior-easy read over RDMA",
+                    ))
+                })?;
+                record(
                     "ior-easy read over RDMA",
-                ))
-            })?;
-            record(
-                "ior-easy read over RDMA",
-                (n * MIB) as f64 / el.as_secs_f64(),
-                lat,
-            );
-            bar.inc(1);
-            bar.set_message("mdtest-hard read over RDMA");
-            let rkv = obj::client::Kv {
-                oh: obj::client::ObjHandle {
-                    coh: rcoh.coh,
-                    oid: kv.oh.oid,
-                },
-            };
-            let (n, el, lat) = drive(&rc, qd, t, |i, ev| {
-                Ok(check(
-                    rc.kv_get(&rkv, &(i % made).to_be_bytes(), Some(ev))?,
+                    (n * MIB) as f64 / el.as_secs_f64(),
+                    lat,
+                );
+                bar.inc(1);
+                bar.set_message("mdtest-hard read over RDMA");
+                let Some((kv, made)) = hard_kv.clone() else {
+                    continue; // needs the mdtest-hard object
+                };
+                let rkv = obj::client::Kv {
+                    oh: obj::client::ObjHandle {
+                        coh: rcoh.coh,
+                        oid: kv.oh.oid,
+                    },
+                };
+                let (n, el, lat) = drive(&rc, qd, t, |i, ev| {
+                    Ok(check(
+                        rc.kv_get(&rkv, &(i % made).to_be_bytes(), Some(ev))?,
+                        "mdtest-hard read over RDMA",
+                    ))
+                })?;
+                record(
                     "mdtest-hard read over RDMA",
-                ))
-            })?;
-            record(
-                "mdtest-hard read over RDMA",
-                n as f64 / el.as_secs_f64(),
-                lat,
-            );
-            bar.inc(1);
+                    n as f64 / el.as_secs_f64(),
+                    lat,
+                );
+                bar.inc(1);
+            }
         }
         bar.finish_and_clear();
         let mut r = Report::new("obj");

@@ -12,6 +12,9 @@ use super::msg::{Reply, Request};
 use super::status::Status;
 use super::WireError;
 
+/// Most initialised spare room an idle decoder keeps.
+const SPARE_KEEP: usize = 4 << 20;
+
 /// What the decoder produced.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Decoded {
@@ -24,8 +27,11 @@ pub enum Decoded {
 /// Incremental frame decoder over a byte stream.
 #[derive(Debug)]
 pub struct FrameDecoder {
+    /// Received bytes are `buf[start..end]`; `buf[end..]` is initialised
+    /// spare room kept between reads (zeroed once when it grows, not per read).
     buf: Vec<u8>,
     start: usize,
+    end: usize,
     /// Body bytes of an oversized frame still to discard.
     skip: u64,
     max_body: usize,
@@ -35,8 +41,9 @@ pub struct FrameDecoder {
 impl FrameDecoder {
     pub fn new(max_body: usize) -> Self {
         FrameDecoder {
-            buf: Vec::with_capacity(64 * 1024),
+            buf: Vec::new(),
             start: 0,
+            end: 0,
             skip: 0,
             max_body,
             failed: None,
@@ -45,33 +52,42 @@ impl FrameDecoder {
 
     /// Bytes buffered and not yet decoded.
     pub fn buffered(&self) -> usize {
-        self.buf.len() - self.start
+        self.end - self.start
     }
 
     /// A writable tail of at least `n` bytes to receive into; call
     /// [`FrameDecoder::filled`] with what was written.
     pub fn spare(&mut self, n: usize) -> &mut [u8] {
-        if self.start > 0 && (self.start == self.buf.len() || self.start > self.buf.capacity() / 2)
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+            if self.buf.len() > SPARE_KEEP {
+                // a burst of big frames is over: give the memory back
+                self.buf = Vec::new();
+            }
+        } else if self.start > 0 && (self.start > self.buf.len() / 2 || self.end + n > self.buf.len())
         {
-            self.buf.drain(..self.start);
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
             self.start = 0;
         }
-        let len = self.buf.len();
-        self.buf.resize(len + n, 0);
-        &mut self.buf[len..]
+        if self.buf.len() < self.end + n {
+            self.buf.resize(self.end + n, 0);
+        }
+        &mut self.buf[self.end..self.end + n]
     }
 
     /// Marks `n` bytes of the last [`FrameDecoder::spare`] as received (the
     /// rest is dropped).
     pub fn filled(&mut self, spare_len: usize, n: usize) {
-        let keep = self.buf.len() - spare_len + n.min(spare_len);
-        self.buf.truncate(keep);
+        self.end += n.min(spare_len);
     }
 
     /// Appends received bytes.
     pub fn input(&mut self, data: &[u8]) {
         let s = self.spare(data.len());
         s.copy_from_slice(data);
+        self.filled(data.len(), data.len());
     }
 
     /// The next decoded frame, `Ok(None)` when more bytes are needed, or the
@@ -88,7 +104,7 @@ impl FrameDecoder {
                 return Ok(None);
             }
         }
-        let avail = &self.buf[self.start..];
+        let avail = &self.buf[self.start..self.end];
         if avail.len() < HEADER_LEN {
             return Ok(None);
         }
