@@ -65,7 +65,8 @@ impl FrameDecoder {
                 // a burst of big frames is over: give the memory back
                 self.buf = Vec::new();
             }
-        } else if self.start > 0 && (self.start > self.buf.len() / 2 || self.end + n > self.buf.len())
+        } else if self.start > 0
+            && (self.start > self.buf.len() / 2 || self.end + n > self.buf.len())
         {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;

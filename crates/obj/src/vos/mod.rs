@@ -28,7 +28,7 @@ pub(crate) mod alloc;
 pub(crate) mod extent;
 pub(crate) mod keys;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -55,6 +55,11 @@ const SNAPS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("snaps");
 /// akey prefix → longest extent (records) ever written there: bounds the
 /// backwards reach of an overlap scan.
 const EXTMAX: TableDefinition<&[u8], u64> = TableDefinition::new("extmax");
+/// Containers that have ever held a punch record (cont id → 1). A container
+/// not in it has none, so reads skip the punch lookups at the object, dkey
+/// and akey levels (three B-tree descents per fetch). Never cleared by
+/// aggregation: being in it only costs those lookups.
+const PUNCHED: TableDefinition<&[u8], u64> = TableDefinition::new("punched");
 
 const FORMAT_VERSION: u64 = 1;
 
@@ -203,6 +208,9 @@ pub(crate) trait Reader {
     /// The lowest epoch a change may have: above the aggregated epoch and above
     /// the newest snapshot (a snapshot's view never changes).
     fn write_floor(&self, cont: ContId) -> StoreResult<u64>;
+    /// Whether the container of `prefix` (its first 16 bytes) has never held
+    /// a punch (false when not known).
+    fn never_punched(&self, prefix: &[u8]) -> bool;
 }
 
 pub(crate) struct View<'a, I, X, C, S> {
@@ -210,6 +218,7 @@ pub(crate) struct View<'a, I, X, C, S> {
     extmax: &'a X,
     conts: &'a C,
     snaps: &'a S,
+    punched: Option<&'a HashSet<[u8; 16]>>,
 }
 
 impl<I, X, C, S> Reader for View<'_, I, X, C, S>
@@ -240,6 +249,15 @@ where
     }
     fn extmax(&self, ap: &[u8]) -> StoreResult<u64> {
         Ok(self.extmax.get(ap).map_err(ix)?.map_or(0, |g| g.value()))
+    }
+    fn never_punched(&self, prefix: &[u8]) -> bool {
+        match (
+            self.punched,
+            prefix.get(..16).and_then(|c| <[u8; 16]>::try_from(c).ok()),
+        ) {
+            (Some(set), Some(c)) => !set.contains(&c),
+            _ => false,
+        }
     }
     fn cont(&self, cont: ContId) -> StoreResult<Option<u64>> {
         Ok(self
@@ -405,6 +423,8 @@ pub struct CheckReport {
 /// The versioned store of one target.
 pub struct Vos {
     db: Database,
+    /// Containers that have held a punch (the [`PUNCHED`] table, in memory).
+    punched: HashSet<[u8; 16]>,
     txn: Option<WriteTransaction>,
     st: St,
     cfg: VosConfig,
@@ -448,6 +468,9 @@ fn key_ok(k: &[u8], what: &str) -> StoreResult<()> {
 
 /// The newest punch at `prefix` with epoch ≤ `e`.
 pub(crate) fn newest_punch(r: &dyn Reader, prefix: &[u8], e: u64) -> StoreResult<Option<Ver>> {
+    if r.never_punched(prefix) {
+        return Ok(None);
+    }
     let lo = keys::ver_key(prefix, T_PUNCH, Ver::top(e));
     let hi = keys::with_tag(prefix, T_PUNCH + 1);
     let mut found = None;
@@ -754,9 +777,30 @@ impl Vos {
                 }
             }
         }
+        let mut punched = HashSet::new();
+        {
+            let mut pt = txn.open_table(PUNCHED).map_err(ix)?;
+            let mut meta = txn.open_table(META).map_err(ix)?;
+            if meta.get("punch_tracking").map_err(ix)?.is_none() {
+                // a store from before the table: any container may hold punches
+                let conts = txn.open_table(CONTS).map_err(ix)?;
+                for r in conts.iter().map_err(ix)? {
+                    let (k, _) = r.map_err(ix)?;
+                    pt.insert(k.value(), 1).map_err(ix)?;
+                }
+                meta.insert("punch_tracking", 1).map_err(ix)?;
+            }
+            for r in pt.iter().map_err(ix)? {
+                let (k, _) = r.map_err(ix)?;
+                let c = <[u8; 16]>::try_from(k.value())
+                    .map_err(|_| StoreError::Corrupt("bad punched-container key".into()))?;
+                punched.insert(c);
+            }
+        }
         txn.commit().map_err(ix)?;
         Ok(Vos {
             db,
+            punched,
             txn: None,
             st,
             cfg,
@@ -830,6 +874,7 @@ impl Vos {
                 extmax: &extmax,
                 conts: &conts,
                 snaps: &snaps,
+                punched: Some(&self.punched),
             };
             f(&v, &mut self.st)
         } else {
@@ -843,6 +888,7 @@ impl Vos {
                 extmax: &extmax,
                 conts: &conts,
                 snaps: &snaps,
+                punched: Some(&self.punched),
             };
             f(&v, &mut self.st)
         }
@@ -862,18 +908,25 @@ impl Vos {
             let Some(txn) = self.txn.as_ref() else {
                 return Err(StoreError::Index("no transaction".into()));
             };
-            let open = || -> StoreResult<W<'_>> {
-                Ok(W {
-                    idx: txn.open_table(IDX).map_err(ix)?,
-                    extmax: txn.open_table(EXTMAX).map_err(ix)?,
-                    conts: txn.open_table(CONTS).map_err(ix)?,
-                    snaps: txn.open_table(SNAPS).map_err(ix)?,
-                    st: None,
-                })
+            let open = || -> StoreResult<_> {
+                Ok((
+                    txn.open_table(IDX).map_err(ix)?,
+                    txn.open_table(EXTMAX).map_err(ix)?,
+                    txn.open_table(CONTS).map_err(ix)?,
+                    txn.open_table(SNAPS).map_err(ix)?,
+                ))
             };
             match open() {
-                Ok(mut w) => {
-                    w.st = Some(&mut self.st);
+                Ok((idx, extmax, conts, snaps)) => {
+                    let mut w = W {
+                        idx,
+                        extmax,
+                        conts,
+                        snaps,
+                        st: Some(&mut self.st),
+                        txn,
+                        punched: &mut self.punched,
+                    };
                     f(&mut w)
                 }
                 Err(e) => Err(e),
@@ -988,6 +1041,8 @@ pub(crate) struct W<'t> {
     pub(crate) conts: redb::Table<'t, &'static [u8], u64>,
     pub(crate) snaps: redb::Table<'t, &'static [u8], &'static [u8]>,
     st: Option<&'t mut St>,
+    txn: &'t WriteTransaction,
+    punched: &'t mut HashSet<[u8; 16]>,
 }
 
 type WView<'a, 't> = View<
@@ -1005,7 +1060,18 @@ impl<'t> W<'t> {
             extmax: &self.extmax,
             conts: &self.conts,
             snaps: &self.snaps,
+            punched: Some(&*self.punched),
         }
+    }
+    /// Record that `cont` holds a punch (in this transaction and in memory;
+    /// before the punch record itself is read by anything).
+    fn mark_punched(&mut self, cont: ContId) -> StoreResult<()> {
+        let c = *cont.as_bytes();
+        if self.punched.insert(c) {
+            let mut t = self.txn.open_table(PUNCHED).map_err(ix)?;
+            t.insert(&c[..], 1).map_err(ix)?;
+        }
+        Ok(())
     }
     pub(crate) fn st(&mut self) -> StoreResult<&mut St> {
         self.st
@@ -1519,6 +1585,7 @@ impl ObjectStore for Vos {
         oid.validate()?;
         self.with_write(|w| {
             w.write_epoch(cont, epoch)?;
+            w.mark_punched(cont)?;
             let ver = w.next_ver(epoch)?;
             w.put(
                 &keys::ver_key(&keys::obj_prefix(cont, oid), T_PUNCH, ver),
@@ -1540,6 +1607,7 @@ impl ObjectStore for Vos {
         }
         self.with_write(|w| {
             w.write_epoch(cont, epoch)?;
+            w.mark_punched(cont)?;
             for d in dkeys {
                 let ver = w.next_ver(epoch)?;
                 w.put(
@@ -1567,6 +1635,7 @@ impl ObjectStore for Vos {
         let dp = keys::dkey_prefix(cont, oid, &dkey.0);
         self.with_write(|w| {
             w.write_epoch(cont, epoch)?;
+            w.mark_punched(cont)?;
             for a in akeys {
                 let ver = w.next_ver(epoch)?;
                 w.put(

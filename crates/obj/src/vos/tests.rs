@@ -359,3 +359,49 @@ fn snapshots_are_immutable() {
         Err(StoreError::NoSnapshot(_))
     ));
 }
+
+/// Reads skip the punch lookups only in containers that never held a punch:
+/// the record of which ones did survives a restart, and a store from before
+/// the record (no `punch_tracking`) treats every container as punched.
+#[test]
+fn punch_tracking_survives_restart_and_upgrade() {
+    let (dir, bdev, mut v) = setup(256, false);
+    let other = Uuid::from_u128(2);
+    v.cont_create(other).unwrap();
+    put(&mut v, 5, "k1", &[1; 10]).unwrap();
+    put(&mut v, 5, "k2", &[2; 10]).unwrap();
+    v.commit().unwrap();
+    assert!(v.punched.is_empty());
+    v.punch_dkeys(C, oid(), Epoch(7), &[DKey::from("k1")])
+        .unwrap();
+    // visible to reads of the same open batch
+    assert_eq!(get(&mut v, 9, "k1"), None);
+    assert_eq!(get(&mut v, 6, "k1").unwrap(), vec![1; 10]);
+    v.commit().unwrap();
+    assert!(v.punched.contains(C.as_bytes()) && !v.punched.contains(other.as_bytes()));
+    drop(v);
+    let cfg = VosConfig {
+        inline_max: 100,
+        ..VosConfig::default()
+    };
+    let mut v = Vos::open(dir.path().join("i"), bdev.clone(), cfg.clone()).unwrap();
+    assert!(v.punched.contains(C.as_bytes()));
+    assert_eq!(get(&mut v, 9, "k1"), None);
+    assert_eq!(get(&mut v, 9, "k2").unwrap(), vec![2; 10]);
+    drop(v);
+    // a store written before the record: drop it by hand
+    {
+        let db = Database::create(dir.path().join("i")).unwrap();
+        let t = db.begin_write().unwrap();
+        t.delete_table(PUNCHED).unwrap();
+        t.open_table(META)
+            .unwrap()
+            .remove("punch_tracking")
+            .unwrap();
+        t.commit().unwrap();
+    }
+    let mut v = Vos::open(dir.path().join("i"), bdev, cfg).unwrap();
+    assert!(v.punched.contains(C.as_bytes()) && v.punched.contains(other.as_bytes()));
+    assert_eq!(get(&mut v, 9, "k1"), None);
+    assert_eq!(get(&mut v, 9, "k2").unwrap(), vec![2; 10]);
+}
