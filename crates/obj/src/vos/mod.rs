@@ -420,9 +420,21 @@ pub struct CheckReport {
     pub inline_bytes: u64,
 }
 
+/// The index tables of one read transaction.
+struct ReadTables {
+    idx: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+    extmax: redb::ReadOnlyTable<&'static [u8], u64>,
+    conts: redb::ReadOnlyTable<&'static [u8], u64>,
+    snaps: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+}
+
 /// The versioned store of one target.
 pub struct Vos {
     db: Database,
+    /// Tables of one read transaction, kept between reads while no batch is
+    /// open (a batch's reads go through its write transaction; beginning a
+    /// batch drops this, so a later read sees what it committed).
+    rview: Option<ReadTables>,
     /// Containers that have held a punch (the [`PUNCHED`] table, in memory).
     punched: HashSet<[u8; 16]>,
     txn: Option<WriteTransaction>,
@@ -800,6 +812,7 @@ impl Vos {
         txn.commit().map_err(ix)?;
         Ok(Vos {
             db,
+            rview: None,
             punched,
             txn: None,
             st,
@@ -878,16 +891,23 @@ impl Vos {
             };
             f(&v, &mut self.st)
         } else {
-            let rt = self.db.begin_read().map_err(ix)?;
-            let idx = rt.open_table(IDX).map_err(ix)?;
-            let extmax = rt.open_table(EXTMAX).map_err(ix)?;
-            let conts = rt.open_table(CONTS).map_err(ix)?;
-            let snaps = rt.open_table(SNAPS).map_err(ix)?;
+            if self.rview.is_none() {
+                let rt = self.db.begin_read().map_err(ix)?;
+                self.rview = Some(ReadTables {
+                    idx: rt.open_table(IDX).map_err(ix)?,
+                    extmax: rt.open_table(EXTMAX).map_err(ix)?,
+                    conts: rt.open_table(CONTS).map_err(ix)?,
+                    snaps: rt.open_table(SNAPS).map_err(ix)?,
+                });
+            }
+            let Some(t) = &self.rview else {
+                return Err(StoreError::Index("no read view".into()));
+            };
             let v = View {
-                idx: &idx,
-                extmax: &extmax,
-                conts: &conts,
-                snaps: &snaps,
+                idx: &t.idx,
+                extmax: &t.extmax,
+                conts: &t.conts,
+                snaps: &t.snaps,
                 punched: Some(&self.punched),
             };
             f(&v, &mut self.st)
@@ -902,6 +922,8 @@ impl Vos {
         f: impl FnOnce(&mut W<'_>) -> StoreResult<R>,
     ) -> StoreResult<R> {
         if self.txn.is_none() {
+            // the cached read view would not see this batch once committed
+            self.rview = None;
             self.txn = Some(self.db.begin_write().map_err(ix)?);
         }
         let res = {
