@@ -235,6 +235,7 @@ impl Target {
                 }
             }
         }
+        let mut owe_wake = false;
         for o in out.drain(..) {
             let result = match (o.dirtied, o.result) {
                 (Some(p), Ok(_)) if failed.contains(&p) => Err(Status::Io),
@@ -248,7 +249,10 @@ impl Target {
                 }
                 Err(st) => encode_reply(frame, o.hdr.rpc_id, o.hdr.opcode, *st, &Reply::Empty, &[]),
             }
-            self.replies.send(o.conn, std::mem::take(frame));
+            owe_wake |= self.replies.send_quiet(o.conn, std::mem::take(frame));
+        }
+        if owe_wake {
+            self.replies.wake();
         }
     }
 

@@ -22,7 +22,9 @@ impl Default for VosBackend {
     fn default() -> Self {
         VosBackend {
             block_size: 4096,
-            cache_bytes: 16 << 20,
+            // a maximum, filled as pages are read: small values live inline in
+            // the index, and a miss is a pread plus an allocation per page
+            cache_bytes: 64 << 20,
         }
     }
 }

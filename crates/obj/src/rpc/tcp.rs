@@ -195,16 +195,27 @@ impl ReplySender {
     /// Queues `frame` for `conn` (dropped if the connection is gone) and
     /// wakes the network thread.
     pub fn send(&self, conn: ConnId, frame: Vec<u8>) {
+        if self.send_quiet(conn, frame) {
+            self.wake();
+        }
+    }
+
+    /// Queues `frame` for `conn` without waking the TCP network thread;
+    /// true if a [`ReplySender::wake`] is owed (a batch of replies then costs
+    /// one wake-up, not one each).
+    pub fn send_quiet(&self, conn: ConnId, frame: Vec<u8>) -> bool {
         if conn & super::RDMA_CONN_BIT != 0 {
             if let Some(r) = &self.rdma {
                 let _ = r.send((conn, frame));
             }
-            return;
+            return false;
         }
-        if self.tx.send((conn, frame)).is_ok() {
-            // a full pipe already means "wake up"
-            let _ = (&*self.wake).write(&[1]);
-        }
+        self.tx.send((conn, frame)).is_ok()
+    }
+
+    /// Wakes the TCP network thread (a full pipe already means "wake up").
+    pub fn wake(&self) {
+        let _ = (&*self.wake).write(&[1]);
     }
 }
 
