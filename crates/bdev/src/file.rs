@@ -499,6 +499,18 @@ impl IoChannel for UringChannel {
         n
     }
 
+    fn wait(&mut self, done: &mut Vec<BdevIo>) -> usize {
+        loop {
+            let n = self.poll(done);
+            if n > 0 || self.in_flight() == 0 {
+                return n;
+            }
+            // everything queued was submitted by poll: sleep until a completion
+            // (EINTR and the like: poll again)
+            let _ = self.ring.submit_and_wait(1);
+        }
+    }
+
     fn in_flight(&self) -> usize {
         self.depth - self.free.len() + self.done.len()
     }

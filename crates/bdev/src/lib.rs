@@ -259,6 +259,19 @@ pub trait IoChannel: Send {
     /// Make progress (submit queued work, reap completions) and append completed
     /// I/Os to `done`. Returns how many were appended. Never blocks.
     fn poll(&mut self, done: &mut Vec<BdevIo>) -> usize;
+    /// [`IoChannel::poll`] for a caller with nothing else to do: while I/Os
+    /// are in flight and none has completed, it waits (in the kernel where
+    /// the device can, else yielding the CPU between polls) instead of
+    /// spinning. Returns how many were appended (0 only with nothing in flight).
+    fn wait(&mut self, done: &mut Vec<BdevIo>) -> usize {
+        loop {
+            let n = self.poll(done);
+            if n > 0 || self.in_flight() == 0 {
+                return n;
+            }
+            std::thread::yield_now();
+        }
+    }
     /// I/Os submitted and not yet returned by `poll`.
     fn in_flight(&self) -> usize;
     /// Maximum I/Os in flight before `submit` returns [`Error::Busy`].

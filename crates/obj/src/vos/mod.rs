@@ -345,7 +345,10 @@ impl St {
         }
         loop {
             self.done.clear();
-            if self.chan.poll(&mut self.done) > 0 {
+            // blocks in the kernel (io_uring) rather than spinning: on a
+            // machine with fewer cores than threads a spin steals the CPU from
+            // the threads the I/O and the replies need
+            if self.chan.wait(&mut self.done) > 0 {
                 let io = self
                     .done
                     .pop()
@@ -356,7 +359,9 @@ impl St {
                     bdev::IoStatus::Pending => Err(StoreError::Bdev("I/O not completed".into())),
                 };
             }
-            std::hint::spin_loop();
+            if self.chan.in_flight() == 0 {
+                return Err(StoreError::Bdev("lost I/O".into()));
+            }
         }
     }
 
