@@ -423,6 +423,17 @@ impl ServerConn {
         self.tx.extend_from_slice(frame);
     }
 
+    /// Queues an encoded frame it takes over: with nothing else queued (the
+    /// usual case) the frame becomes the transmit buffer without a copy.
+    pub fn queue_owned(&mut self, frame: Vec<u8>) {
+        if self.tx_off == self.tx.len() {
+            self.tx = frame;
+            self.tx_off = 0;
+        } else {
+            self.tx.extend_from_slice(&frame);
+        }
+    }
+
     /// Queues a reply.
     pub fn reply(&mut self, hdr: &HeaderRepr, status: Status, rep: &Reply, bulk: &[&[u8]]) {
         encode_reply(&mut self.tx, hdr.rpc_id, hdr.opcode, status, rep, bulk);
@@ -449,6 +460,21 @@ impl ServerConn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn owned_frames_queue_in_order_behind_unsent_bytes() {
+        let mut c = ServerConn::new();
+        c.queue_owned(b"abc".to_vec());
+        assert_eq!(c.transmit(), b"abc");
+        c.transmitted(1);
+        c.queue_owned(b"de".to_vec());
+        assert_eq!(c.transmit(), b"bcde");
+        c.transmitted(4);
+        assert!(c.transmit().is_empty());
+        c.queue_owned(b"f".to_vec());
+        c.queue_frame(b"g");
+        assert_eq!(c.transmit(), b"fg");
+    }
     use crate::rpc::msg::NameRef;
 
     /// Client and server cores wired back to back; the server answers Ping

@@ -405,7 +405,7 @@ fn net_loop(b: TcpServerBuilder, mut dispatch: impl Dispatch, stop: Arc<AtomicBo
         }
         while let Ok((id, frame)) = rx.try_recv() {
             if let Some(c) = conns.get_mut(&id) {
-                c.io.queue_frame(&frame);
+                c.io.queue_owned(frame);
             }
         }
         // requests and replies on each connection
