@@ -22,9 +22,10 @@ impl Default for VosBackend {
     fn default() -> Self {
         VosBackend {
             block_size: 4096,
-            // a maximum, filled as pages are read: small values live inline in
+            // a maximum, filled as pages are read (DAOS keeps the VOS index in
+            // SCM/DRAM whole): small values live inline in
             // the index, and a miss is a pread plus an allocation per page
-            cache_bytes: 64 << 20,
+            cache_bytes: 256 << 20,
         }
     }
 }
