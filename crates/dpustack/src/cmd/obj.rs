@@ -909,7 +909,12 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
     // 1 MiB ior-easy at 8 in flight (8 MiB); the small-I/O workloads at the
     // queue depth of their NVMe/TCP baseline (32)
     let qd = 8usize;
-    let qd_small = 32usize;
+    // (DPUSTACK_BENCH_OBJ_QD overrides it, to compare with figures taken at 8)
+    let qd_small = std::env::var("DPUSTACK_BENCH_OBJ_QD")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&q| q > 0)
+        .unwrap_or(32);
     let dir = std::env::temp_dir().join(format!("dpustack-bench-obj-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
