@@ -11,7 +11,9 @@ use std::rc::Rc;
 
 use tse::{Event, Scheduler};
 
-use super::obj::{decode_fetch, decode_update, fetch_req, punch_req, update_req, ObjHandle};
+use super::obj::{
+    decode_fetch, decode_update, fetch_req, punch_req, update_req, with_fetched_one, ObjHandle,
+};
 use super::{send_rpc, Client, ContHandle, Done, Error, Net, Pending, Result};
 use crate::rpc::msg::{PunchWhat, Reply, Request, QUERY_MAX_DKEY, QUERY_MAX_RECX};
 use crate::rpc::Status;
@@ -247,13 +249,15 @@ impl Client {
             for (req, off) in reqs {
                 let g = g.clone();
                 send_rpc(net, req, Vec::new(), move |s, r| {
-                    let r = r.and_then(|r| decode_fetch(r, 1, Vec::new())).map(|f| {
-                        let data = f.sgls.first().map(SgList::concat).unwrap_or_default();
-                        let at = (off * cell) as usize;
-                        if let Some(out) = g.borrow_mut().out.as_mut() {
-                            let n = data.len().min(out.len().saturating_sub(at));
-                            out[at..at + n].copy_from_slice(&data[..n]);
-                        }
+                    // the reply's bytes go straight into the result
+                    let r = r.and_then(|r| {
+                        with_fetched_one(&r, |data| {
+                            let at = (off * cell) as usize;
+                            if let Some(out) = g.borrow_mut().out.as_mut() {
+                                let n = data.len().min(out.len().saturating_sub(at));
+                                out[at..at + n].copy_from_slice(&data[..n]);
+                            }
+                        })
                     });
                     arrive(&g, s, r)
                 });

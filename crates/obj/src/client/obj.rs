@@ -414,6 +414,19 @@ pub(crate) fn decode_fetch(
     Ok(FetchReply { sizes, sgls })
 }
 
+/// The bytes a one-iod fetch reply carries, handed to `f` in place (no
+/// copy out of the reply frame; [`decode_fetch`] copies into SGLs).
+pub(crate) fn with_fetched_one(r: &crate::rpc::RawReply, f: impl FnOnce(&[u8])) -> Result<()> {
+    let Reply::Fetched(fe) = &r.reply else {
+        return Err(unexpected());
+    };
+    let [x] = fe.as_slice() else {
+        return Err(unexpected());
+    };
+    f(x.seg.slice(r.bulk()));
+    Ok(())
+}
+
 pub(crate) fn punch_req(oh: &ObjHandle, what: PunchWhat) -> Request {
     Request::ObjPunch {
         t: oh.target(None),
