@@ -423,10 +423,12 @@ impl ServerConn {
         self.tx.extend_from_slice(frame);
     }
 
-    /// Queues an encoded frame it takes over: with nothing else queued (the
-    /// usual case) the frame becomes the transmit buffer without a copy.
+    /// Queues an encoded frame it takes over: a large one with nothing else
+    /// queued becomes the transmit buffer without a copy (small ones are
+    /// copied into the buffer, which keeps its capacity between frames).
     pub fn queue_owned(&mut self, frame: Vec<u8>) {
-        if self.tx_off == self.tx.len() {
+        const OWN_MIN: usize = 64 * 1024;
+        if self.tx_off == self.tx.len() && frame.len() >= OWN_MIN {
             self.tx = frame;
             self.tx_off = 0;
         } else {
@@ -464,6 +466,12 @@ mod tests {
     #[test]
     fn owned_frames_queue_in_order_behind_unsent_bytes() {
         let mut c = ServerConn::new();
+        let big = vec![7u8; 100 * 1024];
+        c.queue_owned(big.clone());
+        c.transmitted(big.len() - 1);
+        c.queue_owned(b"x".to_vec());
+        assert_eq!(c.transmit(), &[7, b'x']);
+        c.transmitted(2);
         c.queue_owned(b"abc".to_vec());
         assert_eq!(c.transmit(), b"abc");
         c.transmitted(1);
