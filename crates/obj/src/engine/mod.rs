@@ -214,6 +214,7 @@ impl Engine {
         let dispatch = EngineDispatch {
             targets: targets.clone(),
             mgmt: mtx.clone(),
+            held: (0..targets.len()).map(|_| Vec::new()).collect(),
         };
         let rdma = match cfg.rdma_listen {
             Some(a) => match RdmaServer::start(a, dispatch.clone(), rdma_rx) {
@@ -277,11 +278,24 @@ impl Drop for Engine {
     }
 }
 
-/// The network threads' routing (TCP and RDMA each own a copy).
-#[derive(Clone)]
+/// The network threads' routing (TCP and RDMA each own a copy). Object
+/// I/O is held per target until the end of the network thread's round
+/// ([`Dispatch::flush`]), then sent as one message.
 struct EngineDispatch {
     targets: Vec<Sender<TargetMsg>>,
     mgmt: Sender<MgmtMsg>,
+    held: Vec<Vec<TargetMsg>>,
+}
+
+impl Clone for EngineDispatch {
+    /// A copy for another network thread (nothing held).
+    fn clone(&self) -> Self {
+        EngineDispatch {
+            targets: self.targets.clone(),
+            mgmt: self.mgmt.clone(),
+            held: (0..self.targets.len()).map(|_| Vec::new()).collect(),
+        }
+    }
 }
 
 impl Dispatch for EngineDispatch {
@@ -294,15 +308,12 @@ impl Dispatch for EngineDispatch {
                 match route_prefix(args) {
                     Ok((_, oid)) => {
                         let t = route(oid, self.targets.len());
-                        let msg = TargetMsg::Io {
+                        self.held[t].push(TargetMsg::Io {
                             conn,
                             hdr,
                             body,
                             received: Instant::now(),
-                        };
-                        if self.targets[t].send(msg).is_err() {
-                            io.reply_error(&hdr, Status::Shutdown);
-                        }
+                        });
                     }
                     Err(_) => io.reply_error(&hdr, Status::Proto),
                 }
@@ -316,7 +327,24 @@ impl Dispatch for EngineDispatch {
     }
 
     fn closed(&mut self, conn: ConnId) {
+        // its requests reach the targets before its handles are closed
+        self.flush();
         let _ = self.mgmt.send(MgmtMsg::ConnClosed(conn));
+    }
+
+    fn flush(&mut self) {
+        for (t, held) in self.held.iter_mut().enumerate() {
+            let msg = match held.len() {
+                0 => continue,
+                1 => held.pop(),
+                _ => Some(TargetMsg::IoBatch(std::mem::take(held))),
+            };
+            // a stopped target: the engine is shutting down and its
+            // connections go with it (their requests get no reply)
+            if let Some(m) = msg {
+                let _ = self.targets[t].send(m);
+            }
+        }
     }
 }
 

@@ -116,6 +116,8 @@ pub enum TargetMsg {
         body: Vec<u8>,
         received: Instant,
     },
+    /// Several `Io` messages of one network-thread round.
+    IoBatch(Vec<TargetMsg>),
     Ctl {
         op: CtlOp,
         reply: Sender<CtlResult>,
@@ -173,11 +175,13 @@ impl Target {
         let mut out: Vec<Outgoing> = Vec::with_capacity(BATCH);
         let mut dirty: Vec<PoolId> = Vec::new();
         let mut frame = Vec::new();
+        let mut queued: std::collections::VecDeque<TargetMsg> = Default::default();
         'run: while let Ok(first) = rx.recv() {
             let mut next = Some(first);
             let mut n = 0;
             while let Some(msg) = next.take() {
                 match msg {
+                    TargetMsg::IoBatch(v) => queued.extend(v),
                     TargetMsg::Stop => {
                         self.flush(&mut out, &mut dirty, &mut frame);
                         break 'run;
@@ -205,9 +209,11 @@ impl Target {
                     }
                 }
                 n += 1;
-                if n < BATCH {
-                    next = rx.try_recv().ok();
-                }
+                // a batch's messages are all executed; then more up to BATCH
+                next =
+                    queued
+                        .pop_front()
+                        .or_else(|| if n < BATCH { rx.try_recv().ok() } else { None });
             }
             self.flush(&mut out, &mut dirty, &mut frame);
         }

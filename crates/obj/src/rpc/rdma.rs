@@ -1259,6 +1259,7 @@ fn server_loop(
                 }
             }
         }
+        dispatch.flush();
         let gone: Vec<ConnId> = conns
             .iter()
             .filter(|(_, c)| c.ep.dead || c.io.is_closing())

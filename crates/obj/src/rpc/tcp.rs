@@ -174,6 +174,10 @@ pub trait Dispatch: Send + 'static {
     fn request(&mut self, conn: ConnId, hdr: HeaderRepr, body: Vec<u8>, conn_io: &mut ServerConn);
     /// `conn` is gone (closed by the client, or broken).
     fn closed(&mut self, conn: ConnId);
+    /// The end of one round of the network thread's loop: hand on what
+    /// `request` held back (so a round's requests cost one wake-up per
+    /// receiving thread, not one each).
+    fn flush(&mut self) {}
 }
 
 /// Sends reply frames to the network thread from any thread.
@@ -427,6 +431,7 @@ fn net_loop(b: TcpServerBuilder, mut dispatch: impl Dispatch, stop: Arc<AtomicBo
                 }
             }
         }
+        dispatch.flush();
         for c in conns.values_mut() {
             write_conn(c);
         }
