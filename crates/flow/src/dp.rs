@@ -68,6 +68,8 @@ pub struct Megaflow {
     /// in OVS, which credits the rules of its xlate cache: the matched rule of each
     /// table visited).
     pub later_rules: Box<[u32]>,
+    /// The groups (and chosen bucket; None = all) it executed, credited like the rules.
+    pub groups: Box<[(u32, Option<u32>)]>,
     /// `stats` packets/bytes already credited to `rule`.
     pushed: (u64, u64),
     /// The upcall's packet(s)/bytes, credited to `rule` at the next push (not part of
@@ -223,7 +225,14 @@ pub struct DpStats {
     pub upcalls: u64,
     /// Subtables probed by megaflow lookups (avg = probes / lookups).
     pub subtable_probes: u64,
+    /// Recirculations executed (select groups).
+    pub recirculations: u64,
+    /// Packets dropped for recirculating more than [`MAX_RECIRC_DEPTH`] times.
+    pub recirc_too_deep: u64,
 }
+
+/// dpif-netdev's `MAX_RECIRC_DEPTH`.
+pub const MAX_RECIRC_DEPTH: usize = 6;
 
 /// What one [`Datapath::sweep`] did.
 #[derive(Debug, Clone, Default)]
@@ -356,6 +365,7 @@ impl Datapath {
             created: self.clock,
             rule,
             later_rules: Box::default(),
+            groups: Box::default(),
             pushed: (0, 0),
             upcall_credit: (0, 0),
             subtable: st,
@@ -375,16 +385,21 @@ impl Datapath {
             let (up, ub) = fl.upcall_credit;
             let dp = fl.stats.packets - p0 + up;
             let db = fl.stats.bytes - b0 + ub;
-            if let (Some(r), true) = (fl.rule, dp > 0) {
+            if dp > 0 {
                 // The upcall's packet was used at install time.
                 let used = if up > 0 {
                     fl.stats.used.max(fl.created)
                 } else {
                     fl.stats.used
                 };
-                table.credit(r, dp, db, used);
+                if let Some(r) = fl.rule {
+                    table.credit(r, dp, db, used);
+                }
                 for &r in fl.later_rules.iter() {
                     table.credit(r, dp, db, used);
+                }
+                for &(g, b) in fl.groups.iter() {
+                    table.credit_group(g, b, dp, db);
                 }
             }
             fl.pushed = (fl.stats.packets, fl.stats.bytes);
@@ -432,6 +447,7 @@ impl Datapath {
             let id = self.install_for(&fl.key, &fl.mask, fl.actions, fl.rule);
             let n = &mut self.flows[id as usize];
             n.later_rules = fl.later_rules;
+            n.groups = fl.groups;
             n.stats = fl.stats;
             n.pushed = fl.pushed;
             n.upcall_credit = fl.upcall_credit;
@@ -544,6 +560,9 @@ impl Datapath {
         self.stats.upcalls += 1;
         let x = table.xlate(k);
         let id = self.install_rules(k, &x.wc, x.actions, &x.rules);
+        if !x.groups.is_empty() {
+            self.flows[id as usize].groups = x.groups.into();
+        }
         if self.emc_enabled {
             self.emc_insert(k, hash, id);
         }
@@ -560,6 +579,48 @@ impl Datapath {
     ) -> (&[OdpAction], Hit) {
         let k = FlowKey::from_packet(in_port, pkt);
         self.process(table, &k, pkt.len(), now)
+    }
+
+    /// Receives `frame` on `in_port` and executes the resulting actions, following
+    /// recirculations (select groups: `hash(sym_l4(0)),recirc(N)`, then a lookup with
+    /// `recirc_id=N,dp_hash=H` of the rewritten frame), at most [`MAX_RECIRC_DEPTH`]
+    /// times like dpif-netdev. Returns every pass's outputs and packet-ins.
+    pub fn receive_execute(
+        &mut self,
+        table: &FlowTable,
+        in_port: u32,
+        frame: &mut Vec<u8>,
+        now: u64,
+    ) -> crate::exec::Executed {
+        let k = FlowKey::from_packet(in_port, frame);
+        let len = frame.len();
+        let (acts, _) = self.process(table, &k, len, now);
+        let mut all = crate::exec::execute(acts, frame);
+        if all.recircs.is_empty() {
+            return all;
+        }
+        let mut queue: Vec<(u32, u32, Vec<u8>, usize)> = std::mem::take(&mut all.recircs)
+            .into_iter()
+            .map(|(id, h, f)| (id, h, f, 1))
+            .collect();
+        while let Some((id, h, mut fr, depth)) = queue.pop() {
+            if depth > MAX_RECIRC_DEPTH {
+                self.stats.recirc_too_deep += 1;
+                tracing::warn!("recirculation too deep, packet dropped");
+                continue;
+            }
+            self.stats.recirculations += 1;
+            let mut k = FlowKey::from_packet(in_port, &fr);
+            k.set(f::RECIRC_ID, id as u64);
+            k.set(f::DP_HASH, h as u64);
+            let len = fr.len();
+            let (acts, _) = self.process(table, &k, len, now);
+            let ex = crate::exec::execute(acts, &mut fr);
+            all.outputs.extend(ex.outputs);
+            all.packet_ins += ex.packet_ins;
+            queue.extend(ex.recircs.into_iter().map(|(i, h, f)| (i, h, f, depth + 1)));
+        }
+        all
     }
 
     /// Lines like `ovs-appctl dpctl/dump-flows`, in OpenFlow match syntax:

@@ -140,6 +140,285 @@ pub enum Action {
         dst_ofs: u8,
         n_bits: u8,
     },
+    /// `group:N`: execute group N (see [`Group`]).
+    Group(u32),
+    /// Internal (OVS `OFPACT_UNROLL_XLATE`, never parsed): in actions frozen for
+    /// recirculation, restores the table id and rule cookie of the rule whose actions
+    /// follow, for packet-ins and `resubmit(,255)` after the thaw.
+    UnrollXlate {
+        table: u8,
+        cookie: u64,
+    },
+}
+
+/// OpenFlow group type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GroupType {
+    /// Every bucket, each on a clone of the packet.
+    All,
+    /// One bucket chosen by a hash of the packet (OVS default: `dp_hash`).
+    Select,
+    /// Exactly one bucket.
+    Indirect,
+    /// The first live bucket (`ff` / `fast_failover`).
+    FastFailover,
+}
+
+impl GroupType {
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupType::All => "all",
+            GroupType::Select => "select",
+            GroupType::Indirect => "indirect",
+            GroupType::FastFailover => "fast_failover",
+        }
+    }
+}
+
+/// A group bucket: an OpenFlow *action set* (executed in the action-set order, see
+/// [`Bucket::action_list`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Bucket {
+    pub bucket_id: u32,
+    /// Select groups: relative weight (default 1; 0 = never used). Others: 0.
+    pub weight: u16,
+    pub watch_port: Option<u32>,
+    pub watch_group: Option<u32>,
+    /// The actions as written.
+    pub actions: Vec<Action>,
+}
+
+impl Bucket {
+    /// OVS `ofpacts_execute_action_set`: the last `strip_vlan`, `push_vlan`, `dec_ttl`
+    /// (in that order), then every set/load/move in order, then the one final action of
+    /// the highest class (resubmit < output < group; the last of its class). Without a
+    /// final action the bucket does nothing.
+    pub fn action_list(&self) -> Vec<Action> {
+        let (mut strip, mut push, mut dec) = (None, None, None);
+        let mut sets = Vec::new();
+        let mut fin: Option<(u8, &Action)> = None;
+        for a in &self.actions {
+            let class = match a {
+                Action::StripVlan => {
+                    strip = Some(a);
+                    continue;
+                }
+                Action::PushVlan(_) => {
+                    push = Some(a);
+                    continue;
+                }
+                Action::DecTtl => {
+                    dec = Some(a);
+                    continue;
+                }
+                Action::SetField(..) | Action::Load { .. } | Action::Move { .. } => {
+                    sets.push(a.clone());
+                    continue;
+                }
+                Action::Resubmit { .. } => 0,
+                Action::Output(_) | Action::InPort => 1,
+                Action::Group(_) => 2,
+                _ => continue,
+            };
+            if fin.is_none_or(|(c, _)| class >= c) {
+                fin = Some((class, a));
+            }
+        }
+        let Some((_, fin)) = fin else {
+            return Vec::new();
+        };
+        let mut out: Vec<Action> = [strip, push, dec].into_iter().flatten().cloned().collect();
+        out.extend(sets);
+        out.push(fin.clone());
+        out
+    }
+}
+
+/// An OpenFlow group (`ovs-ofctl add-groups` line).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Group {
+    pub group_id: u32,
+    pub kind: GroupType,
+    pub buckets: Vec<Bucket>,
+}
+
+/// The highest group id (OpenFlow `OFPG_MAX`).
+pub const MAX_GROUP: u32 = 0xffff_ff00;
+
+/// Parses a groups file (`ovs-ofctl add-groups` format): blank lines and `#` comments
+/// skipped; errors name the line.
+pub fn parse_groups(text: &str) -> Result<Vec<Group>, ParseError> {
+    let mut out: Vec<Group> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        let g = parse_group(t).map_err(|mut e| {
+            e.line = i + 1;
+            e
+        })?;
+        if out.iter().any(|o| o.group_id == g.group_id) {
+            return Err(ParseError {
+                line: i + 1,
+                field: "group_id".into(),
+                msg: format!("group {} defined twice", g.group_id),
+            });
+        }
+        out.push(g);
+    }
+    Ok(out)
+}
+
+/// Parses one `ovs-ofctl add-group` line:
+/// `group_id=N,type=all|select|indirect|ff|fast_failover[,selection_method=dp_hash],bucket=...`;
+/// a bucket is `[bucket_id:N,][weight:W,][watch_port:P,][watch_group:G,]actions=...` or
+/// just its actions (OVS `parse_bucket_str`).
+pub fn parse_group(line: &str) -> Result<Group, ParseError> {
+    let (head, rest) = match line.find("bucket=") {
+        Some(i) => (&line[..i], &line[i..]),
+        None => (line, ""),
+    };
+    let mut id = None;
+    let mut kind = None;
+    for item in split_items(head) {
+        let (k, v) = kv(item);
+        let v = v.ok_or_else(|| perr(k, "needs a value"));
+        match k {
+            "group_id" => {
+                let n = num(k, v?)?;
+                if n > MAX_GROUP as u64 {
+                    return Err(perr(k, format!("group id {n} out of range")));
+                }
+                id = Some(n as u32);
+            }
+            "type" => {
+                kind = Some(match v? {
+                    "all" => GroupType::All,
+                    "select" => GroupType::Select,
+                    "indirect" => GroupType::Indirect,
+                    "ff" | "fast_failover" => GroupType::FastFailover,
+                    o => return Err(perr(k, format!("unknown group type `{o}`"))),
+                })
+            }
+            "selection_method" => {
+                if v? != "dp_hash" {
+                    return Err(perr(
+                        k,
+                        "only the default (dp_hash) selection method is supported",
+                    ));
+                }
+            }
+            _ => return Err(perr(k, "unknown or unsupported group field")),
+        }
+    }
+    let group_id = id.ok_or_else(|| perr("group_id", "missing"))?;
+    let kind = kind.ok_or_else(|| perr("type", "missing"))?;
+    let mut buckets = Vec::new();
+    let mut parts: Vec<&str> = Vec::new();
+    let mut s = rest;
+    while let Some(b) = s.strip_prefix("bucket=") {
+        let end = b.find("bucket=").unwrap_or(b.len());
+        parts.push(b[..end].trim().trim_end_matches(',').trim());
+        s = &b[end..];
+    }
+    for (i, b) in parts.into_iter().enumerate() {
+        let mut bk = Bucket {
+            bucket_id: i as u32,
+            weight: if kind == GroupType::Select { 1 } else { 0 },
+            watch_port: None,
+            watch_group: None,
+            actions: Vec::new(),
+        };
+        let mut acts: Vec<String> = Vec::new();
+        let items = split_items(b);
+        let mut j = 0;
+        while j < items.len() {
+            let it = items[j].trim();
+            let (k, v) = match it.split_once([':', '=']) {
+                Some((k, v)) => (k.trim(), Some(v.trim())),
+                None => (it, None),
+            };
+            match (k, v) {
+                ("weight", Some(v)) => bk.weight = num_max(k, v, 0xffff)? as u16,
+                ("watch_port", Some(v)) => {
+                    bk.watch_port = match v {
+                        "ANY" | "any" => None,
+                        _ => Some(num_max(k, v, 0xffff_ff00)? as u32),
+                    }
+                }
+                ("watch_group", Some(v)) => {
+                    let g = num(k, v)?;
+                    if g > MAX_GROUP as u64 {
+                        return Err(perr(k, format!("invalid watch_group id {g}")));
+                    }
+                    bk.watch_group = Some(g as u32);
+                }
+                ("bucket_id", Some(v)) => bk.bucket_id = num_max(k, v, 0xffff_fffb)? as u32,
+                ("actions" | "action", Some(_))
+                    if it.contains('=') && !it.starts_with("action:") =>
+                {
+                    let first = it.split_once('=').map(|x| x.1).unwrap_or("");
+                    acts.push(first.to_string());
+                    acts.extend(items[j + 1..].iter().map(|x| x.to_string()));
+                    break;
+                }
+                _ => acts.push(it.to_string()),
+            }
+            j += 1;
+        }
+        if acts.is_empty() {
+            return Err(perr("bucket", "bucket must specify actions"));
+        }
+        let live = bk.watch_port.is_some() || bk.watch_group.is_some();
+        if matches!(kind, GroupType::All | GroupType::Indirect) && live {
+            return Err(perr(
+                "bucket",
+                "watch_port/watch_group only in select and fast_failover groups (OFPGMFC_WATCH_UNSUPPORTED)",
+            ));
+        }
+        if kind != GroupType::Select && bk.weight != 0 {
+            return Err(perr(
+                "bucket",
+                "weight only in select groups (OFPGMFC_INVALID_GROUP)",
+            ));
+        }
+        if kind == GroupType::FastFailover && !live {
+            return Err(perr(
+                "bucket",
+                "fast failover bucket requires watch_port or watch_group",
+            ));
+        }
+        bk.actions = parse_bucket_actions(&acts.join(","))?;
+        buckets.push(bk);
+    }
+    if kind == GroupType::Indirect && buckets.len() != 1 {
+        return Err(perr("bucket", "an indirect group needs exactly one bucket"));
+    }
+    Ok(Group {
+        group_id,
+        kind,
+        buckets,
+    })
+}
+
+/// A bucket's actions: like a rule's, but there is no match to check set_field
+/// prerequisites against (they are checked per packet, as OVS does), and actions that
+/// an OpenFlow action set cannot hold are refused (OVS drops them silently).
+pub fn parse_bucket_actions(s: &str) -> Result<Vec<Action>, ParseError> {
+    let acts = parse_actions_in(s, &Match::default(), true)?;
+    for a in &acts {
+        let bad = match a {
+            Action::Controller(_) => Some("controller"),
+            Action::GotoTable(_) => Some("goto_table"),
+            Action::WriteMetadata { .. } => Some("write_metadata"),
+            _ => None,
+        };
+        if let Some(n) = bad {
+            return Err(perr(n, "not allowed in a group bucket (an action set)"));
+        }
+    }
+    Ok(acts)
 }
 
 /// A pipeline field (not part of any packet): `reg0`–`reg15`, `xreg0`–`xreg7`,
@@ -826,6 +1105,31 @@ pub fn parse_match(s: &str) -> Result<Match, ParseError> {
     Ok(m)
 }
 
+/// Parses the match of `ovs-ofctl del-flows` / `dump-flows`: an optional `table=N`
+/// (None: every table) and match fields.
+pub fn parse_table_match(s: &str) -> Result<(Option<u8>, Match), ParseError> {
+    let mut m = Match::default();
+    let mut table = None;
+    for item in split_items(s) {
+        let (k, v) = kv(item);
+        if k == "table" {
+            let v = v.ok_or_else(|| perr(k, "needs a value"))?;
+            if v == "all" || v == "255" {
+                table = None;
+                continue;
+            }
+            let t = num(k, v)?;
+            if t > MAX_TABLE as u64 {
+                return Err(perr(k, format!("table {t} out of range (0–{MAX_TABLE})")));
+            }
+            table = Some(t as u8);
+        } else if !match_item(&mut m, k, v)? {
+            return Err(perr(k, "unknown match field"));
+        }
+    }
+    Ok((table, m))
+}
+
 /// Parses an OpenFlow "exact flow" (what `ofproto/trace` takes) into a flow key; fields
 /// not given are zero, exactly like OVS. `tp_src`/`tp_dst` are accepted for UDP too.
 pub fn parse_exact_flow(s: &str) -> Result<FlowKey, ParseError> {
@@ -971,6 +1275,8 @@ fn find_actions(line: &str) -> Option<usize> {
 /// OVS's `ofpacts_check` for the OpenFlow 1.3 encoding: set_field prerequisites must be
 /// guaranteed by the match, VLAN rewrites need a tag (matched or pushed before).
 struct CheckFlow {
+    /// Group bucket: no match, prerequisites are checked per packet.
+    any: bool,
     dl_type: Option<u16>,
     proto: Option<u8>,
     vlans: u8,
@@ -978,7 +1284,12 @@ struct CheckFlow {
 
 /// Parses an action list for a rule with match `m`.
 pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
+    parse_actions_in(s, m, false)
+}
+
+fn parse_actions_in(s: &str, m: &Match, any: bool) -> Result<Vec<Action>, ParseError> {
     let mut cf = CheckFlow {
+        any,
         dl_type: m.dl_type(),
         proto: m.nw_proto(),
         vlans: if m.key.get(f::VLAN0_TCI) as u16 & VLAN_CFI != 0 {
@@ -1023,10 +1334,10 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
                 out.push(Action::Controller(ml));
             }
             "strip_vlan" | "pop_vlan" => {
-                if cf.vlans == 0 {
+                if cf.vlans == 0 && !cf.any {
                     return Err(perr(name, "needs a VLAN-tagged match (dl_vlan/vlan_tci)"));
                 }
-                cf.vlans -= 1;
+                cf.vlans = cf.vlans.saturating_sub(1);
                 out.push(Action::StripVlan);
             }
             "push_vlan" => {
@@ -1063,7 +1374,7 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
                 out.push(Action::SetField(sf, v as u128));
             }
             "mod_nw_src" | "mod_nw_dst" => {
-                if cf.dl_type != Some(ethertype::IPV4) {
+                if cf.dl_type != Some(ethertype::IPV4) && !cf.any {
                     return Err(perr(name, "needs an `ip` match"));
                 }
                 let v = parse_ipv4(name, argv(name)?)?;
@@ -1075,7 +1386,7 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
                 out.push(Action::SetField(sf, v as u128));
             }
             "mod_nw_tos" => {
-                if !matches!(cf.dl_type, Some(ethertype::IPV4) | Some(ethertype::IPV6)) {
+                if !matches!(cf.dl_type, Some(ethertype::IPV4) | Some(ethertype::IPV6)) && !cf.any {
                     return Err(perr(name, "needs an `ip` or `ipv6` match"));
                 }
                 let v = num_max(name, argv(name)?, 0xff)?;
@@ -1112,6 +1423,13 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
                 out.push(Action::GotoTable(t as u8));
             }
             "resubmit" => out.push(parse_resubmit(item)?),
+            "group" => {
+                let g = num(name, argv(name)?)?;
+                if g > MAX_GROUP as u64 {
+                    return Err(perr(name, format!("group id {g} out of range")));
+                }
+                out.push(Action::Group(g as u32));
+            }
             "write_metadata" => {
                 let (v, mk) = num_masked(name, argv(name)?, u64::MAX)?;
                 out.push(Action::WriteMetadata {
@@ -1162,7 +1480,7 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
                     SrcField::UdpSrc | SrcField::UdpDst => ip && cf.proto == Some(ipproto::UDP),
                     _ => true,
                 };
-                if !ok {
+                if !ok && !cf.any {
                     return Err(perr(
                         name,
                         "source field prerequisites not met by the match",
@@ -1242,7 +1560,7 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
                     }
                     SetField::VlanVid | SetField::VlanPcp => cf.vlans > 0,
                 };
-                if !ok {
+                if !ok && !cf.any {
                     return Err(perr(field, "set_field prerequisites not met by the match"));
                 }
                 out.push(Action::SetField(sf, v));

@@ -189,6 +189,10 @@ pub fn format_ofpacts(actions: &[Action]) -> String {
             Action::DecTtl => "dec_ttl".into(),
             Action::Controller(ml) => format!("CONTROLLER:{ml}"),
             Action::GotoTable(t) => format!("goto_table:{t}"),
+            Action::Group(g) => format!("group:{g}"),
+            Action::UnrollXlate { table, cookie } => {
+                format!("unroll_xlate(table={table}, cookie={cookie})")
+            }
             Action::WriteMetadata { value, mask } => {
                 if mask == u64::MAX {
                     format!("write_metadata:{value:#x}")

@@ -326,6 +326,7 @@ impl Node {
         }
         let opts = switch::SwitchOpts {
             flows: c.flows.clone(),
+            groups: None,
             ports: c.ports.clone(),
             ctl: c.ctl.clone(),
             duration: None,

@@ -63,6 +63,7 @@ fn pcap_replay_through_the_table_and_ctl_stop() {
     .unwrap();
     let opts = SwitchOpts {
         flows: Some(flows),
+        groups: None,
         ports: vec![
             format!("1=pcap-rx:{}", rx.display()),
             format!("3=pcap-tx:{}", tx.display()),
@@ -106,6 +107,7 @@ fn pcap_replay_through_the_table_and_ctl_stop() {
     // a missing port file keeps the threaded switch from starting, with the cause
     let bad = SwitchOpts {
         flows: None,
+        groups: None,
         ports: vec![format!("1=pcap-rx:{}", dir.join("missing.pcap").display())],
         ctl: dir.join("ctl2.sock"),
         duration: None,

@@ -39,8 +39,29 @@ pub enum SwitchCmd {
     /// Dump the OpenFlow rules of a running switch with their statistics, like
     /// `ovs-ofctl dump-flows` (cookie, duration, n_packets, n_bytes, timeouts, idle_age).
     DumpRules(CtlArgs),
+    /// Add groups (ovs-ofctl add-groups file, `-` = stdin) to a running switch.
+    AddGroups(CtlFileArgs),
+    /// Replace existing groups (ovs-ofctl mod-group lines) of a running switch.
+    ModGroups(CtlFileArgs),
+    /// Delete group ID (`group_id=ID` or `ID`; all without it), and the rules using it.
+    DelGroups(CtlMatchArgs),
+    /// Dump the groups of a running switch, like `ovs-ofctl dump-groups`.
+    DumpGroups(CtlArgs),
+    /// Group counters, like `ovs-ofctl dump-group-stats`.
+    DumpGroupStats(CtlArgs),
+    /// Mark a port down (its fast-failover / select buckets die) or up again.
+    PortDown(CtlPortArgs),
+    PortUp(CtlPortArgs),
     /// Stop a running switch.
     Stop(CtlArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CtlPortArgs {
+    #[arg(long, default_value = DEFAULT_CTL)]
+    pub ctl: PathBuf,
+    /// OpenFlow port number.
+    pub port: u32,
 }
 
 #[derive(Args, Debug)]
@@ -48,6 +69,9 @@ pub struct RunArgs {
     /// Initial flow table (ovs-ofctl add-flows syntax).
     #[arg(long)]
     pub flows: Option<PathBuf>,
+    /// Initial group table (ovs-ofctl add-groups syntax).
+    #[arg(long)]
+    pub groups: Option<PathBuf>,
     /// A port: `N=afpacket:IFNAME`, `N=pcap-rx:FILE` (frames replayed as received on N)
     /// or `N=pcap-tx:FILE` (what is output to N is written there). Repeatable.
     #[arg(long = "port", value_name = "N=SPEC")]
@@ -91,6 +115,12 @@ pub struct TraceArgs {
     /// Flow table in `ovs-ofctl add-flows` syntax.
     #[arg(long)]
     pub flows: PathBuf,
+    /// Groups in `ovs-ofctl add-groups` syntax.
+    #[arg(long)]
+    pub groups: Option<PathBuf>,
+    /// Ports that are down (comma-separated; fast-failover/select bucket liveness).
+    #[arg(long, value_delimiter = ',')]
+    pub down: Vec<u32>,
     /// Packets, one per line: an OpenFlow exact-flow string (`in_port=1,tcp,nw_dst=...`),
     /// optionally followed by the Ethernet frame as hex (then the frame is parsed and the
     /// flow string only supplies `in_port`).
@@ -112,7 +142,12 @@ pub struct TraceArgs {
 
 fn trace_cmd(a: &TraceArgs) -> Result<()> {
     let rules = switch::read_flows(&a.flows)?;
-    let mut table = flow::FlowTable::from_rules(rules);
+    let groups = match &a.groups {
+        Some(p) => switch::read_groups(p)?,
+        None => Vec::new(),
+    };
+    let mut table = switch::build_table(rules, groups)?;
+    table.ports_down = a.down.iter().copied().collect();
     table.cls.set_prefix_tracking(!a.no_prefixes);
     if !a.ports.is_empty() {
         table.ports = Some(a.ports.iter().copied().collect());
@@ -134,9 +169,17 @@ fn trace_cmd(a: &TraceArgs) -> Result<()> {
     for (i, p) in pkts.iter().enumerate() {
         let (k, bytes) = packet_key(p)?;
         let t = flow::trace(&table, &k, bytes);
+        // A select group recirculates: trace the next pass like the datapath runs it
+        // (OVS's ofproto/trace stops at `recirc(N)`; `hash()` needs the frame, so a
+        // bare flow string is composed into one with zero payload).
+        let passes = flow::trace_recirculations(&table, &k, bytes, 4);
         if a.json {
+            let rec: Vec<_> = passes
+                .iter()
+                .map(|(dp_hash, t)| serde_json::json!({"dp_hash": format!("{dp_hash:#x}"), "megaflow": t.megaflow, "actions": t.actions}))
+                .collect();
             out.push(
-                serde_json::json!({"packet": p, "megaflow": t.megaflow, "actions": t.actions}),
+                serde_json::json!({"packet": p, "megaflow": t.megaflow, "actions": t.actions, "error": t.error.map(|e| e.to_string()), "recirculations": rec}),
             );
         } else {
             if i > 0 {
@@ -147,6 +190,14 @@ fn trace_cmd(a: &TraceArgs) -> Result<()> {
             }
             println!("Megaflow: {}", t.megaflow);
             println!("Datapath actions: {}", t.actions);
+            if let Some(e) = t.error {
+                println!("Translation failed ({e}), packet is dropped.");
+            }
+            for (h, t) in &passes {
+                println!("recirculation: dp_hash={h:#x}");
+                println!("  Megaflow: {}", t.megaflow);
+                println!("  Datapath actions: {}", t.actions);
+            }
         }
     }
     if a.json {
@@ -163,6 +214,15 @@ pub fn run(cmd: Cmd, _cfg: &Config) -> Result<()> {
         SwitchCmd::DumpFlows(a) => ctl_call(&a.ctl, "dump-flows", ""),
         SwitchCmd::DumpRules(a) => ctl_call(&a.ctl, "dump-rules", ""),
         SwitchCmd::Stop(a) => ctl_call(&a.ctl, "stop", ""),
+        SwitchCmd::AddGroups(a) => ctl_call(&a.ctl, "add-groups", &read_arg_file(&a.file)?),
+        SwitchCmd::ModGroups(a) => ctl_call(&a.ctl, "mod-groups", &read_arg_file(&a.file)?),
+        SwitchCmd::DelGroups(a) => {
+            ctl_call(&a.ctl, "del-groups", a.r#match.as_deref().unwrap_or(""))
+        }
+        SwitchCmd::DumpGroups(a) => ctl_call(&a.ctl, "dump-groups", ""),
+        SwitchCmd::DumpGroupStats(a) => ctl_call(&a.ctl, "dump-group-stats", ""),
+        SwitchCmd::PortDown(a) => ctl_call(&a.ctl, "port-down", &a.port.to_string()),
+        SwitchCmd::PortUp(a) => ctl_call(&a.ctl, "port-up", &a.port.to_string()),
         SwitchCmd::AddFlows(a) => ctl_call(&a.ctl, "add-flows", &read_arg_file(&a.file)?),
         SwitchCmd::ReplaceFlows(a) => ctl_call(&a.ctl, "replace-flows", &read_arg_file(&a.file)?),
         SwitchCmd::DelFlows(a) => ctl_call(&a.ctl, "del-flows", a.r#match.as_deref().unwrap_or("")),
@@ -194,6 +254,7 @@ fn run_switch(a: &RunArgs) -> Result<()> {
     }
     let opts = SwitchOpts {
         flows: a.flows.clone(),
+        groups: a.groups.clone(),
         ports: a.ports.clone(),
         ctl: a.ctl.clone(),
         duration: a.duration.map(std::time::Duration::from_secs_f64),
