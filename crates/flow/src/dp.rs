@@ -70,6 +70,8 @@ pub struct Megaflow {
     pub later_rules: Box<[u32]>,
     /// The groups (and chosen bucket; None = all) it executed, credited like the rules.
     pub groups: Box<[(u32, Option<u32>)]>,
+    /// MACs NORMAL learned for it, refreshed when it has traffic.
+    pub learned: Box<[(u64, u16, u32)]>,
     /// `stats` packets/bytes already credited to `rule`.
     pushed: (u64, u64),
     /// The upcall's packet(s)/bytes, credited to `rule` at the next push (not part of
@@ -257,6 +259,9 @@ pub struct Datapath {
     lookups_since_sort: u64,
     /// Latest time seen by `process` (install time of new megaflows).
     clock: u64,
+    /// Megaflows flushed during an upcall (NORMAL's table changed) whose traffic was
+    /// not credited yet: credited at the next [`Self::push_stats`].
+    orphans: Vec<Megaflow>,
 }
 
 impl Default for Datapath {
@@ -283,6 +288,7 @@ impl Datapath {
             stats: DpStats::default(),
             lookups_since_sort: 0,
             clock: 0,
+            orphans: Vec::new(),
         }
     }
     /// Turns the EMC on/off (off: every lookup goes to the megaflow classifier).
@@ -307,6 +313,16 @@ impl Datapath {
         self.flows.iter().filter(|f| f.alive)
     }
     /// Removes every megaflow (e.g. after the OpenFlow table changed).
+    /// Flushes every megaflow, keeping their uncredited traffic for the next push.
+    fn flush_after_fdb_change(&mut self, _table: &FlowTable) {
+        let old = std::mem::take(&mut self.flows);
+        self.orphans.extend(
+            old.into_iter()
+                .filter(|f| f.alive && (f.stats.packets > f.pushed.0 || f.upcall_credit.0 > 0)),
+        );
+        self.flush();
+    }
+
     pub fn flush(&mut self) {
         self.emc_clear();
         self.subtables.clear();
@@ -366,6 +382,7 @@ impl Datapath {
             rule,
             later_rules: Box::default(),
             groups: Box::default(),
+            learned: Box::default(),
             pushed: (0, 0),
             upcall_credit: (0, 0),
             subtable: st,
@@ -380,7 +397,13 @@ impl Datapath {
     /// datapath flow stats delta to the rules of the ukey's xlate cache). Call before
     /// [`Self::flush`] / table changes so nothing is lost. Does not allocate.
     pub fn push_stats(&mut self, table: &mut FlowTable) {
-        for fl in self.flows.iter_mut().filter(|f| f.alive) {
+        let mut orphans = std::mem::take(&mut self.orphans);
+        for fl in self
+            .flows
+            .iter_mut()
+            .filter(|f| f.alive)
+            .chain(orphans.iter_mut())
+        {
             let (p0, b0) = fl.pushed;
             let (up, ub) = fl.upcall_credit;
             let dp = fl.stats.packets - p0 + up;
@@ -401,6 +424,12 @@ impl Datapath {
                 for &(g, b) in fl.groups.iter() {
                     table.credit_group(g, b, dp, db);
                 }
+                if !fl.learned.is_empty() {
+                    let mut ml = table.bridge.ml.borrow_mut();
+                    for &(mac, vlan, port) in fl.learned.iter() {
+                        ml.learn(mac, vlan, port, used);
+                    }
+                }
             }
             fl.pushed = (fl.stats.packets, fl.stats.bytes);
             fl.upcall_credit = (0, 0);
@@ -413,6 +442,15 @@ impl Datapath {
     /// expired rule is a table change: all megaflows are flushed (no revalidator yet).
     pub fn sweep(&mut self, table: &mut FlowTable, now: u64, max_idle: u64) -> Sweep {
         self.push_stats(table);
+        // NORMAL's MAC aging (mac_learning_run); a change makes megaflows stale.
+        let fdb = {
+            let mut ml = table.bridge.ml.borrow_mut();
+            ml.run(now);
+            ml.take_changed()
+        };
+        if fdb {
+            self.flush();
+        }
         let megaflows_expired = self.expire_idle(now, max_idle);
         let rules_expired = table.expire(now);
         if !rules_expired.is_empty() {
@@ -448,6 +486,7 @@ impl Datapath {
             let n = &mut self.flows[id as usize];
             n.later_rules = fl.later_rules;
             n.groups = fl.groups;
+            n.learned = fl.learned;
             n.stats = fl.stats;
             n.pushed = fl.pushed;
             n.upcall_credit = fl.upcall_credit;
@@ -558,8 +597,16 @@ impl Datapath {
     /// install the resulting megaflow (and an EMC entry). Returns the megaflow index.
     pub fn upcall(&mut self, table: &FlowTable, k: &FlowKey, hash: u64) -> u32 {
         self.stats.upcalls += 1;
-        let x = table.xlate(k);
+        let x = table.xlate_upcall(k, self.clock);
+        if table.bridge.ml.borrow_mut().take_changed() {
+            // NORMAL learned or moved a MAC: decisions of installed megaflows may be
+            // stale; no revalidator, so they go (their stats first).
+            self.flush_after_fdb_change(table);
+        }
         let id = self.install_rules(k, &x.wc, x.actions, &x.rules);
+        if !x.learned.is_empty() {
+            self.flows[id as usize].learned = x.learned.into();
+        }
         if !x.groups.is_empty() {
             self.flows[id as usize].groups = x.groups.into();
         }

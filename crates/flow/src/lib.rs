@@ -24,6 +24,7 @@ pub mod driver;
 pub mod exec;
 pub mod group;
 pub mod key;
+pub mod normal;
 pub mod ofctl;
 pub mod ofproto;
 pub mod rule_stats;

@@ -142,6 +142,8 @@ pub enum Action {
     },
     /// `group:N`: execute group N (see [`Group`]).
     Group(u32),
+    /// `NORMAL` (`output:NORMAL`): the L2 learning switch (see [`crate::normal`]).
+    Normal,
     /// Internal (OVS `OFPACT_UNROLL_XLATE`, never parsed): in actions frozen for
     /// recirculation, restores the table id and rule cookie of the rule whose actions
     /// follow, for packet-ins and `resubmit(,255)` after the thaw.
@@ -216,7 +218,7 @@ impl Bucket {
                     continue;
                 }
                 Action::Resubmit { .. } => 0,
-                Action::Output(_) | Action::InPort => 1,
+                Action::Output(_) | Action::InPort | Action::Normal => 1,
                 Action::Group(_) => 2,
                 _ => continue,
             };
@@ -1318,11 +1320,17 @@ fn parse_actions_in(s: &str, m: &Match, any: bool) -> Result<Vec<Action>, ParseE
                 let a = argv(name)?;
                 if a == "in_port" || a == "IN_PORT" {
                     out.push(Action::InPort);
+                } else if a == "NORMAL" || a == "normal" {
+                    out.push(Action::Normal);
                 } else {
                     out.push(Action::Output(num_max(name, a, 0xffff_ff00)? as u32));
                 }
             }
             "in_port" | "IN_PORT" => out.push(Action::InPort),
+            "normal" | "NORMAL" => out.push(Action::Normal),
+            "flood" | "FLOOD" | "all" | "ALL" | "local" | "LOCAL" => {
+                return Err(perr(name, "not supported (NORMAL is)"));
+            }
             "controller" | "CONTROLLER" => {
                 let ml = match arg {
                     Some(a) => {

@@ -190,6 +190,7 @@ pub fn format_ofpacts(actions: &[Action]) -> String {
             Action::Controller(ml) => format!("CONTROLLER:{ml}"),
             Action::GotoTable(t) => format!("goto_table:{t}"),
             Action::Group(g) => format!("group:{g}"),
+            Action::Normal => "NORMAL".into(),
             Action::UnrollXlate { table, cookie } => {
                 format!("unroll_xlate(table={table}, cookie={cookie})")
             }

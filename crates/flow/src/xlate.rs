@@ -273,6 +273,8 @@ pub struct FlowTable {
     pub(crate) life: HashMap<u32, crate::rule_stats::RuleStats>,
     /// The group table.
     pub groups: std::collections::BTreeMap<u32, GroupEntry>,
+    /// The bridge `NORMAL` switches on: port VLAN modes, flood order, MAC learning.
+    pub bridge: crate::normal::Bridge,
     /// Ports that exist but are down (not live for fast-failover / select buckets).
     pub ports_down: std::collections::BTreeSet<u32>,
     /// Frozen translations (select groups recirculate): recirc_id → state, and the
@@ -305,6 +307,9 @@ pub struct Xlated {
     pub error: Option<XlateError>,
     /// Groups executed: (group id, bucket index; None = all buckets), for group stats.
     pub groups: Vec<(u32, Option<u32>)>,
+    /// NORMAL learned (MAC, VLAN, port) while translating an upcall: refreshed again
+    /// whenever the megaflow has traffic (OVS's xlate cache `XC_NORMAL`).
+    pub learned: Vec<(u64, u16, u32)>,
     /// For each `recirc(N)` in `actions`: the packet's key as the datapath recirculates
     /// it (after the actions before it), with `recirc_id=N` and `dp_hash` 0.
     pub recirc_keys: Vec<FlowKey>,
@@ -566,6 +571,16 @@ impl FlowTable {
     /// [`Self::xlate`]; `dont_send` marks packet-ins as not to be sent (what OVS does
     /// when tracing a flow without packet bytes).
     pub fn xlate_with(&self, flow: &FlowKey, dont_send: bool) -> Xlated {
+        self.xlate_full(flow, dont_send, None)
+    }
+
+    /// Translates an upcall at `now` (ms): like [`Self::xlate`], and `NORMAL` learns
+    /// source MACs (a trace does not, as OVS's `ofproto/trace`).
+    pub fn xlate_upcall(&self, flow: &FlowKey, now: u64) -> Xlated {
+        self.xlate_full(flow, false, Some(now))
+    }
+
+    fn xlate_full(&self, flow: &FlowKey, dont_send: bool, learn_now: Option<u64>) -> Xlated {
         let mut wc = FlowKey::ZERO;
         // xlate_wc_init
         wc.full(f::IN_PORT);
@@ -592,6 +607,8 @@ impl FlowTable {
             frozen: Vec::new(),
             groups: Vec::new(),
             recirc_keys: Vec::new(),
+            learn_now,
+            learned: Vec::new(),
         };
         let recirc = flow.get(f::RECIRC_ID) as u32;
         let mut rule = None;
@@ -635,6 +652,7 @@ impl FlowTable {
                 error: x.error,
                 groups: x.groups,
                 recirc_keys: Vec::new(),
+                learned: x.learned,
             };
         }
         let mut wc = x.wc;
@@ -674,6 +692,7 @@ impl FlowTable {
             error: x.error,
             groups: x.groups,
             recirc_keys: x.recirc_keys,
+            learned: x.learned,
         }
     }
 
@@ -854,6 +873,7 @@ impl FlowTable {
             match *a {
                 Action::Output(_)
                 | Action::InPort
+                | Action::Normal
                 | Action::Group(_)
                 | Action::Controller(_)
                 | Action::DecTtl
@@ -946,6 +966,7 @@ impl FlowTable {
                     x.commit();
                     x.out.push(OdpAction::Output(in_port));
                 }
+                Action::Normal => self.xlate_normal(x),
                 Action::Controller(max_len) => {
                     self.controller(x, if miss { 3 } else { 1 }, x.cookie, max_len);
                 }
@@ -1003,6 +1024,112 @@ impl FlowTable {
                 return;
             }
         }
+    }
+
+    /// OVS `xlate_normal` (no mcast snooping, bonds, mirrors, STP).
+    fn xlate_normal(&self, x: &mut Ctx) {
+        x.wc.full(f::DL_SRC);
+        x.wc.full(f::DL_DST);
+        x.wc.or(f::VLAN0_TCI, 0x1fff);
+        let br = &self.bridge;
+        let in_port = x.flow.in_port();
+        let Some(inb) = br.port(in_port) else {
+            tracing::debug!(port = in_port, "NORMAL: no input bundle, dropping");
+            return;
+        };
+        let tci = x.flow.vlan0_tci();
+        if wire::ethernet::is_vlan_tpid(x.flow.dl_type()) && tci & VLAN_CFI == 0 {
+            return; // partial VLAN tag
+        }
+        let (in_vid, pcp) = if tci & VLAN_CFI != 0 {
+            (tci & 0x0fff, tci & VLAN_PCP_MASK)
+        } else {
+            (0, 0)
+        };
+        let tpid = if tci & VLAN_CFI != 0 {
+            x.flow.get(f::VLAN0_TPID) as u16
+        } else {
+            0
+        };
+        if !inb.input_vid_valid(in_vid) {
+            tracing::debug!(
+                port = in_port,
+                vid = in_vid,
+                "NORMAL: disallowed VLAN, dropping"
+            );
+            return;
+        }
+        let vlan = inb.input_vlan(in_vid);
+        let tpid = if tpid == 0 { ethertype::VLAN } else { tpid };
+        let dst = x.flow.get(f::DL_DST);
+        // is_admissible: reserved multicast (01:80:c2:00:00:0x) without forward_bpdu
+        if dst & !0xf == 0x0180_c200_0000 {
+            return;
+        }
+        // is_gratuitous_arp: only its un-wildcarding matters without bonds
+        if x.flow.dl_type() == ethertype::ARP {
+            x.wc.full(f::DL_DST);
+            if dst == 0xffff_ffff_ffff {
+                x.wc.full(f::NW_PROTO);
+                if x.flow.nw_proto() == 1 {
+                    x.wc.full(f::NW_SRC);
+                    x.wc.full(f::NW_DST);
+                }
+            }
+        }
+        let src = x.flow.get(f::DL_SRC);
+        if let Some(now) = x.learn_now {
+            br.ml.borrow_mut().learn(src, vlan, in_port, now);
+            x.learned.push((src, vlan, in_port));
+        }
+        let learned = br.ml.borrow().lookup(dst, vlan);
+        match learned {
+            Some(p) if p != in_port => {
+                if let Some(ob) = br.port(p) {
+                    self.output_normal(x, p, ob, vlan, pcp, tpid);
+                }
+            }
+            Some(_) => {} // learned port is the input port
+            None => {
+                for (p, ob) in &br.ports {
+                    if *p != in_port && ob.includes_vlan(vlan) {
+                        self.output_normal(x, *p, ob, vlan, pcp, tpid);
+                    }
+                }
+            }
+        }
+    }
+
+    /// OVS `output_normal`: the VLAN the output port wants (`xvlan_put`), output, and
+    /// the flow's VLAN back.
+    fn output_normal(
+        &self,
+        x: &mut Ctx,
+        port: u32,
+        ob: &crate::normal::PortVlan,
+        vlan: u16,
+        pcp: u16,
+        tpid: u16,
+    ) {
+        let (old_t, old_c) = (x.flow.get(f::VLAN0_TPID), x.flow.get(f::VLAN0_TCI));
+        let tci = if ob.output_tagged(vlan) {
+            vlan | pcp
+        } else {
+            0
+        };
+        if tci != 0 {
+            x.flow.set(f::VLAN0_TCI, (tci | VLAN_CFI) as u64);
+            x.flow.set(f::VLAN0_TPID, tpid as u64);
+        } else {
+            x.flow.set(f::VLAN0_TCI, 0);
+        }
+        let exists = self.ports.as_ref().is_none_or(|ps| ps.contains(&port));
+        if port != x.flow.in_port() && exists {
+            x.commit();
+            x.out.push(OdpAction::Output(port));
+        }
+        x.flow.set(f::VLAN0_TPID, old_t);
+        x.flow.set(f::VLAN0_TCI, old_c);
     }
 
     fn controller(&self, x: &mut Ctx, reason: u8, cookie: u64, max_len: u16) {
@@ -1126,6 +1253,9 @@ struct Ctx {
     frozen: Vec<Action>,
     groups: Vec<(u32, Option<u32>)>,
     recirc_keys: Vec<FlowKey>,
+    /// Side effects allowed (an upcall, not a trace): NORMAL learns at this time (ms).
+    learn_now: Option<u64>,
+    learned: Vec<(u64, u16, u32)>,
     /// Nesting of resubmits to the same or an earlier table (OVS `ctx->depth`).
     depth: u32,
     /// goto_table + resubmit lookups so far (OVS `ctx->resubmits`).

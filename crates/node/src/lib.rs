@@ -327,6 +327,9 @@ impl Node {
         let opts = switch::SwitchOpts {
             flows: c.flows.clone(),
             groups: None,
+            vlans: Vec::new(),
+            mac_aging_s: 300,
+            mac_table_size: 8192,
             ports: c.ports.clone(),
             ctl: c.ctl.clone(),
             duration: None,

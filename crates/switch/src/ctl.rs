@@ -137,6 +137,25 @@ pub fn handle(req: &str, table: &mut FlowTable, dp: &mut Datapath, now: u64) -> 
                     table.groups.len()
                 )
             }
+            "fdb-show" => {
+                let mut s = String::new();
+                for l in table.bridge.ml.borrow().show(now) {
+                    s += &l;
+                    s.push('\n');
+                }
+                s
+            }
+            "fdb-flush" => {
+                let n = {
+                    let mut ml = table.bridge.ml.borrow_mut();
+                    let n = ml.entries.len();
+                    ml.entries.clear();
+                    n
+                };
+                dp.push_stats(table);
+                dp.flush();
+                format!("{n} MAC entries flushed\n")
+            }
             "dump-groups" => {
                 let mut s = String::new();
                 for l in table.dump_groups() {

@@ -35,6 +35,13 @@ pub struct SwitchOpts {
     pub duration: Option<Duration>,
     /// Megaflows idle this long are removed (OVS other_config:max-idle).
     pub max_idle_ms: u64,
+    /// NORMAL: port VLAN configuration, `N:tag=V;trunks=A,B;vlan_mode=M` (ports not
+    /// named are trunks of every VLAN, as ports without `tag` in OVS).
+    pub vlans: Vec<String>,
+    /// NORMAL: MAC aging (OVS other_config:mac-aging-time, default 300 s).
+    pub mac_aging_s: u64,
+    /// NORMAL: MAC table size (OVS other_config:mac-table-size, default 8192).
+    pub mac_table_size: usize,
 }
 
 /// Stops a running switch loop (from a signal handler, another thread, or `up`'s stop).
@@ -147,6 +154,7 @@ fn setup(a: &SwitchOpts) -> Result<Setup> {
     }
     let mut table = table;
     table.ports = Some(ports.keys().copied().collect());
+    crate::configure_bridge(&mut table, &a.vlans, a.mac_aging_s, a.mac_table_size)?;
     let _ = std::fs::remove_file(&a.ctl);
     let listener = UnixListener::bind(&a.ctl).map_err(|source| Error::Open {
         what: format!("binding {}", a.ctl.display()),

@@ -49,6 +49,10 @@ pub enum SwitchCmd {
     DumpGroups(CtlArgs),
     /// Group counters, like `ovs-ofctl dump-group-stats`.
     DumpGroupStats(CtlArgs),
+    /// NORMAL's MAC learning table, like `ovs-appctl fdb/show`.
+    FdbShow(CtlArgs),
+    /// Empty NORMAL's MAC learning table, like `ovs-appctl fdb/flush`.
+    FdbFlush(CtlArgs),
     /// Mark a port down (its fast-failover / select buckets die) or up again.
     PortDown(CtlPortArgs),
     PortUp(CtlPortArgs),
@@ -85,6 +89,17 @@ pub struct RunArgs {
     /// Megaflows idle this long are removed (OVS other_config:max-idle).
     #[arg(long, default_value_t = 10_000)]
     pub max_idle_ms: u64,
+    /// NORMAL: a port's VLAN config as ovs-vsctl sets it:
+    /// `N:tag=V` (access), `N:trunks=A,B`, `N:tag=V;trunks=A,B;vlan_mode=native-untagged|native-tagged|access|trunk`.
+    /// Ports not named are trunks of all VLANs. Repeatable.
+    #[arg(long = "vlan", value_name = "N:CONFIG")]
+    pub vlans: Vec<String>,
+    /// NORMAL: seconds a learned MAC lives without traffic (OVS mac-aging-time).
+    #[arg(long, default_value_t = 300)]
+    pub mac_aging: u64,
+    /// NORMAL: MAC learning table size (OVS mac-table-size).
+    #[arg(long, default_value_t = 8192)]
+    pub mac_table_size: usize,
 }
 
 #[derive(Args, Debug)]
@@ -121,6 +136,10 @@ pub struct TraceArgs {
     /// Ports that are down (comma-separated; fast-failover/select bucket liveness).
     #[arg(long, value_delimiter = ',')]
     pub down: Vec<u32>,
+    /// NORMAL: port VLAN config (`N:tag=V;trunks=A,B;vlan_mode=M`, see `switch run`);
+    /// NORMAL needs --ports. A trace does not learn MACs.
+    #[arg(long = "vlan", value_name = "N:CONFIG")]
+    pub vlans: Vec<String>,
     /// Packets, one per line: an OpenFlow exact-flow string (`in_port=1,tcp,nw_dst=...`),
     /// optionally followed by the Ethernet frame as hex (then the frame is parsed and the
     /// flow string only supplies `in_port`).
@@ -152,6 +171,14 @@ fn trace_cmd(a: &TraceArgs) -> Result<()> {
     if !a.ports.is_empty() {
         table.ports = Some(a.ports.iter().copied().collect());
     }
+    let uses_normal = table
+        .rules
+        .values()
+        .any(|r| r.actions.contains(&flow::ofctl::Action::Normal));
+    if uses_normal && table.ports.is_none() {
+        eprintln!("warning: the table uses NORMAL but no --ports were given: NORMAL drops every packet (no input bundle)");
+    }
+    switch::configure_bridge(&mut table, &a.vlans, 300, 8192)?;
     let mut pkts: Vec<String> = a.flow.clone();
     if let Some(p) = &a.packets {
         let t = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
@@ -168,7 +195,18 @@ fn trace_cmd(a: &TraceArgs) -> Result<()> {
     let mut out = Vec::new();
     for (i, p) in pkts.iter().enumerate() {
         let (k, bytes) = packet_key(p)?;
-        let t = flow::trace(&table, &k, bytes);
+        // As OVS's ofproto/trace: a trace of packet bytes has side effects (NORMAL
+        // learns its source MAC), a bare flow string has none.
+        let t = if bytes {
+            let x = table.xlate_upcall(&k, i as u64);
+            flow::Trace {
+                megaflow: flow::format_megaflow(&k, &x.wc),
+                actions: flow::format_actions(&x.actions),
+                error: x.error,
+            }
+        } else {
+            flow::trace(&table, &k, false)
+        };
         // A select group recirculates: trace the next pass like the datapath runs it
         // (OVS's ofproto/trace stops at `recirc(N)`; `hash()` needs the frame, so a
         // bare flow string is composed into one with zero payload).
@@ -220,6 +258,8 @@ pub fn run(cmd: Cmd, _cfg: &Config) -> Result<()> {
             ctl_call(&a.ctl, "del-groups", a.r#match.as_deref().unwrap_or(""))
         }
         SwitchCmd::DumpGroups(a) => ctl_call(&a.ctl, "dump-groups", ""),
+        SwitchCmd::FdbShow(a) => ctl_call(&a.ctl, "fdb-show", ""),
+        SwitchCmd::FdbFlush(a) => ctl_call(&a.ctl, "fdb-flush", ""),
         SwitchCmd::DumpGroupStats(a) => ctl_call(&a.ctl, "dump-group-stats", ""),
         SwitchCmd::PortDown(a) => ctl_call(&a.ctl, "port-down", &a.port.to_string()),
         SwitchCmd::PortUp(a) => ctl_call(&a.ctl, "port-up", &a.port.to_string()),
@@ -259,6 +299,9 @@ fn run_switch(a: &RunArgs) -> Result<()> {
         ctl: a.ctl.clone(),
         duration: a.duration.map(std::time::Duration::from_secs_f64),
         max_idle_ms: a.max_idle_ms,
+        vlans: a.vlans.clone(),
+        mac_aging_s: a.mac_aging,
+        mac_table_size: a.mac_table_size,
     };
     switch::run(&opts, &stop, &mut std::io::stderr())?;
     Ok(())
