@@ -633,6 +633,69 @@ fn num_max(field: &str, s: &str, max: u64) -> Result<u64, ParseError> {
     Ok(v)
 }
 
+/// `xxreg0`–`xxreg3` (`NXM_NX_XXREGn`): 128-bit views, xxreg i = xreg 2i ≪ 64 | xreg 2i+1.
+fn xxreg_idx(name: &str) -> Option<u8> {
+    let n = name
+        .strip_prefix("xxreg")
+        .or_else(|| name.strip_prefix("NXM_NX_XXREG"))?;
+    n.parse::<u8>().ok().filter(|&i| i < 4)
+}
+
+fn num128(field: &str, s: &str) -> Result<u128, ParseError> {
+    let s = s.trim();
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u128::from_str_radix(h, 16),
+        None => s.parse::<u128>(),
+    };
+    r.map_err(|_| perr(field, format!("`{s}`: not a 128-bit number")))
+}
+
+/// `V[/M]` for a 128-bit field.
+fn num128_masked(field: &str, s: &str) -> Result<(u128, u128), ParseError> {
+    match s.split_once('/') {
+        Some((v, m)) => Ok((num128(field, v)?, num128(field, m)?)),
+        None => Ok((num128(field, s)?, u128::MAX)),
+    }
+}
+
+/// A write of `value` under `mask` into xxreg `i`, as loads of its two xregs (the
+/// halves the mask touches).
+fn xxreg_loads(i: u8, value: u128, mask: u128) -> Vec<Action> {
+    let mut out = Vec::new();
+    for (x, sh) in [(2 * i, 64u32), (2 * i + 1, 0)] {
+        let m = (mask >> sh) as u64;
+        if m != 0 {
+            out.push(Action::Load {
+                dst: MetaField::Xreg(x),
+                value: (value >> sh) as u64 & m,
+                mask: m,
+            });
+        }
+    }
+    out
+}
+
+/// `NAME[a..b]` of an xxreg inside one of its 64-bit halves, as that xreg's sub-field.
+fn xxreg_half(what: &str, s: &str) -> Result<Option<String>, ParseError> {
+    let name = s.split('[').next().unwrap_or(s).trim();
+    let Some(i) = xxreg_idx(name) else {
+        return Ok(None);
+    };
+    let (_, ofs, n) = subfield(what, s, |_| Some(128))?;
+    let (ofs, end) = (ofs as u32, ofs as u32 + n as u32 - 1);
+    let (x, base) = if ofs >= 64 {
+        (2 * i, 64)
+    } else if end < 64 {
+        (2 * i + 1, 0)
+    } else {
+        return Err(perr(
+            what,
+            format!("`{s}`: a move across the two 64-bit halves of an xxreg is not supported"),
+        ));
+    };
+    Ok(Some(format!("xreg{x}[{}..{}]", ofs - base, end - base)))
+}
+
 fn num_masked(field: &str, s: &str, max: u64) -> Result<(u64, u64), ParseError> {
     match s.split_once('/') {
         Some((v, m)) => Ok((num_max(field, v, max)?, num_max(field, m, max)?)),
@@ -780,10 +843,19 @@ fn match_item(m: &mut Match, name: &str, val: Option<&str>) -> Result<bool, Pars
         m.set_masked(fd, v, mk);
         return Ok(true);
     }
+    if let Some(i) = xxreg_idx(name) {
+        let v = val.ok_or_else(|| perr(name, "needs a value"))?;
+        let (v, mk) = num128_masked(name, v)?;
+        for (x, sh) in [(2 * i, 64u32), (2 * i + 1, 0)] {
+            let fd = f::XREGS[x as usize];
+            m.set_masked(fd, (v >> sh) as u64, (mk >> sh) as u64);
+        }
+        return Ok(true);
+    }
     if name.starts_with("reg") || name.starts_with("xreg") || name.starts_with("xxreg") {
         return Err(perr(
             name,
-            "no such register (reg0-reg15, xreg0-xreg7; xxreg not supported)",
+            "no such register (reg0-reg15, xreg0-xreg7, xxreg0-xxreg3)",
         ));
     }
     let shorthand: Option<(u16, Option<u8>)> = match name {
@@ -1445,6 +1517,29 @@ fn parse_actions_in(s: &str, m: &Match, any: bool) -> Result<Vec<Action>, ParseE
                     mask: mk,
                 });
             }
+            "load"
+                if arg.is_some_and(|a| {
+                    a.split_once("->").is_some_and(|(_, d)| {
+                        xxreg_idx(d.split('[').next().unwrap_or(d).trim()).is_some()
+                    })
+                }) =>
+            {
+                let a = argv(name)?;
+                let (val, dst) = a.split_once("->").expect("checked by the guard");
+                let dname = dst.split('[').next().unwrap_or(dst).trim();
+                let i = xxreg_idx(dname).expect("checked by the guard");
+                let (_, ofs, n) = subfield(name, dst, |_| Some(128))?;
+                let v = num128(name, val)?;
+                if n < 128 && v >> n != 0 {
+                    return Err(perr(name, format!("value {v:#x} does not fit in {n} bits")));
+                }
+                let ones = if n >= 128 {
+                    u128::MAX
+                } else {
+                    (1u128 << n) - 1
+                };
+                out.extend(xxreg_loads(i, v << ofs, ones << ofs));
+            }
             "load" => {
                 let a = argv(name)?;
                 let (val, dst) = a
@@ -1469,6 +1564,9 @@ fn parse_actions_in(s: &str, m: &Match, any: bool) -> Result<Vec<Action>, ParseE
                 let (src, dst) = a
                     .split_once("->")
                     .ok_or_else(|| perr(name, "expected SRC[a..b]->DST[c..d]"))?;
+                let (src_x, dst_x) = (xxreg_half(name, src)?, xxreg_half(name, dst)?);
+                let src = src_x.as_deref().unwrap_or(src);
+                let dst = dst_x.as_deref().unwrap_or(dst);
                 let (sname, sofs, sn) =
                     subfield(name, src, |s| SrcField::parse(s).map(|f| f.fd().1))?;
                 let (dname, dofs, dn) =
@@ -1508,6 +1606,11 @@ fn parse_actions_in(s: &str, m: &Match, any: bool) -> Result<Vec<Action>, ParseE
                     .split_once("->")
                     .ok_or_else(|| perr(name, "expected VALUE->FIELD"))?;
                 let (val, field) = (val.trim(), field.trim());
+                if let Some(i) = xxreg_idx(field) {
+                    let (v, mk) = num128_masked(field, val)?;
+                    out.extend(xxreg_loads(i, v & mk, mk));
+                    continue;
+                }
                 if let Some(mf) = MetaField::parse(field) {
                     let fd = mf.fd();
                     let (v, mk) = num_masked(field, val, fd.ones())?;

@@ -100,7 +100,24 @@ impl FlowTable {
     /// The rules as `ovs-ofctl dump-flows` prints them (one line each, with its leading
     /// space), by decreasing priority then install order; see [`format_rule_stats`].
     pub fn dump_rules(&self, now: u64) -> Vec<String> {
-        let mut ids: Vec<u32> = self.rules.keys().copied().collect();
+        self.dump_rules_matching(now, None, &crate::ofctl::Match::default())
+    }
+
+    /// [`Self::dump_rules`] of the rules in `table` (None: all) whose match is covered
+    /// by `m` (`ovs-ofctl dump-flows br table=N,MATCH`, non-strict).
+    pub fn dump_rules_matching(
+        &self,
+        now: u64,
+        table: Option<u8>,
+        m: &crate::ofctl::Match,
+    ) -> Vec<String> {
+        let mut ids: Vec<u32> = self
+            .rules
+            .iter()
+            .filter(|(_, r)| table.is_none_or(|t| t == r.table))
+            .filter(|(_, r)| r.m.mask.and(&m.mask) == m.mask && r.m.key.and(&m.mask) == m.key)
+            .map(|(&id, _)| id)
+            .collect();
         ids.sort_by_key(|id| {
             let r = &self.rules[id];
             (r.table, std::cmp::Reverse(r.priority), *id)

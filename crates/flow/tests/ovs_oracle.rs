@@ -1323,3 +1323,37 @@ fn normal_conformance_with_ovs() {
         fails.join("\n\n")
     );
 }
+
+/// xxreg0–3 (128-bit views of four registers) in matches, `set_field`, `load` across
+/// the 64-bit halves and `move` into one half, against OVS's traces.
+#[test]
+#[ignore = "needs openvswitch-switch (the OVS oracle): run with --ignored"]
+fn xxreg_with_ovs() {
+    let o = Oracle::start();
+    let flows = "\
+table=0,ip,actions=load:0xab->NXM_NX_XXREG0[60..67],set_field:0x1234/0xffff->xxreg1,move:NXM_OF_IP_DST[0..7]->NXM_NX_XXREG3[100..107],resubmit(,1)
+table=1,priority=40,xxreg3=0x500000000000000000000000000/0xff0000000000000000000000000,actions=output:3
+table=1,priority=30,xxreg0=0xab000000000000000/0xff000000000000000,xxreg2=0,actions=output:2
+table=1,priority=10,xxreg1=0x1234,actions=output:4
+table=1,priority=5,actions=output:1
+";
+    o.load(flows);
+    let mut table = FlowTable::from_rules(parse_flows(flows).expect("ours rejects"));
+    table.ports = Some((1..=4).collect());
+    let mut fails = Vec::new();
+    for d in [1u8, 5, 0x50, 7, 200] {
+        let p = format!("in_port=1,ip,nw_src=10.0.0.1,nw_dst=10.0.1.{d}");
+        let k = flow::parse_exact_flow(&p).unwrap();
+        let ours = flow::trace(&table, &k, false);
+        let theirs = o.trace(&p, None);
+        if canonical_megaflow(&ours.megaflow) != canonical_megaflow(&theirs.0)
+            || canonical_actions(&ours.actions) != canonical_actions(&theirs.1)
+        {
+            fails.push(format!(
+                "{p}\n  ours {} / {}\n  ovs  {} / {}",
+                ours.megaflow, ours.actions, theirs.0, theirs.1
+            ));
+        }
+    }
+    assert!(fails.is_empty(), "{}", fails.join("\n"));
+}

@@ -44,8 +44,10 @@ pub fn handle(req: &str, table: &mut FlowTable, dp: &mut Datapath, now: u64) -> 
             "dump-rules" => {
                 // Fresh counters: credit the megaflows' traffic first.
                 dp.push_stats(table);
+                let (t, m) =
+                    flow::ofctl::parse_table_match(payload.trim()).map_err(|e| format!("{e}"))?;
                 let mut s = String::new();
-                for l in table.dump_rules(now) {
+                for l in table.dump_rules_matching(now, t, &m) {
                     s += &l;
                     s.push('\n');
                 }
@@ -331,6 +333,11 @@ mod tests {
             r,
             "OK\ngroup_id=1,type=ff,bucket=watch_port:2,actions=output:2,bucket=watch_port:3,actions=output:3\n"
         );
+        let (r, _) = handle("dump-rules\ntable=3", &mut t, &mut dp, 7);
+        assert_eq!(r.lines().count(), 3, "OK + the two table-3 rules: {r}");
+        assert!(!r.contains("table=0"), "{r}");
+        let (r, _) = handle("dump-rules\ntable=3,udp", &mut t, &mut dp, 7);
+        assert_eq!(r.lines().count(), 2, "{r}");
         let (r, _) = handle("del-flows\ntable=3,udp", &mut t, &mut dp, 7);
         assert_eq!(r, "OK\n1 flows deleted, 2 in table\n");
         let (r, _) = handle("del-flows\ntable=0,udp", &mut t, &mut dp, 7);

@@ -38,7 +38,7 @@ pub enum SwitchCmd {
     ReplaceFlows(CtlFileArgs),
     /// Dump the OpenFlow rules of a running switch with their statistics, like
     /// `ovs-ofctl dump-flows` (cookie, duration, n_packets, n_bytes, timeouts, idle_age).
-    DumpRules(CtlArgs),
+    DumpRules(CtlMatchArgs),
     /// Add groups (ovs-ofctl add-groups file, `-` = stdin) to a running switch.
     AddGroups(CtlFileArgs),
     /// Replace existing groups (ovs-ofctl mod-group lines) of a running switch.
@@ -121,7 +121,8 @@ pub struct CtlFileArgs {
 pub struct CtlMatchArgs {
     #[arg(long, default_value = DEFAULT_CTL)]
     pub ctl: PathBuf,
-    /// Match (ovs-ofctl syntax); without it every flow is deleted.
+    /// Match (ovs-ofctl syntax, `table=N` included); without it: every flow (for
+    /// del-groups: `group_id=N`, without it every group).
     pub r#match: Option<String>,
 }
 
@@ -250,7 +251,9 @@ pub fn run(cmd: Cmd, _cfg: &Config) -> Result<()> {
         SwitchCmd::Trace(a) => trace_cmd(&a),
         SwitchCmd::Run(a) => run_switch(&a),
         SwitchCmd::DumpFlows(a) => ctl_call(&a.ctl, "dump-flows", ""),
-        SwitchCmd::DumpRules(a) => ctl_call(&a.ctl, "dump-rules", ""),
+        SwitchCmd::DumpRules(a) => {
+            ctl_call(&a.ctl, "dump-rules", a.r#match.as_deref().unwrap_or(""))
+        }
         SwitchCmd::Stop(a) => ctl_call(&a.ctl, "stop", ""),
         SwitchCmd::AddGroups(a) => ctl_call(&a.ctl, "add-groups", &read_arg_file(&a.file)?),
         SwitchCmd::ModGroups(a) => ctl_call(&a.ctl, "mod-groups", &read_arg_file(&a.file)?),
