@@ -265,7 +265,10 @@ fn xxreg_views() {
     )
     .unwrap();
     // reg7 (the low 32 bits of xxreg1) matched
-    assert_eq!(flow::xlate::format_rule_match(&r.m, r.priority), "reg7=0x1/0xff");
+    assert_eq!(
+        flow::xlate::format_rule_match(&r.m, r.priority),
+        "reg7=0x1/0xff"
+    );
     assert_eq!(
         flow::ofproto::format_ofpacts(&r.actions),
         "set_field:0x1000000000000000->xreg0,set_field:0x2->xreg1,load:0xa->OXM_OF_PKT_REG4[0..3],load:0xb->OXM_OF_PKT_REG5[60..63]"

@@ -311,7 +311,7 @@ fn run_switch(a: &RunArgs) -> Result<()> {
 }
 
 /// `dpustack bench flow`: single-core lookup rates of the datapath cache, each next to
-/// the same-run cost of hashing a flow key (the EMC's own hash over the 120-byte key).
+/// the same-run cost of hashing a flow key (the EMC's own hash over the whole key).
 pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     use benchkit::{median, Better, Figure};
     use flow::bench as fb;
@@ -327,9 +327,11 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     }
     let base = med(base);
     let cpy = med(cpy);
-    let bname = "hash of flow key (120 B)";
+    let key_bytes = std::mem::size_of::<flow::FlowKey>();
+    let bname = format!("hash of flow key ({key_bytes} B)");
+    let bname = bname.as_str();
     rep.push(Figure::new(
-        "baseline: memcpy of flow key (120 B)",
+        format!("baseline: memcpy of flow key ({key_bytes} B)"),
         cpy / 1e6,
         "Mops/s",
         bname,
@@ -406,6 +408,52 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
             Better::Higher,
         )
         .with_detail(serde_json::json!({"megaflows_per_mask_at_end": med(fr)})),
+    );
+    // Pipelines (issue 20): a 4-table pipeline of 1 k rules per table (goto_table + a
+    // register load per table) next to a 1 k-rule table 0, interleaved in the same run:
+    // upcalls (translate through every table + install) and megaflow hits (EMC off) on
+    // the megaflows those upcalls installed.
+    let one = fb::random_table(&mut fb::Rng::new(5), 1000);
+    let four = fb::random_pipeline(&mut fb::Rng::new(6), 4, 1000);
+    let (mut u1, mut h1, mut u4, mut h4) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut f4, mut m4, mut f1, mut m1) = (0, 0, 0, 0);
+    for _ in 0..runs {
+        let (u, h, f, m) = fb::table_rates(t, &one);
+        u1.push(u);
+        h1.push(h);
+        (f1, m1) = (f, m);
+        let (u, h, f, m) = fb::table_rates(t, &four);
+        u4.push(u);
+        h4.push(h);
+        (f4, m4) = (f, m);
+    }
+    let spread = |v: &[f64]| {
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(0.0, f64::max);
+        serde_json::json!({"min": lo / 1e6, "max": hi / 1e6, "runs": v.len()})
+    };
+    let (mu1, mh1) = (med(u1.clone()), med(h1.clone()));
+    rep.push(
+        Figure::new(
+            "4-table pipeline (1k rules/table): megaflow hits",
+            med(h4.clone()) / 1e6,
+            "Mlookup/s",
+            "same-run table-0 (1k rules) megaflow hits",
+            mh1 / 1e6,
+            Better::Higher,
+        )
+        .with_detail(serde_json::json!({"spread": spread(&h4), "table0_spread": spread(&h1), "megaflows": f4, "masks": m4, "table0_megaflows": f1, "table0_masks": m1, "emc": false})),
+    );
+    rep.push(
+        Figure::new(
+            "4-table pipeline (1k rules/table): upcalls (xlate all tables + install)",
+            med(u4.clone()) / 1e6,
+            "Mupcall/s",
+            "same-run table-0 (1k rules) upcalls",
+            mu1 / 1e6,
+            Better::Higher,
+        )
+        .with_detail(serde_json::json!({"spread": spread(&u4), "table0_spread": spread(&u1)})),
     );
     rep.note("single core, keys pre-parsed (parsing excluded); EMC off for the megaflow figures");
     rep.note("context (OVS commit messages, 10G NIC): dpcls ~5.4 Mpps/core, EMC ~12 Mpps/core");
