@@ -952,6 +952,7 @@ fn group_conformance_with_ovs() {
     let n_pkts = env_usize("DPUSTACK_OVS_PACKETS", 40);
     let mut r = SmallRng::seed_from_u64(seed);
     let (mut n, mut agree, mut pass2, mut pass2_ok, mut hash_ok) = (0, 0, 0, 0, 0);
+    let (mut dumps_ok, mut stats_ok) = (0, 0);
     let mut fails = Vec::new();
     let appctl = |args: &[&str]| {
         std::process::Command::new("ovs-appctl")
@@ -988,17 +989,35 @@ fn group_conformance_with_ovs() {
             table.add_group(g).expect("group refused");
         }
         table.check_groups().expect("group references");
+        // dump-groups: OVS's OpenFlow 1.3 text (its order is a hash order: as sets)
+        let d = o.sh_cmd(&["ofctl", "dump-groups"]);
+        let theirs_g: std::collections::BTreeSet<String> = String::from_utf8_lossy(&d.stdout)
+            .lines()
+            .skip(1)
+            .map(|l| l.trim().to_string())
+            .collect();
+        let ours_g: std::collections::BTreeSet<String> = table.dump_groups().into_iter().collect();
+        dumps_ok += (ours_g == theirs_g) as usize;
+        if ours_g != theirs_g && fails.len() < 10 {
+            fails.push(format!(
+                "dump-groups\n  ours: {ours_g:#?}\n  ovs:  {theirs_g:#?}"
+            ));
+        }
         table.ports = Some((1..=4).collect());
         if down {
             table.ports_down.insert(3);
         }
-        for _ in 0..n_pkts {
+        // group statistics: every frame also goes through OVS's real datapath and ours
+        o.sh_cmd(&["del-flows"]);
+        let mut gdp = flow::dp::Datapath::new();
+        for pi in 0..n_pkts {
             let p = gen_packet(&mut r);
             let hex = o.compose(&p);
             let in_port = flow::parse_exact_flow(&p).unwrap().in_port();
             let bytes = hex_bytes(&hex);
             let k = FlowKey::from_packet(in_port, &bytes);
             let ours = flow::trace(&table, &k, true);
+            let mut injected = false;
             let theirs = o.trace_or_error(&format!("in_port={in_port}"), Some(&hex));
             n += 1;
             let ok = match (&theirs, ours.error) {
@@ -1022,6 +1041,7 @@ fn group_conformance_with_ovs() {
                         pass2 += 1;
                         o.sh_cmd(&["del-flows"]);
                         o.sh_cmd(&["inject", &format!("p{in_port}"), &hex]);
+                        injected = true;
                         let d = o.sh_cmd(&["dump-flows"]);
                         let d = String::from_utf8_lossy(&d.stdout).to_string();
                         let first = d.lines().find(|l| l.starts_with("recirc_id(0),"));
@@ -1079,6 +1099,11 @@ fn group_conformance_with_ovs() {
                     }
                 }
             }
+            // (a dummy port that is administratively down still receives)
+            if !injected {
+                o.sh_cmd(&["inject", &format!("p{in_port}"), &hex]);
+            }
+            gdp.receive_execute(&table, in_port, &mut bytes.clone(), 10 + pi as u64);
             if (!ok || !why.is_empty()) && fails.len() < 10 {
                 fails.push(format!(
                     "packet {p} (port 3 {})\n  ours: error {:?} megaflow {}\n        actions {}\n  ovs:  {:?}\n  {why}\n  groups:\n{groups}  pipeline:\n{flows}",
@@ -1087,9 +1112,33 @@ fn group_conformance_with_ovs() {
                 ));
             }
         }
+        // revalidator/purge pushes the datapath flows' stats to the groups
+        o.sh_cmd(&["del-flows"]);
+        gdp.push_stats(&mut table);
+        let d = o.sh_cmd(&["ofctl", "dump-group-stats"]);
+        let theirs_s: std::collections::BTreeSet<String> = String::from_utf8_lossy(&d.stdout)
+            .lines()
+            .skip(1)
+            .map(|l| {
+                l.trim()
+                    .split(',')
+                    .filter(|x| !x.starts_with("duration="))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .collect();
+        let ours_s: std::collections::BTreeSet<String> =
+            table.dump_group_stats().into_iter().collect();
+        stats_ok += (ours_s == theirs_s) as usize;
+        if ours_s != theirs_s && fails.len() < 10 {
+            fails.push(format!(
+                "dump-group-stats (port 3 {})\n  ours: {ours_s:#?}\n  ovs:  {theirs_s:#?}\n  groups:\n{groups}  pipeline:\n{flows}",
+                if down { "down" } else { "up" }
+            ));
+        }
     }
     eprintln!(
-        "OVS group conformance (seed {seed}, {n_cfg} configurations): first pass {agree}/{n} agree; select-group second pass {pass2_ok}/{pass2} agree, dp_hash equal {hash_ok}/{pass2}"
+        "OVS group conformance (seed {seed}, {n_cfg} configurations): first pass {agree}/{n} agree; select-group second pass {pass2_ok}/{pass2} agree, dp_hash equal {hash_ok}/{pass2}; dump-groups equal {dumps_ok}/{n_cfg}, dump-group-stats equal {stats_ok}/{n_cfg}"
     );
     assert!(
         fails.is_empty(),
