@@ -224,18 +224,26 @@ pub fn format_ofpacts(actions: &[Action]) -> String {
                 let ones = dst.fd().ones();
                 let (ofs, n) = (mask.trailing_zeros(), mask.count_ones());
                 let contiguous = mask != 0 && (mask >> ofs).wrapping_add(1) & (mask >> ofs) == 0;
+                // C's %#x: "0" for zero (OVS prints `set_field:0->reg1`)
+                let hx = |v: u64| {
+                    if v == 0 {
+                        "0".to_string()
+                    } else {
+                        format!("{v:#x}")
+                    }
+                };
                 if mask == ones {
-                    format!("set_field:{value:#x}->{}", dst.name())
+                    format!("set_field:{}->{}", hx(value), dst.name())
                 } else if contiguous {
                     format!(
-                        "load:{:#x}->{}[{}..{}]",
-                        value >> ofs,
+                        "load:{}->{}[{}..{}]",
+                        hx(value >> ofs),
                         dst.nxm_name(),
                         ofs,
                         ofs + n - 1
                     )
                 } else {
-                    format!("set_field:{value:#x}/{mask:#x}->{}", dst.name())
+                    format!("set_field:{}/{mask:#x}->{}", hx(value), dst.name())
                 }
             }
             Action::Move {

@@ -1132,7 +1132,7 @@ fn group_conformance_with_ovs() {
         stats_ok += (ours_s == theirs_s) as usize;
         if ours_s != theirs_s && fails.len() < 10 {
             fails.push(format!(
-                "dump-group-stats (port 3 {})\n  ours: {ours_s:#?}\n  ovs:  {theirs_s:#?}\n  groups:\n{groups}  pipeline:\n{flows}",
+                "dump-group-stats config {i} (port 3 {})\n  ours: {ours_s:#?}\n  ovs:  {theirs_s:#?}\n  groups:\n{groups}  pipeline:\n{flows}",
                 if down { "down" } else { "up" }
             ));
         }

@@ -278,3 +278,16 @@ fn xxreg_views() {
     assert!(e.to_string().contains("halves"), "{e}");
     assert!(flow::ofctl::parse_rule("xxreg4=1,actions=drop").is_err());
 }
+
+/// Zero values print as C's `%#x` does ("0"), recorded from OVS 3.1's OpenFlow 1.3 dump.
+#[test]
+fn zero_loads_print_as_ovs() {
+    let r = flow::ofctl::parse_rule(
+        "actions=set_field:0/0xf0->reg1,set_field:0->reg2,load:0->NXM_NX_REG3[0..3],set_field:0/0xff->xreg1",
+    )
+    .unwrap();
+    assert_eq!(
+        flow::ofproto::format_ofpacts(&r.actions),
+        "load:0->NXM_NX_REG1[4..7],set_field:0->reg2,load:0->NXM_NX_REG3[0..3],load:0->OXM_OF_PKT_REG1[0..7]"
+    );
+}
