@@ -597,7 +597,13 @@ impl Datapath {
     /// install the resulting megaflow (and an EMC entry). Returns the megaflow index.
     pub fn upcall(&mut self, table: &FlowTable, k: &FlowKey, hash: u64) -> u32 {
         self.stats.upcalls += 1;
-        let x = table.xlate_upcall(k, self.clock);
+        let mut x = table.xlate_upcall(k, self.clock);
+        // OVS's datapath key tells tagged from untagged frames by its structure
+        // (`eth_type(0x8100),vlan(..),encap(..)` vs `eth_type(..)`), even where the
+        // megaflow leaves the VLAN out: an untagged frame's flow must not match tagged
+        // frames. The CFI bit (our "tag present" marker) is therefore always in the
+        // installed mask (and hidden again by `dump`).
+        x.wc.or(f::VLAN0_TCI, crate::key::VLAN_CFI as u64);
         if table.bridge.ml.borrow_mut().take_changed() {
             // NORMAL learned or moved a MAC: decisions of installed megaflows may be
             // stale; no revalidator, so they go (their stats first).
@@ -683,9 +689,15 @@ impl Datapath {
                         now.saturating_sub(fl.stats.used) as f64 * ms_per_unit / 1000.0
                     )
                 };
+                let mut m = fl.mask;
+                if fl.key.get(f::VLAN0_TCI) == 0
+                    && m.get(f::VLAN0_TCI) == crate::key::VLAN_CFI as u64
+                {
+                    m.set(f::VLAN0_TCI, 0); // only the implicit "untagged" bit
+                }
                 format!(
                     "{}, packets:{}, bytes:{}, used:{}, flags:{:#05x}, actions:{}",
-                    format_megaflow(&fl.key, &fl.mask),
+                    format_megaflow(&fl.key, &m),
                     fl.stats.packets,
                     fl.stats.bytes,
                     used,
