@@ -68,6 +68,10 @@ pub struct Megaflow {
     /// in OVS, which credits the rules of its xlate cache: the matched rule of each
     /// table visited).
     pub later_rules: Box<[u32]>,
+    /// The groups (and chosen bucket; None = all) it executed, credited like the rules.
+    pub groups: Box<[(u32, Option<u32>)]>,
+    /// MACs NORMAL learned for it, refreshed when it has traffic.
+    pub learned: Box<[(u64, u16, u32)]>,
     /// `stats` packets/bytes already credited to `rule`.
     pushed: (u64, u64),
     /// The upcall's packet(s)/bytes, credited to `rule` at the next push (not part of
@@ -223,7 +227,14 @@ pub struct DpStats {
     pub upcalls: u64,
     /// Subtables probed by megaflow lookups (avg = probes / lookups).
     pub subtable_probes: u64,
+    /// Recirculations executed (select groups).
+    pub recirculations: u64,
+    /// Packets dropped for recirculating more than [`MAX_RECIRC_DEPTH`] times.
+    pub recirc_too_deep: u64,
 }
+
+/// dpif-netdev's `MAX_RECIRC_DEPTH`.
+pub const MAX_RECIRC_DEPTH: usize = 6;
 
 /// What one [`Datapath::sweep`] did.
 #[derive(Debug, Clone, Default)]
@@ -248,6 +259,9 @@ pub struct Datapath {
     lookups_since_sort: u64,
     /// Latest time seen by `process` (install time of new megaflows).
     clock: u64,
+    /// Megaflows flushed during an upcall (NORMAL's table changed) whose traffic was
+    /// not credited yet: credited at the next [`Self::push_stats`].
+    orphans: Vec<Megaflow>,
 }
 
 impl Default for Datapath {
@@ -274,6 +288,7 @@ impl Datapath {
             stats: DpStats::default(),
             lookups_since_sort: 0,
             clock: 0,
+            orphans: Vec::new(),
         }
     }
     /// Turns the EMC on/off (off: every lookup goes to the megaflow classifier).
@@ -298,6 +313,16 @@ impl Datapath {
         self.flows.iter().filter(|f| f.alive)
     }
     /// Removes every megaflow (e.g. after the OpenFlow table changed).
+    /// Flushes every megaflow, keeping their uncredited traffic for the next push.
+    fn flush_after_fdb_change(&mut self, _table: &FlowTable) {
+        let old = std::mem::take(&mut self.flows);
+        self.orphans.extend(
+            old.into_iter()
+                .filter(|f| f.alive && (f.stats.packets > f.pushed.0 || f.upcall_credit.0 > 0)),
+        );
+        self.flush();
+    }
+
     pub fn flush(&mut self) {
         self.emc_clear();
         self.subtables.clear();
@@ -356,6 +381,8 @@ impl Datapath {
             created: self.clock,
             rule,
             later_rules: Box::default(),
+            groups: Box::default(),
+            learned: Box::default(),
             pushed: (0, 0),
             upcall_credit: (0, 0),
             subtable: st,
@@ -370,21 +397,38 @@ impl Datapath {
     /// datapath flow stats delta to the rules of the ukey's xlate cache). Call before
     /// [`Self::flush`] / table changes so nothing is lost. Does not allocate.
     pub fn push_stats(&mut self, table: &mut FlowTable) {
-        for fl in self.flows.iter_mut().filter(|f| f.alive) {
+        let mut orphans = std::mem::take(&mut self.orphans);
+        for fl in self
+            .flows
+            .iter_mut()
+            .filter(|f| f.alive)
+            .chain(orphans.iter_mut())
+        {
             let (p0, b0) = fl.pushed;
             let (up, ub) = fl.upcall_credit;
             let dp = fl.stats.packets - p0 + up;
             let db = fl.stats.bytes - b0 + ub;
-            if let (Some(r), true) = (fl.rule, dp > 0) {
+            if dp > 0 {
                 // The upcall's packet was used at install time.
                 let used = if up > 0 {
                     fl.stats.used.max(fl.created)
                 } else {
                     fl.stats.used
                 };
-                table.credit(r, dp, db, used);
+                if let Some(r) = fl.rule {
+                    table.credit(r, dp, db, used);
+                }
                 for &r in fl.later_rules.iter() {
                     table.credit(r, dp, db, used);
+                }
+                for &(g, b) in fl.groups.iter() {
+                    table.credit_group(g, b, dp, db);
+                }
+                if !fl.learned.is_empty() {
+                    let mut ml = table.bridge.ml.borrow_mut();
+                    for &(mac, vlan, port) in fl.learned.iter() {
+                        ml.learn(mac, vlan, port, used);
+                    }
                 }
             }
             fl.pushed = (fl.stats.packets, fl.stats.bytes);
@@ -398,6 +442,15 @@ impl Datapath {
     /// expired rule is a table change: all megaflows are flushed (no revalidator yet).
     pub fn sweep(&mut self, table: &mut FlowTable, now: u64, max_idle: u64) -> Sweep {
         self.push_stats(table);
+        // NORMAL's MAC aging (mac_learning_run); a change makes megaflows stale.
+        let fdb = {
+            let mut ml = table.bridge.ml.borrow_mut();
+            ml.run(now);
+            ml.take_changed()
+        };
+        if fdb {
+            self.flush();
+        }
         let megaflows_expired = self.expire_idle(now, max_idle);
         let rules_expired = table.expire(now);
         if !rules_expired.is_empty() {
@@ -432,6 +485,8 @@ impl Datapath {
             let id = self.install_for(&fl.key, &fl.mask, fl.actions, fl.rule);
             let n = &mut self.flows[id as usize];
             n.later_rules = fl.later_rules;
+            n.groups = fl.groups;
+            n.learned = fl.learned;
             n.stats = fl.stats;
             n.pushed = fl.pushed;
             n.upcall_credit = fl.upcall_credit;
@@ -542,8 +597,25 @@ impl Datapath {
     /// install the resulting megaflow (and an EMC entry). Returns the megaflow index.
     pub fn upcall(&mut self, table: &FlowTable, k: &FlowKey, hash: u64) -> u32 {
         self.stats.upcalls += 1;
-        let x = table.xlate(k);
+        let mut x = table.xlate_upcall(k, self.clock);
+        // OVS's datapath key tells tagged from untagged frames by its structure
+        // (`eth_type(0x8100),vlan(..),encap(..)` vs `eth_type(..)`), even where the
+        // megaflow leaves the VLAN out: an untagged frame's flow must not match tagged
+        // frames. The CFI bit (our "tag present" marker) is therefore always in the
+        // installed mask (and hidden again by `dump`).
+        x.wc.or(f::VLAN0_TCI, crate::key::VLAN_CFI as u64);
+        if table.bridge.ml.borrow_mut().take_changed() {
+            // NORMAL learned or moved a MAC: decisions of installed megaflows may be
+            // stale; no revalidator, so they go (their stats first).
+            self.flush_after_fdb_change(table);
+        }
         let id = self.install_rules(k, &x.wc, x.actions, &x.rules);
+        if !x.learned.is_empty() {
+            self.flows[id as usize].learned = x.learned.into();
+        }
+        if !x.groups.is_empty() {
+            self.flows[id as usize].groups = x.groups.into();
+        }
         if self.emc_enabled {
             self.emc_insert(k, hash, id);
         }
@@ -562,6 +634,48 @@ impl Datapath {
         self.process(table, &k, pkt.len(), now)
     }
 
+    /// Receives `frame` on `in_port` and executes the resulting actions, following
+    /// recirculations (select groups: `hash(sym_l4(0)),recirc(N)`, then a lookup with
+    /// `recirc_id=N,dp_hash=H` of the rewritten frame), at most [`MAX_RECIRC_DEPTH`]
+    /// times like dpif-netdev. Returns every pass's outputs and packet-ins.
+    pub fn receive_execute(
+        &mut self,
+        table: &FlowTable,
+        in_port: u32,
+        frame: &mut Vec<u8>,
+        now: u64,
+    ) -> crate::exec::Executed {
+        let k = FlowKey::from_packet(in_port, frame);
+        let len = frame.len();
+        let (acts, _) = self.process(table, &k, len, now);
+        let mut all = crate::exec::execute(acts, frame);
+        if all.recircs.is_empty() {
+            return all;
+        }
+        let mut queue: Vec<(u32, u32, Vec<u8>, usize)> = std::mem::take(&mut all.recircs)
+            .into_iter()
+            .map(|(id, h, f)| (id, h, f, 1))
+            .collect();
+        while let Some((id, h, mut fr, depth)) = queue.pop() {
+            if depth > MAX_RECIRC_DEPTH {
+                self.stats.recirc_too_deep += 1;
+                tracing::warn!("recirculation too deep, packet dropped");
+                continue;
+            }
+            self.stats.recirculations += 1;
+            let mut k = FlowKey::from_packet(in_port, &fr);
+            k.set(f::RECIRC_ID, id as u64);
+            k.set(f::DP_HASH, h as u64);
+            let len = fr.len();
+            let (acts, _) = self.process(table, &k, len, now);
+            let ex = crate::exec::execute(acts, &mut fr);
+            all.outputs.extend(ex.outputs);
+            all.packet_ins += ex.packet_ins;
+            queue.extend(ex.recircs.into_iter().map(|(i, h, f)| (i, h, f, depth + 1)));
+        }
+        all
+    }
+
     /// Lines like `ovs-appctl dpctl/dump-flows`, in OpenFlow match syntax:
     /// `<megaflow>, packets:N, bytes:N, used:Ts|never, flags:F, actions:A`.
     pub fn dump(&self, now: u64, ms_per_unit: f64) -> Vec<String> {
@@ -575,9 +689,15 @@ impl Datapath {
                         now.saturating_sub(fl.stats.used) as f64 * ms_per_unit / 1000.0
                     )
                 };
+                let mut m = fl.mask;
+                if fl.key.get(f::VLAN0_TCI) == 0
+                    && m.get(f::VLAN0_TCI) == crate::key::VLAN_CFI as u64
+                {
+                    m.set(f::VLAN0_TCI, 0); // only the implicit "untagged" bit
+                }
                 format!(
                     "{}, packets:{}, bytes:{}, used:{}, flags:{:#05x}, actions:{}",
-                    format_megaflow(&fl.key, &fl.mask),
+                    format_megaflow(&fl.key, &m),
                     fl.stats.packets,
                     fl.stats.bytes,
                     used,

@@ -14,6 +14,10 @@ pub struct Executed {
     pub outputs: Vec<(u32, Vec<u8>)>,
     /// Packet-ins (controller/userspace actions); there is no controller, they are counted.
     pub packet_ins: usize,
+    /// Every `recirc(ID)`: (recirc_id, dp_hash, the packet as it was then) to look up
+    /// again (each is a clone, as dpif-netdev forks a recirculation that is not the
+    /// last action); dp_hash is 0 unless a `hash()` action computed it.
+    pub recircs: Vec<(u32, u32, Vec<u8>)>,
 }
 
 /// Offset of the L3 header and its EtherType (after at most two VLAN tags).
@@ -97,9 +101,14 @@ fn fix_l4_checksum(pkt: &mut [u8], l3off: usize, et: u16) {
 /// Applies `actions` to `pkt` (modified in place), collecting outputs.
 pub fn execute(actions: &[OdpAction], pkt: &mut Vec<u8>) -> Executed {
     let mut ex = Executed::default();
+    let mut dp_hash = 0u32;
     for a in actions {
         match *a {
             OdpAction::Output(p) => ex.outputs.push((p, pkt.clone())),
+            OdpAction::HashSymL4(basis) => {
+                dp_hash = crate::group::hash_sym_l4(&crate::FlowKey::from_packet(0, pkt), basis);
+            }
+            OdpAction::Recirc(id) => ex.recircs.push((id, dp_hash, pkt.clone())),
             OdpAction::Controller { .. } => ex.packet_ins += 1,
             OdpAction::PushVlan { tpid, tci } => {
                 if pkt.len() >= 12 {

@@ -88,6 +88,9 @@ pub mod f {
     pub const ARP_THA: Fd = Fd::new(22, 16, 48);
     pub const TP_SRC: Fd = Fd::new(23, 48, 16);
     pub const TP_DST: Fd = Fd::new(23, 32, 16);
+    /// The datapath's `hash()` result, set for a recirculated packet (0 = not computed;
+    /// never matched by OpenFlow rules here, only by megaflows of select groups).
+    pub const DP_HASH: Fd = Fd::new(23, 0, 32);
 }
 
 /// Word ranges of the four lookup stages (OVS: metadata, L2, L3 up to `nd_target`, L4).

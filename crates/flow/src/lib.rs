@@ -22,14 +22,16 @@ pub mod dp;
 #[cfg(feature = "driver")]
 pub mod driver;
 pub mod exec;
+pub mod group;
 pub mod key;
+pub mod normal;
 pub mod ofctl;
 pub mod ofproto;
 pub mod rule_stats;
 pub mod xlate;
 
 pub use key::FlowKey;
-pub use ofctl::{parse_exact_flow, parse_flows, Rule};
+pub use ofctl::{parse_exact_flow, parse_flows, parse_groups, Group, Rule};
 pub use xlate::{format_actions, format_megaflow, FlowTable, OdpAction, XlateError, Xlated};
 
 /// One traced packet: the OVS-format megaflow and datapath actions.
@@ -52,6 +54,33 @@ pub fn trace(table: &FlowTable, flow: &FlowKey, from_bytes: bool) -> Trace {
         actions: format_actions(&x.actions),
         error: x.error,
     }
+}
+
+/// The passes after [`trace`] when its actions recirculate (select groups), as the
+/// datapath runs them: each `recirc(N)` continues with the packet as committed at that
+/// point, `dp_hash` = `hash(sym_l4(0))` of it, traced with `recirc_id=N,dp_hash=H`;
+/// breadth first, at most `max` passes. Returns (dp_hash, trace) per pass.
+pub fn trace_recirculations(
+    table: &FlowTable,
+    flow: &FlowKey,
+    from_bytes: bool,
+    max: usize,
+) -> Vec<(u32, Trace)> {
+    let mut out = Vec::new();
+    let mut queue: std::collections::VecDeque<FlowKey> =
+        table.xlate_with(flow, !from_bytes).recirc_keys.into();
+    while let Some(k) = queue.pop_front() {
+        if out.len() >= max {
+            break;
+        }
+        let h = group::hash_sym_l4(&k, 0);
+        let mut k2 = k;
+        k2.set(key::f::DP_HASH, h as u64);
+        let x = table.xlate_with(&k2, !from_bytes);
+        queue.extend(x.recirc_keys);
+        out.push((h, trace(table, &k2, from_bytes)));
+    }
+    out
 }
 
 /// Top-level comma-separated items of an OVS megaflow or action string (commas inside

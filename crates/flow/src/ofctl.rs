@@ -140,6 +140,287 @@ pub enum Action {
         dst_ofs: u8,
         n_bits: u8,
     },
+    /// `group:N`: execute group N (see [`Group`]).
+    Group(u32),
+    /// `NORMAL` (`output:NORMAL`): the L2 learning switch (see [`crate::normal`]).
+    Normal,
+    /// Internal (OVS `OFPACT_UNROLL_XLATE`, never parsed): in actions frozen for
+    /// recirculation, restores the table id and rule cookie of the rule whose actions
+    /// follow, for packet-ins and `resubmit(,255)` after the thaw.
+    UnrollXlate {
+        table: u8,
+        cookie: u64,
+    },
+}
+
+/// OpenFlow group type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GroupType {
+    /// Every bucket, each on a clone of the packet.
+    All,
+    /// One bucket chosen by a hash of the packet (OVS default: `dp_hash`).
+    Select,
+    /// Exactly one bucket.
+    Indirect,
+    /// The first live bucket (`ff` / `fast_failover`).
+    FastFailover,
+}
+
+impl GroupType {
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupType::All => "all",
+            GroupType::Select => "select",
+            GroupType::Indirect => "indirect",
+            GroupType::FastFailover => "fast_failover",
+        }
+    }
+}
+
+/// A group bucket: an OpenFlow *action set* (executed in the action-set order, see
+/// [`Bucket::action_list`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Bucket {
+    pub bucket_id: u32,
+    /// Select groups: relative weight (default 1; 0 = never used). Others: 0.
+    pub weight: u16,
+    pub watch_port: Option<u32>,
+    pub watch_group: Option<u32>,
+    /// The actions as written.
+    pub actions: Vec<Action>,
+}
+
+impl Bucket {
+    /// OVS `ofpacts_execute_action_set`: the last `strip_vlan`, `push_vlan`, `dec_ttl`
+    /// (in that order), then every set/load/move in order, then the one final action of
+    /// the highest class (resubmit < output < group; the last of its class). Without a
+    /// final action the bucket does nothing.
+    pub fn action_list(&self) -> Vec<Action> {
+        let (mut strip, mut push, mut dec) = (None, None, None);
+        let mut sets = Vec::new();
+        let mut fin: Option<(u8, &Action)> = None;
+        for a in &self.actions {
+            let class = match a {
+                Action::StripVlan => {
+                    strip = Some(a);
+                    continue;
+                }
+                Action::PushVlan(_) => {
+                    push = Some(a);
+                    continue;
+                }
+                Action::DecTtl => {
+                    dec = Some(a);
+                    continue;
+                }
+                Action::SetField(..) | Action::Load { .. } | Action::Move { .. } => {
+                    sets.push(a.clone());
+                    continue;
+                }
+                Action::Resubmit { .. } => 0,
+                Action::Output(_) | Action::InPort | Action::Normal => 1,
+                Action::Group(_) => 2,
+                _ => continue,
+            };
+            if fin.is_none_or(|(c, _)| class >= c) {
+                fin = Some((class, a));
+            }
+        }
+        let Some((_, fin)) = fin else {
+            return Vec::new();
+        };
+        let mut out: Vec<Action> = [strip, push, dec].into_iter().flatten().cloned().collect();
+        out.extend(sets);
+        out.push(fin.clone());
+        out
+    }
+}
+
+/// An OpenFlow group (`ovs-ofctl add-groups` line).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Group {
+    pub group_id: u32,
+    pub kind: GroupType,
+    pub buckets: Vec<Bucket>,
+}
+
+/// The highest group id (OpenFlow `OFPG_MAX`).
+pub const MAX_GROUP: u32 = 0xffff_ff00;
+
+/// Parses a groups file (`ovs-ofctl add-groups` format): blank lines and `#` comments
+/// skipped; errors name the line.
+pub fn parse_groups(text: &str) -> Result<Vec<Group>, ParseError> {
+    let mut out: Vec<Group> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        let g = parse_group(t).map_err(|mut e| {
+            e.line = i + 1;
+            e
+        })?;
+        if out.iter().any(|o| o.group_id == g.group_id) {
+            return Err(ParseError {
+                line: i + 1,
+                field: "group_id".into(),
+                msg: format!("group {} defined twice", g.group_id),
+            });
+        }
+        out.push(g);
+    }
+    Ok(out)
+}
+
+/// Parses one `ovs-ofctl add-group` line:
+/// `group_id=N,type=all|select|indirect|ff|fast_failover[,selection_method=dp_hash],bucket=...`;
+/// a bucket is `[bucket_id:N,][weight:W,][watch_port:P,][watch_group:G,]actions=...` or
+/// just its actions (OVS `parse_bucket_str`).
+pub fn parse_group(line: &str) -> Result<Group, ParseError> {
+    let (head, rest) = match line.find("bucket=") {
+        Some(i) => (&line[..i], &line[i..]),
+        None => (line, ""),
+    };
+    let mut id = None;
+    let mut kind = None;
+    for item in split_items(head) {
+        let (k, v) = kv(item);
+        let v = v.ok_or_else(|| perr(k, "needs a value"));
+        match k {
+            "group_id" => {
+                let n = num(k, v?)?;
+                if n > MAX_GROUP as u64 {
+                    return Err(perr(k, format!("group id {n} out of range")));
+                }
+                id = Some(n as u32);
+            }
+            "type" => {
+                kind = Some(match v? {
+                    "all" => GroupType::All,
+                    "select" => GroupType::Select,
+                    "indirect" => GroupType::Indirect,
+                    "ff" | "fast_failover" => GroupType::FastFailover,
+                    o => return Err(perr(k, format!("unknown group type `{o}`"))),
+                })
+            }
+            "selection_method" => {
+                if v? != "dp_hash" {
+                    return Err(perr(
+                        k,
+                        "only the default (dp_hash) selection method is supported",
+                    ));
+                }
+            }
+            _ => return Err(perr(k, "unknown or unsupported group field")),
+        }
+    }
+    let group_id = id.ok_or_else(|| perr("group_id", "missing"))?;
+    let kind = kind.ok_or_else(|| perr("type", "missing"))?;
+    let mut buckets = Vec::new();
+    let mut parts: Vec<&str> = Vec::new();
+    let mut s = rest;
+    while let Some(b) = s.strip_prefix("bucket=") {
+        let end = b.find("bucket=").unwrap_or(b.len());
+        parts.push(b[..end].trim().trim_end_matches(',').trim());
+        s = &b[end..];
+    }
+    for (i, b) in parts.into_iter().enumerate() {
+        let mut bk = Bucket {
+            bucket_id: i as u32,
+            weight: if kind == GroupType::Select { 1 } else { 0 },
+            watch_port: None,
+            watch_group: None,
+            actions: Vec::new(),
+        };
+        let mut acts: Vec<String> = Vec::new();
+        let items = split_items(b);
+        let mut j = 0;
+        while j < items.len() {
+            let it = items[j].trim();
+            let (k, v) = match it.split_once([':', '=']) {
+                Some((k, v)) => (k.trim(), Some(v.trim())),
+                None => (it, None),
+            };
+            match (k, v) {
+                ("weight", Some(v)) => bk.weight = num_max(k, v, 0xffff)? as u16,
+                ("watch_port", Some(v)) => {
+                    bk.watch_port = match v {
+                        "ANY" | "any" => None,
+                        _ => Some(num_max(k, v, 0xffff_ff00)? as u32),
+                    }
+                }
+                ("watch_group", Some(v)) => {
+                    let g = num(k, v)?;
+                    if g > MAX_GROUP as u64 {
+                        return Err(perr(k, format!("invalid watch_group id {g}")));
+                    }
+                    bk.watch_group = Some(g as u32);
+                }
+                ("bucket_id", Some(v)) => bk.bucket_id = num_max(k, v, 0xffff_fffb)? as u32,
+                ("actions" | "action", Some(_))
+                    if it.contains('=') && !it.starts_with("action:") =>
+                {
+                    let first = it.split_once('=').map(|x| x.1).unwrap_or("");
+                    acts.push(first.to_string());
+                    acts.extend(items[j + 1..].iter().map(|x| x.to_string()));
+                    break;
+                }
+                _ => acts.push(it.to_string()),
+            }
+            j += 1;
+        }
+        if acts.is_empty() {
+            return Err(perr("bucket", "bucket must specify actions"));
+        }
+        let live = bk.watch_port.is_some() || bk.watch_group.is_some();
+        if matches!(kind, GroupType::All | GroupType::Indirect) && live {
+            return Err(perr(
+                "bucket",
+                "watch_port/watch_group only in select and fast_failover groups (OFPGMFC_WATCH_UNSUPPORTED)",
+            ));
+        }
+        if kind != GroupType::Select && bk.weight != 0 {
+            return Err(perr(
+                "bucket",
+                "weight only in select groups (OFPGMFC_INVALID_GROUP)",
+            ));
+        }
+        if kind == GroupType::FastFailover && !live {
+            return Err(perr(
+                "bucket",
+                "fast failover bucket requires watch_port or watch_group",
+            ));
+        }
+        bk.actions = parse_bucket_actions(&acts.join(","))?;
+        buckets.push(bk);
+    }
+    if kind == GroupType::Indirect && buckets.len() != 1 {
+        return Err(perr("bucket", "an indirect group needs exactly one bucket"));
+    }
+    Ok(Group {
+        group_id,
+        kind,
+        buckets,
+    })
+}
+
+/// A bucket's actions: like a rule's, but there is no match to check set_field
+/// prerequisites against (they are checked per packet, as OVS does), and actions that
+/// an OpenFlow action set cannot hold are refused (OVS drops them silently).
+pub fn parse_bucket_actions(s: &str) -> Result<Vec<Action>, ParseError> {
+    let acts = parse_actions_in(s, &Match::default(), true)?;
+    for a in &acts {
+        let bad = match a {
+            Action::Controller(_) => Some("controller"),
+            Action::GotoTable(_) => Some("goto_table"),
+            Action::WriteMetadata { .. } => Some("write_metadata"),
+            _ => None,
+        };
+        if let Some(n) = bad {
+            return Err(perr(n, "not allowed in a group bucket (an action set)"));
+        }
+    }
+    Ok(acts)
 }
 
 /// A pipeline field (not part of any packet): `reg0`–`reg15`, `xreg0`–`xreg7`,
@@ -352,6 +633,69 @@ fn num_max(field: &str, s: &str, max: u64) -> Result<u64, ParseError> {
     Ok(v)
 }
 
+/// `xxreg0`–`xxreg3` (`NXM_NX_XXREGn`): 128-bit views, xxreg i = xreg 2i ≪ 64 | xreg 2i+1.
+fn xxreg_idx(name: &str) -> Option<u8> {
+    let n = name
+        .strip_prefix("xxreg")
+        .or_else(|| name.strip_prefix("NXM_NX_XXREG"))?;
+    n.parse::<u8>().ok().filter(|&i| i < 4)
+}
+
+fn num128(field: &str, s: &str) -> Result<u128, ParseError> {
+    let s = s.trim();
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u128::from_str_radix(h, 16),
+        None => s.parse::<u128>(),
+    };
+    r.map_err(|_| perr(field, format!("`{s}`: not a 128-bit number")))
+}
+
+/// `V[/M]` for a 128-bit field.
+fn num128_masked(field: &str, s: &str) -> Result<(u128, u128), ParseError> {
+    match s.split_once('/') {
+        Some((v, m)) => Ok((num128(field, v)?, num128(field, m)?)),
+        None => Ok((num128(field, s)?, u128::MAX)),
+    }
+}
+
+/// A write of `value` under `mask` into xxreg `i`, as loads of its two xregs (the
+/// halves the mask touches).
+fn xxreg_loads(i: u8, value: u128, mask: u128) -> Vec<Action> {
+    let mut out = Vec::new();
+    for (x, sh) in [(2 * i, 64u32), (2 * i + 1, 0)] {
+        let m = (mask >> sh) as u64;
+        if m != 0 {
+            out.push(Action::Load {
+                dst: MetaField::Xreg(x),
+                value: (value >> sh) as u64 & m,
+                mask: m,
+            });
+        }
+    }
+    out
+}
+
+/// `NAME[a..b]` of an xxreg inside one of its 64-bit halves, as that xreg's sub-field.
+fn xxreg_half(what: &str, s: &str) -> Result<Option<String>, ParseError> {
+    let name = s.split('[').next().unwrap_or(s).trim();
+    let Some(i) = xxreg_idx(name) else {
+        return Ok(None);
+    };
+    let (_, ofs, n) = subfield(what, s, |_| Some(128))?;
+    let (ofs, end) = (ofs as u32, ofs as u32 + n as u32 - 1);
+    let (x, base) = if ofs >= 64 {
+        (2 * i, 64)
+    } else if end < 64 {
+        (2 * i + 1, 0)
+    } else {
+        return Err(perr(
+            what,
+            format!("`{s}`: a move across the two 64-bit halves of an xxreg is not supported"),
+        ));
+    };
+    Ok(Some(format!("xreg{x}[{}..{}]", ofs - base, end - base)))
+}
+
 fn num_masked(field: &str, s: &str, max: u64) -> Result<(u64, u64), ParseError> {
     match s.split_once('/') {
         Some((v, m)) => Ok((num_max(field, v, max)?, num_max(field, m, max)?)),
@@ -499,10 +843,19 @@ fn match_item(m: &mut Match, name: &str, val: Option<&str>) -> Result<bool, Pars
         m.set_masked(fd, v, mk);
         return Ok(true);
     }
+    if let Some(i) = xxreg_idx(name) {
+        let v = val.ok_or_else(|| perr(name, "needs a value"))?;
+        let (v, mk) = num128_masked(name, v)?;
+        for (x, sh) in [(2 * i, 64u32), (2 * i + 1, 0)] {
+            let fd = f::XREGS[x as usize];
+            m.set_masked(fd, (v >> sh) as u64, (mk >> sh) as u64);
+        }
+        return Ok(true);
+    }
     if name.starts_with("reg") || name.starts_with("xreg") || name.starts_with("xxreg") {
         return Err(perr(
             name,
-            "no such register (reg0-reg15, xreg0-xreg7; xxreg not supported)",
+            "no such register (reg0-reg15, xreg0-xreg7, xxreg0-xxreg3)",
         ));
     }
     let shorthand: Option<(u16, Option<u8>)> = match name {
@@ -826,6 +1179,31 @@ pub fn parse_match(s: &str) -> Result<Match, ParseError> {
     Ok(m)
 }
 
+/// Parses the match of `ovs-ofctl del-flows` / `dump-flows`: an optional `table=N`
+/// (None: every table) and match fields.
+pub fn parse_table_match(s: &str) -> Result<(Option<u8>, Match), ParseError> {
+    let mut m = Match::default();
+    let mut table = None;
+    for item in split_items(s) {
+        let (k, v) = kv(item);
+        if k == "table" {
+            let v = v.ok_or_else(|| perr(k, "needs a value"))?;
+            if v == "all" || v == "255" {
+                table = None;
+                continue;
+            }
+            let t = num(k, v)?;
+            if t > MAX_TABLE as u64 {
+                return Err(perr(k, format!("table {t} out of range (0–{MAX_TABLE})")));
+            }
+            table = Some(t as u8);
+        } else if !match_item(&mut m, k, v)? {
+            return Err(perr(k, "unknown match field"));
+        }
+    }
+    Ok((table, m))
+}
+
 /// Parses an OpenFlow "exact flow" (what `ofproto/trace` takes) into a flow key; fields
 /// not given are zero, exactly like OVS. `tp_src`/`tp_dst` are accepted for UDP too.
 pub fn parse_exact_flow(s: &str) -> Result<FlowKey, ParseError> {
@@ -971,6 +1349,8 @@ fn find_actions(line: &str) -> Option<usize> {
 /// OVS's `ofpacts_check` for the OpenFlow 1.3 encoding: set_field prerequisites must be
 /// guaranteed by the match, VLAN rewrites need a tag (matched or pushed before).
 struct CheckFlow {
+    /// Group bucket: no match, prerequisites are checked per packet.
+    any: bool,
     dl_type: Option<u16>,
     proto: Option<u8>,
     vlans: u8,
@@ -978,7 +1358,12 @@ struct CheckFlow {
 
 /// Parses an action list for a rule with match `m`.
 pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
+    parse_actions_in(s, m, false)
+}
+
+fn parse_actions_in(s: &str, m: &Match, any: bool) -> Result<Vec<Action>, ParseError> {
     let mut cf = CheckFlow {
+        any,
         dl_type: m.dl_type(),
         proto: m.nw_proto(),
         vlans: if m.key.get(f::VLAN0_TCI) as u16 & VLAN_CFI != 0 {
@@ -1007,11 +1392,17 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
                 let a = argv(name)?;
                 if a == "in_port" || a == "IN_PORT" {
                     out.push(Action::InPort);
+                } else if a == "NORMAL" || a == "normal" {
+                    out.push(Action::Normal);
                 } else {
                     out.push(Action::Output(num_max(name, a, 0xffff_ff00)? as u32));
                 }
             }
             "in_port" | "IN_PORT" => out.push(Action::InPort),
+            "normal" | "NORMAL" => out.push(Action::Normal),
+            "flood" | "FLOOD" | "all" | "ALL" | "local" | "LOCAL" => {
+                return Err(perr(name, "not supported (NORMAL is)"));
+            }
             "controller" | "CONTROLLER" => {
                 let ml = match arg {
                     Some(a) => {
@@ -1023,10 +1414,10 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
                 out.push(Action::Controller(ml));
             }
             "strip_vlan" | "pop_vlan" => {
-                if cf.vlans == 0 {
+                if cf.vlans == 0 && !cf.any {
                     return Err(perr(name, "needs a VLAN-tagged match (dl_vlan/vlan_tci)"));
                 }
-                cf.vlans -= 1;
+                cf.vlans = cf.vlans.saturating_sub(1);
                 out.push(Action::StripVlan);
             }
             "push_vlan" => {
@@ -1063,7 +1454,7 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
                 out.push(Action::SetField(sf, v as u128));
             }
             "mod_nw_src" | "mod_nw_dst" => {
-                if cf.dl_type != Some(ethertype::IPV4) {
+                if cf.dl_type != Some(ethertype::IPV4) && !cf.any {
                     return Err(perr(name, "needs an `ip` match"));
                 }
                 let v = parse_ipv4(name, argv(name)?)?;
@@ -1075,7 +1466,7 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
                 out.push(Action::SetField(sf, v as u128));
             }
             "mod_nw_tos" => {
-                if !matches!(cf.dl_type, Some(ethertype::IPV4) | Some(ethertype::IPV6)) {
+                if !matches!(cf.dl_type, Some(ethertype::IPV4) | Some(ethertype::IPV6)) && !cf.any {
                     return Err(perr(name, "needs an `ip` or `ipv6` match"));
                 }
                 let v = num_max(name, argv(name)?, 0xff)?;
@@ -1112,12 +1503,42 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
                 out.push(Action::GotoTable(t as u8));
             }
             "resubmit" => out.push(parse_resubmit(item)?),
+            "group" => {
+                let g = num(name, argv(name)?)?;
+                if g > MAX_GROUP as u64 {
+                    return Err(perr(name, format!("group id {g} out of range")));
+                }
+                out.push(Action::Group(g as u32));
+            }
             "write_metadata" => {
                 let (v, mk) = num_masked(name, argv(name)?, u64::MAX)?;
                 out.push(Action::WriteMetadata {
                     value: v & mk,
                     mask: mk,
                 });
+            }
+            "load"
+                if arg.is_some_and(|a| {
+                    a.split_once("->").is_some_and(|(_, d)| {
+                        xxreg_idx(d.split('[').next().unwrap_or(d).trim()).is_some()
+                    })
+                }) =>
+            {
+                let a = argv(name)?;
+                let (val, dst) = a.split_once("->").expect("checked by the guard");
+                let dname = dst.split('[').next().unwrap_or(dst).trim();
+                let i = xxreg_idx(dname).expect("checked by the guard");
+                let (_, ofs, n) = subfield(name, dst, |_| Some(128))?;
+                let v = num128(name, val)?;
+                if n < 128 && v >> n != 0 {
+                    return Err(perr(name, format!("value {v:#x} does not fit in {n} bits")));
+                }
+                let ones = if n >= 128 {
+                    u128::MAX
+                } else {
+                    (1u128 << n) - 1
+                };
+                out.extend(xxreg_loads(i, v << ofs, ones << ofs));
             }
             "load" => {
                 let a = argv(name)?;
@@ -1143,6 +1564,9 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
                 let (src, dst) = a
                     .split_once("->")
                     .ok_or_else(|| perr(name, "expected SRC[a..b]->DST[c..d]"))?;
+                let (src_x, dst_x) = (xxreg_half(name, src)?, xxreg_half(name, dst)?);
+                let src = src_x.as_deref().unwrap_or(src);
+                let dst = dst_x.as_deref().unwrap_or(dst);
                 let (sname, sofs, sn) =
                     subfield(name, src, |s| SrcField::parse(s).map(|f| f.fd().1))?;
                 let (dname, dofs, dn) =
@@ -1162,7 +1586,7 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
                     SrcField::UdpSrc | SrcField::UdpDst => ip && cf.proto == Some(ipproto::UDP),
                     _ => true,
                 };
-                if !ok {
+                if !ok && !cf.any {
                     return Err(perr(
                         name,
                         "source field prerequisites not met by the match",
@@ -1182,6 +1606,11 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
                     .split_once("->")
                     .ok_or_else(|| perr(name, "expected VALUE->FIELD"))?;
                 let (val, field) = (val.trim(), field.trim());
+                if let Some(i) = xxreg_idx(field) {
+                    let (v, mk) = num128_masked(field, val)?;
+                    out.extend(xxreg_loads(i, v & mk, mk));
+                    continue;
+                }
                 if let Some(mf) = MetaField::parse(field) {
                     let fd = mf.fd();
                     let (v, mk) = num_masked(field, val, fd.ones())?;
@@ -1242,7 +1671,7 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
                     }
                     SetField::VlanVid | SetField::VlanPcp => cf.vlans > 0,
                 };
-                if !ok {
+                if !ok && !cf.any {
                     return Err(perr(field, "set_field prerequisites not met by the match"));
                 }
                 out.push(Action::SetField(sf, v));

@@ -100,7 +100,24 @@ impl FlowTable {
     /// The rules as `ovs-ofctl dump-flows` prints them (one line each, with its leading
     /// space), by decreasing priority then install order; see [`format_rule_stats`].
     pub fn dump_rules(&self, now: u64) -> Vec<String> {
-        let mut ids: Vec<u32> = self.rules.keys().copied().collect();
+        self.dump_rules_matching(now, None, &crate::ofctl::Match::default())
+    }
+
+    /// [`Self::dump_rules`] of the rules in `table` (None: all) whose match is covered
+    /// by `m` (`ovs-ofctl dump-flows br table=N,MATCH`, non-strict).
+    pub fn dump_rules_matching(
+        &self,
+        now: u64,
+        table: Option<u8>,
+        m: &crate::ofctl::Match,
+    ) -> Vec<String> {
+        let mut ids: Vec<u32> = self
+            .rules
+            .iter()
+            .filter(|(_, r)| table.is_none_or(|t| t == r.table))
+            .filter(|(_, r)| r.m.mask.and(&m.mask) == m.mask && r.m.key.and(&m.mask) == m.key)
+            .map(|(&id, _)| id)
+            .collect();
         ids.sort_by_key(|id| {
             let r = &self.rules[id];
             (r.table, std::cmp::Reverse(r.priority), *id)
@@ -189,6 +206,11 @@ pub fn format_ofpacts(actions: &[Action]) -> String {
             Action::DecTtl => "dec_ttl".into(),
             Action::Controller(ml) => format!("CONTROLLER:{ml}"),
             Action::GotoTable(t) => format!("goto_table:{t}"),
+            Action::Group(g) => format!("group:{g}"),
+            Action::Normal => "NORMAL".into(),
+            Action::UnrollXlate { table, cookie } => {
+                format!("unroll_xlate(table={table}, cookie={cookie})")
+            }
             Action::WriteMetadata { value, mask } => {
                 if mask == u64::MAX {
                     format!("write_metadata:{value:#x}")
@@ -202,18 +224,26 @@ pub fn format_ofpacts(actions: &[Action]) -> String {
                 let ones = dst.fd().ones();
                 let (ofs, n) = (mask.trailing_zeros(), mask.count_ones());
                 let contiguous = mask != 0 && (mask >> ofs).wrapping_add(1) & (mask >> ofs) == 0;
+                // C's %#x: "0" for zero (OVS prints `set_field:0->reg1`)
+                let hx = |v: u64| {
+                    if v == 0 {
+                        "0".to_string()
+                    } else {
+                        format!("{v:#x}")
+                    }
+                };
                 if mask == ones {
-                    format!("set_field:{value:#x}->{}", dst.name())
+                    format!("set_field:{}->{}", hx(value), dst.name())
                 } else if contiguous {
                     format!(
-                        "load:{:#x}->{}[{}..{}]",
-                        value >> ofs,
+                        "load:{}->{}[{}..{}]",
+                        hx(value >> ofs),
                         dst.nxm_name(),
                         ofs,
                         ofs + n - 1
                     )
                 } else {
-                    format!("set_field:{value:#x}/{mask:#x}->{}", dst.name())
+                    format!("set_field:{}/{mask:#x}->{}", hx(value), dst.name())
                 }
             }
             Action::Move {
@@ -267,6 +297,95 @@ pub fn format_ofpacts(actions: &[Action]) -> String {
         })
         .collect();
     items.join(",")
+}
+
+/// Groups: the dump texts and the load-time reference check.
+impl FlowTable {
+    /// `ovs-ofctl dump-groups` lines (OpenFlow 1.3 form).
+    pub fn dump_groups(&self) -> Vec<String> {
+        self.groups
+            .values()
+            .map(|e| {
+                let g = &e.group;
+                let kind = match g.kind {
+                    crate::ofctl::GroupType::FastFailover => "ff",
+                    k => k.name(),
+                };
+                let mut s = format!("group_id={},type={kind}", g.group_id);
+                for b in &g.buckets {
+                    // OVS's OpenFlow 1.3 dump: no bucket ids, weight when not 1.
+                    let mut items = Vec::new();
+                    if g.kind == crate::ofctl::GroupType::Select && b.weight != 1 {
+                        items.push(format!("weight:{}", b.weight));
+                    }
+                    if let Some(p) = b.watch_port {
+                        items.push(format!("watch_port:{p}"));
+                    }
+                    if let Some(w) = b.watch_group {
+                        items.push(format!("watch_group:{w}"));
+                    }
+                    items.push(format!("actions={}", format_ofpacts(&b.actions)));
+                    s += &format!(",bucket={}", items.join(","));
+                }
+                s
+            })
+            .collect()
+    }
+
+    /// `ovs-ofctl dump-group-stats` lines.
+    pub fn dump_group_stats(&self) -> Vec<String> {
+        self.groups
+            .values()
+            .map(|e| {
+                let mut s = format!(
+                    "group_id={},ref_count={},packet_count={},byte_count={}",
+                    e.group.group_id,
+                    self.rules
+                        .values()
+                        .filter(|r| r.actions.contains(&Action::Group(e.group.group_id)))
+                        .count(),
+                    e.stats.packets,
+                    e.stats.bytes
+                );
+                for (i, (p, b)) in e.stats.buckets.iter().enumerate() {
+                    s += &format!(",bucket{i}:packet_count={p},byte_count={b}");
+                }
+                s
+            })
+            .collect()
+    }
+
+    /// Checks that every `group:N` of the rules and every `watch_group` exists
+    /// (ovs-ofctl refuses a flow pointing to a missing group: OFPBAC_BAD_OUT_GROUP).
+    pub fn check_groups(&self) -> Result<(), String> {
+        for r in self.rules.values() {
+            for a in &r.actions {
+                if let Action::Group(g) = a {
+                    if !self.groups.contains_key(g) {
+                        return Err(format!(
+                            "rule `{}` outputs to group {g}, which does not exist",
+                            format_ofpacts(&r.actions)
+                        ));
+                    }
+                }
+            }
+        }
+        for e in self.groups.values() {
+            for b in &e.group.buckets {
+                for a in &b.actions {
+                    if let Action::Group(g) = a {
+                        if !self.groups.contains_key(g) {
+                            return Err(format!(
+                                "group {}: a bucket chains to group {g}, which does not exist",
+                                e.group.group_id
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

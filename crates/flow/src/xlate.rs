@@ -3,8 +3,9 @@
 //! logic), and the OVS text formats of both (`Megaflow:` / `Datapath actions:`).
 
 use crate::classifier::Classifier;
+use crate::group::{GroupEntry, GroupError};
 use crate::key::{f, FlowKey, FRAG_ANY, FRAG_LATER, FRAG_MASK, VLAN_CFI, VLAN_PCP_MASK};
-use crate::ofctl::{tcp_flag_name, Action, Match, Rule, SetField, SrcField};
+use crate::ofctl::{tcp_flag_name, Action, Group, GroupType, Match, Rule, SetField, SrcField};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -41,6 +42,10 @@ pub enum OdpAction {
         src: (u16, u16),
         dst: (u16, u16),
     },
+    /// `hash(sym_l4(basis))`: the datapath computes `dp_hash` (select groups).
+    HashSymL4(u32),
+    /// `recirc(ID)`: look the packet up again with `recirc_id=ID`.
+    Recirc(u32),
     /// `userspace(pid=0,controller(...))`: a packet-in.
     Controller {
         reason: u8,
@@ -80,6 +85,8 @@ impl std::fmt::Display for OdpAction {
         let mut parts: Vec<String> = Vec::new();
         match *self {
             OdpAction::Output(p) => write!(fm, "{p}"),
+            OdpAction::HashSymL4(b) => write!(fm, "hash(sym_l4({b}))"),
+            OdpAction::Recirc(id) => write!(fm, "recirc({id:#x})"),
             OdpAction::PopVlan => write!(fm, "pop_vlan"),
             OdpAction::PushVlan { tpid, tci } => {
                 write!(fm, "push_vlan(")?;
@@ -233,6 +240,8 @@ pub enum XlateError {
     RecursionTooDeep,
     /// More than [`MAX_RESUBMITS`] resubmits/goto_tables in one translation.
     TooManyResubmits,
+    /// A recirculated packet whose `recirc_id` is unknown (the table changed).
+    NoRecircContext,
 }
 
 impl std::fmt::Display for XlateError {
@@ -240,6 +249,7 @@ impl std::fmt::Display for XlateError {
         f.write_str(match self {
             XlateError::RecursionTooDeep => "Recursion too deep",
             XlateError::TooManyResubmits => "Too many resubmits",
+            XlateError::NoRecircContext => "Recirculation context not found",
         })
     }
 }
@@ -261,6 +271,25 @@ pub struct FlowTable {
     pub ports: Option<std::collections::BTreeSet<u32>>,
     /// Per-rule lifetime and statistics (see [`crate::ofproto`]), same keys as `rules`.
     pub(crate) life: HashMap<u32, crate::rule_stats::RuleStats>,
+    /// The group table.
+    pub groups: std::collections::BTreeMap<u32, GroupEntry>,
+    /// The bridge `NORMAL` switches on: port VLAN modes, flood order, MAC learning.
+    pub bridge: crate::normal::Bridge,
+    /// Ports that exist but are down (not live for fast-failover / select buckets).
+    pub ports_down: std::collections::BTreeSet<u32>,
+    /// Frozen translations (select groups recirculate): recirc_id → state, and the
+    /// reverse map so that equal states share an id (OVS `recirc_alloc_id_ctx`).
+    frozen: std::cell::RefCell<(HashMap<u32, Frozen>, HashMap<Frozen, u32>)>,
+}
+
+/// What a recirculated packet resumes with (OVS `struct frozen_state`): the pipeline
+/// metadata (registers, metadata, in_port), the table and the frozen actions.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Frozen {
+    table: u8,
+    in_port: u64,
+    meta: [u64; 9],
+    actions: Vec<Action>,
 }
 
 /// The result of translating one flow.
@@ -276,6 +305,14 @@ pub struct Xlated {
     pub rules: Vec<u32>,
     /// Translation failed (resubmit limits): the packet is dropped.
     pub error: Option<XlateError>,
+    /// Groups executed: (group id, bucket index; None = all buckets), for group stats.
+    pub groups: Vec<(u32, Option<u32>)>,
+    /// NORMAL learned (MAC, VLAN, port) while translating an upcall: refreshed again
+    /// whenever the megaflow has traffic (OVS's xlate cache `XC_NORMAL`).
+    pub learned: Vec<(u64, u16, u32)>,
+    /// For each `recirc(N)` in `actions`: the packet's key as the datapath recirculates
+    /// it (after the actions before it), with `recirc_id=N` and `dp_hash` 0.
+    pub recirc_keys: Vec<FlowKey>,
 }
 
 impl FlowTable {
@@ -309,13 +346,20 @@ impl FlowTable {
         }
         self.rules.insert(id, r);
         self.life.insert(id, crate::rule_stats::RuleStats::new(now));
+        self.clear_frozen();
         id
     }
     /// Deletes rules whose match is covered by `m` (non-strict `del-flows`).
     pub fn del_matching(&mut self, m: &Match) -> usize {
+        self.del_matching_in(None, m)
+    }
+    /// [`Self::del_matching`] in table `table` only (None: every table; `del-flows
+    /// table=N,...`).
+    pub fn del_matching_in(&mut self, table: Option<u8>, m: &Match) -> usize {
         let victims: Vec<(u32, Match, u16, u8)> = self
             .rules
             .iter()
+            .filter(|(_, r)| table.is_none_or(|t| t == r.table))
             .filter(|(_, r)| {
                 // rule's mask must include m's mask and values agree under m's mask
                 r.m.mask.and(&m.mask) == m.mask && r.m.key.and(&m.mask) == m.key
@@ -327,6 +371,7 @@ impl FlowTable {
             self.rules.remove(id);
             self.life.remove(id);
         }
+        self.clear_frozen();
         victims.len()
     }
     pub fn clear(&mut self) {
@@ -336,7 +381,72 @@ impl FlowTable {
         self.others.clear();
         self.rules.clear();
         self.life.clear();
+        self.clear_frozen();
     }
+
+    /// Forgets frozen translations (after any table or group change: recirculated
+    /// packets then miss, as OVS's recirc ids die with their datapath flows).
+    pub fn clear_frozen(&mut self) {
+        let fz = self.frozen.get_mut();
+        fz.0.clear();
+        fz.1.clear();
+    }
+
+    /// Adds or replaces (`mod-group`) a group; its counters start at zero.
+    pub fn add_group(&mut self, g: Group) -> Result<(), GroupError> {
+        let e = GroupEntry::new(g)?;
+        self.groups.insert(e.group.group_id, e);
+        self.clear_frozen();
+        Ok(())
+    }
+
+    /// Deletes a group (None: all groups); returns how many went. Like OVS, rules
+    /// that point to a deleted group are deleted with it.
+    pub fn del_group(&mut self, id: Option<u32>) -> usize {
+        let gone: Vec<u32> = match id {
+            Some(i) => self.groups.remove(&i).map(|_| i).into_iter().collect(),
+            None => std::mem::take(&mut self.groups).into_keys().collect(),
+        };
+        if !gone.is_empty() {
+            let victims: Vec<(u32, Match, u16, u8)> = self
+                .rules
+                .iter()
+                .filter(|(_, r)| {
+                    r.actions
+                        .iter()
+                        .any(|a| matches!(a, Action::Group(g) if gone.contains(g)))
+                })
+                .map(|(&id, r)| (id, r.m, r.priority, r.table))
+                .collect();
+            for (rid, mm, p, t) in &victims {
+                self.cls_mut(*t).remove(mm, *p);
+                self.rules.remove(rid);
+                self.life.remove(rid);
+            }
+        }
+        self.clear_frozen();
+        gone.len()
+    }
+
+    /// Credits `packets`/`bytes` to group `id` (bucket `bucket`, or every bucket).
+    pub fn credit_group(&mut self, id: u32, bucket: Option<u32>, packets: u64, bytes: u64) {
+        if let Some(e) = self.groups.get_mut(&id) {
+            e.stats.packets += packets;
+            e.stats.bytes += bytes;
+            for (i, c) in e.stats.buckets.iter_mut().enumerate() {
+                if bucket.is_none_or(|b| b as usize == i) {
+                    c.0 += packets;
+                    c.1 += bytes;
+                }
+            }
+        }
+    }
+
+    /// Whether OpenFlow port `p` is live (exists and is up), OVS `odp_port_is_alive`.
+    pub fn port_alive(&self, p: u32) -> bool {
+        self.ports.as_ref().is_none_or(|ps| ps.contains(&p)) && !self.ports_down.contains(&p)
+    }
+
     pub fn len(&self) -> usize {
         self.rules.len()
     }
@@ -373,6 +483,16 @@ impl FlowTable {
     /// [`Self::xlate`]; `dont_send` marks packet-ins as not to be sent (what OVS does
     /// when tracing a flow without packet bytes).
     pub fn xlate_with(&self, flow: &FlowKey, dont_send: bool) -> Xlated {
+        self.xlate_full(flow, dont_send, None)
+    }
+
+    /// Translates an upcall at `now` (ms): like [`Self::xlate`], and `NORMAL` learns
+    /// source MACs (a trace does not, as OVS's `ofproto/trace`).
+    pub fn xlate_upcall(&self, flow: &FlowKey, now: u64) -> Xlated {
+        self.xlate_full(flow, false, Some(now))
+    }
+
+    fn xlate_full(&self, flow: &FlowKey, dont_send: bool, learn_now: Option<u64>) -> Xlated {
         let mut wc = FlowKey::ZERO;
         // xlate_wc_init
         wc.full(f::IN_PORT);
@@ -388,17 +508,48 @@ impl FlowTable {
             wc,
             out: Vec::new(),
             table_id: 0,
+            cookie: 0,
             depth: 0,
             resubmits: 0,
             rules: Vec::new(),
             error: None,
+            exit: false,
+            freezing: false,
+            freeze_hash: false,
+            frozen: Vec::new(),
+            groups: Vec::new(),
+            recirc_keys: Vec::new(),
+            learn_now,
+            learned: Vec::new(),
         };
-        let rule = self.lookup_in(&mut x, 0, flow.in_port());
-        if let Some(id) = rule {
-            if let Some(r) = self.rules.get(&id) {
-                x.rules.push(id);
-                self.do_actions(&mut x, r);
+        let recirc = flow.get(f::RECIRC_ID) as u32;
+        let mut rule = None;
+        if recirc != 0 {
+            // Thaw (xlate_actions with a frozen state): restore the metadata, resume
+            // the frozen actions; no table lookup.
+            let fz = self.frozen.borrow().0.get(&recirc).cloned();
+            match fz {
+                None => x.error = Some(XlateError::NoRecircContext),
+                Some(fz) => {
+                    x.flow.w[crate::key::META_WORDS].copy_from_slice(&fz.meta);
+                    x.flow.set(f::IN_PORT, fz.in_port);
+                    x.base = x.flow;
+                    x.table_id = fz.table;
+                    self.do_actions(&mut x, &fz.actions, false);
+                }
             }
+        } else {
+            rule = self.lookup_in(&mut x, 0, flow.in_port());
+            if let Some(id) = rule {
+                if let Some(r) = self.rules.get(&id) {
+                    x.rules.push(id);
+                    x.cookie = r.cookie;
+                    self.do_actions(&mut x, &r.actions, is_miss_rule(r));
+                }
+            }
+        }
+        if x.error.is_none() && x.freezing {
+            self.finish_freezing(&mut x);
         }
         if let Some(e) = x.error {
             // OVS returns a drop flow on a translation error, with the mask as it was
@@ -411,6 +562,9 @@ impl FlowTable {
                 rule,
                 rules: x.rules,
                 error: x.error,
+                groups: x.groups,
+                recirc_keys: Vec::new(),
+                learned: x.learned,
             };
         }
         let mut wc = x.wc;
@@ -448,7 +602,48 @@ impl FlowTable {
             rule,
             rules: x.rules,
             error: x.error,
+            groups: x.groups,
+            recirc_keys: x.recirc_keys,
+            learned: x.learned,
         }
+    }
+
+    /// OVS `finish_freezing`: commit, then `hash(...)` (select groups) and `recirc(ID)`
+    /// with an id for the frozen state (the same id for an equal state).
+    fn finish_freezing(&self, x: &mut Ctx) {
+        x.commit();
+        let mut meta = [0u64; 9];
+        meta.copy_from_slice(&x.flow.w[crate::key::META_WORDS]);
+        let fz = Frozen {
+            table: 0,
+            in_port: x.flow.get(f::IN_PORT),
+            meta,
+            actions: std::mem::take(&mut x.frozen),
+        };
+        let mut st = self.frozen.borrow_mut();
+        let id = match st.1.get(&fz) {
+            Some(&id) => id,
+            None => {
+                let id = self.next_recirc.get();
+                self.next_recirc.set(id.wrapping_add(1).max(1));
+                st.0.insert(id, fz.clone());
+                st.1.insert(fz, id);
+                id
+            }
+        };
+        if x.freeze_hash {
+            x.out.push(OdpAction::HashSymL4(0));
+        }
+        x.out.push(OdpAction::Recirc(id));
+        let mut rk = x.base;
+        for i in crate::key::META_WORDS {
+            rk.w[i] = 0;
+        }
+        rk.set(f::RECIRC_ID, id as u64);
+        rk.set(f::DP_HASH, 0);
+        x.recirc_keys.push(rk);
+        x.freezing = false;
+        x.freeze_hash = false;
     }
 
     /// `rule_dpif_lookup_in_table` of table `table` for the current flow, with `in_port`
@@ -465,17 +660,25 @@ impl FlowTable {
         cls.lookup_with(&lk, &mut x.wc, self.cls.prefix_tracking())
     }
 
+    /// OVS `xlate_resubmit_resource_check`.
+    fn resource_check(x: &mut Ctx) -> bool {
+        if x.depth >= MAX_DEPTH {
+            x.error = Some(XlateError::RecursionTooDeep);
+            false
+        } else if x.resubmits >= MAX_RESUBMITS {
+            x.error = Some(XlateError::TooManyResubmits);
+            false
+        } else {
+            true
+        }
+    }
+
     /// OVS `xlate_table_action` + `xlate_recursively` for `resubmit` / `goto_table`:
     /// resource check (depth, total), lookup in `table`, then the matched rule's actions.
     /// A miss runs nothing (the hidden miss rule has no actions: no controller here)
     /// but still counts as a resubmit, as in OVS.
     fn table_action(&self, x: &mut Ctx, in_port: u32, table: u8) {
-        if x.depth >= MAX_DEPTH {
-            x.error = Some(XlateError::RecursionTooDeep);
-            return;
-        }
-        if x.resubmits >= MAX_RESUBMITS {
-            x.error = Some(XlateError::TooManyResubmits);
+        if !Self::resource_check(x) {
             return;
         }
         let old_table = x.table_id;
@@ -486,16 +689,154 @@ impl FlowTable {
         x.depth += deepens;
         if let Some(r) = rule.and_then(|id| self.rules.get(&id).map(|r| (id, r))) {
             x.rules.push(r.0);
-            self.do_actions(x, r.1);
+            let old_cookie = x.cookie;
+            x.cookie = r.1.cookie;
+            self.do_actions(x, &r.1.actions, is_miss_rule(r.1));
+            x.cookie = old_cookie;
         }
         x.depth -= deepens;
         x.table_id = old_table;
     }
 
-    fn do_actions(&self, x: &mut Ctx, r: &Rule) {
+    /// OVS `xlate_group_action`: false when the group does not exist (the rest of the
+    /// action list is skipped, the pipeline goes on).
+    fn group_action(&self, x: &mut Ctx, gid: u32) -> bool {
+        if !Self::resource_check(x) {
+            return true;
+        }
+        let Some(e) = self.groups.get(&gid) else {
+            tracing::warn!(group = gid, "output to nonexistent group");
+            return false;
+        };
+        let g = &e.group;
+        match g.kind {
+            GroupType::All | GroupType::Indirect => {
+                for b in &g.buckets {
+                    self.group_bucket(x, b);
+                }
+                x.groups.push((gid, None));
+            }
+            GroupType::Select | GroupType::FastFailover => {
+                let pick = if g.kind == GroupType::FastFailover {
+                    g.buckets.iter().position(|b| self.bucket_alive(g, b, 0))
+                } else if x.flow.get(f::DP_HASH) == 0 {
+                    // pick_dp_hash_select_group without a hash: recirculate with one.
+                    x.exit = true;
+                    x.freezing = true;
+                    x.freeze_hash = true;
+                    None
+                } else {
+                    x.wc.or(f::DP_HASH, e.hash_mask as u64);
+                    let h = x.flow.get(f::DP_HASH) as u32;
+                    (0..=e.hash_mask)
+                        .map(|i| e.hash_map[(h.wrapping_add(i) & e.hash_mask) as usize])
+                        .find(|&bi| self.bucket_alive(g, &g.buckets[bi], 0))
+                };
+                if let Some(bi) = pick {
+                    self.group_bucket(x, &g.buckets[bi]);
+                    x.groups.push((gid, Some(bi as u32)));
+                }
+            }
+        }
+        true
+    }
+
+    /// OVS `xlate_group_bucket`: the bucket's action set as an action list, one level
+    /// deeper, on a clone of the flow (restored afterwards).
+    fn group_bucket(&self, x: &mut Ctx, b: &crate::ofctl::Bucket) {
+        let old = x.flow;
+        let list = b.action_list();
+        x.depth += 1;
+        self.do_actions(x, &list, false);
+        x.depth -= 1;
+        if x.freezing && x.error.is_none() {
+            self.finish_freezing(x);
+        }
+        x.flow = old;
+        x.exit = false;
+    }
+
+    /// OVS `bucket_is_alive` (`MAX_LIVENESS_RECURSION` 128).
+    fn bucket_alive(&self, g: &Group, b: &crate::ofctl::Bucket, depth: u32) -> bool {
+        if depth >= 128 {
+            return false;
+        }
+        if g.kind == GroupType::Select && b.weight == 0 {
+            return false;
+        }
+        (b.watch_port.is_none() && b.watch_group.is_none())
+            || b.watch_port
+                .is_some_and(|p| p != crate::group::OFPP_CONTROLLER && self.port_alive(p))
+            || b.watch_group.is_some_and(|w| {
+                self.groups.get(&w).is_some_and(|e| {
+                    e.group
+                        .buckets
+                        .iter()
+                        .any(|bb| self.bucket_alive(&e.group, bb, depth + 1))
+                })
+            })
+    }
+
+    /// OVS `freeze_unroll_actions`: copies the rest of an action list into the frozen
+    /// actions, with the table/cookie markers packet-ins and `resubmit(,255)` need, and
+    /// the instructions as actions.
+    fn unroll(x: &mut Ctx, rest: &[Action]) {
+        for a in rest {
+            match *a {
+                Action::Output(_)
+                | Action::InPort
+                | Action::Normal
+                | Action::Group(_)
+                | Action::Controller(_)
+                | Action::DecTtl
+                | Action::Resubmit { table: None, .. } => {
+                    let need = match x.frozen.iter().rev().find_map(|a| match *a {
+                        Action::UnrollXlate { table, cookie } => Some((table, cookie)),
+                        _ => None,
+                    }) {
+                        Some((t, c)) => t != x.table_id || c != x.cookie,
+                        None => true,
+                    };
+                    if need {
+                        x.frozen.push(Action::UnrollXlate {
+                            table: x.table_id,
+                            cookie: x.cookie,
+                        });
+                    }
+                }
+                Action::GotoTable(t) => {
+                    x.frozen.push(Action::Resubmit {
+                        port: None,
+                        table: Some(t),
+                    });
+                    continue;
+                }
+                Action::WriteMetadata { value, mask } => {
+                    x.frozen.push(Action::Load {
+                        dst: crate::ofctl::MetaField::Metadata,
+                        value,
+                        mask,
+                    });
+                    continue;
+                }
+                _ => {}
+            }
+            x.frozen.push(a.clone());
+        }
+    }
+
+    /// OVS `do_xlate_actions` over `actions`; `miss`: they are a table-miss rule's
+    /// (packet-in reason no_match).
+    fn do_actions(&self, x: &mut Ctx, actions: &[Action], miss: bool) {
         let in_port = x.flow.in_port();
-        for a in &r.actions {
+        for (i, a) in actions.iter().enumerate() {
             if x.error.is_some() {
+                return;
+            }
+            if x.exit {
+                if x.freezing {
+                    Self::unroll(x, &actions[i..]);
+                }
                 return;
             }
             match *a {
@@ -504,8 +845,21 @@ impl FlowTable {
                     self.table_action(x, p, table.unwrap_or(x.table_id));
                 }
                 Action::GotoTable(t) => self.table_action(x, in_port, t),
+                Action::Group(g) => {
+                    if !self.group_action(x, g) {
+                        return;
+                    }
+                }
+                Action::UnrollXlate { table, cookie } => {
+                    x.table_id = table;
+                    x.cookie = cookie;
+                }
                 Action::Load { dst, value, mask } => x.load(dst.fd(), value, mask),
-                Action::WriteMetadata { value, mask } => x.load(f::METADATA, value, mask),
+                Action::WriteMetadata { value, mask } => {
+                    // OVS writes the flow only (no un-wildcarding, unlike set_field).
+                    let old = x.flow.get(f::METADATA);
+                    x.flow.set(f::METADATA, (old & !mask) | (value & mask));
+                }
                 Action::Move {
                     src,
                     src_ofs,
@@ -524,9 +878,9 @@ impl FlowTable {
                     x.commit();
                     x.out.push(OdpAction::Output(in_port));
                 }
+                Action::Normal => self.xlate_normal(x),
                 Action::Controller(max_len) => {
-                    let miss = r.priority == 0 && r.m.mask.is_zero();
-                    self.controller(x, if miss { 3 } else { 1 }, r.cookie, max_len);
+                    self.controller(x, if miss { 3 } else { 1 }, x.cookie, max_len);
                 }
                 Action::StripVlan => {
                     let n = x.flow.n_vlans();
@@ -570,12 +924,124 @@ impl FlowTable {
                     if ttl > 1 {
                         x.flow.set(f::NW_TTL, ttl - 1);
                     } else {
-                        self.controller(x, 2, r.cookie, 0xffff);
+                        self.controller(x, 2, x.cookie, 0xffff);
                         return;
                     }
                 }
             }
+            // "Check if need to store this and the remaining actions for later
+            // execution" (a select group froze the translation).
+            if x.error.is_none() && x.exit && x.frozen.is_empty() {
+                Self::unroll(x, &actions[i..]);
+                return;
+            }
         }
+    }
+
+    /// OVS `xlate_normal` (no mcast snooping, bonds, mirrors, STP).
+    fn xlate_normal(&self, x: &mut Ctx) {
+        x.wc.full(f::DL_SRC);
+        x.wc.full(f::DL_DST);
+        x.wc.or(f::VLAN0_TCI, 0x1fff);
+        let br = &self.bridge;
+        let in_port = x.flow.in_port();
+        let Some(inb) = br.port(in_port) else {
+            tracing::debug!(port = in_port, "NORMAL: no input bundle, dropping");
+            return;
+        };
+        let tci = x.flow.vlan0_tci();
+        if wire::ethernet::is_vlan_tpid(x.flow.dl_type()) && tci & VLAN_CFI == 0 {
+            return; // partial VLAN tag
+        }
+        let (in_vid, pcp) = if tci & VLAN_CFI != 0 {
+            (tci & 0x0fff, tci & VLAN_PCP_MASK)
+        } else {
+            (0, 0)
+        };
+        let tpid = if tci & VLAN_CFI != 0 {
+            x.flow.get(f::VLAN0_TPID) as u16
+        } else {
+            0
+        };
+        if !inb.input_vid_valid(in_vid) {
+            tracing::debug!(
+                port = in_port,
+                vid = in_vid,
+                "NORMAL: disallowed VLAN, dropping"
+            );
+            return;
+        }
+        let vlan = inb.input_vlan(in_vid);
+        let tpid = if tpid == 0 { ethertype::VLAN } else { tpid };
+        let dst = x.flow.get(f::DL_DST);
+        // is_admissible: reserved multicast (01:80:c2:00:00:0x) without forward_bpdu
+        if dst & !0xf == 0x0180_c200_0000 {
+            return;
+        }
+        // is_gratuitous_arp: only its un-wildcarding matters without bonds
+        if x.flow.dl_type() == ethertype::ARP {
+            x.wc.full(f::DL_DST);
+            if dst == 0xffff_ffff_ffff {
+                x.wc.full(f::NW_PROTO);
+                if x.flow.nw_proto() == 1 {
+                    x.wc.full(f::NW_SRC);
+                    x.wc.full(f::NW_DST);
+                }
+            }
+        }
+        let src = x.flow.get(f::DL_SRC);
+        if let Some(now) = x.learn_now {
+            br.ml.borrow_mut().learn(src, vlan, in_port, now);
+            x.learned.push((src, vlan, in_port));
+        }
+        let learned = br.ml.borrow().lookup(dst, vlan);
+        match learned {
+            Some(p) if p != in_port => {
+                if let Some(ob) = br.port(p) {
+                    self.output_normal(x, p, ob, vlan, pcp, tpid);
+                }
+            }
+            Some(_) => {} // learned port is the input port
+            None => {
+                for (p, ob) in &br.ports {
+                    if *p != in_port && ob.includes_vlan(vlan) {
+                        self.output_normal(x, *p, ob, vlan, pcp, tpid);
+                    }
+                }
+            }
+        }
+    }
+
+    /// OVS `output_normal`: the VLAN the output port wants (`xvlan_put`), output, and
+    /// the flow's VLAN back.
+    fn output_normal(
+        &self,
+        x: &mut Ctx,
+        port: u32,
+        ob: &crate::normal::PortVlan,
+        vlan: u16,
+        pcp: u16,
+        tpid: u16,
+    ) {
+        let (old_t, old_c) = (x.flow.get(f::VLAN0_TPID), x.flow.get(f::VLAN0_TCI));
+        let tci = if ob.output_tagged(vlan) {
+            vlan | pcp
+        } else {
+            0
+        };
+        if tci != 0 {
+            x.flow.set(f::VLAN0_TCI, (tci | VLAN_CFI) as u64);
+            x.flow.set(f::VLAN0_TPID, tpid as u64);
+        } else {
+            x.flow.set(f::VLAN0_TCI, 0);
+        }
+        let exists = self.ports.as_ref().is_none_or(|ps| ps.contains(&port));
+        if port != x.flow.in_port() && exists {
+            x.commit();
+            x.out.push(OdpAction::Output(port));
+        }
+        x.flow.set(f::VLAN0_TPID, old_t);
+        x.flow.set(f::VLAN0_TCI, old_c);
     }
 
     fn controller(&self, x: &mut Ctx, reason: u8, cookie: u64, max_len: u16) {
@@ -675,6 +1141,11 @@ impl FlowTable {
     }
 }
 
+/// A table-miss rule (priority 0, matches everything): its packet-ins say no_match.
+fn is_miss_rule(r: &Rule) -> bool {
+    r.priority == 0 && r.m.mask.is_zero()
+}
+
 struct Ctx {
     dont_send: bool,
     flow: FlowKey,
@@ -683,6 +1154,20 @@ struct Ctx {
     out: Vec<OdpAction>,
     /// The table whose rule is executing (`resubmit(,255)` means this one).
     table_id: u8,
+    /// That rule's cookie (packet-ins).
+    cookie: u64,
+    /// Translation stops here (freezing for a select group's recirculation).
+    exit: bool,
+    freezing: bool,
+    /// The recirculation computes `dp_hash` first.
+    freeze_hash: bool,
+    /// Frozen actions (OVS `ctx->frozen_actions`).
+    frozen: Vec<Action>,
+    groups: Vec<(u32, Option<u32>)>,
+    recirc_keys: Vec<FlowKey>,
+    /// Side effects allowed (an upcall, not a trace): NORMAL learns at this time (ms).
+    learn_now: Option<u64>,
+    learned: Vec<(u64, u16, u32)>,
     /// Nesting of resubmits to the same or an earlier table (OVS `ctx->depth`).
     depth: u32,
     /// goto_table + resubmit lookups so far (OVS `ctx->resubmits`).
@@ -938,7 +1423,15 @@ fn match_items(flow: &FlowKey, wc: &FlowKey, megaflow: bool) -> Vec<String> {
     let fv = flow.and(wc);
     let mut o: Vec<String> = Vec::new();
     if wc.get(f::RECIRC_ID) != 0 {
-        o.push(format!("recirc_id={}", fv.get(f::RECIRC_ID)));
+        o.push(format!("recirc_id={}", hash_x(fv.get(f::RECIRC_ID))));
+    }
+    if wc.get(f::DP_HASH) != 0 {
+        let m = wc.get(f::DP_HASH);
+        if m == 0xffff_ffff {
+            o.push(format!("dp_hash={}", hash_x(fv.get(f::DP_HASH))));
+        } else {
+            o.push(format!("dp_hash={}/{m:#x}", hash_x(fv.get(f::DP_HASH))));
+        }
     }
     if megaflow {
         o.push("eth".into());

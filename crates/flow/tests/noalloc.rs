@@ -64,3 +64,68 @@ fn hit_path_does_not_allocate() {
     }
     assert_eq!(allocs(), before, "megaflow path allocated");
 }
+
+/// The same for megaflows made by a pipeline: goto_table, resubmit, an `all` group, a
+/// select group's two passes (recirc_id + dp_hash in the key) and NORMAL.
+#[test]
+fn pipeline_hit_path_does_not_allocate() {
+    let mut table = FlowTable::from_rules(
+        parse_flows(
+            "table=0,tcp,actions=set_field:1->reg0,goto_table:1\n\
+             table=0,udp,actions=group:1\n\
+             table=0,arp,actions=NORMAL\n\
+             table=1,reg0=1,actions=resubmit(,2),group:2\n\
+             table=2,tcp,tp_dst=80,actions=output:3\n",
+        )
+        .unwrap(),
+    );
+    for g in flow::parse_groups(
+        "group_id=1,type=all,bucket=output:2,bucket=set_field:02:00:00:00:00:09->eth_dst,output:4\n\
+         group_id=2,type=select,bucket=output:2,bucket=output:4\n",
+    )
+    .unwrap()
+    {
+        table.add_group(g).unwrap();
+    }
+    table.ports = Some((1..=4).collect());
+    for p in 1..=4 {
+        table.bridge.set_port(p, flow::normal::PortVlan::default());
+    }
+    let mut keys: Vec<_> = [
+        "in_port=1,tcp,nw_src=10.0.0.1,nw_dst=10.0.0.2,tp_src=5,tp_dst=80",
+        "in_port=1,tcp,nw_src=10.0.0.1,nw_dst=10.0.0.3,tp_src=6,tp_dst=22",
+        "in_port=2,udp,nw_src=10.0.0.1,nw_dst=10.0.0.2",
+        "in_port=1,arp,dl_src=02:00:00:00:00:01,dl_dst=ff:ff:ff:ff:ff:ff",
+        "in_port=2,arp,dl_src=02:00:00:00:00:02,dl_dst=02:00:00:00:00:01",
+    ]
+    .iter()
+    .map(|l| parse_exact_flow(l).unwrap())
+    .collect();
+    // the second passes of the select group
+    for k in keys.clone() {
+        for mut rk in table.xlate(&k).recirc_keys {
+            rk.set(
+                flow::key::f::DP_HASH,
+                flow::group::hash_sym_l4(&rk, 0) as u64,
+            );
+            keys.push(rk);
+        }
+    }
+    assert!(keys.len() >= 7, "select passes: {}", keys.len());
+    let mut dp = Datapath::new();
+    for k in &keys {
+        dp.process(&table, k, 64, 1);
+    }
+    for k in &keys {
+        dp.process(&table, k, 64, 2); // NORMAL learning flushed some: reinstall
+    }
+    let upcalls = dp.stats.upcalls;
+    let before = allocs();
+    for round in 0..1000u64 {
+        for k in &keys {
+            dp.process(&table, k, 64, 3 + round);
+        }
+    }
+    assert_eq!(allocs(), before, "pipeline megaflow/EMC hits allocated");
+    assert_eq!(dp.stats.upcalls, upcalls, "all hits");
+}

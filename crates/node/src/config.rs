@@ -178,6 +178,15 @@ pub struct SwitchConfig {
     pub ports: Vec<String>,
     /// Control socket.
     pub ctl: PathBuf,
+    /// Initial group table (ovs-ofctl add-groups file).
+    pub groups: Option<PathBuf>,
+    /// NORMAL: port VLAN config as for `switch run --vlan`: "N:tag=10",
+    /// "N:trunks=10,20", "N:tag=10;trunks=20;vlan_mode=native-untagged".
+    pub vlans: Vec<String>,
+    /// NORMAL: MAC aging in seconds (OVS mac-aging-time).
+    pub mac_aging: u64,
+    /// NORMAL: MAC learning table size (OVS mac-table-size).
+    pub mac_table_size: usize,
 }
 
 impl Default for SwitchConfig {
@@ -187,6 +196,10 @@ impl Default for SwitchConfig {
             flows: None,
             ports: Vec::new(),
             ctl: PathBuf::from(switch::DEFAULT_CTL),
+            groups: None,
+            vlans: Vec::new(),
+            mac_aging: 300,
+            mac_table_size: 8192,
         }
     }
 }

@@ -326,6 +326,10 @@ impl Node {
         }
         let opts = switch::SwitchOpts {
             flows: c.flows.clone(),
+            groups: c.groups.clone(),
+            vlans: c.vlans.clone(),
+            mac_aging_s: c.mac_aging,
+            mac_table_size: c.mac_table_size,
             ports: c.ports.clone(),
             ctl: c.ctl.clone(),
             duration: None,

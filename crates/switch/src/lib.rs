@@ -4,7 +4,8 @@
 //! own): ports on Linux interfaces (AF_PACKET) or pcap files ([`port`]), the
 //! datapath cache in front of the OpenFlow table, the stats push + expiry sweep
 //! every 0.5 s, and the control protocol on a Unix socket ([`ctl`]: dump-flows,
-//! dump-rules, add/del/replace-flows, stop). [`trace`] parses the packet lines of
+//! dump-rules, add/del/replace-flows, add/mod/del/dump-groups, dump-group-stats,
+//! port-down/port-up, stop). [`trace`] parses the packet lines of
 //! `switch trace`.
 //!
 //! Does not own: classification, translation, megaflows (`flow`); argument
@@ -58,4 +59,59 @@ pub fn read_flows(p: &std::path::Path) -> Result<Vec<flow::Rule>> {
         source,
     })?;
     flow::parse_flows(&t).map_err(|e| Error::Config(format!("{}: {e}", p.display())))
+}
+
+/// Reads a groups file (ovs-ofctl add-groups syntax).
+pub fn read_groups(p: &std::path::Path) -> Result<Vec<flow::Group>> {
+    let t = std::fs::read_to_string(p).map_err(|source| Error::Open {
+        what: format!("reading {}", p.display()),
+        source,
+    })?;
+    flow::parse_groups(&t).map_err(|e| Error::Config(format!("{}: {e}", p.display())))
+}
+
+/// Sets up NORMAL's bridge: every port of `table.ports` (in number order: the flood
+/// order) as a trunk of all VLANs unless `vlans` (`N:tag=V;trunks=A,B;vlan_mode=M`)
+/// configures it; MAC aging and table size.
+pub fn configure_bridge(
+    table: &mut flow::FlowTable,
+    vlans: &[String],
+    mac_aging_s: u64,
+    mac_table_size: usize,
+) -> Result<()> {
+    let ports: Vec<u32> = table.ports.iter().flatten().copied().collect();
+    for p in &ports {
+        table.bridge.set_port(*p, flow::normal::PortVlan::default());
+    }
+    for v in vlans {
+        let (p, cfg) = flow::normal::parse_port_vlan(v).map_err(Error::Config)?;
+        if table.ports.is_some() && !ports.contains(&p) {
+            return Err(Error::Config(format!(
+                "--vlan {v}: port {p} is not a port of the switch"
+            )));
+        }
+        table.bridge.set_port(p, cfg);
+    }
+    if mac_table_size == 0 {
+        return Err(Error::Config("MAC table size must be at least 1".into()));
+    }
+    let mut ml = table.bridge.ml.borrow_mut();
+    ml.idle_ms = mac_aging_s.saturating_mul(1000);
+    ml.max_entries = mac_table_size;
+    Ok(())
+}
+
+/// Builds a table from rules and groups, checking that every group a rule or bucket
+/// names exists (as OVS refuses such a flow or group) and that each select group can
+/// be run (see [`flow::group::GroupError`]).
+pub fn build_table(rules: Vec<flow::Rule>, groups: Vec<flow::Group>) -> Result<flow::FlowTable> {
+    let mut t = flow::FlowTable::new();
+    for g in groups {
+        t.add_group(g).map_err(|e| Error::Config(e.to_string()))?;
+    }
+    for r in rules {
+        t.add(r);
+    }
+    t.check_groups().map_err(Error::Config)?;
+    Ok(t)
 }

@@ -25,6 +25,8 @@ const SWEEP_MS: u64 = 500;
 pub struct SwitchOpts {
     /// Initial flow table (ovs-ofctl add-flows file).
     pub flows: Option<PathBuf>,
+    /// Initial group table (ovs-ofctl add-groups file).
+    pub groups: Option<PathBuf>,
     /// Ports: `N=afpacket:IF`, `N=pcap-rx:FILE`, `N=pcap-tx:FILE`.
     pub ports: Vec<String>,
     /// Control socket path.
@@ -33,6 +35,13 @@ pub struct SwitchOpts {
     pub duration: Option<Duration>,
     /// Megaflows idle this long are removed (OVS other_config:max-idle).
     pub max_idle_ms: u64,
+    /// NORMAL: port VLAN configuration, `N:tag=V;trunks=A,B;vlan_mode=M` (ports not
+    /// named are trunks of every VLAN, as ports without `tag` in OVS).
+    pub vlans: Vec<String>,
+    /// NORMAL: MAC aging (OVS other_config:mac-aging-time, default 300 s).
+    pub mac_aging_s: u64,
+    /// NORMAL: MAC table size (OVS other_config:mac-table-size, default 8192).
+    pub mac_table_size: usize,
 }
 
 /// Stops a running switch loop (from a signal handler, another thread, or `up`'s stop).
@@ -122,10 +131,15 @@ pub fn run(opts: &SwitchOpts, stop: &StopHandle, log: &mut dyn Write) -> Result<
 type Setup = (FlowTable, BTreeMap<u32, Port>, UnixListener);
 
 fn setup(a: &SwitchOpts) -> Result<Setup> {
-    let table = match &a.flows {
-        Some(p) => FlowTable::from_rules(read_flows(p)?),
-        None => FlowTable::new(),
+    let rules = match &a.flows {
+        Some(p) => read_flows(p)?,
+        None => Vec::new(),
     };
+    let groups = match &a.groups {
+        Some(p) => crate::read_groups(p)?,
+        None => Vec::new(),
+    };
+    let table = crate::build_table(rules, groups)?;
     let mut ports: BTreeMap<u32, Port> = BTreeMap::new();
     for spec in &a.ports {
         let (n, p) = open_port(spec)?;
@@ -140,6 +154,7 @@ fn setup(a: &SwitchOpts) -> Result<Setup> {
     }
     let mut table = table;
     table.ports = Some(ports.keys().copied().collect());
+    crate::configure_bridge(&mut table, &a.vlans, a.mac_aging_s, a.mac_table_size)?;
     let _ = std::fs::remove_file(&a.ctl);
     let listener = UnixListener::bind(&a.ctl).map_err(|source| Error::Open {
         what: format!("binding {}", a.ctl.display()),
@@ -174,9 +189,10 @@ fn run_loop(
     }
     writeln!(
         log,
-        "switch running: {} ports, {} rules, control socket {}",
+        "switch running: {} ports, {} rules, {} groups, control socket {}",
         ports.len(),
         table.len(),
+        table.groups.len(),
         a.ctl.display()
     )?;
     while !stop.is_stopped() && deadline.is_none_or(|d| Instant::now() < d) {
@@ -195,9 +211,7 @@ fn run_loop(
         // Switch.
         for (in_port, mut frame) in pending.drain(..) {
             c.rx += 1;
-            let (acts, _) = dp.receive(table, in_port, &frame, now_ms);
-            let acts = acts.to_vec();
-            let ex = flow::exec::execute(&acts, &mut frame);
+            let ex = dp.receive_execute(table, in_port, &mut frame, now_ms);
             c.packet_ins += ex.packet_ins as u64;
             for (out, fr) in ex.outputs {
                 match ports.get_mut(&out) {
@@ -259,12 +273,13 @@ fn run_loop(
     let _ = std::fs::remove_file(&a.ctl);
     writeln!(
         log,
-        "switch stopped: rx {} tx {} dropped(no port) {} packet-ins {} upcalls {} megaflows {} rules expired {}",
+        "switch stopped: rx {} tx {} dropped(no port) {} packet-ins {} upcalls {} recirculations {} megaflows {} rules expired {}",
         c.rx,
         c.tx,
         c.dropped_no_port,
         c.packet_ins,
         dp.stats.upcalls,
+        dp.stats.recirculations,
         dp.n_flows(),
         c.rules_expired
     )?;

@@ -63,6 +63,10 @@ fn pcap_replay_through_the_table_and_ctl_stop() {
     .unwrap();
     let opts = SwitchOpts {
         flows: Some(flows),
+        groups: None,
+        vlans: Vec::new(),
+        mac_aging_s: 300,
+        mac_table_size: 8192,
         ports: vec![
             format!("1=pcap-rx:{}", rx.display()),
             format!("3=pcap-tx:{}", tx.display()),
@@ -106,6 +110,10 @@ fn pcap_replay_through_the_table_and_ctl_stop() {
     // a missing port file keeps the threaded switch from starting, with the cause
     let bad = SwitchOpts {
         flows: None,
+        groups: None,
+        vlans: Vec::new(),
+        mac_aging_s: 300,
+        mac_table_size: 8192,
         ports: vec![format!("1=pcap-rx:{}", dir.join("missing.pcap").display())],
         ctl: dir.join("ctl2.sock"),
         duration: None,

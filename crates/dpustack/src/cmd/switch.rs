@@ -38,9 +38,34 @@ pub enum SwitchCmd {
     ReplaceFlows(CtlFileArgs),
     /// Dump the OpenFlow rules of a running switch with their statistics, like
     /// `ovs-ofctl dump-flows` (cookie, duration, n_packets, n_bytes, timeouts, idle_age).
-    DumpRules(CtlArgs),
+    DumpRules(CtlMatchArgs),
+    /// Add groups (ovs-ofctl add-groups file, `-` = stdin) to a running switch.
+    AddGroups(CtlFileArgs),
+    /// Replace existing groups (ovs-ofctl mod-group lines) of a running switch.
+    ModGroups(CtlFileArgs),
+    /// Delete group ID (`group_id=ID` or `ID`; all without it), and the rules using it.
+    DelGroups(CtlMatchArgs),
+    /// Dump the groups of a running switch, like `ovs-ofctl dump-groups`.
+    DumpGroups(CtlArgs),
+    /// Group counters, like `ovs-ofctl dump-group-stats`.
+    DumpGroupStats(CtlArgs),
+    /// NORMAL's MAC learning table, like `ovs-appctl fdb/show`.
+    FdbShow(CtlArgs),
+    /// Empty NORMAL's MAC learning table, like `ovs-appctl fdb/flush`.
+    FdbFlush(CtlArgs),
+    /// Mark a port down (its fast-failover / select buckets die) or up again.
+    PortDown(CtlPortArgs),
+    PortUp(CtlPortArgs),
     /// Stop a running switch.
     Stop(CtlArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CtlPortArgs {
+    #[arg(long, default_value = DEFAULT_CTL)]
+    pub ctl: PathBuf,
+    /// OpenFlow port number.
+    pub port: u32,
 }
 
 #[derive(Args, Debug)]
@@ -48,6 +73,9 @@ pub struct RunArgs {
     /// Initial flow table (ovs-ofctl add-flows syntax).
     #[arg(long)]
     pub flows: Option<PathBuf>,
+    /// Initial group table (ovs-ofctl add-groups syntax).
+    #[arg(long)]
+    pub groups: Option<PathBuf>,
     /// A port: `N=afpacket:IFNAME`, `N=pcap-rx:FILE` (frames replayed as received on N)
     /// or `N=pcap-tx:FILE` (what is output to N is written there). Repeatable.
     #[arg(long = "port", value_name = "N=SPEC")]
@@ -61,6 +89,17 @@ pub struct RunArgs {
     /// Megaflows idle this long are removed (OVS other_config:max-idle).
     #[arg(long, default_value_t = 10_000)]
     pub max_idle_ms: u64,
+    /// NORMAL: a port's VLAN config as ovs-vsctl sets it:
+    /// `N:tag=V` (access), `N:trunks=A,B`, `N:tag=V;trunks=A,B;vlan_mode=native-untagged|native-tagged|access|trunk`.
+    /// Ports not named are trunks of all VLANs. Repeatable.
+    #[arg(long = "vlan", value_name = "N:CONFIG")]
+    pub vlans: Vec<String>,
+    /// NORMAL: seconds a learned MAC lives without traffic (OVS mac-aging-time).
+    #[arg(long, default_value_t = 300)]
+    pub mac_aging: u64,
+    /// NORMAL: MAC learning table size (OVS mac-table-size).
+    #[arg(long, default_value_t = 8192)]
+    pub mac_table_size: usize,
 }
 
 #[derive(Args, Debug)]
@@ -82,7 +121,8 @@ pub struct CtlFileArgs {
 pub struct CtlMatchArgs {
     #[arg(long, default_value = DEFAULT_CTL)]
     pub ctl: PathBuf,
-    /// Match (ovs-ofctl syntax); without it every flow is deleted.
+    /// Match (ovs-ofctl syntax, `table=N` included); without it: every flow (for
+    /// del-groups: `group_id=N`, without it every group).
     pub r#match: Option<String>,
 }
 
@@ -91,6 +131,16 @@ pub struct TraceArgs {
     /// Flow table in `ovs-ofctl add-flows` syntax.
     #[arg(long)]
     pub flows: PathBuf,
+    /// Groups in `ovs-ofctl add-groups` syntax.
+    #[arg(long)]
+    pub groups: Option<PathBuf>,
+    /// Ports that are down (comma-separated; fast-failover/select bucket liveness).
+    #[arg(long, value_delimiter = ',')]
+    pub down: Vec<u32>,
+    /// NORMAL: port VLAN config (`N:tag=V;trunks=A,B;vlan_mode=M`, see `switch run`);
+    /// NORMAL needs --ports. A trace does not learn MACs.
+    #[arg(long = "vlan", value_name = "N:CONFIG")]
+    pub vlans: Vec<String>,
     /// Packets, one per line: an OpenFlow exact-flow string (`in_port=1,tcp,nw_dst=...`),
     /// optionally followed by the Ethernet frame as hex (then the frame is parsed and the
     /// flow string only supplies `in_port`).
@@ -112,11 +162,24 @@ pub struct TraceArgs {
 
 fn trace_cmd(a: &TraceArgs) -> Result<()> {
     let rules = switch::read_flows(&a.flows)?;
-    let mut table = flow::FlowTable::from_rules(rules);
+    let groups = match &a.groups {
+        Some(p) => switch::read_groups(p)?,
+        None => Vec::new(),
+    };
+    let mut table = switch::build_table(rules, groups)?;
+    table.ports_down = a.down.iter().copied().collect();
     table.cls.set_prefix_tracking(!a.no_prefixes);
     if !a.ports.is_empty() {
         table.ports = Some(a.ports.iter().copied().collect());
     }
+    let uses_normal = table
+        .rules
+        .values()
+        .any(|r| r.actions.contains(&flow::ofctl::Action::Normal));
+    if uses_normal && table.ports.is_none() {
+        eprintln!("warning: the table uses NORMAL but no --ports were given: NORMAL drops every packet (no input bundle)");
+    }
+    switch::configure_bridge(&mut table, &a.vlans, 300, 8192)?;
     let mut pkts: Vec<String> = a.flow.clone();
     if let Some(p) = &a.packets {
         let t = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
@@ -133,10 +196,29 @@ fn trace_cmd(a: &TraceArgs) -> Result<()> {
     let mut out = Vec::new();
     for (i, p) in pkts.iter().enumerate() {
         let (k, bytes) = packet_key(p)?;
-        let t = flow::trace(&table, &k, bytes);
+        // As OVS's ofproto/trace: a trace of packet bytes has side effects (NORMAL
+        // learns its source MAC), a bare flow string has none.
+        let t = if bytes {
+            let x = table.xlate_upcall(&k, i as u64);
+            flow::Trace {
+                megaflow: flow::format_megaflow(&k, &x.wc),
+                actions: flow::format_actions(&x.actions),
+                error: x.error,
+            }
+        } else {
+            flow::trace(&table, &k, false)
+        };
+        // A select group recirculates: trace the next pass like the datapath runs it
+        // (OVS's ofproto/trace stops at `recirc(N)`; `hash()` needs the frame, so a
+        // bare flow string is composed into one with zero payload).
+        let passes = flow::trace_recirculations(&table, &k, bytes, 4);
         if a.json {
+            let rec: Vec<_> = passes
+                .iter()
+                .map(|(dp_hash, t)| serde_json::json!({"dp_hash": format!("{dp_hash:#x}"), "megaflow": t.megaflow, "actions": t.actions}))
+                .collect();
             out.push(
-                serde_json::json!({"packet": p, "megaflow": t.megaflow, "actions": t.actions}),
+                serde_json::json!({"packet": p, "megaflow": t.megaflow, "actions": t.actions, "error": t.error.map(|e| e.to_string()), "recirculations": rec}),
             );
         } else {
             if i > 0 {
@@ -147,6 +229,14 @@ fn trace_cmd(a: &TraceArgs) -> Result<()> {
             }
             println!("Megaflow: {}", t.megaflow);
             println!("Datapath actions: {}", t.actions);
+            if let Some(e) = t.error {
+                println!("Translation failed ({e}), packet is dropped.");
+            }
+            for (h, t) in &passes {
+                println!("recirculation: dp_hash={h:#x}");
+                println!("  Megaflow: {}", t.megaflow);
+                println!("  Datapath actions: {}", t.actions);
+            }
         }
     }
     if a.json {
@@ -161,8 +251,21 @@ pub fn run(cmd: Cmd, _cfg: &Config) -> Result<()> {
         SwitchCmd::Trace(a) => trace_cmd(&a),
         SwitchCmd::Run(a) => run_switch(&a),
         SwitchCmd::DumpFlows(a) => ctl_call(&a.ctl, "dump-flows", ""),
-        SwitchCmd::DumpRules(a) => ctl_call(&a.ctl, "dump-rules", ""),
+        SwitchCmd::DumpRules(a) => {
+            ctl_call(&a.ctl, "dump-rules", a.r#match.as_deref().unwrap_or(""))
+        }
         SwitchCmd::Stop(a) => ctl_call(&a.ctl, "stop", ""),
+        SwitchCmd::AddGroups(a) => ctl_call(&a.ctl, "add-groups", &read_arg_file(&a.file)?),
+        SwitchCmd::ModGroups(a) => ctl_call(&a.ctl, "mod-groups", &read_arg_file(&a.file)?),
+        SwitchCmd::DelGroups(a) => {
+            ctl_call(&a.ctl, "del-groups", a.r#match.as_deref().unwrap_or(""))
+        }
+        SwitchCmd::DumpGroups(a) => ctl_call(&a.ctl, "dump-groups", ""),
+        SwitchCmd::FdbShow(a) => ctl_call(&a.ctl, "fdb-show", ""),
+        SwitchCmd::FdbFlush(a) => ctl_call(&a.ctl, "fdb-flush", ""),
+        SwitchCmd::DumpGroupStats(a) => ctl_call(&a.ctl, "dump-group-stats", ""),
+        SwitchCmd::PortDown(a) => ctl_call(&a.ctl, "port-down", &a.port.to_string()),
+        SwitchCmd::PortUp(a) => ctl_call(&a.ctl, "port-up", &a.port.to_string()),
         SwitchCmd::AddFlows(a) => ctl_call(&a.ctl, "add-flows", &read_arg_file(&a.file)?),
         SwitchCmd::ReplaceFlows(a) => ctl_call(&a.ctl, "replace-flows", &read_arg_file(&a.file)?),
         SwitchCmd::DelFlows(a) => ctl_call(&a.ctl, "del-flows", a.r#match.as_deref().unwrap_or("")),
@@ -194,17 +297,21 @@ fn run_switch(a: &RunArgs) -> Result<()> {
     }
     let opts = SwitchOpts {
         flows: a.flows.clone(),
+        groups: a.groups.clone(),
         ports: a.ports.clone(),
         ctl: a.ctl.clone(),
         duration: a.duration.map(std::time::Duration::from_secs_f64),
         max_idle_ms: a.max_idle_ms,
+        vlans: a.vlans.clone(),
+        mac_aging_s: a.mac_aging,
+        mac_table_size: a.mac_table_size,
     };
     switch::run(&opts, &stop, &mut std::io::stderr())?;
     Ok(())
 }
 
 /// `dpustack bench flow`: single-core lookup rates of the datapath cache, each next to
-/// the same-run cost of hashing a flow key (the EMC's own hash over the 120-byte key).
+/// the same-run cost of hashing a flow key (the EMC's own hash over the whole key).
 pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     use benchkit::{median, Better, Figure};
     use flow::bench as fb;
@@ -220,9 +327,11 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     }
     let base = med(base);
     let cpy = med(cpy);
-    let bname = "hash of flow key (120 B)";
+    let key_bytes = std::mem::size_of::<flow::FlowKey>();
+    let bname = format!("hash of flow key ({key_bytes} B)");
+    let bname = bname.as_str();
     rep.push(Figure::new(
-        "baseline: memcpy of flow key (120 B)",
+        format!("baseline: memcpy of flow key ({key_bytes} B)"),
         cpy / 1e6,
         "Mops/s",
         bname,
@@ -299,6 +408,52 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
             Better::Higher,
         )
         .with_detail(serde_json::json!({"megaflows_per_mask_at_end": med(fr)})),
+    );
+    // Pipelines (issue 20): a 4-table pipeline of 1 k rules per table (goto_table + a
+    // register load per table) next to a 1 k-rule table 0, interleaved in the same run:
+    // upcalls (translate through every table + install) and megaflow hits (EMC off) on
+    // the megaflows those upcalls installed.
+    let one = fb::random_table(&mut fb::Rng::new(5), 1000);
+    let four = fb::random_pipeline(&mut fb::Rng::new(6), 4, 1000);
+    let (mut u1, mut h1, mut u4, mut h4) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut f4, mut m4, mut f1, mut m1) = (0, 0, 0, 0);
+    for _ in 0..runs {
+        let (u, h, f, m) = fb::table_rates(t, &one);
+        u1.push(u);
+        h1.push(h);
+        (f1, m1) = (f, m);
+        let (u, h, f, m) = fb::table_rates(t, &four);
+        u4.push(u);
+        h4.push(h);
+        (f4, m4) = (f, m);
+    }
+    let spread = |v: &[f64]| {
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(0.0, f64::max);
+        serde_json::json!({"min": lo / 1e6, "max": hi / 1e6, "runs": v.len()})
+    };
+    let (mu1, mh1) = (med(u1.clone()), med(h1.clone()));
+    rep.push(
+        Figure::new(
+            "4-table pipeline (1k rules/table): megaflow hits",
+            med(h4.clone()) / 1e6,
+            "Mlookup/s",
+            "same-run table-0 (1k rules) megaflow hits",
+            mh1 / 1e6,
+            Better::Higher,
+        )
+        .with_detail(serde_json::json!({"spread": spread(&h4), "table0_spread": spread(&h1), "megaflows": f4, "masks": m4, "table0_megaflows": f1, "table0_masks": m1, "emc": false})),
+    );
+    rep.push(
+        Figure::new(
+            "4-table pipeline (1k rules/table): upcalls (xlate all tables + install)",
+            med(u4.clone()) / 1e6,
+            "Mupcall/s",
+            "same-run table-0 (1k rules) upcalls",
+            mu1 / 1e6,
+            Better::Higher,
+        )
+        .with_detail(serde_json::json!({"spread": spread(&u4), "table0_spread": spread(&u1)})),
     );
     rep.note("single core, keys pre-parsed (parsing excluded); EMC off for the megaflow figures");
     rep.note("context (OVS commit messages, 10G NIC): dpcls ~5.4 Mpps/core, EMC ~12 Mpps/core");
