@@ -17,10 +17,12 @@
 pub mod client;
 pub mod jsonrpc;
 pub mod methods;
+pub mod metrics;
 pub mod server;
 
 pub use jsonrpc::RpcError;
 pub use methods::Mgmt;
+pub use metrics::{Collector, MetricsServer, Registry};
 pub use server::{RpcServer, DEFAULT_SOCKET};
 
 /// Errors of the management plane outside a JSON-RPC exchange.

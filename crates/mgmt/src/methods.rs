@@ -68,9 +68,13 @@ struct State {
     next_malloc: u32,
 }
 
+/// Methods served by another part of the node (`dpustack_*`).
+type Extra = (Vec<String>, Arc<dyn Dispatch + Send + Sync>);
+
 /// The management plane's view of the node: implements [`Dispatch`].
 pub struct Mgmt {
     state: Mutex<State>,
+    extra: Mutex<Vec<Extra>>,
 }
 
 impl std::fmt::Debug for Mgmt {
@@ -250,7 +254,33 @@ impl Mgmt {
     pub fn new() -> Mgmt {
         Mgmt {
             state: Mutex::new(State::default()),
+            extra: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Serves `names` through `d` as well (the node's `dpustack_*` methods).
+    pub fn add_methods(&self, names: &[&str], d: Arc<dyn Dispatch + Send + Sync>) {
+        if let Ok(mut g) = self.extra.lock() {
+            g.push((names.iter().map(|s| s.to_string()).collect(), d));
+        }
+    }
+
+    fn extra_for(&self, method: &str) -> Option<Arc<dyn Dispatch + Send + Sync>> {
+        let g = self.extra.lock().ok()?;
+        g.iter()
+            .find(|(n, _)| n.iter().any(|m| m == method))
+            .map(|(_, d)| d.clone())
+    }
+
+    /// Every method served, in `rpc_get_methods` order.
+    pub fn method_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = METHODS.iter().map(|s| s.to_string()).collect();
+        if let Ok(g) = self.extra.lock() {
+            for (n, _) in g.iter() {
+                v.extend(n.iter().cloned());
+            }
+        }
+        v
     }
 
     fn st(&self) -> Result<MutexGuard<'_, State>, RpcError> {
@@ -935,7 +965,7 @@ impl Dispatch for Mgmt {
         match method {
             "rpc_get_methods" => {
                 Params::new(params, &["current", "include_aliases"])?;
-                Ok(json!(METHODS))
+                Ok(json!(self.method_names()))
             }
             "spdk_get_version" => {
                 Params::new(params, &[])?;
@@ -997,7 +1027,195 @@ impl Dispatch for Mgmt {
             "nvmf_subsystem_add_host" => self.add_host(params),
             "nvmf_subsystem_allow_any_host" => self.allow_any_host(params),
             "nvmf_get_subsystems" => self.get_subsystems(params),
-            _ => Err(RpcError::method_not_found()),
+            _ => match self.extra_for(method) {
+                Some(d) => d.call(method, params),
+                None => Err(RpcError::method_not_found()),
+            },
         }
     }
+}
+
+/// Metrics of the bdevs and of the NVMe-oF target this management plane serves.
+impl crate::metrics::Collector for Mgmt {
+    fn collect(&self, e: &mut crate::metrics::Exposition) {
+        use crate::metrics::Kind;
+        let Ok(st) = self.st() else {
+            return;
+        };
+        e.declare(
+            "dpustack_bdev_ops_total",
+            Kind::Counter,
+            "Completed bdev I/Os by type.",
+        );
+        for b in &st.bdevs {
+            let s = b.dev.stats();
+            let name = b.dev.name();
+            for (t, o) in [
+                ("read", s.read),
+                ("write", s.write),
+                ("flush", s.flush),
+                ("write_zeroes", s.write_zeroes),
+                ("unmap", s.unmap),
+            ] {
+                let l = [("bdev", name), ("type", t)];
+                e.counter(
+                    "dpustack_bdev_ops_total",
+                    "Completed bdev I/Os by type.",
+                    &l,
+                    o.ops,
+                );
+                e.counter(
+                    "dpustack_bdev_bytes_total",
+                    "Bytes of completed bdev I/Os by type.",
+                    &l,
+                    o.bytes,
+                );
+            }
+            e.counter(
+                "dpustack_bdev_io_errors_total",
+                "bdev I/Os completed with an error.",
+                &[("bdev", name)],
+                s.errors,
+            );
+        }
+        let Some((tgt, _)) = &st.nvmf else {
+            return;
+        };
+        collect_nvmf(tgt, e);
+    }
+}
+
+/// The NVMe-oF target's samples: per namespace I/Os, bytes, errors and latency
+/// histograms; controllers per subsystem; per poll group qpairs and I/Os.
+pub fn collect_nvmf(tgt: &Tgt, e: &mut crate::metrics::Exposition) {
+    use crate::metrics::Kind;
+    let bounds: Vec<f64> = (0..nvmf::stats::LAT_BUCKETS)
+        .map(|i| nvmf::stats::bucket_bound_ns(i) as f64 / 1e9)
+        .collect();
+    e.gauge(
+        "dpustack_nvmf_io_stats_enabled",
+        "1 when per-namespace I/O counters are kept (metrics on).",
+        &[],
+        if tgt.io_stats() { 1.0 } else { 0.0 },
+    );
+    for (n, help) in [
+        ("dpustack_nvmf_read_ops_total", "NVMe-oF reads completed."),
+        ("dpustack_nvmf_read_bytes_total", "Bytes read over NVMe-oF."),
+        ("dpustack_nvmf_write_ops_total", "NVMe-oF writes completed."),
+        (
+            "dpustack_nvmf_write_bytes_total",
+            "Bytes written over NVMe-oF.",
+        ),
+    ] {
+        e.declare(n, Kind::Counter, help);
+    }
+    let ctrlrs = tgt.ctrlrs();
+    for s in tgt.subsystems() {
+        let nqn = s.nqn.as_str();
+        let nc = ctrlrs.iter().filter(|c| c.subsys.nqn == s.nqn).count();
+        e.gauge(
+            "dpustack_nvmf_controllers",
+            "Connected controllers per subsystem.",
+            &[("subsystem", nqn)],
+            nc as f64,
+        );
+        for ns in s.namespaces() {
+            let t = ns.stats.total();
+            let nsid = ns.nsid.to_string();
+            let l = [
+                ("subsystem", nqn),
+                ("nsid", nsid.as_str()),
+                ("bdev", ns.bdev.name()),
+            ];
+            e.counter(
+                "dpustack_nvmf_read_ops_total",
+                "NVMe-oF reads completed.",
+                &l,
+                t.read_ops,
+            );
+            e.counter(
+                "dpustack_nvmf_read_bytes_total",
+                "Bytes read over NVMe-oF.",
+                &l,
+                t.read_bytes,
+            );
+            e.counter(
+                "dpustack_nvmf_write_ops_total",
+                "NVMe-oF writes completed.",
+                &l,
+                t.write_ops,
+            );
+            e.counter(
+                "dpustack_nvmf_write_bytes_total",
+                "Bytes written over NVMe-oF.",
+                &l,
+                t.write_bytes,
+            );
+            e.counter(
+                "dpustack_nvmf_other_ops_total",
+                "NVMe-oF flush, write zeroes, dataset management and compare commands completed.",
+                &l,
+                t.other_ops,
+            );
+            e.counter(
+                "dpustack_nvmf_io_errors_total",
+                "NVMe-oF I/O commands the bdev failed.",
+                &l,
+                t.errors,
+            );
+            e.histogram(
+                "dpustack_nvmf_read_latency_seconds",
+                "NVMe-oF read latency in the target (command to completion).",
+                &l,
+                &bounds,
+                &t.read_latency.buckets,
+                t.read_latency.sum_ns as f64 / 1e9,
+            );
+            e.histogram(
+                "dpustack_nvmf_write_latency_seconds",
+                "NVMe-oF write latency in the target (command to completion).",
+                &l,
+                &bounds,
+                &t.write_latency.buckets,
+                t.write_latency.sum_ns as f64 / 1e9,
+            );
+        }
+    }
+    use std::sync::atomic::Ordering::Relaxed;
+    for pg in tgt.poll_group_stats() {
+        let name = poll_group_name(pg.id);
+        for (ty, v) in [
+            ("admin", pg.current_admin_qpairs.load(Relaxed)),
+            ("io", pg.current_io_qpairs.load(Relaxed)),
+        ] {
+            e.gauge(
+                "dpustack_nvmf_qpairs",
+                "Connected queue pairs per poll group.",
+                &[("poll_group", &name), ("type", ty)],
+                v as f64,
+            );
+        }
+        for (ty, v) in [
+            ("admin", pg.admin_qpairs.load(Relaxed)),
+            ("io", pg.io_qpairs.load(Relaxed)),
+        ] {
+            e.counter(
+                "dpustack_nvmf_qpairs_connected_total",
+                "Queue pairs connected per poll group since start.",
+                &[("poll_group", &name), ("type", ty)],
+                v,
+            );
+        }
+        e.counter(
+            "dpustack_nvmf_completed_ios_total",
+            "NVMe I/O commands completed by the bdev per poll group.",
+            &[("poll_group", &name), ("transport", &pg.transport)],
+            pg.completed_nvme_io.load(Relaxed),
+        );
+    }
+}
+
+/// SPDK's poll group thread names.
+pub fn poll_group_name(id: usize) -> String {
+    format!("nvmf_tgt_poll_group_{id:03}")
 }

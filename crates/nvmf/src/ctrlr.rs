@@ -94,6 +94,21 @@ pub struct Ctrlr {
     aer_outstanding: AtomicU16,
     /// The limits of the transport its admin queue connected over.
     pub limits: TransportLimits,
+    /// The listener its admin queue connected through.
+    pub portid: u16,
+    /// Its connected queues (control path: connect and teardown).
+    qpairs: Mutex<Vec<QpairInfo>>,
+}
+
+/// A connected queue of a controller (`nvmf_subsystem_get_qpairs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QpairInfo {
+    pub qid: u16,
+    pub portid: u16,
+    /// The host's address as the transport reports it.
+    pub peer: String,
+    /// The poll group serving it.
+    pub poll_group: usize,
 }
 
 impl Ctrlr {
@@ -124,7 +139,35 @@ impl Ctrlr {
             max_io_queues,
             aer_outstanding: AtomicU16::new(0),
             limits: TransportLimits::default(),
+            portid: 0,
+            qpairs: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The listener its admin queue connected through.
+    pub fn with_portid(mut self, portid: u16) -> Self {
+        self.portid = portid;
+        self
+    }
+    /// A queue connected.
+    pub fn qpair_connected(&self, q: QpairInfo) {
+        if let Ok(mut g) = self.qpairs.lock() {
+            g.push(q);
+        }
+    }
+    /// Queue `qid` went away.
+    pub fn qpair_gone(&self, qid: u16) {
+        if let Ok(mut g) = self.qpairs.lock() {
+            g.retain(|q| q.qid != qid);
+        }
+    }
+    /// Its connected queues.
+    pub fn qpairs(&self) -> Vec<QpairInfo> {
+        self.qpairs.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+    /// Outstanding Async Event Requests.
+    pub fn aers_outstanding(&self) -> u16 {
+        self.aer_outstanding.load(Ordering::Relaxed)
     }
 
     /// The transport's limits (Identify MDTS/IOCCSZ, largest log page read).

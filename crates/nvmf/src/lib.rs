@@ -37,6 +37,7 @@ pub mod poll_group;
 pub mod qpair;
 #[cfg(feature = "rdma")]
 pub mod rdma;
+pub mod stats;
 pub mod subsystem;
 pub mod tcp;
 pub mod tgt;

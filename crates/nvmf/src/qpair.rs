@@ -6,13 +6,15 @@
 //! the qpair, its own bdev channels and atomics of its controller.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bdev::{BdevIo, IoBuf, IoChannel, IoType};
 use nvme::status::{GenericStatus, MediaStatus};
 use nvme::{Cqe, FabricsType, IoOpcode, Sct, Sqe, Status};
 use tracing::{debug, info, warn};
 
-use crate::ctrlr::{AdminOutcome, Ctrlr};
+use crate::ctrlr::{AdminOutcome, Ctrlr, QpairInfo};
+use crate::stats::{IoClass, IoStatsCell, PollGroupStats};
 use crate::subsystem::Namespace;
 use crate::tgt::Tgt;
 use crate::transport::{QpairEvent, Request, TransportQpair};
@@ -34,7 +36,14 @@ enum IoKind {
 struct IoCtx {
     cid: u16,
     kind: IoKind,
+    /// Index into `channels` (counters of its namespace).
+    ch: usize,
+    /// Submit time, when I/O stats are on.
+    t0: Option<Instant>,
 }
+
+/// (nsid, bdev channel, counters when I/O stats are on).
+type NsChannel = (u32, Box<dyn IoChannel>, Option<Arc<IoStatsCell>>);
 
 /// Counters of a qpair.
 #[derive(Debug, Default, Clone, Copy)]
@@ -58,7 +67,10 @@ pub struct Qpair<Q: TransportQpair> {
     sqhd: u16,
     sqflow_disabled: bool,
     aers: Vec<u16>,
-    channels: Vec<(u32, Box<dyn IoChannel>)>,
+    /// (nsid, bdev channel, this qpair's counters on the namespace when I/O
+    /// stats were on at open).
+    channels: Vec<NsChannel>,
+    group: Option<Arc<PollGroupStats>>,
     ios: Vec<Option<IoCtx>>,
     free_ios: Vec<usize>,
     busy: std::collections::VecDeque<(u32, BdevIo)>,
@@ -102,6 +114,7 @@ impl<Q: TransportQpair> Qpair<Q> {
             sqflow_disabled: false,
             aers: Vec::new(),
             channels: Vec::new(),
+            group: None,
             ios: Vec::new(),
             free_ios: Vec::new(),
             busy: Default::default(),
@@ -111,6 +124,11 @@ impl<Q: TransportQpair> Qpair<Q> {
             stats: QpairStats::default(),
             peer,
         }
+    }
+
+    /// Counts this qpair's connects and completions in its poll group's stats.
+    pub fn set_group(&mut self, g: Arc<PollGroupStats>) {
+        self.group = Some(g);
     }
 
     /// The transport side.
@@ -185,6 +203,10 @@ impl<Q: TransportQpair> Qpair<Q> {
             for _ in self.aers.drain(..) {
                 c.aer_done();
             }
+            c.qpair_gone(self.qid);
+            if let Some(g) = &self.group {
+                g.disconnected(self.qid == 0);
+            }
             if self.qid == 0 {
                 c.fail("admin queue disconnected");
                 tgt.remove_ctrlr(&c);
@@ -258,7 +280,7 @@ impl<Q: TransportQpair> Qpair<Q> {
             self.tq.put_buf(req.data);
             return;
         }
-        self.exec_io(ctrlr, sqe, req);
+        self.exec_io(ctrlr, sqe, req, tgt.io_stats());
     }
 
     fn connect(&mut self, tgt: &Tgt, sqe: &Sqe, req: Request) {
@@ -280,6 +302,15 @@ impl<Q: TransportQpair> Qpair<Q> {
                 self.sqflow_disabled = c.sqflow_disabled;
                 self.tq.connected(c.sqflow_disabled);
                 let cntlid = c.ctrlr.cntlid;
+                c.ctrlr.qpair_connected(QpairInfo {
+                    qid: c.qid,
+                    portid: self.portid,
+                    peer: self.peer.clone(),
+                    poll_group: self.group.as_ref().map_or(0, |g| g.id),
+                });
+                if let Some(g) = &self.group {
+                    g.connected(c.qid == 0);
+                }
                 debug!(peer = %self.peer, cntlid, qid = c.qid, sqsize = c.sqsize, "queue connected");
                 self.ctrlr = Some(c.ctrlr);
                 self.respond(cid, Status::SUCCESS, cntlid as u64, no_data());
@@ -292,13 +323,14 @@ impl<Q: TransportQpair> Qpair<Q> {
         self.tq.put_buf(req.data);
     }
 
-    fn channel(&mut self, ns: &Namespace) -> Option<usize> {
-        if let Some(i) = self.channels.iter().position(|(n, _)| *n == ns.nsid) {
+    fn channel(&mut self, ns: &Namespace, io_stats: bool) -> Option<usize> {
+        if let Some(i) = self.channels.iter().position(|(n, ..)| *n == ns.nsid) {
             return Some(i);
         }
         match ns.bdev.open_channel() {
             Ok(ch) => {
-                self.channels.push((ns.nsid, ch));
+                let cell = io_stats.then(|| ns.stats.register());
+                self.channels.push((ns.nsid, ch, cell));
                 Some(self.channels.len() - 1)
             }
             Err(e) => {
@@ -314,8 +346,9 @@ impl<Q: TransportQpair> Qpair<Q> {
         v
     }
 
-    fn alloc_io(&mut self, cid: u16, kind: IoKind) -> u64 {
-        let ctx = IoCtx { cid, kind };
+    fn alloc_io(&mut self, cid: u16, kind: IoKind, ch: usize) -> u64 {
+        let t0 = self.channels[ch].2.as_ref().map(|_| Instant::now());
+        let ctx = IoCtx { cid, kind, ch, t0 };
         if let Some(i) = self.free_ios.pop() {
             self.ios[i] = Some(ctx);
             i as u64
@@ -343,7 +376,7 @@ impl<Q: TransportQpair> Qpair<Q> {
         }
     }
 
-    fn exec_io(&mut self, ctrlr: Arc<Ctrlr>, sqe: Sqe, req: Request) {
+    fn exec_io(&mut self, ctrlr: Arc<Ctrlr>, sqe: Sqe, req: Request, io_stats: bool) {
         let cid = sqe.cid();
         if !ctrlr.is_ready() {
             self.respond(cid, st(GenericStatus::CommandSequenceError), 0, no_data());
@@ -378,7 +411,7 @@ impl<Q: TransportQpair> Qpair<Q> {
         let nlb = sqe.num_blocks() as u64;
         let slba = sqe.slba();
         let in_range = |n: u64| slba.checked_add(n).is_some_and(|e| e <= ns.num_blocks());
-        let Some(ch) = self.channel(&ns) else {
+        let Some(ch) = self.channel(&ns, io_stats) else {
             self.respond(cid, st(GenericStatus::InternalError), 0, no_data());
             self.tq.put_buf(req.data);
             return;
@@ -414,7 +447,7 @@ impl<Q: TransportQpair> Qpair<Q> {
                 } else {
                     IoKind::Compare(req.data)
                 };
-                let ctx = self.alloc_io(cid, kind);
+                let ctx = self.alloc_io(cid, kind, ch);
                 let iov = self.iov(buf);
                 self.submit(ch, BdevIo::read(slba, nlb, iov, ctx));
             }
@@ -435,7 +468,7 @@ impl<Q: TransportQpair> Qpair<Q> {
                     );
                     return;
                 }
-                let ctx = self.alloc_io(cid, IoKind::Write);
+                let ctx = self.alloc_io(cid, IoKind::Write, ch);
                 let iov = self.iov(req.data);
                 self.submit(ch, BdevIo::write(slba, nlb, iov, ctx));
             }
@@ -446,6 +479,7 @@ impl<Q: TransportQpair> Qpair<Q> {
                         left: 1,
                         failed: false,
                     },
+                    ch,
                 );
                 self.submit(ch, BdevIo::flush(ctx));
             }
@@ -474,6 +508,7 @@ impl<Q: TransportQpair> Qpair<Q> {
                         left: 1,
                         failed: false,
                     },
+                    ch,
                 );
                 self.submit(ch, BdevIo::write_zeroes(slba, nlb, ctx));
             }
@@ -527,6 +562,7 @@ impl<Q: TransportQpair> Qpair<Q> {
                         left: ranges.len() as u32,
                         failed: false,
                     },
+                    ch,
                 );
                 for (s, l) in ranges {
                     self.submit(ch, BdevIo::unmap(s, l, ctx));
@@ -548,7 +584,7 @@ impl<Q: TransportQpair> Qpair<Q> {
         let mut progress = false;
         // resubmit what a full channel handed back
         while let Some((nsid, io)) = self.busy.pop_front() {
-            let Some(ch) = self.channels.iter().position(|(n, _)| *n == nsid) else {
+            let Some(ch) = self.channels.iter().position(|(n, ..)| *n == nsid) else {
                 continue;
             };
             if let Err(rej) = self.channels[ch].1.submit(io) {
@@ -563,7 +599,7 @@ impl<Q: TransportQpair> Qpair<Q> {
             progress = true;
         }
         let mut done = std::mem::take(&mut self.done);
-        for (_, ch) in self.channels.iter_mut() {
+        for (_, ch, _) in self.channels.iter_mut() {
             if ch.in_flight() > 0 {
                 ch.poll(&mut done);
             }
@@ -599,6 +635,17 @@ impl<Q: TransportQpair> Qpair<Q> {
             self.iov_pool.push(std::mem::take(&mut io.bufs));
         }
         let cid = ctx.cid;
+        if let Some(g) = &self.group {
+            g.io_completed();
+        }
+        if let (Some(t0), Some((_, _, Some(cell)))) = (ctx.t0, self.channels.get(ctx.ch)) {
+            let class = match ctx.kind {
+                IoKind::Read => IoClass::Read,
+                IoKind::Write => IoClass::Write,
+                _ => IoClass::Other,
+            };
+            cell.record(class, buf.len() as u64, ok, t0.elapsed().as_nanos() as u64);
+        }
         match ctx.kind {
             IoKind::Read => {
                 if ok {

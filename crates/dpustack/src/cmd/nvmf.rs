@@ -303,7 +303,7 @@ fn start_rdma_server(a: &ServeArgs) -> Result<NvmfServer> {
         .context("starting the NVMe/RDMA target")
 }
 
-fn serve(a: ServeArgs, _cfg: &Config) -> Result<()> {
+fn serve(a: ServeArgs, cfg: &Config) -> Result<()> {
     let srv = start_server(&a)?;
     let kinds: Vec<(String, mgmt::methods::BdevKind)> = match &a.target_config {
         Some(p) if !a.empty && a.rpc.json.is_none() => TargetFile::load(p)?
@@ -313,7 +313,7 @@ fn serve(a: ServeArgs, _cfg: &Config) -> Result<()> {
             .collect(),
         _ => vec![("bdev0".into(), crate::cmd::rpc::kind_of_spec(&a.bdev))],
     };
-    let rpc = crate::cmd::rpc::start_server(&a.rpc, Some(&srv), &kinds)?;
+    let mgmt = crate::cmd::rpc::start_management(&a.rpc, cfg, Some(&srv), &kinds, None)?;
     for s in srv.tgt().subsystems() {
         println!("subsystem {}", s.nqn);
         for ns in s.namespaces() {
@@ -347,9 +347,7 @@ fn serve(a: ServeArgs, _cfg: &Config) -> Result<()> {
     while !stop.load(Ordering::SeqCst) && deadline.is_none_or(|d| std::time::Instant::now() < d) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    if let Some(r) = rpc {
-        r.stop();
-    }
+    mgmt.stop();
     srv.stop();
     Ok(())
 }
