@@ -212,3 +212,77 @@ fn obj_part_runs_an_engine() {
     n.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The management plane's view of the rdma and cm parts: after an rping run the
+/// RoCE collector's packet and byte counters moved, the CM collector lists the
+/// rping server's listening id, and the `dpustack_*` methods say the same.
+#[test]
+fn collectors_and_node_methods_see_the_parts() {
+    use mgmt::jsonrpc::Dispatch;
+    let mut c = node("127.0.4.93");
+    c.rdma.enabled = true;
+    let n = Node::start(&c);
+    assert!(n.device().is_some() && n.cm().is_some());
+    let reg = mgmt::Registry::new();
+    for col in node::manage::collectors(&n, &c) {
+        reg.add(col);
+    }
+    let sample = |text: &str, name: &str, label: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(name) && l.contains(label))
+            .and_then(|l| l.rsplit_once(' '))
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} {label}:\n{text}"))
+    };
+    let before = reg.scrape();
+    let rx0 = sample(&before, "dpustack_roce_rx_packets_total", "");
+    assert_eq!(
+        sample(&before, "dpustack_cm_connections", "state=\"listen\""),
+        1.0
+    );
+    let client = RpingOpts {
+        server: false,
+        client: true,
+        addr: Some(Ipv4Addr::new(127, 0, 4, 93)),
+        src: Some(Ipv4Addr::new(127, 0, 4, 94)),
+        port: 7174,
+        count: Some(3),
+        size: 64,
+        verbose: false,
+        validate: true,
+        debug: false,
+        persistent: false,
+        service: false,
+    };
+    cm_tools::rping::client(&client, &c.cm.core(), &mut Console::silent()).unwrap();
+    let after = reg.scrape();
+    let rx1 = sample(&after, "dpustack_roce_rx_packets_total", "");
+    assert!(rx1 >= rx0 + 6.0, "rx packets {rx0} -> {rx1}");
+    assert!(sample(&after, "dpustack_roce_rx_bytes_total", "") > rx1 * 12.0);
+    assert!(sample(&after, "dpustack_cm_mads_received_total", "") >= 2.0);
+    let m = node::manage::NodeMethods::new(&n, &c);
+    let devs = m.call("dpustack_rdma_get_devices", None).unwrap();
+    assert_eq!(devs[0]["ip"], "127.0.4.93", "{devs}");
+    assert!(devs[0]["counters"]["rx_packets"].as_f64().unwrap() >= rx1);
+    let ids = m.call("dpustack_cm_get_connections", None).unwrap();
+    assert!(
+        ids.as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["state"] == "listen" && i["local_address"] == "127.0.4.93:7174"),
+        "{ids}"
+    );
+    let e = m.call("dpustack_switch_get_stats", None).unwrap_err();
+    assert_eq!(e.code, -19, "no switch in this node: {e}");
+    assert_eq!(
+        m.call(
+            "dpustack_rdma_get_devices",
+            Some(&serde_json::json!({"x": 1}))
+        )
+        .unwrap_err()
+        .code,
+        -32602
+    );
+    drop((m, reg));
+    n.stop();
+}

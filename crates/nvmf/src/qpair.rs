@@ -348,6 +348,9 @@ impl<Q: TransportQpair> Qpair<Q> {
 
     fn alloc_io(&mut self, cid: u16, kind: IoKind, ch: usize) -> u64 {
         let t0 = self.channels[ch].2.as_ref().map(|_| Instant::now());
+        if let Some(g) = &self.group {
+            g.io_submitted();
+        }
         let ctx = IoCtx { cid, kind, ch, t0 };
         if let Some(i) = self.free_ios.pop() {
             self.ios[i] = Some(ctx);

@@ -225,6 +225,8 @@ pub struct PollGroupStats {
     pub current_admin_qpairs: AtomicU64,
     pub current_io_qpairs: AtomicU64,
     pub completed_nvme_io: AtomicU64,
+    /// bdev I/Os submitted and not yet completed.
+    pub pending_bdev_io: AtomicU64,
 }
 
 impl PollGroupStats {
@@ -255,8 +257,14 @@ impl PollGroupStats {
         let _ = c.fetch_update(Relaxed, Relaxed, |v| v.checked_sub(1));
     }
     #[inline]
+    pub fn io_submitted(&self) {
+        bump(&self.pending_bdev_io, 1);
+    }
+    #[inline]
     pub fn io_completed(&self) {
         bump(&self.completed_nvme_io, 1);
+        let p = &self.pending_bdev_io;
+        p.store(p.load(Relaxed).saturating_sub(1), Relaxed);
     }
 }
 

@@ -298,7 +298,10 @@ impl Tgt {
             if !s.host_allowed(hostnqn) {
                 continue;
             }
-            for l in listeners.iter().filter(|l| !l.discovery_only) {
+            for l in listeners
+                .iter()
+                .filter(|l| !l.discovery_only && s.listener_allowed(&l.trid))
+            {
                 let mut e = l.entry.clone();
                 e.subtype = SubType::Nvme;
                 e.subnqn = s.nqn.clone();
