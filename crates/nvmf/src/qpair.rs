@@ -71,6 +71,9 @@ pub struct Qpair<Q: TransportQpair> {
     /// stats were on at open).
     channels: Vec<NsChannel>,
     group: Option<Arc<PollGroupStats>>,
+    /// One clock read per batch (a `process_events` or `poll_bdev` call) for
+    /// the I/O stats' latency, taken at the batch's first timed I/O.
+    batch_now: Option<Instant>,
     ios: Vec<Option<IoCtx>>,
     free_ios: Vec<usize>,
     busy: std::collections::VecDeque<(u32, BdevIo)>,
@@ -115,6 +118,7 @@ impl<Q: TransportQpair> Qpair<Q> {
             aers: Vec::new(),
             channels: Vec::new(),
             group: None,
+            batch_now: None,
             ios: Vec::new(),
             free_ios: Vec::new(),
             busy: Default::default(),
@@ -164,6 +168,7 @@ impl<Q: TransportQpair> Qpair<Q> {
     /// Drains transport events and executes commands. Returns whether anything happened.
     pub fn process_events(&mut self, tgt: &Tgt) -> bool {
         let mut progress = false;
+        self.batch_now = None;
         while let Some(ev) = self.tq.poll_event() {
             progress = true;
             match ev {
@@ -347,7 +352,10 @@ impl<Q: TransportQpair> Qpair<Q> {
     }
 
     fn alloc_io(&mut self, cid: u16, kind: IoKind, ch: usize) -> u64 {
-        let t0 = self.channels[ch].2.as_ref().map(|_| Instant::now());
+        let t0 = match self.channels[ch].2 {
+            Some(_) => Some(*self.batch_now.get_or_insert_with(Instant::now)),
+            None => None,
+        };
         if let Some(g) = &self.group {
             g.io_submitted();
         }
@@ -585,6 +593,7 @@ impl<Q: TransportQpair> Qpair<Q> {
     /// Polls the bdev channels and completes finished commands.
     pub fn poll_bdev(&mut self) -> bool {
         let mut progress = false;
+        self.batch_now = None;
         // resubmit what a full channel handed back
         while let Some((nsid, io)) = self.busy.pop_front() {
             let Some(ch) = self.channels.iter().position(|(n, ..)| *n == nsid) else {
@@ -647,7 +656,9 @@ impl<Q: TransportQpair> Qpair<Q> {
                 IoKind::Write => IoClass::Write,
                 _ => IoClass::Other,
             };
-            cell.record(class, buf.len() as u64, ok, t0.elapsed().as_nanos() as u64);
+            let now = *self.batch_now.get_or_insert_with(Instant::now);
+            let ns = now.saturating_duration_since(t0).as_nanos() as u64;
+            cell.record(class, buf.len() as u64, ok, ns);
         }
         match ctx.kind {
             IoKind::Read => {
