@@ -489,11 +489,23 @@ fn queries_and_live_removals() {
     let u = call(&mut c, "bdev_get_bdevs", json!({"name": "U0"}));
     assert_eq!(u[0]["num_blocks"], 2048);
     assert_eq!(u[0]["driver_specific"]["uring"]["filename"], fname.as_str());
+    // a controller connected before the namespace is added sees it (live, with
+    // the Changed Namespace List; the AEN itself: nvmf's qpair tests)
+    let mut c5 = Controller::connect(at(p1), NQN, &host(h2), 1, 8).unwrap();
+    assert_eq!(c5.active_namespaces().unwrap(), vec![1]);
     call(
         &mut c,
         "nvmf_subsystem_add_ns",
         json!({"nqn": NQN, "namespace": {"bdev_name": "U0", "nsid": 2}}),
     );
+    assert_eq!(c5.active_namespaces().unwrap(), vec![1, 2]);
+    let r = c5.io[0]
+        .exec(nvmf::host::read_sqe(2, 0, 1), &[], 512)
+        .unwrap();
+    assert!(r.cqe.status().is_success());
+    let changed = c5.get_log_page(0x04u8, 0, 4096).unwrap();
+    assert_eq!(&changed[..8], &[2, 0, 0, 0, 0, 0, 0, 0]);
+    drop(c5);
     let mut c4 = Controller::connect(at(p1), NQN, &host(h2), 1, 8).unwrap();
     let r = c4.io[0]
         .exec(nvmf::host::read_sqe(2, 3, 1), &[], 512)

@@ -71,6 +71,9 @@ pub struct Qpair<Q: TransportQpair> {
     /// stats were on at open).
     channels: Vec<NsChannel>,
     group: Option<Arc<PollGroupStats>>,
+    /// The controller's subsystem as of generation `.0` (namespaces may change
+    /// while connected; refreshed when the controller's generation moves).
+    subsys_cache: Option<(u64, Arc<crate::subsystem::Subsystem>)>,
     /// One clock read per batch (a `process_events` or `poll_bdev` call) for
     /// the I/O stats' latency, taken at the batch's first timed I/O.
     batch_now: Option<Instant>,
@@ -119,6 +122,7 @@ impl<Q: TransportQpair> Qpair<Q> {
             channels: Vec::new(),
             group: None,
             batch_now: None,
+            subsys_cache: None,
             ios: Vec::new(),
             free_ios: Vec::new(),
             busy: Default::default(),
@@ -186,7 +190,26 @@ impl<Q: TransportQpair> Qpair<Q> {
                 }
             }
         }
+        progress |= self.deliver_aen();
         progress
+    }
+
+    /// Completes a held AER with the controller's pending event (admin queue).
+    fn deliver_aen(&mut self) -> bool {
+        if self.qid != 0 || self.aers.is_empty() {
+            return false;
+        }
+        let Some(c) = self.ctrlr.clone() else {
+            return false;
+        };
+        let Some(dw0) = c.take_aen() else {
+            return false;
+        };
+        let cid = self.aers.remove(0);
+        c.aer_done();
+        debug!(cntlid = c.cntlid, cid, dw0, "async event");
+        self.respond(cid, Status::SUCCESS, dw0 as u64, no_data());
+        true
     }
 
     /// Checks the controller's health (keep-alive on the admin queue).
@@ -410,7 +433,16 @@ impl<Q: TransportQpair> Qpair<Q> {
             self.respond(cid, Status::SUCCESS, 0, no_data());
             return;
         }
-        let Some(ns) = ctrlr.subsys.ns(nsid).cloned() else {
+        let gen = ctrlr.live_gen();
+        if self.subsys_cache.as_ref().is_none_or(|(g, _)| *g != gen) {
+            self.subsys_cache = Some((gen, ctrlr.live_subsys()));
+        }
+        let Some(ns) = self
+            .subsys_cache
+            .as_ref()
+            .and_then(|(_, s)| s.ns(nsid))
+            .cloned()
+        else {
             self.fail(
                 cid,
                 st(GenericStatus::InvalidNamespaceOrFormat).with_dnr(true),
@@ -835,6 +867,96 @@ mod tests {
         assert_eq!(t.ctrlr_count(), 0);
         io.q.check_timers(0);
         assert!(io.q.is_closing());
+    }
+
+    /// A namespace added (and one removed) while a host is connected: the held
+    /// AER completes with Namespace Attribute Changed (log page 04h), the
+    /// Changed Namespace List names the NSID once, the active list and the
+    /// connected I/O queue see the change.
+    #[test]
+    fn namespace_changes_while_connected_raise_an_aen() {
+        use crate::ctrlr::AEN_NS_ATTR_CHANGED;
+        let t = tgt();
+        let mut admin = Link::new();
+        admin.step(&t);
+        let cntlid = connect(&mut admin, &t, 0, 0xffff).connect_cntlid();
+        admin.exec(
+            &t,
+            Sqe::property_set(4, 0x14, false, 1 | (6 << 16) | (4 << 20)),
+            &[],
+            0,
+        );
+        let mut aec = Sqe::admin(AdminOpcode::SetFeatures, 5, 0);
+        aec.set_cdw10(0x0b);
+        aec.set_cdw11(1 << 8);
+        assert!(admin.exec(&t, aec, &[], 0).0.status().is_success());
+        let mut io = Link::new();
+        io.step(&t);
+        assert!(connect(&mut io, &t, 1, cntlid).status().is_success());
+        let aer = |l: &mut Link, cid| {
+            l.h.submit(
+                Sqe::admin(AdminOpcode::AsyncEventRequest, cid, 0),
+                &[],
+                0,
+                0,
+            )
+            .unwrap();
+        };
+        aer(&mut admin, 20);
+        admin.step(&t);
+        assert!(admin.h.poll_event().is_none(), "no event yet");
+        // NSID 2 is not there yet
+        let (c, _) = io.exec(&t, Sqe::rw(IoOpcode::Read, 6, 2, 0, 1), &[], 512);
+        assert!(c
+            .status()
+            .is_generic(nvme::status::GenericStatus::InvalidNamespaceOrFormat));
+        let mut s = (*t.subsystem(NQN).unwrap()).clone();
+        let m = bdev::malloc::MallocBdev::new("m2", 64, 512).unwrap();
+        s.add_ns(2, std::sync::Arc::new(m), None).unwrap();
+        assert!(t.replace_subsystem(s));
+        admin.step(&t);
+        let ev = loop {
+            match admin.h.poll_event() {
+                Some(HostEvent::Completion { cqe, .. }) => break cqe,
+                Some(_) => continue,
+                None => panic!("the AER did not complete"),
+            }
+        };
+        assert_eq!(ev.cid(), 20);
+        assert_eq!(ev.dw0(), AEN_NS_ATTR_CHANGED);
+        let log = |l: &mut Link, cid| {
+            let mut g = Sqe::admin(AdminOpcode::GetLogPage, cid, 0);
+            g.set_cdw10(0x04 | ((4096 / 4 - 1) << 16));
+            let (c, d) = l.exec(&t, g, &[], 4096);
+            assert!(c.status().is_success());
+            let n =
+                |i: usize| u32::from_le_bytes([d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]]);
+            (n(0), n(1))
+        };
+        assert_eq!(log(&mut admin, 21), (2, 0));
+        assert_eq!(log(&mut admin, 22), (0, 0), "read clears the list");
+        let mut id = Sqe::admin(AdminOpcode::Identify, 23, 0);
+        id.set_cdw10(2);
+        let (_, d) = admin.exec(&t, id, &[], 4096);
+        assert_eq!(&d[..8], &[1, 0, 0, 0, 2, 0, 0, 0]);
+        // the connected I/O queue reads the new namespace
+        let (c, _) = io.exec(&t, Sqe::rw(IoOpcode::Read, 7, 2, 0, 1), &[], 512);
+        assert!(c.status().is_success());
+        // removal: another event, and NSID 1 is gone for the I/O queue
+        aer(&mut admin, 24);
+        let mut s = (*t.subsystem(NQN).unwrap()).clone();
+        assert!(s.remove_ns(1));
+        t.replace_subsystem(s);
+        admin.step(&t);
+        let got = std::iter::from_fn(|| admin.h.poll_event()).any(|e| {
+            matches!(e, HostEvent::Completion { cqe, .. } if cqe.cid() == 24 && cqe.dw0() == AEN_NS_ATTR_CHANGED)
+        });
+        assert!(got, "no AEN for the removal");
+        assert_eq!(log(&mut admin, 25), (1, 0));
+        let (c, _) = io.exec(&t, Sqe::rw(IoOpcode::Read, 8, 1, 0, 1), &[], 512);
+        assert!(c
+            .status()
+            .is_generic(nvme::status::GenericStatus::InvalidNamespaceOrFormat));
     }
 
     #[test]

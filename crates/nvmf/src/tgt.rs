@@ -87,8 +87,8 @@ fn refuse_data(field_off: u32) -> ConnectRefused {
 #[derive(Debug)]
 pub struct Tgt {
     pub params: TgtParams,
-    /// Copy-on-write at run time (management plane): a change swaps an `Arc`;
-    /// controllers keep the subsystem they connected to.
+    /// Copy-on-write at run time (management plane): a change swaps an `Arc`
+    /// and hands it to the connected controllers (`Ctrlr::update_subsys`).
     subsystems: RwLock<Vec<Arc<Subsystem>>>,
     listeners: Mutex<Vec<Listener>>,
     ctrlrs: Mutex<Vec<Arc<Ctrlr>>>,
@@ -137,19 +137,29 @@ impl Tgt {
     }
 
     /// Replaces the subsystem of the same NQN (a changed copy); new connections
-    /// see the new one, connected controllers keep theirs. `false` if absent.
+    /// get the new one, connected controllers see its namespaces too (added
+    /// ones with a Namespace Attribute Changed AEN and the Changed Namespace
+    /// List, as SPDK). `false` if absent.
     pub fn replace_subsystem(&self, s: Subsystem) -> bool {
-        let Ok(mut subs) = self.subsystems.write() else {
-            return false;
+        let new = {
+            let Ok(mut subs) = self.subsystems.write() else {
+                return false;
+            };
+            let Some(slot) = subs
+                .iter_mut()
+                .find(|x| x.nqn == s.nqn && x.subtype == SubsystemType::Nvme)
+            else {
+                return false;
+            };
+            *slot = Arc::new(s);
+            self.genctr.fetch_add(1, Ordering::Relaxed);
+            slot.clone()
         };
-        let Some(slot) = subs
-            .iter_mut()
-            .find(|x| x.nqn == s.nqn && x.subtype == SubsystemType::Nvme)
-        else {
-            return false;
-        };
-        *slot = Arc::new(s);
-        self.genctr.fetch_add(1, Ordering::Relaxed);
+        for c in self.ctrlrs() {
+            if c.subsys.nqn == new.nqn {
+                c.update_subsys(new.clone());
+            }
+        }
         true
     }
 
