@@ -286,3 +286,74 @@ fn collectors_and_node_methods_see_the_parts() {
     drop((m, reg));
     n.stop();
 }
+
+/// The switch's control commands as `dpustack_switch_*` methods and its
+/// counters in the metrics, against a running switch part (one pcap-tx port).
+#[test]
+fn switch_methods_and_metrics_on_a_running_switch() {
+    use mgmt::jsonrpc::Dispatch;
+    use serde_json::json;
+    let dir = std::env::temp_dir().join(format!("dpustack-node-sw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut c = node("127.0.4.95");
+    c.cm.enabled = false;
+    c.switch.ports = vec![format!("1=pcap-tx:{}", dir.join("tx.pcap").display())];
+    c.switch.ctl = dir.join("ctl.sock");
+    let n = Node::start(&c);
+    let sw = n.parts().iter().find(|p| p.name == "switch").unwrap();
+    assert!(matches!(sw.status, Status::Running(_)), "{sw:?}");
+    let m = node::manage::NodeMethods::new(&n, &c);
+    let r = m
+        .call(
+            "dpustack_switch_add_flows",
+            Some(&json!({"flows": ["priority=5,in_port=2,actions=output:1", "priority=0,actions=drop"]})),
+        )
+        .unwrap();
+    assert_eq!(r, "2 flows added, 2 in table");
+    let rules = m.call("dpustack_switch_dump_rules", None).unwrap();
+    assert!(
+        rules
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l.as_str().unwrap().contains("in_port=2")),
+        "{rules}"
+    );
+    let st = m.call("dpustack_switch_get_stats", None).unwrap();
+    assert_eq!(st["rules"], 2, "{st}");
+    assert_eq!(st["upcalls"], 0);
+    let reg = mgmt::Registry::new();
+    for col in node::manage::collectors(&n, &c) {
+        reg.add(col);
+    }
+    let text = reg.scrape();
+    assert!(text.contains("\ndpustack_switch_up 1\n"), "{text}");
+    assert!(text.contains("\ndpustack_switch_rules 2\n"), "{text}");
+    assert!(
+        text.contains("\ndpustack_switch_upcalls_total 0\n"),
+        "{text}"
+    );
+    let r = m
+        .call(
+            "dpustack_switch_del_flows",
+            Some(&json!({"flows": "in_port=2"})),
+        )
+        .unwrap();
+    assert_eq!(r, "1 flows deleted, 1 in table");
+    assert_eq!(
+        m.call(
+            "dpustack_switch_add_flows",
+            Some(&json!({"flows": "bogus=1"}))
+        )
+        .unwrap_err()
+        .code,
+        -32603
+    );
+    assert_eq!(
+        m.call("dpustack_switch_add_flows", None).unwrap_err().code,
+        -32602
+    );
+    drop((m, reg));
+    n.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
