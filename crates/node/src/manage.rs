@@ -270,6 +270,30 @@ impl Collector for SwitchCollector {
     }
 }
 
+/// Requests the object engine received, by opcode, and their bulk bytes.
+pub struct ObjCollector {
+    stats: Arc<obj::engine::OpCounters>,
+}
+
+impl Collector for ObjCollector {
+    fn collect(&self, e: &mut Exposition) {
+        for (op, n) in self.stats.by_opcode() {
+            e.counter(
+                "dpustack_obj_requests_total",
+                "Object-store RPCs received by the engine, by opcode.",
+                &[("opcode", op)],
+                n,
+            );
+        }
+        e.counter(
+            "dpustack_obj_bulk_bytes_received_total",
+            "Bulk (data) bytes received with object-store RPCs.",
+            &[],
+            self.stats.bulk_bytes_in(),
+        );
+    }
+}
+
 /// The node's collectors (the NVMe-oF and bdev ones are the management plane's
 /// own, [`mgmt::Mgmt`]).
 pub fn collectors(node: &Node, cfg: &crate::Config) -> Vec<Arc<dyn Collector>> {
@@ -285,6 +309,11 @@ pub fn collectors(node: &Node, cfg: &crate::Config) -> Vec<Arc<dyn Collector>> {
                 .map_or("cm".to_string(), |c| c.name().to_string()),
         }));
     }
+    if let Some(en) = node.obj() {
+        v.push(Arc::new(ObjCollector {
+            stats: en.op_counters(),
+        }));
+    }
     if node.switch.is_some() {
         v.push(Arc::new(SwitchCollector {
             ctl: cfg.switch.ctl.clone(),
@@ -298,12 +327,14 @@ pub struct NodeMethods {
     device: Option<verbs::Context>,
     cm: Option<cm::driver::CmDevice>,
     switch_ctl: Option<PathBuf>,
+    obj: Option<Arc<obj::engine::OpCounters>>,
 }
 
 /// Method names served by [`NodeMethods`].
 pub const NODE_METHODS: &[&str] = &[
     "dpustack_rdma_get_devices",
     "dpustack_cm_get_connections",
+    "dpustack_obj_get_stats",
     "dpustack_switch_get_stats",
     "dpustack_switch_dump_flows",
     "dpustack_switch_dump_rules",
@@ -318,6 +349,7 @@ impl NodeMethods {
             device: node.device().cloned(),
             cm: node.cm().map(|a| a.device().clone()),
             switch_ctl: node.switch.as_ref().map(|_| cfg.switch.ctl.clone()),
+            obj: node.obj().map(|e| e.op_counters()),
         }
     }
 
@@ -426,6 +458,18 @@ impl Dispatch for NodeMethods {
                         })
                         .collect(),
                 ))
+            }
+            "dpustack_obj_get_stats" => {
+                no_params(params)?;
+                let st = self.obj.as_ref().ok_or_else(|| {
+                    RpcError::no_device("the object engine is not running in this node")
+                })?;
+                let ops: serde_json::Map<String, Value> = st
+                    .by_opcode()
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), json!(v)))
+                    .collect();
+                Ok(json!({"requests": ops, "bulk_bytes_received": st.bulk_bytes_in()}))
             }
             "dpustack_switch_get_stats" => {
                 no_params(params)?;

@@ -357,3 +357,54 @@ fn switch_methods_and_metrics_on_a_running_switch() {
     n.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The object engine's request counters: `dpustack_obj_get_stats` and the
+/// metrics count the RPCs a client sent, by opcode.
+#[test]
+fn obj_request_counters() {
+    use mgmt::jsonrpc::Dispatch;
+    let dir = std::env::temp_dir().join(format!("dpustack-node-obj-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut c = node("127.0.4.97");
+    c.cm.enabled = false;
+    c.obj.enabled = true;
+    c.obj.targets = 1;
+    c.obj.listen = format!("127.0.0.1:{port}");
+    c.obj.data_dir = Some(dir.clone());
+    let n = Node::start(&c);
+    assert!(n.obj().is_some(), "{:?}", n.parts());
+    let m = node::manage::NodeMethods::new(&n, &c);
+    let client = obj::client::Client::connect(&c.obj.listen).unwrap();
+    let before = m.call("dpustack_obj_get_stats", None).unwrap();
+    for _ in 0..3 {
+        client.ping(None).unwrap().get().unwrap();
+    }
+    client.pool_list(None).unwrap().get().unwrap();
+    let after = m.call("dpustack_obj_get_stats", None).unwrap();
+    let d = |op: &str| {
+        after["requests"][op].as_u64().unwrap() - before["requests"][op].as_u64().unwrap()
+    };
+    assert_eq!(
+        (d("ping"), d("pool_list"), d("obj_update")),
+        (3, 1, 0),
+        "{after}"
+    );
+    let reg = mgmt::Registry::new();
+    for col in node::manage::collectors(&n, &c) {
+        reg.add(col);
+    }
+    let text = reg.scrape();
+    let want = format!(
+        "dpustack_obj_requests_total{{opcode=\"ping\"}} {}\n",
+        after["requests"]["ping"]
+    );
+    assert!(text.contains(&want), "{want} in\n{text}");
+    drop((client, m, reg));
+    n.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
