@@ -1,7 +1,9 @@
 //! Subsystems and their namespaces (SPDK `spdk_nvmf_subsystem`, `spdk_nvmf_ns`).
 //!
-//! A subsystem is built (namespaces, hosts) before the target starts serving and
-//! is immutable afterwards, so poll groups read it through an `Arc` without locks.
+//! A subsystem is immutable once shared, so poll groups read it through an `Arc`
+//! without locks; a change at run time (management plane) is a changed copy that
+//! `Tgt::replace_subsystem` swaps in and hands to the connected controllers (each
+//! qpair refreshes its cached `Arc` when the controller's generation moves).
 
 use std::sync::Arc;
 
