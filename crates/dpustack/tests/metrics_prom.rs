@@ -234,3 +234,80 @@ fn prometheus_scrapes_the_io_counters() {
     assert!(up.contains("\"1\""), "{up}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `dpustack up` on its own address: the scrape has every part's families (RoCE,
+/// CM, NVMe-oF, bdev, object store) and `promtool check metrics` accepts it.
+#[test]
+#[ignore = "needs Prometheus (apt-get install prometheus); scripts/test-all.sh runs it"]
+fn up_scrape_has_every_part_and_passes_promtool() {
+    assert!(
+        tools_present(),
+        "promtool/prometheus missing (apt-get install prometheus)"
+    );
+    let dir = std::env::temp_dir().join(format!("dpustack-metrics-up-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mport = free_port();
+    let cfg = dir.join("node.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[node]\nlisten_ip = \"127.0.6.1\"\ndata_dir = \"{d}\"\n[obj]\nlisten = \"127.0.6.1:10001\"\ntargets = 1\n[metrics]\nlisten = \"127.0.0.1:{mport}\"\n",
+            d = dir.display()
+        ),
+    )
+    .unwrap();
+    let _up = Proc(
+        Command::new(BIN)
+            .arg("--config")
+            .arg(&cfg)
+            .args(["up", "--for", "60", "-r"])
+            .arg(dir.join("rpc.sock"))
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let t = Instant::now();
+    let text = loop {
+        if let Ok((200, body)) = http_get(mport, "/metrics") {
+            if body.contains("dpustack_obj_requests_total") {
+                break body;
+            }
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "no metrics from up");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for fam in [
+        "dpustack_roce_rx_packets_total",
+        "dpustack_roce_naks_total",
+        "dpustack_cm_connections",
+        "dpustack_nvmf_read_bytes_total",
+        "dpustack_nvmf_read_latency_seconds_bucket",
+        "dpustack_bdev_ops_total",
+        "dpustack_obj_requests_total",
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(fam)),
+            "{fam} missing:\n{text}"
+        );
+    }
+    assert_eq!(
+        sample(&text, "dpustack_cm_connections", &[("state", "listen")]),
+        Some(1.0),
+        "the rping server's listening id"
+    );
+    let f = dir.join("scrape.txt");
+    std::fs::write(&f, &text).unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("promtool check metrics < {}", f.display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
