@@ -234,6 +234,7 @@ impl<Q: TransportQpair> Qpair<Q> {
             c.qpair_gone(self.qid);
             if let Some(g) = &self.group {
                 g.disconnected(self.qid == 0);
+                g.ios_dropped(self.in_flight() as u64);
             }
             if self.qid == 0 {
                 c.fail("admin queue disconnected");

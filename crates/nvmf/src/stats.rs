@@ -260,6 +260,11 @@ impl PollGroupStats {
     pub fn io_submitted(&self) {
         bump(&self.pending_bdev_io, 1);
     }
+    /// `n` submitted I/Os that will not be completed (their qpair went away).
+    pub fn ios_dropped(&self, n: u64) {
+        let p = &self.pending_bdev_io;
+        p.store(p.load(Relaxed).saturating_sub(n), Relaxed);
+    }
     #[inline]
     pub fn io_completed(&self) {
         bump(&self.completed_nvme_io, 1);
