@@ -14,7 +14,7 @@ step() { echo; echo "=== $* ($(( $(date +%s)-t0 )) s)"; }
 
 step "1. packages"
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-APT_PKGS="openvswitch-switch openvswitch-common tshark iproute2 iputils-ping fio libibverbs-dev"   # libibverbs-dev: the rdma-core provider build (interop 08)
+APT_PKGS="openvswitch-switch openvswitch-common tshark iproute2 iputils-ping fio libibverbs-dev prometheus"   # libibverbs-dev: the rdma-core provider build (interop 08); prometheus: promtool + server for the metrics test
 missing=""; for p in $APT_PKGS; do dpkg -s $p >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
   $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
@@ -55,6 +55,8 @@ else
 fi
 # SPDK's spdk_rpc.py and spdkcli drive our JSON-RPC server (installed in step 1)
 ignored -p dpustack --test rpc_spdk
+# Prometheus's promtool and server scrape the metrics endpoint (installed in step 1)
+ignored -p dpustack --test metrics_prom
 if [ -n "${DPUSTACK_SKIP_INTEROP:-}" ]; then
   if command -v ovs-vswitchd >/dev/null; then ignored -p flow --test ovs_oracle --test ovs_rules
   else echo "openvswitch-switch missing: the OVS oracle tests (#[ignore]d) do not run"; fi

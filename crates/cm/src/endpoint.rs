@@ -280,6 +280,17 @@ struct Slot {
     id: Option<Id>,
 }
 
+/// One live cm_id as the management plane lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdInfo {
+    pub state: CmState,
+    pub ps: PortSpace,
+    pub local: Option<SocketAddr>,
+    pub remote: Option<SocketAddr>,
+    pub local_qpn: u32,
+    pub remote_qpn: u32,
+}
+
 /// The connection manager of one CM port. See the module doc for the poll order.
 pub struct CmEndpoint {
     cfg: CmConfig,
@@ -363,6 +374,23 @@ impl CmEndpoint {
         e.tid_hi = e.next_rand() as u32;
         e.next_port = 32768 + (e.next_rand() % 28000) as u16;
         e
+    }
+
+    /// The live (not destroyed) ids.
+    pub fn ids(&self) -> Vec<IdInfo> {
+        self.slots
+            .iter()
+            .filter_map(|s| s.id.as_ref())
+            .filter(|i| !i.destroyed)
+            .map(|i| IdInfo {
+                state: i.state,
+                ps: i.ps,
+                local: i.local,
+                remote: i.remote,
+                local_qpn: i.local_qpn,
+                remote_qpn: i.remote_qpn,
+            })
+            .collect()
     }
 
     /// The configuration.

@@ -31,7 +31,7 @@ pub mod event;
 pub mod id;
 
 pub use endpoint::{
-    cm_timeout, CmConfig, CmEndpoint, CmStats, QpAction, QpConnAttrs, RouteHint, Transmit,
+    cm_timeout, CmConfig, CmEndpoint, CmStats, IdInfo, QpAction, QpConnAttrs, RouteHint, Transmit,
     ACCEPT_PRIVATE_DATA_MAX, CONNECT_PRIVATE_DATA_MAX, REJECT_PRIVATE_DATA_MAX,
     SIDR_ACCEPT_PRIVATE_DATA_MAX, SIDR_CONNECT_PRIVATE_DATA_MAX,
 };

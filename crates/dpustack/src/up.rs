@@ -55,7 +55,7 @@ pub fn run(cfg: &Config, args: &UpArgs) -> Result<()> {
         "bdev0".to_string(),
         crate::cmd::rpc::kind_of_spec(&cfg.nvmf.bdev),
     )];
-    let rpc = crate::cmd::rpc::start_server(&args.rpc, node.nvmf(), &kinds)?;
+    let mgmt = crate::cmd::rpc::start_management(&args.rpc, cfg, node.nvmf(), &kinds, Some(&node))?;
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -69,9 +69,7 @@ pub fn run(cfg: &Config, args: &UpArgs) -> Result<()> {
         std::thread::sleep(Duration::from_millis(50));
     }
     println!("stopping");
-    if let Some(r) = rpc {
-        r.stop();
-    }
+    mgmt.stop();
     node.stop();
     Ok(())
 }

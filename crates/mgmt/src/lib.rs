@@ -4,23 +4,25 @@
 //! requests, batches, SPDK's error codes and messages), the Unix-socket server
 //! ([`server`]: a thread per connection, request size limit, idle timeout), the
 //! SPDK methods on the node's state ([`methods`]: bdev_*, nvmf_*, framework
-//! methods, `save_config`, `load_config`) and a small client ([`client`]).
+//! methods, `save_config`, `load_config`; other dispatchers plugged in with
+//! [`Mgmt::add_methods`]), a small client ([`client`]) and Prometheus metrics
+//! ([`metrics`]: the text exposition format, collectors, the HTTP endpoint; the
+//! bdev and NVMe-oF collector is [`Mgmt`] itself).
 //!
-//! Does not: metrics, methods for RDMA/CM/switch/obj (`dpustack_*`), live namespace
-//! changes seen by already-connected controllers (they keep the subsystem they
-//! connected to), per-subsystem listener filtering (listeners are target-wide in
-//! `nvmf`; the subsystem's listener list is bookkeeping for `nvmf_get_subsystems`
-//! and `save_config`).
+//! Does not: the node's other parts (RDMA, CM, switch, obj): their collectors and
+//! `dpustack_*` methods are `node::manage`'s, plugged in by the CLI. See docs/mgmt.md.
 
 #![forbid(unsafe_code)]
 
 pub mod client;
 pub mod jsonrpc;
 pub mod methods;
+pub mod metrics;
 pub mod server;
 
 pub use jsonrpc::RpcError;
 pub use methods::Mgmt;
+pub use metrics::{Collector, MetricsServer, Registry};
 pub use server::{RpcServer, DEFAULT_SOCKET};
 
 /// Errors of the management plane outside a JSON-RPC exchange.

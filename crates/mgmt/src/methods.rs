@@ -10,7 +10,7 @@ use tracing::info;
 use nvmf::subsystem::{Subsystem, SubsystemType};
 use nvmf::{Listen, ListenerHandle, Tgt, TransportId};
 
-use crate::jsonrpc::{params_object, Dispatch, RpcError, ENOTSUP};
+use crate::jsonrpc::{params_object, Dispatch, RpcError, EINVAL, ENOTSUP};
 
 /// The methods served, in `rpc_get_methods` order.
 pub const METHODS: &[&str] = &[
@@ -25,7 +25,12 @@ pub const METHODS: &[&str] = &[
     "bdev_malloc_delete",
     "bdev_null_create",
     "bdev_null_delete",
+    "bdev_uring_create",
+    "bdev_uring_delete",
+    "bdev_aio_create",
+    "bdev_aio_delete",
     "bdev_get_bdevs",
+    "bdev_get_iostat",
     "bdev_wait_for_examine",
     "nvmf_create_transport",
     "nvmf_get_transports",
@@ -34,9 +39,15 @@ pub const METHODS: &[&str] = &[
     "nvmf_subsystem_add_ns",
     "nvmf_subsystem_remove_ns",
     "nvmf_subsystem_add_listener",
+    "nvmf_subsystem_remove_listener",
     "nvmf_subsystem_add_host",
+    "nvmf_subsystem_remove_host",
     "nvmf_subsystem_allow_any_host",
     "nvmf_get_subsystems",
+    "nvmf_subsystem_get_controllers",
+    "nvmf_subsystem_get_qpairs",
+    "nvmf_subsystem_get_listeners",
+    "nvmf_get_stats",
 ];
 
 /// What kind of bdev (what `save_config` re-creates it with).
@@ -44,6 +55,10 @@ pub const METHODS: &[&str] = &[
 pub enum BdevKind {
     Malloc,
     Null,
+    /// A file over io_uring made by `bdev_uring_create`.
+    Uring,
+    /// The same file bdev, made by `bdev_aio_create` (saved as that).
+    Aio,
     /// Made outside the RPC (a target file's `file` bdev): listed, not saved.
     Other,
 }
@@ -51,6 +66,8 @@ pub enum BdevKind {
 struct BdevEntry {
     kind: BdevKind,
     uuid: String,
+    /// The file of a uring/aio bdev.
+    file: Option<String>,
     dev: Arc<dyn bdev::BlockDevice>,
 }
 
@@ -66,11 +83,17 @@ struct State {
     listeners: Vec<ListenerEntry>,
     nvmf: Option<(Arc<Tgt>, ListenerHandle)>,
     next_malloc: u32,
+    /// When the management plane started (`ticks` of `bdev_get_iostat`, ns).
+    epoch: Option<std::time::Instant>,
 }
+
+/// Methods served by another part of the node (`dpustack_*`).
+type Extra = (Vec<String>, Arc<dyn Dispatch + Send + Sync>);
 
 /// The management plane's view of the node: implements [`Dispatch`].
 pub struct Mgmt {
     state: Mutex<State>,
+    extra: Mutex<Vec<Extra>>,
 }
 
 impl std::fmt::Debug for Mgmt {
@@ -101,6 +124,25 @@ fn parse_hex<const N: usize>(s: &str) -> Option<[u8; N]> {
         *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
     }
     Some(out)
+}
+
+/// SPDK's trtype string.
+fn trtype_str(t: nvme::log::TrType) -> &'static str {
+    match t {
+        nvme::log::TrType::Rdma => "RDMA",
+        nvme::log::TrType::Tcp => "TCP",
+        nvme::log::TrType::Fc => "FC",
+        nvme::log::TrType::Loop => "LOOP",
+        nvme::log::TrType::Unknown(_) => "UNKNOWN",
+    }
+}
+
+fn parse_trtype(s: &str) -> Option<nvme::log::TrType> {
+    match s.to_ascii_uppercase().as_str() {
+        "TCP" => Some(nvme::log::TrType::Tcp),
+        "RDMA" => Some(nvme::log::TrType::Rdma),
+        _ => None,
+    }
 }
 
 /// A new bdev UUID (name-, time- and counter-derived; SPDK's are random).
@@ -249,8 +291,37 @@ impl Default for Mgmt {
 impl Mgmt {
     pub fn new() -> Mgmt {
         Mgmt {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                epoch: Some(std::time::Instant::now()),
+                ..State::default()
+            }),
+            extra: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Serves `names` through `d` as well (the node's `dpustack_*` methods).
+    pub fn add_methods(&self, names: &[&str], d: Arc<dyn Dispatch + Send + Sync>) {
+        if let Ok(mut g) = self.extra.lock() {
+            g.push((names.iter().map(|s| s.to_string()).collect(), d));
+        }
+    }
+
+    fn extra_for(&self, method: &str) -> Option<Arc<dyn Dispatch + Send + Sync>> {
+        let g = self.extra.lock().ok()?;
+        g.iter()
+            .find(|(n, _)| n.iter().any(|m| m == method))
+            .map(|(_, d)| d.clone())
+    }
+
+    /// Every method served, in `rpc_get_methods` order.
+    pub fn method_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = METHODS.iter().map(|s| s.to_string()).collect();
+        if let Ok(g) = self.extra.lock() {
+            for (n, _) in g.iter() {
+                v.extend(n.iter().cloned());
+            }
+        }
+        v
     }
 
     fn st(&self) -> Result<MutexGuard<'_, State>, RpcError> {
@@ -261,7 +332,8 @@ impl Mgmt {
 
     /// Serves the running NVMe-oF target: its subsystems' bdevs are imported
     /// (`kinds` says which were malloc/null, by bdev name), its listeners
-    /// become every subsystem's listeners, TCP is the one transport.
+    /// become every subsystem's listeners, the server's transport (TCP or
+    /// RDMA) is the one transport.
     pub fn attach_nvmf(
         &self,
         tgt: Arc<Tgt>,
@@ -283,6 +355,7 @@ impl Mgmt {
                 st.bdevs.push(BdevEntry {
                     kind,
                     uuid,
+                    file: None,
                     dev: ns.bdev.clone(),
                 });
             }
@@ -295,7 +368,7 @@ impl Mgmt {
         }
         if !tgt.listeners().is_empty() || tgt.subsystems().next().is_some() {
             let mut t = Map::new();
-            t.insert("trtype".into(), json!("TCP"));
+            t.insert("trtype".into(), json!(trtype_str(listeners.trtype())));
             st.transports.push(t);
         }
         st.nvmf = Some((tgt, listeners));
@@ -403,7 +476,12 @@ impl Mgmt {
         let dev = bdev::spec::create(&name, &spec, bs as u32)
             .map_err(|e| RpcError::params(format!("Invalid parameters: {e}")))?;
         info!(%name, %spec, "bdev created");
-        st.bdevs.push(BdevEntry { kind, uuid, dev });
+        st.bdevs.push(BdevEntry {
+            kind,
+            uuid,
+            file: None,
+            dev,
+        });
         Ok(json!(name))
     }
 
@@ -453,6 +531,8 @@ impl Mgmt {
             "product_name": match b.kind {
                 BdevKind::Malloc => "Malloc disk",
                 BdevKind::Null => "Null disk",
+                BdevKind::Uring => "URING bdev",
+                BdevKind::Aio => "AIO disk",
                 BdevKind::Other => "dpustack bdev",
             },
             "block_size": d.block_size(),
@@ -477,7 +557,11 @@ impl Mgmt {
                 "nvme_admin": false,
                 "nvme_io": false
             },
-            "driver_specific": {}
+            "driver_specific": match (b.kind, &b.file) {
+                (BdevKind::Uring, Some(f)) => json!({"uring": {"filename": f}}),
+                (BdevKind::Aio, Some(f)) => json!({"aio": {"filename": f, "block_size_override": true, "readonly": false, "fallocate": false}}),
+                _ => json!({}),
+            }
         })
     }
 
@@ -524,9 +608,13 @@ impl Mgmt {
         let trtype = p.str("trtype")?.to_ascii_uppercase();
         let mut st = self.st()?;
         Self::tgt(&st)?;
-        if trtype != "TCP" {
+        let served = st
+            .nvmf
+            .as_ref()
+            .map_or("TCP", |(_, h)| trtype_str(h.trtype()));
+        if trtype != served {
             return Err(RpcError::params(format!(
-                "Transport type '{trtype}' is not supported by dpustack (TCP only)"
+                "Transport type '{trtype}' is not supported by this target (it serves {served}; start `nvmf serve` with rdma:// listeners for RDMA)"
             )));
         }
         if st.transports.iter().any(|t| t["trtype"] == trtype.as_str()) {
@@ -565,8 +653,9 @@ impl Mgmt {
         let st = self.st()?;
         let tgt = Self::tgt(&st)?;
         if tgt.subsystem(&nqn).is_some() {
-            return Err(RpcError::exists(format!(
-                "Subsystem NQN {nqn} already exists: File exists"
+            // as SPDK (spdk_nvmf_subsystem_create fails; the RPC says only this)
+            return Err(RpcError::internal(format!(
+                "Unable to create subsystem {nqn}"
             )));
         }
         let serial = p
@@ -578,6 +667,8 @@ impl Mgmt {
         let mut s = Subsystem::new(&nqn, &serial, &model)
             .map_err(|e| RpcError::params(format!("Unable to create subsystem {nqn}: {e}")))?;
         s.allow_any_host = p.opt_bool("allow_any_host")?.unwrap_or(false);
+        // as SPDK's: reachable only through the listeners added to it
+        s.listeners = Some(Vec::new());
         if let Some(m) = p.opt_u64("max_namespaces")? {
             if m > 0 {
                 s.max_namespaces = m.min(u32::MAX as u64 - 1) as u32;
@@ -687,38 +778,22 @@ impl Mgmt {
         )?;
         let nqn = p.str("nqn")?;
         let la = p.obj("listen_address", &["trtype", "adrfam", "traddr", "trsvcid"])?;
-        let trtype = la.str("trtype")?.to_ascii_uppercase();
-        let traddr = la.str("traddr")?;
-        let trsvcid = la.opt_str("trsvcid")?.unwrap_or_else(|| "4420".into());
-        if trtype != "TCP" {
-            return Err(RpcError::params(format!(
-                "Unable to add listener: transport {trtype} is not supported (TCP only)"
-            )));
-        }
-        let addr: std::net::SocketAddr = format!(
-            "{}:{trsvcid}",
-            if traddr.contains(':') {
-                format!("[{traddr}]")
-            } else {
-                traddr.clone()
-            }
-        )
-        .parse()
-        .map_err(|_| {
-            RpcError::params(format!(
-                "Invalid parameters: bad address {traddr}:{trsvcid}"
-            ))
-        })?;
+        let (trtype, addr) = Self::listen_address(&la)?;
+        let tname = trtype_str(trtype);
         let mut st = self.st()?;
         let tgt = Self::tgt(&st)?;
-        if !st.transports.iter().any(|t| t["trtype"] == "TCP") {
-            return Err(RpcError::params("Unable to add listener: transport TCP has not been created (nvmf_create_transport)"));
+        if !st.transports.iter().any(|t| t["trtype"] == tname) {
+            return Err(RpcError::params(format!(
+                "Unable to add listener: transport {tname} has not been created (nvmf_create_transport)"
+            )));
         }
         let discovery = nvmf::tgt::is_discovery_nqn(&nqn);
-        if !discovery {
-            Self::subsys(&tgt, &nqn)?;
-        }
-        let want = TransportId::tcp(addr);
+        let mut sub = if discovery {
+            None
+        } else {
+            Some(Self::subsys(&tgt, &nqn)?)
+        };
+        let want = TransportId::ip(trtype, addr);
         if st.listeners.iter().any(|l| l.nqn == nqn && l.trid == want) {
             return Err(RpcError::exists("Listener already exists: File exists"));
         }
@@ -743,6 +818,12 @@ impl Mgmt {
             }
         };
         info!(%nqn, trid = %trid.uri(), "listener added");
+        if let Some(s) = sub.as_mut() {
+            if let Some(l) = s.listeners.as_mut() {
+                l.push(trid.clone());
+                tgt.replace_subsystem(s.clone());
+            }
+        }
         st.listeners.push(ListenerEntry { nqn, trid });
         Ok(json!(true))
     }
@@ -799,7 +880,7 @@ impl Mgmt {
             ),
             None => ("IPv4", trid.to_string(), String::new()),
         };
-        json!({"trtype": "TCP", "adrfam": adrfam, "traddr": traddr, "trsvcid": trsvcid})
+        json!({"trtype": trtype_str(trid.trtype), "adrfam": adrfam, "traddr": traddr, "trsvcid": trsvcid})
     }
 
     fn get_subsystems(&self, p: Option<&Value>) -> Result<Value, RpcError> {
@@ -867,6 +948,351 @@ impl Mgmt {
         Ok(Value::Array(out))
     }
 
+    /// (trtype, socket address) of a `listen_address` object.
+    fn listen_address(la: &Params) -> Result<(nvme::log::TrType, std::net::SocketAddr), RpcError> {
+        let t = la.str("trtype")?;
+        let trtype = parse_trtype(&t).ok_or_else(|| {
+            RpcError::params(format!(
+                "Invalid parameters: transport {t} is not supported (TCP, RDMA)"
+            ))
+        })?;
+        let traddr = la.str("traddr")?;
+        let trsvcid = la.opt_str("trsvcid")?.unwrap_or_else(|| "4420".into());
+        let addr: std::net::SocketAddr = format!(
+            "{}:{trsvcid}",
+            if traddr.contains(':') {
+                format!("[{traddr}]")
+            } else {
+                traddr.clone()
+            }
+        )
+        .parse()
+        .map_err(|_| {
+            RpcError::params(format!(
+                "Invalid parameters: bad address {traddr}:{trsvcid}"
+            ))
+        })?;
+        Ok((trtype, addr))
+    }
+
+    /// `bdev_uring_create` / `bdev_aio_create`: a file bdev over io_uring on an
+    /// existing file or block device.
+    fn file_bdev_create(&self, p: Option<&Value>, kind: BdevKind) -> Result<Value, RpcError> {
+        let keys: &[&str] = if kind == BdevKind::Aio {
+            &[
+                "filename",
+                "name",
+                "block_size",
+                "readonly",
+                "fallocate",
+                "uuid",
+                "nowait",
+            ]
+        } else {
+            &["filename", "name", "block_size", "uuid"]
+        };
+        let p = Params::new(p, keys)?;
+        let filename = p.str("filename")?;
+        let name = p.str("name")?;
+        for k in ["readonly", "fallocate", "nowait"] {
+            if p.opt_bool(k)?.unwrap_or(false) {
+                return Err(RpcError::new(
+                    ENOTSUP,
+                    format!("{k} is not supported by dpustack's file bdev"),
+                ));
+            }
+        }
+        let bs = p.opt_u64("block_size")?.unwrap_or(512);
+        let bs = u32::try_from(bs)
+            .ok()
+            .filter(|b| b.is_power_of_two() && (512..=65536).contains(b))
+            .ok_or_else(|| RpcError::params(format!("Invalid parameters: block_size {bs}")))?;
+        let uuid =
+            match p.opt_str("uuid")? {
+                Some(u) => uuid_str(&parse_hex::<16>(&u).ok_or_else(|| {
+                    RpcError::params(format!("Invalid parameters: bad uuid {u:?}"))
+                })?),
+                None => new_uuid(&name),
+            };
+        let mut st = self.st()?;
+        if st.bdevs.iter().any(|b| b.dev.name() == name) {
+            return Err(RpcError::exists(format!(
+                "Bdev {name} already exists: File exists"
+            )));
+        }
+        if !std::path::Path::new(&filename).exists() {
+            return Err(RpcError::no_device(format!(
+                "Unable to create bdev {name}: {filename}: No such device"
+            )));
+        }
+        let opts = bdev::file::FileOptions {
+            block_size: bs,
+            ..Default::default()
+        };
+        let dev = bdev::file::FileBdev::open(&name, &filename, opts)
+            .map_err(|e| RpcError::new(EINVAL, format!("Unable to create bdev {name}: {e}")))?;
+        info!(%name, %filename, "file bdev (io_uring) created");
+        st.bdevs.push(BdevEntry {
+            kind,
+            uuid,
+            file: Some(filename),
+            dev: Arc::new(dev),
+        });
+        Ok(json!(name))
+    }
+
+    /// `bdev_get_iostat`: SPDK's shape; ops and bytes from the bdev's channel
+    /// counters, latency from the NVMe-oF namespaces on it (ticks are ns).
+    fn bdev_get_iostat(&self, p: Option<&Value>) -> Result<Value, RpcError> {
+        let p = Params::new(p, &["name", "names", "per_channel", "reset_mode"])?;
+        if p.opt_bool("per_channel")?.unwrap_or(false) {
+            return Err(RpcError::new(ENOTSUP, "per_channel is not supported"));
+        }
+        match p.opt_str("reset_mode")?.as_deref() {
+            None | Some("none") => {}
+            Some(m) => {
+                return Err(RpcError::new(
+                    ENOTSUP,
+                    format!("reset_mode {m} is not supported (counters only grow)"),
+                ))
+            }
+        }
+        let mut names: Option<Vec<String>> = p.opt_str("name")?.map(|n| vec![n]);
+        match p.m.get("names") {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(a)) => {
+                let v: Option<Vec<String>> =
+                    a.iter().map(|x| x.as_str().map(String::from)).collect();
+                names = Some(v.ok_or_else(|| {
+                    RpcError::params("Invalid parameters: names must be strings")
+                })?);
+            }
+            Some(_) => {
+                return Err(RpcError::params(
+                    "Invalid parameters: names must be an array",
+                ))
+            }
+        }
+        let st = self.st()?;
+        if let Some(n) = &names {
+            if let Some(missing) = n
+                .iter()
+                .find(|n| !st.bdevs.iter().any(|b| b.dev.name() == n.as_str()))
+            {
+                return Err(RpcError::no_device(format!(
+                    "Bdev {missing} does not exist: No such device"
+                )));
+            }
+        }
+        // latency per bdev name, from the namespaces on it
+        let mut lat: std::collections::HashMap<String, nvmf::stats::IoStats> = Default::default();
+        if let Some((t, _)) = &st.nvmf {
+            for s in t.subsystems() {
+                for ns in s.namespaces() {
+                    lat.entry(ns.bdev.name().to_string())
+                        .or_default()
+                        .add(&ns.stats.total());
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for b in &st.bdevs {
+            let name = b.dev.name();
+            if names.as_ref().is_some_and(|n| !n.iter().any(|x| x == name)) {
+                continue;
+            }
+            let s = b.dev.stats();
+            let l = lat.get(name).copied().unwrap_or_default();
+            out.push(json!({
+                "name": name,
+                "bytes_read": s.read.bytes,
+                "num_read_ops": s.read.ops,
+                "bytes_written": s.write.bytes,
+                "num_write_ops": s.write.ops,
+                "bytes_unmapped": s.unmap.bytes,
+                "num_unmap_ops": s.unmap.ops,
+                "bytes_copied": 0,
+                "num_copy_ops": 0,
+                "read_latency_ticks": l.read_latency.sum_ns,
+                "write_latency_ticks": l.write_latency.sum_ns,
+                "unmap_latency_ticks": 0,
+                "copy_latency_ticks": 0,
+                "io_error": {"total": s.errors}
+            }));
+        }
+        let ticks = st.epoch.map_or(0, |e| e.elapsed().as_nanos() as u64);
+        Ok(json!({"tick_rate": 1_000_000_000u64, "ticks": ticks, "bdevs": out}))
+    }
+
+    fn remove_host(&self, p: Option<&Value>) -> Result<Value, RpcError> {
+        let p = Params::new(p, &["nqn", "host", "tgt_name", "timeout_ms"])?;
+        let nqn = p.str("nqn")?;
+        let host = p.str("host")?;
+        let st = self.st()?;
+        let tgt = Self::tgt(&st)?;
+        let mut s = Self::subsys(&tgt, &nqn)?;
+        if !s.remove_host(&host) {
+            return Err(RpcError::internal("Internal error"));
+        }
+        tgt.replace_subsystem(s);
+        // as SPDK (spdk_nvmf_subsystem_disconnect_host): its controllers go
+        let n = tgt.disconnect(&nqn, "host removed", |c| c.hostnqn == host);
+        info!(%nqn, %host, disconnected = n, "host removed");
+        Ok(json!(true))
+    }
+
+    fn remove_listener(&self, p: Option<&Value>) -> Result<Value, RpcError> {
+        let p = Params::new(p, &["nqn", "listen_address", "tgt_name"])?;
+        let nqn = p.str("nqn")?;
+        let la = p.obj("listen_address", &["trtype", "adrfam", "traddr", "trsvcid"])?;
+        let (trtype, addr) = Self::listen_address(&la)?;
+        let want = TransportId::ip(trtype, addr);
+        let mut st = self.st()?;
+        let tgt = Self::tgt(&st)?;
+        let discovery = nvmf::tgt::is_discovery_nqn(&nqn);
+        let mut sub = if discovery {
+            None
+        } else {
+            Some(Self::subsys(&tgt, &nqn)?)
+        };
+        let Some(i) = st
+            .listeners
+            .iter()
+            .position(|l| l.nqn == nqn && l.trid == want)
+        else {
+            return Err(RpcError::params(format!(
+                "Unable to remove listener {}: not a listener of {nqn}",
+                want.uri()
+            )));
+        };
+        st.listeners.remove(i);
+        if let Some(s) = sub.as_mut() {
+            // a subsystem that listened everywhere now lists the rest
+            let all: Vec<TransportId> = tgt
+                .listeners()
+                .into_iter()
+                .filter(|l| !l.discovery_only)
+                .map(|l| l.trid)
+                .collect();
+            let l = s.listeners.get_or_insert(all);
+            l.retain(|t| *t != want);
+            tgt.replace_subsystem(s.clone());
+            // as SPDK: the qpairs connected through it are closed (with them
+            // their controllers)
+            let ports: Vec<u16> = tgt
+                .listeners()
+                .iter()
+                .filter(|l| l.trid == want)
+                .map(|l| l.portid)
+                .collect();
+            let n = tgt.disconnect(&nqn, "listener removed", |c| {
+                c.qpairs().iter().any(|q| ports.contains(&q.portid))
+            });
+            info!(%nqn, trid = %want.uri(), disconnected = n, "listener removed");
+        } else if tgt
+            .listeners()
+            .iter()
+            .any(|l| l.trid == want && l.discovery_only)
+        {
+            tgt.remove_listener(&want);
+        }
+        Ok(json!(true))
+    }
+
+    fn get_controllers(&self, p: Option<&Value>) -> Result<Value, RpcError> {
+        let p = Params::new(p, &["nqn", "tgt_name"])?;
+        let nqn = p.str("nqn")?;
+        let st = self.st()?;
+        let tgt = Self::tgt(&st)?;
+        Self::subsys(&tgt, &nqn)?;
+        Ok(Value::Array(
+            tgt.ctrlrs()
+                .iter()
+                .filter(|c| c.subsys.nqn == nqn)
+                .map(|c| {
+                    let io = c.qpairs().iter().filter(|q| q.qid != 0).count();
+                    json!({
+                        "cntlid": c.cntlid,
+                        "cntrltype": if c.is_discovery() { "discovery" } else { "io" },
+                        "hostnqn": c.hostnqn,
+                        "hostid": uuid_str(&c.hostid),
+                        "num_io_qpairs": io
+                    })
+                })
+                .collect(),
+        ))
+    }
+
+    fn get_qpairs(&self, p: Option<&Value>) -> Result<Value, RpcError> {
+        let p = Params::new(p, &["nqn", "tgt_name"])?;
+        let nqn = p.str("nqn")?;
+        let st = self.st()?;
+        let tgt = Self::tgt(&st)?;
+        Self::subsys(&tgt, &nqn)?;
+        let listeners = tgt.listeners();
+        let mut out = Vec::new();
+        for c in tgt.ctrlrs().iter().filter(|c| c.subsys.nqn == nqn) {
+            for q in c.qpairs() {
+                let mut o = json!({
+                    "cntlid": c.cntlid,
+                    "qid": q.qid,
+                    "state": if c.is_failed() { "deactivating" } else { "enabled" },
+                    "thread": poll_group_name(q.poll_group),
+                    "hostnqn": c.hostnqn,
+                });
+                if let Some(l) = listeners.iter().find(|l| l.portid == q.portid) {
+                    o["listen_address"] = Self::addr_json(&l.trid);
+                    if let Ok(a) = q.peer.parse::<std::net::SocketAddr>() {
+                        o["peer_address"] = Self::addr_json(&TransportId::ip(l.trid.trtype, a));
+                    }
+                }
+                out.push(o);
+            }
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn get_listeners(&self, p: Option<&Value>) -> Result<Value, RpcError> {
+        let p = Params::new(p, &["nqn", "tgt_name"])?;
+        let nqn = p.str("nqn")?;
+        let st = self.st()?;
+        let tgt = Self::tgt(&st)?;
+        if !nvmf::tgt::is_discovery_nqn(&nqn) {
+            Self::subsys(&tgt, &nqn)?;
+        }
+        Ok(Value::Array(
+            st.listeners
+                .iter()
+                .filter(|l| l.nqn == nqn)
+                .map(|l| json!({"address": Self::addr_json(&l.trid)}))
+                .collect(),
+        ))
+    }
+
+    fn get_stats(&self, p: Option<&Value>) -> Result<Value, RpcError> {
+        Params::new(p, &["tgt_name"])?;
+        use std::sync::atomic::Ordering::Relaxed;
+        let st = self.st()?;
+        let tgt = Self::tgt(&st)?;
+        let groups: Vec<Value> = tgt
+            .poll_group_stats()
+            .iter()
+            .map(|g| {
+                json!({
+                    "name": poll_group_name(g.id),
+                    "admin_qpairs": g.admin_qpairs.load(Relaxed),
+                    "io_qpairs": g.io_qpairs.load(Relaxed),
+                    "current_admin_qpairs": g.current_admin_qpairs.load(Relaxed),
+                    "current_io_qpairs": g.current_io_qpairs.load(Relaxed),
+                    "pending_bdev_io": g.pending_bdev_io.load(Relaxed),
+                    "completed_nvme_io": g.completed_nvme_io.load(Relaxed),
+                    "transports": [{"trtype": g.transport}]
+                })
+            })
+            .collect();
+        Ok(json!({"tick_rate": 1_000_000_000u64, "poll_groups": groups}))
+    }
+
     fn save_config(&self) -> Result<Value, RpcError> {
         let st = self.st()?;
         let mut bdevs = Vec::new();
@@ -874,10 +1300,24 @@ impl Mgmt {
             let method = match b.kind {
                 BdevKind::Malloc => "bdev_malloc_create",
                 BdevKind::Null => "bdev_null_create",
+                BdevKind::Uring | BdevKind::Aio => {
+                    let method = if b.kind == BdevKind::Uring {
+                        "bdev_uring_create"
+                    } else {
+                        "bdev_aio_create"
+                    };
+                    bdevs.push(json!({"method": method, "params": {
+                        "name": b.dev.name(),
+                        "filename": b.file,
+                        "block_size": b.dev.block_size(),
+                        "uuid": b.uuid
+                    }}));
+                    continue;
+                }
                 BdevKind::Other => {
                     return Err(RpcError::new(
                         ENOTSUP,
-                        format!("save_config: bdev {} was not made by a malloc/null RPC or target file entry; cannot be saved", b.dev.name()),
+                        format!("save_config: bdev {} was not made by a malloc/null/uring/aio RPC or target file entry; cannot be saved", b.dev.name()),
                     ))
                 }
             };
@@ -935,7 +1375,7 @@ impl Dispatch for Mgmt {
         match method {
             "rpc_get_methods" => {
                 Params::new(params, &["current", "include_aliases"])?;
-                Ok(json!(METHODS))
+                Ok(json!(self.method_names()))
             }
             "spdk_get_version" => {
                 Params::new(params, &[])?;
@@ -976,6 +1416,11 @@ impl Dispatch for Mgmt {
             "bdev_malloc_delete" => self.bdev_delete(params, BdevKind::Malloc),
             "bdev_null_delete" => self.bdev_delete(params, BdevKind::Null),
             "bdev_get_bdevs" => self.bdev_get_bdevs(params),
+            "bdev_uring_create" => self.file_bdev_create(params, BdevKind::Uring),
+            "bdev_aio_create" => self.file_bdev_create(params, BdevKind::Aio),
+            "bdev_uring_delete" => self.bdev_delete(params, BdevKind::Uring),
+            "bdev_aio_delete" => self.bdev_delete(params, BdevKind::Aio),
+            "bdev_get_iostat" => self.bdev_get_iostat(params),
             "nvmf_create_transport" => self.create_transport(params),
             "nvmf_get_transports" => {
                 let p = Params::new(params, &["trtype", "tgt_name"])?;
@@ -995,9 +1440,203 @@ impl Dispatch for Mgmt {
             "nvmf_subsystem_remove_ns" => self.remove_ns(params),
             "nvmf_subsystem_add_listener" => self.add_listener(params),
             "nvmf_subsystem_add_host" => self.add_host(params),
+            "nvmf_subsystem_remove_host" => self.remove_host(params),
+            "nvmf_subsystem_remove_listener" => self.remove_listener(params),
+            "nvmf_subsystem_get_controllers" => self.get_controllers(params),
+            "nvmf_subsystem_get_qpairs" => self.get_qpairs(params),
+            "nvmf_subsystem_get_listeners" => self.get_listeners(params),
+            "nvmf_get_stats" => self.get_stats(params),
             "nvmf_subsystem_allow_any_host" => self.allow_any_host(params),
             "nvmf_get_subsystems" => self.get_subsystems(params),
-            _ => Err(RpcError::method_not_found()),
+            _ => match self.extra_for(method) {
+                Some(d) => d.call(method, params),
+                None => Err(RpcError::method_not_found()),
+            },
         }
     }
+}
+
+/// Metrics of the bdevs and of the NVMe-oF target this management plane serves.
+impl crate::metrics::Collector for Mgmt {
+    fn collect(&self, e: &mut crate::metrics::Exposition) {
+        use crate::metrics::Kind;
+        let Ok(st) = self.st() else {
+            return;
+        };
+        e.declare(
+            "dpustack_bdev_ops_total",
+            Kind::Counter,
+            "Completed bdev I/Os by type.",
+        );
+        for b in &st.bdevs {
+            let s = b.dev.stats();
+            let name = b.dev.name();
+            for (t, o) in [
+                ("read", s.read),
+                ("write", s.write),
+                ("flush", s.flush),
+                ("write_zeroes", s.write_zeroes),
+                ("unmap", s.unmap),
+            ] {
+                let l = [("bdev", name), ("type", t)];
+                e.counter(
+                    "dpustack_bdev_ops_total",
+                    "Completed bdev I/Os by type.",
+                    &l,
+                    o.ops,
+                );
+                e.counter(
+                    "dpustack_bdev_bytes_total",
+                    "Bytes of completed bdev I/Os by type.",
+                    &l,
+                    o.bytes,
+                );
+            }
+            e.counter(
+                "dpustack_bdev_io_errors_total",
+                "bdev I/Os completed with an error.",
+                &[("bdev", name)],
+                s.errors,
+            );
+        }
+        let Some((tgt, _)) = &st.nvmf else {
+            return;
+        };
+        collect_nvmf(tgt, e);
+    }
+}
+
+/// The NVMe-oF target's samples: per namespace I/Os, bytes, errors and latency
+/// histograms; controllers per subsystem; per poll group qpairs and I/Os.
+pub fn collect_nvmf(tgt: &Tgt, e: &mut crate::metrics::Exposition) {
+    use crate::metrics::Kind;
+    let bounds: Vec<f64> = (0..nvmf::stats::LAT_BUCKETS)
+        .map(|i| nvmf::stats::bucket_bound_ns(i) as f64 / 1e9)
+        .collect();
+    e.gauge(
+        "dpustack_nvmf_io_stats_enabled",
+        "1 when per-namespace I/O counters are kept (metrics on).",
+        &[],
+        if tgt.io_stats() { 1.0 } else { 0.0 },
+    );
+    for (n, help) in [
+        ("dpustack_nvmf_read_ops_total", "NVMe-oF reads completed."),
+        ("dpustack_nvmf_read_bytes_total", "Bytes read over NVMe-oF."),
+        ("dpustack_nvmf_write_ops_total", "NVMe-oF writes completed."),
+        (
+            "dpustack_nvmf_write_bytes_total",
+            "Bytes written over NVMe-oF.",
+        ),
+    ] {
+        e.declare(n, Kind::Counter, help);
+    }
+    let ctrlrs = tgt.ctrlrs();
+    for s in tgt.subsystems() {
+        let nqn = s.nqn.as_str();
+        let nc = ctrlrs.iter().filter(|c| c.subsys.nqn == s.nqn).count();
+        e.gauge(
+            "dpustack_nvmf_controllers",
+            "Connected controllers per subsystem.",
+            &[("subsystem", nqn)],
+            nc as f64,
+        );
+        for ns in s.namespaces() {
+            let t = ns.stats.total();
+            let nsid = ns.nsid.to_string();
+            let l = [
+                ("subsystem", nqn),
+                ("nsid", nsid.as_str()),
+                ("bdev", ns.bdev.name()),
+            ];
+            e.counter(
+                "dpustack_nvmf_read_ops_total",
+                "NVMe-oF reads completed.",
+                &l,
+                t.read_ops,
+            );
+            e.counter(
+                "dpustack_nvmf_read_bytes_total",
+                "Bytes read over NVMe-oF.",
+                &l,
+                t.read_bytes,
+            );
+            e.counter(
+                "dpustack_nvmf_write_ops_total",
+                "NVMe-oF writes completed.",
+                &l,
+                t.write_ops,
+            );
+            e.counter(
+                "dpustack_nvmf_write_bytes_total",
+                "Bytes written over NVMe-oF.",
+                &l,
+                t.write_bytes,
+            );
+            e.counter(
+                "dpustack_nvmf_other_ops_total",
+                "NVMe-oF flush, write zeroes, dataset management and compare commands completed.",
+                &l,
+                t.other_ops,
+            );
+            e.counter(
+                "dpustack_nvmf_io_errors_total",
+                "NVMe-oF I/O commands the bdev failed.",
+                &l,
+                t.errors,
+            );
+            e.histogram(
+                "dpustack_nvmf_read_latency_seconds",
+                "NVMe-oF read latency in the target (command to completion).",
+                &l,
+                &bounds,
+                &t.read_latency.buckets,
+                t.read_latency.sum_ns as f64 / 1e9,
+            );
+            e.histogram(
+                "dpustack_nvmf_write_latency_seconds",
+                "NVMe-oF write latency in the target (command to completion).",
+                &l,
+                &bounds,
+                &t.write_latency.buckets,
+                t.write_latency.sum_ns as f64 / 1e9,
+            );
+        }
+    }
+    use std::sync::atomic::Ordering::Relaxed;
+    for pg in tgt.poll_group_stats() {
+        let name = poll_group_name(pg.id);
+        for (ty, v) in [
+            ("admin", pg.current_admin_qpairs.load(Relaxed)),
+            ("io", pg.current_io_qpairs.load(Relaxed)),
+        ] {
+            e.gauge(
+                "dpustack_nvmf_qpairs",
+                "Connected queue pairs per poll group.",
+                &[("poll_group", &name), ("type", ty)],
+                v as f64,
+            );
+        }
+        for (ty, v) in [
+            ("admin", pg.admin_qpairs.load(Relaxed)),
+            ("io", pg.io_qpairs.load(Relaxed)),
+        ] {
+            e.counter(
+                "dpustack_nvmf_qpairs_connected_total",
+                "Queue pairs connected per poll group since start.",
+                &[("poll_group", &name), ("type", ty)],
+                v,
+            );
+        }
+        e.counter(
+            "dpustack_nvmf_completed_ios_total",
+            "NVMe I/O commands completed by the bdev per poll group.",
+            &[("poll_group", &name), ("transport", &pg.transport)],
+            pg.completed_nvme_io.load(Relaxed),
+        );
+    }
+}
+
+/// SPDK's poll group thread names.
+pub fn poll_group_name(id: usize) -> String {
+    format!("nvmf_tgt_poll_group_{id:03}")
 }

@@ -18,6 +18,24 @@ pub struct Config {
     pub tse: TseConfig,
     pub switch: SwitchConfig,
     pub obj: ObjConfig,
+    pub metrics: MetricsConfig,
+}
+
+/// The `[metrics]` section: the Prometheus endpoint of `up` and `nvmf serve`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `IP:PORT` of the HTTP endpoint (`GET /metrics`); `"0"` = off (no
+    /// endpoint, and the NVMe-oF target keeps no per-namespace I/O counters).
+    pub listen: String,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            listen: "127.0.0.1:9464".into(),
+        }
+    }
 }
 
 /// The `[node]` section.

@@ -21,6 +21,7 @@
 
 pub mod cm_agent;
 pub mod config;
+pub mod manage;
 pub mod objstore;
 pub mod target;
 
@@ -30,7 +31,8 @@ use std::rc::Rc;
 
 pub use cm_agent::CmAgent;
 pub use config::{
-    CmConfig, Config, NodeConfig, NvmfConfig, ObjConfig, RdmaConfig, SwitchConfig, TseConfig,
+    CmConfig, Config, MetricsConfig, NodeConfig, NvmfConfig, ObjConfig, RdmaConfig, SwitchConfig,
+    TseConfig,
 };
 
 /// Errors of starting a part.

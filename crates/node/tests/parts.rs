@@ -212,3 +212,199 @@ fn obj_part_runs_an_engine() {
     n.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The management plane's view of the rdma and cm parts: after an rping run the
+/// RoCE collector's packet and byte counters moved, the CM collector lists the
+/// rping server's listening id, and the `dpustack_*` methods say the same.
+#[test]
+fn collectors_and_node_methods_see_the_parts() {
+    use mgmt::jsonrpc::Dispatch;
+    let mut c = node("127.0.4.93");
+    c.rdma.enabled = true;
+    let n = Node::start(&c);
+    assert!(n.device().is_some() && n.cm().is_some());
+    let reg = mgmt::Registry::new();
+    for col in node::manage::collectors(&n, &c) {
+        reg.add(col);
+    }
+    let sample = |text: &str, name: &str, label: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(name) && l.contains(label))
+            .and_then(|l| l.rsplit_once(' '))
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} {label}:\n{text}"))
+    };
+    let before = reg.scrape();
+    let rx0 = sample(&before, "dpustack_roce_rx_packets_total", "");
+    assert_eq!(
+        sample(&before, "dpustack_cm_connections", "state=\"listen\""),
+        1.0
+    );
+    let client = RpingOpts {
+        server: false,
+        client: true,
+        addr: Some(Ipv4Addr::new(127, 0, 4, 93)),
+        src: Some(Ipv4Addr::new(127, 0, 4, 94)),
+        port: 7174,
+        count: Some(3),
+        size: 64,
+        verbose: false,
+        validate: true,
+        debug: false,
+        persistent: false,
+        service: false,
+    };
+    cm_tools::rping::client(&client, &c.cm.core(), &mut Console::silent()).unwrap();
+    let after = reg.scrape();
+    let rx1 = sample(&after, "dpustack_roce_rx_packets_total", "");
+    assert!(rx1 >= rx0 + 6.0, "rx packets {rx0} -> {rx1}");
+    assert!(sample(&after, "dpustack_roce_rx_bytes_total", "") > rx1 * 12.0);
+    assert!(sample(&after, "dpustack_cm_mads_received_total", "") >= 2.0);
+    let m = node::manage::NodeMethods::new(&n, &c);
+    let devs = m.call("dpustack_rdma_get_devices", None).unwrap();
+    assert_eq!(devs[0]["ip"], "127.0.4.93", "{devs}");
+    assert!(devs[0]["counters"]["rx_packets"].as_f64().unwrap() >= rx1);
+    let ids = m.call("dpustack_cm_get_connections", None).unwrap();
+    assert!(
+        ids.as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["state"] == "listen" && i["local_address"] == "127.0.4.93:7174"),
+        "{ids}"
+    );
+    let e = m.call("dpustack_switch_get_stats", None).unwrap_err();
+    assert_eq!(e.code, -19, "no switch in this node: {e}");
+    assert_eq!(
+        m.call(
+            "dpustack_rdma_get_devices",
+            Some(&serde_json::json!({"x": 1}))
+        )
+        .unwrap_err()
+        .code,
+        -32602
+    );
+    drop((m, reg));
+    n.stop();
+}
+
+/// The switch's control commands as `dpustack_switch_*` methods and its
+/// counters in the metrics, against a running switch part (one pcap-tx port).
+#[test]
+fn switch_methods_and_metrics_on_a_running_switch() {
+    use mgmt::jsonrpc::Dispatch;
+    use serde_json::json;
+    let dir = std::env::temp_dir().join(format!("dpustack-node-sw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut c = node("127.0.4.95");
+    c.cm.enabled = false;
+    c.switch.ports = vec![format!("1=pcap-tx:{}", dir.join("tx.pcap").display())];
+    c.switch.ctl = dir.join("ctl.sock");
+    let n = Node::start(&c);
+    let sw = n.parts().iter().find(|p| p.name == "switch").unwrap();
+    assert!(matches!(sw.status, Status::Running(_)), "{sw:?}");
+    let m = node::manage::NodeMethods::new(&n, &c);
+    let r = m
+        .call(
+            "dpustack_switch_add_flows",
+            Some(&json!({"flows": ["priority=5,in_port=2,actions=output:1", "priority=0,actions=drop"]})),
+        )
+        .unwrap();
+    assert_eq!(r, "2 flows added, 2 in table");
+    let rules = m.call("dpustack_switch_dump_rules", None).unwrap();
+    assert!(
+        rules
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l.as_str().unwrap().contains("in_port=2")),
+        "{rules}"
+    );
+    let st = m.call("dpustack_switch_get_stats", None).unwrap();
+    assert_eq!(st["rules"], 2, "{st}");
+    assert_eq!(st["upcalls"], 0);
+    let reg = mgmt::Registry::new();
+    for col in node::manage::collectors(&n, &c) {
+        reg.add(col);
+    }
+    let text = reg.scrape();
+    assert!(text.contains("\ndpustack_switch_up 1\n"), "{text}");
+    assert!(text.contains("\ndpustack_switch_rules 2\n"), "{text}");
+    assert!(
+        text.contains("\ndpustack_switch_upcalls_total 0\n"),
+        "{text}"
+    );
+    let r = m
+        .call(
+            "dpustack_switch_del_flows",
+            Some(&json!({"flows": "in_port=2"})),
+        )
+        .unwrap();
+    assert_eq!(r, "1 flows deleted, 1 in table");
+    assert_eq!(
+        m.call(
+            "dpustack_switch_add_flows",
+            Some(&json!({"flows": "bogus=1"}))
+        )
+        .unwrap_err()
+        .code,
+        -32603
+    );
+    assert_eq!(
+        m.call("dpustack_switch_add_flows", None).unwrap_err().code,
+        -32602
+    );
+    drop((m, reg));
+    n.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The object engine's request counters: `dpustack_obj_get_stats` and the
+/// metrics count the RPCs a client sent, by opcode.
+#[test]
+fn obj_request_counters() {
+    use mgmt::jsonrpc::Dispatch;
+    let dir = std::env::temp_dir().join(format!("dpustack-node-obj-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut c = node("127.0.4.97");
+    c.cm.enabled = false;
+    c.obj.enabled = true;
+    c.obj.targets = 1;
+    c.obj.listen = format!("127.0.0.1:{port}");
+    c.obj.data_dir = Some(dir.clone());
+    let n = Node::start(&c);
+    assert!(n.obj().is_some(), "{:?}", n.parts());
+    let m = node::manage::NodeMethods::new(&n, &c);
+    let client = obj::client::Client::connect(&c.obj.listen).unwrap();
+    let before = m.call("dpustack_obj_get_stats", None).unwrap();
+    for _ in 0..3 {
+        client.ping(None).unwrap().get().unwrap();
+    }
+    client.pool_list(None).unwrap().get().unwrap();
+    let after = m.call("dpustack_obj_get_stats", None).unwrap();
+    let d = |op: &str| {
+        after["requests"][op].as_u64().unwrap() - before["requests"][op].as_u64().unwrap()
+    };
+    assert_eq!(
+        (d("ping"), d("pool_list"), d("obj_update")),
+        (3, 1, 0),
+        "{after}"
+    );
+    let reg = mgmt::Registry::new();
+    for col in node::manage::collectors(&n, &c) {
+        reg.add(col);
+    }
+    let text = reg.scrape();
+    let want = format!(
+        "dpustack_obj_requests_total{{opcode=\"ping\"}} {}\n",
+        after["requests"]["ping"]
+    );
+    assert!(text.contains(&want), "{want} in\n{text}");
+    drop((client, m, reg));
+    n.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}

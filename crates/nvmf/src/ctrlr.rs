@@ -94,6 +94,41 @@ pub struct Ctrlr {
     aer_outstanding: AtomicU16,
     /// The limits of the transport its admin queue connected over.
     pub limits: TransportLimits,
+    /// The listener its admin queue connected through.
+    pub portid: u16,
+    /// Its connected queues (control path: connect and teardown).
+    qpairs: Mutex<Vec<QpairInfo>>,
+    /// The subsystem as changed while connected (namespaces added or removed
+    /// over the management plane); `subsys` is the one it connected to (same NQN).
+    live: Mutex<Arc<Subsystem>>,
+    /// Bumped on every change of `live`: the I/O path compares it with its
+    /// qpair's cached copy (one atomic load per I/O, no lock).
+    live_gen: AtomicU64,
+    /// NSIDs changed since the host last read the Changed Namespace List.
+    changed_ns: Mutex<Vec<u32>>,
+    /// A Namespace Attribute Changed event waits for an AER.
+    aen_pending: AtomicBool,
+    /// Sent, and the host has not read the log page yet: no new event.
+    aen_masked: AtomicBool,
+}
+
+/// Async Event Config (Set Features 0Bh) bit: Namespace Attribute Notices.
+pub const AEC_NS_ATTR: u32 = 1 << 8;
+/// CQE DW0 of a Namespace Attribute Changed event: type Notice (2), info 0,
+/// log page 04h (Changed Namespace List).
+pub const AEN_NS_ATTR_CHANGED: u32 = 0x2 | (0x04 << 16);
+/// Entries of the Changed Namespace List log page.
+const CHANGED_NS_MAX: usize = 1024;
+
+/// A connected queue of a controller (`nvmf_subsystem_get_qpairs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QpairInfo {
+    pub qid: u16,
+    pub portid: u16,
+    /// The host's address as the transport reports it.
+    pub peer: String,
+    /// The poll group serving it.
+    pub poll_group: usize,
 }
 
 impl Ctrlr {
@@ -108,6 +143,7 @@ impl Ctrlr {
     ) -> Self {
         Ctrlr {
             cntlid,
+            live: Mutex::new(subsys.clone()),
             subsys,
             hostnqn: hostnqn.to_string(),
             hostid,
@@ -124,7 +160,129 @@ impl Ctrlr {
             max_io_queues,
             aer_outstanding: AtomicU16::new(0),
             limits: TransportLimits::default(),
+            portid: 0,
+            qpairs: Mutex::new(Vec::new()),
+            live_gen: AtomicU64::new(0),
+            changed_ns: Mutex::new(Vec::new()),
+            aen_pending: AtomicBool::new(false),
+            aen_masked: AtomicBool::new(false),
         }
+    }
+
+    /// The subsystem as it is now (admin path; takes a lock).
+    pub fn live_subsys(&self) -> Arc<Subsystem> {
+        self.live
+            .lock()
+            .map(|g| g.clone())
+            .unwrap_or_else(|_| self.subsys.clone())
+    }
+    /// Generation of [`Ctrlr::live_subsys`].
+    #[inline]
+    pub fn live_gen(&self) -> u64 {
+        self.live_gen.load(Ordering::Acquire)
+    }
+
+    /// The subsystem changed while connected (management plane): new
+    /// namespaces become visible, removed ones go; the changed NSIDs go to the
+    /// Changed Namespace List and, when the host enabled namespace attribute
+    /// notices, an AEN is raised. Returns the changed NSIDs.
+    pub fn update_subsys(&self, new: Arc<Subsystem>) -> Vec<u32> {
+        let Ok(mut live) = self.live.lock() else {
+            return Vec::new();
+        };
+        let old = std::mem::replace(&mut *live, new.clone());
+        let mut changed: Vec<u32> = Vec::new();
+        for n in old.namespaces() {
+            match new.ns(n.nsid) {
+                Some(m) if Arc::ptr_eq(m, n) => {}
+                _ => changed.push(n.nsid),
+            }
+        }
+        for n in new.namespaces() {
+            if old.ns(n.nsid).is_none() {
+                changed.push(n.nsid);
+            }
+        }
+        self.live_gen.fetch_add(1, Ordering::Release);
+        drop(live);
+        if changed.is_empty() {
+            return changed;
+        }
+        if let Ok(mut l) = self.changed_ns.lock() {
+            for n in &changed {
+                if !l.contains(n) {
+                    l.push(*n);
+                }
+            }
+            l.sort_unstable();
+        }
+        let aec = self.regs.lock().map(|r| r.aec).unwrap_or(0);
+        if aec & AEC_NS_ATTR != 0 && !self.aen_masked.load(Ordering::Acquire) {
+            self.aen_pending.store(true, Ordering::Release);
+        }
+        info!(cntlid = self.cntlid, subnqn = %self.subsys.nqn, ?changed, "namespaces changed while connected");
+        changed
+    }
+
+    /// A pending event for an outstanding AER: its CQE DW0 (the event is then
+    /// masked until the host reads the Changed Namespace List).
+    #[inline]
+    pub fn take_aen(&self) -> Option<u32> {
+        if !self.aen_pending.load(Ordering::Acquire)
+            || !self.aen_pending.swap(false, Ordering::AcqRel)
+        {
+            return None;
+        }
+        self.aen_masked.store(true, Ordering::Release);
+        Some(AEN_NS_ATTR_CHANGED)
+    }
+
+    /// The Changed Namespace List log page (4 KiB of NSIDs; `0xffffffff` first
+    /// when more than 1024 changed); cleared and the event unmasked unless
+    /// `retain` (RAE).
+    fn changed_ns_log(&self, retain: bool) -> Vec<u8> {
+        let mut page = vec![0u8; CHANGED_NS_MAX * 4];
+        let Ok(mut l) = self.changed_ns.lock() else {
+            return page;
+        };
+        if l.len() > CHANGED_NS_MAX {
+            page[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        } else {
+            for (i, n) in l.iter().enumerate() {
+                page[i * 4..i * 4 + 4].copy_from_slice(&n.to_le_bytes());
+            }
+        }
+        if !retain {
+            l.clear();
+            self.aen_masked.store(false, Ordering::Release);
+        }
+        page
+    }
+
+    /// The listener its admin queue connected through.
+    pub fn with_portid(mut self, portid: u16) -> Self {
+        self.portid = portid;
+        self
+    }
+    /// A queue connected.
+    pub fn qpair_connected(&self, q: QpairInfo) {
+        if let Ok(mut g) = self.qpairs.lock() {
+            g.push(q);
+        }
+    }
+    /// Queue `qid` went away.
+    pub fn qpair_gone(&self, qid: u16) {
+        if let Ok(mut g) = self.qpairs.lock() {
+            g.retain(|q| q.qid != qid);
+        }
+    }
+    /// Its connected queues.
+    pub fn qpairs(&self) -> Vec<QpairInfo> {
+        self.qpairs.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+    /// Outstanding Async Event Requests.
+    pub fn aers_outstanding(&self) -> u16 {
+        self.aer_outstanding.load(Ordering::Relaxed)
     }
 
     /// The transport's limits (Identify MDTS/IOCCSZ, largest log page read).
@@ -387,11 +545,12 @@ impl Ctrlr {
                         Status::generic(GenericStatus::InvalidNamespaceOrFormat).with_dnr(true),
                     );
                 }
-                match self.subsys.ns(nsid) {
+                let sub = self.live_subsys();
+                match sub.ns(nsid) {
                     Some(ns) if cns == Cns::Namespace => ok(ns.identify().as_bytes()),
                     Some(ns) => ok(&ns.id_descriptors()[..]),
                     // a valid but inactive NSID: zeroed data
-                    None if cns == Cns::Namespace && nsid <= self.subsys.max_namespaces => {
+                    None if cns == Cns::Namespace && nsid <= sub.max_namespaces => {
                         ok(&[0; IDENTIFY_LEN])
                     }
                     None => done(
@@ -408,7 +567,7 @@ impl Ctrlr {
                         Status::generic(GenericStatus::InvalidNamespaceOrFormat).with_dnr(true),
                     );
                 }
-                ok(ActiveNsList::new(self.subsys.nsids(), nsid).as_bytes())
+                ok(ActiveNsList::new(self.live_subsys().nsids(), nsid).as_bytes())
             }
             _ => done(Status::generic(GenericStatus::InvalidField).with_dnr(true)),
         }
@@ -432,6 +591,10 @@ impl Ctrlr {
             }
             .to_bytes()
             .to_vec(),
+            (LogPageId::ChangedNsList, false) => {
+                // RAE: CDW10 bit 15
+                self.changed_ns_log(sqe.cdw10() & (1 << 15) != 0)
+            }
             (LogPageId::FirmwareSlot, false) => {
                 firmware_slot_log(1, &[env!("CARGO_PKG_VERSION")]).to_vec()
             }

@@ -15,7 +15,9 @@
 //!
 //! NVMe/RDMA over the `verbs` soft RoCE provider and the `cm` crate is [`rdma`]
 //! (feature `rdma`). Does not: authentication (DH-HMAC-CHAP), TLS, reservations,
-//! ANA, namespace management at run time.
+//! ANA, the Namespace Management command (namespaces change at run time through
+//! the management plane: [`Tgt::replace_subsystem`], with the Namespace Attribute
+//! Changed AEN). I/O statistics for the management plane: [`stats`].
 //!
 //! Depends on `wire` (NVMe/TCP PDUs), `nvme` (SQE/CQE/status), `bdev`. The socket
 //! glue (the TCP driver, poll groups, host library, perf) is behind the default
@@ -37,6 +39,7 @@ pub mod poll_group;
 pub mod qpair;
 #[cfg(feature = "rdma")]
 pub mod rdma;
+pub mod stats;
 pub mod subsystem;
 pub mod tcp;
 pub mod tgt;

@@ -32,6 +32,7 @@ pub struct NvmfServer {
     addrs: Vec<SocketAddr>,
     trids: Vec<TransportId>,
     listen_tx: Sender<ListenRequest>,
+    trtype: nvme::log::TrType,
 }
 
 /// A listener to add while serving, with where to send the bound trid.
@@ -42,9 +43,15 @@ type ListenRequest = (Listen, Sender<io::Result<TransportId>>);
 #[derive(Debug, Clone)]
 pub struct ListenerHandle {
     tx: Sender<ListenRequest>,
+    trtype: nvme::log::TrType,
 }
 
 impl ListenerHandle {
+    /// The server's transport type.
+    pub fn trtype(&self) -> nvme::log::TrType {
+        self.trtype
+    }
+
     /// Binds `l` on the server's transport and registers it with the target;
     /// returns the bound trid (port 0 resolved).
     pub fn add(&self, l: Listen) -> io::Result<TransportId> {
@@ -132,7 +139,14 @@ impl NvmfServer {
         let mut threads = Vec::new();
         let mut txs = Vec::new();
         let event_driven = tgt.params.idle_spins == 0;
+        let trtype = transport.trtype();
+        let trname = match trtype {
+            nvme::log::TrType::Rdma => "RDMA",
+            _ => "TCP",
+        };
         for i in 0..poll_groups.max(1) {
+            let pg = Arc::new(crate::stats::PollGroupStats::new(i, trname));
+            tgt.register_poll_group(pg.clone());
             let (tx, rx) = channel::<NewQpair<T::Qpair>>();
             txs.push(tx);
             let (tgt, stop) = (tgt.clone(), stop.clone());
@@ -140,7 +154,7 @@ impl NvmfServer {
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("nvmf-pg{i}"))
-                    .spawn(move || poll_group_loop(i, tgt, group, rx, stop))?,
+                    .spawn(move || poll_group_loop(pg, tgt, group, rx, stop))?,
             );
         }
         let stop2 = stop.clone();
@@ -158,6 +172,7 @@ impl NvmfServer {
             addrs,
             trids,
             listen_tx,
+            trtype,
         })
     }
 
@@ -176,6 +191,7 @@ impl NvmfServer {
     pub fn listener_handle(&self) -> ListenerHandle {
         ListenerHandle {
             tx: self.listen_tx.clone(),
+            trtype: self.trtype,
         }
     }
 
@@ -234,7 +250,7 @@ fn acceptor<T: Transport>(
 }
 
 fn poll_group_loop<G: TransportPollGroup>(
-    id: usize,
+    pg: Arc<crate::stats::PollGroupStats>,
     tgt: Arc<Tgt>,
     mut group: G,
     rx: Receiver<NewQpair<G::Qpair>>,
@@ -246,12 +262,15 @@ fn poll_group_loop<G: TransportPollGroup>(
     let mut passes = 0u32;
     let mut slept = false;
     let event_mode = tgt.params.idle_spins == 0;
+    let id = pg.id;
     debug!(id, "poll group started");
     while !stop.load(Ordering::Relaxed) {
         let mut progress = false;
         while let Ok((tq, portid)) = rx.try_recv() {
             let peer = tq.peer();
-            qpairs.push(Qpair::new(tq, portid, peer));
+            let mut qp = Qpair::new(tq, portid, peer);
+            qp.set_group(pg.clone());
+            qpairs.push(qp);
             progress = true;
         }
         // reading the clock can be a syscall (an emulated HPET, say): not every pass

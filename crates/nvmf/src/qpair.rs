@@ -6,13 +6,15 @@
 //! the qpair, its own bdev channels and atomics of its controller.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bdev::{BdevIo, IoBuf, IoChannel, IoType};
 use nvme::status::{GenericStatus, MediaStatus};
 use nvme::{Cqe, FabricsType, IoOpcode, Sct, Sqe, Status};
 use tracing::{debug, info, warn};
 
-use crate::ctrlr::{AdminOutcome, Ctrlr};
+use crate::ctrlr::{AdminOutcome, Ctrlr, QpairInfo};
+use crate::stats::{IoClass, IoStatsCell, PollGroupStats};
 use crate::subsystem::Namespace;
 use crate::tgt::Tgt;
 use crate::transport::{QpairEvent, Request, TransportQpair};
@@ -34,7 +36,14 @@ enum IoKind {
 struct IoCtx {
     cid: u16,
     kind: IoKind,
+    /// Index into `channels` (counters of its namespace).
+    ch: usize,
+    /// Submit time, when I/O stats are on.
+    t0: Option<Instant>,
 }
+
+/// (nsid, bdev channel, counters when I/O stats are on).
+type NsChannel = (u32, Box<dyn IoChannel>, Option<Arc<IoStatsCell>>);
 
 /// Counters of a qpair.
 #[derive(Debug, Default, Clone, Copy)]
@@ -58,7 +67,16 @@ pub struct Qpair<Q: TransportQpair> {
     sqhd: u16,
     sqflow_disabled: bool,
     aers: Vec<u16>,
-    channels: Vec<(u32, Box<dyn IoChannel>)>,
+    /// (nsid, bdev channel, this qpair's counters on the namespace when I/O
+    /// stats were on at open).
+    channels: Vec<NsChannel>,
+    group: Option<Arc<PollGroupStats>>,
+    /// The controller's subsystem as of generation `.0` (namespaces may change
+    /// while connected; refreshed when the controller's generation moves).
+    subsys_cache: Option<(u64, Arc<crate::subsystem::Subsystem>)>,
+    /// One clock read per batch (a `process_events` or `poll_bdev` call) for
+    /// the I/O stats' latency, taken at the batch's first timed I/O.
+    batch_now: Option<Instant>,
     ios: Vec<Option<IoCtx>>,
     free_ios: Vec<usize>,
     busy: std::collections::VecDeque<(u32, BdevIo)>,
@@ -102,6 +120,9 @@ impl<Q: TransportQpair> Qpair<Q> {
             sqflow_disabled: false,
             aers: Vec::new(),
             channels: Vec::new(),
+            group: None,
+            batch_now: None,
+            subsys_cache: None,
             ios: Vec::new(),
             free_ios: Vec::new(),
             busy: Default::default(),
@@ -111,6 +132,11 @@ impl<Q: TransportQpair> Qpair<Q> {
             stats: QpairStats::default(),
             peer,
         }
+    }
+
+    /// Counts this qpair's connects and completions in its poll group's stats.
+    pub fn set_group(&mut self, g: Arc<PollGroupStats>) {
+        self.group = Some(g);
     }
 
     /// The transport side.
@@ -146,6 +172,7 @@ impl<Q: TransportQpair> Qpair<Q> {
     /// Drains transport events and executes commands. Returns whether anything happened.
     pub fn process_events(&mut self, tgt: &Tgt) -> bool {
         let mut progress = false;
+        self.batch_now = None;
         while let Some(ev) = self.tq.poll_event() {
             progress = true;
             match ev {
@@ -163,7 +190,26 @@ impl<Q: TransportQpair> Qpair<Q> {
                 }
             }
         }
+        progress |= self.deliver_aen();
         progress
+    }
+
+    /// Completes a held AER with the controller's pending event (admin queue).
+    fn deliver_aen(&mut self) -> bool {
+        if self.qid != 0 || self.aers.is_empty() {
+            return false;
+        }
+        let Some(c) = self.ctrlr.clone() else {
+            return false;
+        };
+        let Some(dw0) = c.take_aen() else {
+            return false;
+        };
+        let cid = self.aers.remove(0);
+        c.aer_done();
+        debug!(cntlid = c.cntlid, cid, dw0, "async event");
+        self.respond(cid, Status::SUCCESS, dw0 as u64, no_data());
+        true
     }
 
     /// Checks the controller's health (keep-alive on the admin queue).
@@ -184,6 +230,11 @@ impl<Q: TransportQpair> Qpair<Q> {
         if let Some(c) = self.ctrlr.take() {
             for _ in self.aers.drain(..) {
                 c.aer_done();
+            }
+            c.qpair_gone(self.qid);
+            if let Some(g) = &self.group {
+                g.disconnected(self.qid == 0);
+                g.ios_dropped(self.in_flight() as u64);
             }
             if self.qid == 0 {
                 c.fail("admin queue disconnected");
@@ -258,7 +309,7 @@ impl<Q: TransportQpair> Qpair<Q> {
             self.tq.put_buf(req.data);
             return;
         }
-        self.exec_io(ctrlr, sqe, req);
+        self.exec_io(ctrlr, sqe, req, tgt.io_stats());
     }
 
     fn connect(&mut self, tgt: &Tgt, sqe: &Sqe, req: Request) {
@@ -280,6 +331,15 @@ impl<Q: TransportQpair> Qpair<Q> {
                 self.sqflow_disabled = c.sqflow_disabled;
                 self.tq.connected(c.sqflow_disabled);
                 let cntlid = c.ctrlr.cntlid;
+                c.ctrlr.qpair_connected(QpairInfo {
+                    qid: c.qid,
+                    portid: self.portid,
+                    peer: self.peer.clone(),
+                    poll_group: self.group.as_ref().map_or(0, |g| g.id),
+                });
+                if let Some(g) = &self.group {
+                    g.connected(c.qid == 0);
+                }
                 debug!(peer = %self.peer, cntlid, qid = c.qid, sqsize = c.sqsize, "queue connected");
                 self.ctrlr = Some(c.ctrlr);
                 self.respond(cid, Status::SUCCESS, cntlid as u64, no_data());
@@ -292,13 +352,14 @@ impl<Q: TransportQpair> Qpair<Q> {
         self.tq.put_buf(req.data);
     }
 
-    fn channel(&mut self, ns: &Namespace) -> Option<usize> {
-        if let Some(i) = self.channels.iter().position(|(n, _)| *n == ns.nsid) {
+    fn channel(&mut self, ns: &Namespace, io_stats: bool) -> Option<usize> {
+        if let Some(i) = self.channels.iter().position(|(n, ..)| *n == ns.nsid) {
             return Some(i);
         }
         match ns.bdev.open_channel() {
             Ok(ch) => {
-                self.channels.push((ns.nsid, ch));
+                let cell = io_stats.then(|| ns.stats.register());
+                self.channels.push((ns.nsid, ch, cell));
                 Some(self.channels.len() - 1)
             }
             Err(e) => {
@@ -314,8 +375,15 @@ impl<Q: TransportQpair> Qpair<Q> {
         v
     }
 
-    fn alloc_io(&mut self, cid: u16, kind: IoKind) -> u64 {
-        let ctx = IoCtx { cid, kind };
+    fn alloc_io(&mut self, cid: u16, kind: IoKind, ch: usize) -> u64 {
+        let t0 = match self.channels[ch].2 {
+            Some(_) => Some(*self.batch_now.get_or_insert_with(Instant::now)),
+            None => None,
+        };
+        if let Some(g) = &self.group {
+            g.io_submitted();
+        }
+        let ctx = IoCtx { cid, kind, ch, t0 };
         if let Some(i) = self.free_ios.pop() {
             self.ios[i] = Some(ctx);
             i as u64
@@ -343,7 +411,7 @@ impl<Q: TransportQpair> Qpair<Q> {
         }
     }
 
-    fn exec_io(&mut self, ctrlr: Arc<Ctrlr>, sqe: Sqe, req: Request) {
+    fn exec_io(&mut self, ctrlr: Arc<Ctrlr>, sqe: Sqe, req: Request, io_stats: bool) {
         let cid = sqe.cid();
         if !ctrlr.is_ready() {
             self.respond(cid, st(GenericStatus::CommandSequenceError), 0, no_data());
@@ -366,7 +434,16 @@ impl<Q: TransportQpair> Qpair<Q> {
             self.respond(cid, Status::SUCCESS, 0, no_data());
             return;
         }
-        let Some(ns) = ctrlr.subsys.ns(nsid).cloned() else {
+        let gen = ctrlr.live_gen();
+        if self.subsys_cache.as_ref().is_none_or(|(g, _)| *g != gen) {
+            self.subsys_cache = Some((gen, ctrlr.live_subsys()));
+        }
+        let Some(ns) = self
+            .subsys_cache
+            .as_ref()
+            .and_then(|(_, s)| s.ns(nsid))
+            .cloned()
+        else {
             self.fail(
                 cid,
                 st(GenericStatus::InvalidNamespaceOrFormat).with_dnr(true),
@@ -378,7 +455,7 @@ impl<Q: TransportQpair> Qpair<Q> {
         let nlb = sqe.num_blocks() as u64;
         let slba = sqe.slba();
         let in_range = |n: u64| slba.checked_add(n).is_some_and(|e| e <= ns.num_blocks());
-        let Some(ch) = self.channel(&ns) else {
+        let Some(ch) = self.channel(&ns, io_stats) else {
             self.respond(cid, st(GenericStatus::InternalError), 0, no_data());
             self.tq.put_buf(req.data);
             return;
@@ -414,7 +491,7 @@ impl<Q: TransportQpair> Qpair<Q> {
                 } else {
                     IoKind::Compare(req.data)
                 };
-                let ctx = self.alloc_io(cid, kind);
+                let ctx = self.alloc_io(cid, kind, ch);
                 let iov = self.iov(buf);
                 self.submit(ch, BdevIo::read(slba, nlb, iov, ctx));
             }
@@ -435,7 +512,7 @@ impl<Q: TransportQpair> Qpair<Q> {
                     );
                     return;
                 }
-                let ctx = self.alloc_io(cid, IoKind::Write);
+                let ctx = self.alloc_io(cid, IoKind::Write, ch);
                 let iov = self.iov(req.data);
                 self.submit(ch, BdevIo::write(slba, nlb, iov, ctx));
             }
@@ -446,6 +523,7 @@ impl<Q: TransportQpair> Qpair<Q> {
                         left: 1,
                         failed: false,
                     },
+                    ch,
                 );
                 self.submit(ch, BdevIo::flush(ctx));
             }
@@ -474,6 +552,7 @@ impl<Q: TransportQpair> Qpair<Q> {
                         left: 1,
                         failed: false,
                     },
+                    ch,
                 );
                 self.submit(ch, BdevIo::write_zeroes(slba, nlb, ctx));
             }
@@ -527,6 +606,7 @@ impl<Q: TransportQpair> Qpair<Q> {
                         left: ranges.len() as u32,
                         failed: false,
                     },
+                    ch,
                 );
                 for (s, l) in ranges {
                     self.submit(ch, BdevIo::unmap(s, l, ctx));
@@ -546,9 +626,10 @@ impl<Q: TransportQpair> Qpair<Q> {
     /// Polls the bdev channels and completes finished commands.
     pub fn poll_bdev(&mut self) -> bool {
         let mut progress = false;
+        self.batch_now = None;
         // resubmit what a full channel handed back
         while let Some((nsid, io)) = self.busy.pop_front() {
-            let Some(ch) = self.channels.iter().position(|(n, _)| *n == nsid) else {
+            let Some(ch) = self.channels.iter().position(|(n, ..)| *n == nsid) else {
                 continue;
             };
             if let Err(rej) = self.channels[ch].1.submit(io) {
@@ -563,7 +644,7 @@ impl<Q: TransportQpair> Qpair<Q> {
             progress = true;
         }
         let mut done = std::mem::take(&mut self.done);
-        for (_, ch) in self.channels.iter_mut() {
+        for (_, ch, _) in self.channels.iter_mut() {
             if ch.in_flight() > 0 {
                 ch.poll(&mut done);
             }
@@ -599,6 +680,19 @@ impl<Q: TransportQpair> Qpair<Q> {
             self.iov_pool.push(std::mem::take(&mut io.bufs));
         }
         let cid = ctx.cid;
+        if let Some(g) = &self.group {
+            g.io_completed();
+        }
+        if let (Some(t0), Some((_, _, Some(cell)))) = (ctx.t0, self.channels.get(ctx.ch)) {
+            let class = match ctx.kind {
+                IoKind::Read => IoClass::Read,
+                IoKind::Write => IoClass::Write,
+                _ => IoClass::Other,
+            };
+            let now = *self.batch_now.get_or_insert_with(Instant::now);
+            let ns = now.saturating_duration_since(t0).as_nanos() as u64;
+            cell.record(class, buf.len() as u64, ok, ns);
+        }
         match ctx.kind {
             IoKind::Read => {
                 if ok {
@@ -774,6 +868,96 @@ mod tests {
         assert_eq!(t.ctrlr_count(), 0);
         io.q.check_timers(0);
         assert!(io.q.is_closing());
+    }
+
+    /// A namespace added (and one removed) while a host is connected: the held
+    /// AER completes with Namespace Attribute Changed (log page 04h), the
+    /// Changed Namespace List names the NSID once, the active list and the
+    /// connected I/O queue see the change.
+    #[test]
+    fn namespace_changes_while_connected_raise_an_aen() {
+        use crate::ctrlr::AEN_NS_ATTR_CHANGED;
+        let t = tgt();
+        let mut admin = Link::new();
+        admin.step(&t);
+        let cntlid = connect(&mut admin, &t, 0, 0xffff).connect_cntlid();
+        admin.exec(
+            &t,
+            Sqe::property_set(4, 0x14, false, 1 | (6 << 16) | (4 << 20)),
+            &[],
+            0,
+        );
+        let mut aec = Sqe::admin(AdminOpcode::SetFeatures, 5, 0);
+        aec.set_cdw10(0x0b);
+        aec.set_cdw11(1 << 8);
+        assert!(admin.exec(&t, aec, &[], 0).0.status().is_success());
+        let mut io = Link::new();
+        io.step(&t);
+        assert!(connect(&mut io, &t, 1, cntlid).status().is_success());
+        let aer = |l: &mut Link, cid| {
+            l.h.submit(
+                Sqe::admin(AdminOpcode::AsyncEventRequest, cid, 0),
+                &[],
+                0,
+                0,
+            )
+            .unwrap();
+        };
+        aer(&mut admin, 20);
+        admin.step(&t);
+        assert!(admin.h.poll_event().is_none(), "no event yet");
+        // NSID 2 is not there yet
+        let (c, _) = io.exec(&t, Sqe::rw(IoOpcode::Read, 6, 2, 0, 1), &[], 512);
+        assert!(c
+            .status()
+            .is_generic(nvme::status::GenericStatus::InvalidNamespaceOrFormat));
+        let mut s = (*t.subsystem(NQN).unwrap()).clone();
+        let m = bdev::malloc::MallocBdev::new("m2", 64, 512).unwrap();
+        s.add_ns(2, std::sync::Arc::new(m), None).unwrap();
+        assert!(t.replace_subsystem(s));
+        admin.step(&t);
+        let ev = loop {
+            match admin.h.poll_event() {
+                Some(HostEvent::Completion { cqe, .. }) => break cqe,
+                Some(_) => continue,
+                None => panic!("the AER did not complete"),
+            }
+        };
+        assert_eq!(ev.cid(), 20);
+        assert_eq!(ev.dw0(), AEN_NS_ATTR_CHANGED);
+        let log = |l: &mut Link, cid| {
+            let mut g = Sqe::admin(AdminOpcode::GetLogPage, cid, 0);
+            g.set_cdw10(0x04 | ((4096 / 4 - 1) << 16));
+            let (c, d) = l.exec(&t, g, &[], 4096);
+            assert!(c.status().is_success());
+            let n =
+                |i: usize| u32::from_le_bytes([d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]]);
+            (n(0), n(1))
+        };
+        assert_eq!(log(&mut admin, 21), (2, 0));
+        assert_eq!(log(&mut admin, 22), (0, 0), "read clears the list");
+        let mut id = Sqe::admin(AdminOpcode::Identify, 23, 0);
+        id.set_cdw10(2);
+        let (_, d) = admin.exec(&t, id, &[], 4096);
+        assert_eq!(&d[..8], &[1, 0, 0, 0, 2, 0, 0, 0]);
+        // the connected I/O queue reads the new namespace
+        let (c, _) = io.exec(&t, Sqe::rw(IoOpcode::Read, 7, 2, 0, 1), &[], 512);
+        assert!(c.status().is_success());
+        // removal: another event, and NSID 1 is gone for the I/O queue
+        aer(&mut admin, 24);
+        let mut s = (*t.subsystem(NQN).unwrap()).clone();
+        assert!(s.remove_ns(1));
+        t.replace_subsystem(s);
+        admin.step(&t);
+        let got = std::iter::from_fn(|| admin.h.poll_event()).any(|e| {
+            matches!(e, HostEvent::Completion { cqe, .. } if cqe.cid() == 24 && cqe.dw0() == AEN_NS_ATTR_CHANGED)
+        });
+        assert!(got, "no AEN for the removal");
+        assert_eq!(log(&mut admin, 25), (1, 0));
+        let (c, _) = io.exec(&t, Sqe::rw(IoOpcode::Read, 8, 1, 0, 1), &[], 512);
+        assert!(c
+            .status()
+            .is_generic(nvme::status::GenericStatus::InvalidNamespaceOrFormat));
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Subsystems and their namespaces (SPDK `spdk_nvmf_subsystem`, `spdk_nvmf_ns`).
 //!
-//! A subsystem is built (namespaces, hosts) before the target starts serving and
-//! is immutable afterwards, so poll groups read it through an `Arc` without locks.
+//! A subsystem is immutable once shared, so poll groups read it through an `Arc`
+//! without locks; a change at run time (management plane) is a changed copy that
+//! `Tgt::replace_subsystem` swaps in and hands to the connected controllers (each
+//! qpair refreshes its cached `Arc` when the controller's generation moves).
 
 use std::sync::Arc;
 
@@ -26,6 +28,9 @@ pub struct Namespace {
     pub uuid: [u8; 16],
     pub nguid: [u8; 16],
     pub eui64: [u8; 8],
+    /// I/O counters of every qpair on this namespace (shared by the copies of a
+    /// subsystem changed at run time).
+    pub stats: crate::stats::IoStatsRegistry,
 }
 
 impl std::fmt::Debug for Namespace {
@@ -96,6 +101,10 @@ pub struct Subsystem {
     pub allow_any_host: bool,
     pub hosts: Vec<String>,
     pub max_namespaces: u32,
+    /// The listeners (trids) hosts may connect to this subsystem through; `None`
+    /// = every listener of the target (target files, quick targets). Subsystems
+    /// made over JSON-RPC start with an empty list, as SPDK's.
+    pub listeners: Option<Vec<crate::transport::TransportId>>,
     namespaces: Vec<Arc<Namespace>>,
 }
 
@@ -120,6 +129,7 @@ impl Subsystem {
             allow_any_host: true,
             hosts: Vec::new(),
             max_namespaces: 32,
+            listeners: None,
             namespaces: Vec::new(),
         })
     }
@@ -134,6 +144,7 @@ impl Subsystem {
             allow_any_host: true,
             hosts: Vec::new(),
             max_namespaces: 0,
+            listeners: None,
             namespaces: Vec::new(),
         }
     }
@@ -172,6 +183,7 @@ impl Subsystem {
             uuid,
             nguid,
             eui64,
+            stats: Default::default(),
         }));
         self.namespaces.sort_by_key(|n| n.nsid);
         Ok(nsid)
@@ -188,6 +200,22 @@ impl Subsystem {
         let n = self.namespaces.len();
         self.namespaces.retain(|x| x.nsid != nsid);
         n != self.namespaces.len()
+    }
+
+    /// Removes a host NQN; `false` if it was not allowed.
+    pub fn remove_host(&mut self, hostnqn: &str) -> bool {
+        let n = self.hosts.len();
+        self.hosts.retain(|h| h != hostnqn);
+        n != self.hosts.len()
+    }
+
+    /// May a host connect through listener `trid`?
+    pub fn listener_allowed(&self, trid: &crate::transport::TransportId) -> bool {
+        self.subtype == SubsystemType::Discovery
+            || self
+                .listeners
+                .as_ref()
+                .is_none_or(|l| l.iter().any(|t| t == trid))
     }
 
     pub fn host_allowed(&self, hostnqn: &str) -> bool {

@@ -1,7 +1,7 @@
 //! The target (SPDK `spdk_nvmf_tgt`): subsystems, listeners, the controller
 //! registry (dynamic cntlid), Fabrics Connect, and the discovery log page.
 
-use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
@@ -87,14 +87,17 @@ fn refuse_data(field_off: u32) -> ConnectRefused {
 #[derive(Debug)]
 pub struct Tgt {
     pub params: TgtParams,
-    /// Copy-on-write at run time (management plane): a change swaps an `Arc`;
-    /// controllers keep the subsystem they connected to.
+    /// Copy-on-write at run time (management plane): a change swaps an `Arc`
+    /// and hands it to the connected controllers (`Ctrlr::update_subsys`).
     subsystems: RwLock<Vec<Arc<Subsystem>>>,
     listeners: Mutex<Vec<Listener>>,
     ctrlrs: Mutex<Vec<Arc<Ctrlr>>>,
     next_cntlid: AtomicU16,
     genctr: AtomicU64,
     epoch: Instant,
+    /// Count I/O per namespace (and time it) on qpairs opened from now on.
+    io_stats: AtomicBool,
+    poll_groups: Mutex<Vec<Arc<crate::stats::PollGroupStats>>>,
 }
 
 impl Tgt {
@@ -108,6 +111,8 @@ impl Tgt {
             next_cntlid: AtomicU16::new(1),
             genctr: AtomicU64::new(0),
             epoch: Instant::now(),
+            io_stats: AtomicBool::new(false),
+            poll_groups: Mutex::new(Vec::new()),
         }
     }
 
@@ -132,19 +137,29 @@ impl Tgt {
     }
 
     /// Replaces the subsystem of the same NQN (a changed copy); new connections
-    /// see the new one, connected controllers keep theirs. `false` if absent.
+    /// get the new one, connected controllers see its namespaces too (added
+    /// ones with a Namespace Attribute Changed AEN and the Changed Namespace
+    /// List, as SPDK). `false` if absent.
     pub fn replace_subsystem(&self, s: Subsystem) -> bool {
-        let Ok(mut subs) = self.subsystems.write() else {
-            return false;
+        let new = {
+            let Ok(mut subs) = self.subsystems.write() else {
+                return false;
+            };
+            let Some(slot) = subs
+                .iter_mut()
+                .find(|x| x.nqn == s.nqn && x.subtype == SubsystemType::Nvme)
+            else {
+                return false;
+            };
+            *slot = Arc::new(s);
+            self.genctr.fetch_add(1, Ordering::Relaxed);
+            slot.clone()
         };
-        let Some(slot) = subs
-            .iter_mut()
-            .find(|x| x.nqn == s.nqn && x.subtype == SubsystemType::Nvme)
-        else {
-            return false;
-        };
-        *slot = Arc::new(s);
-        self.genctr.fetch_add(1, Ordering::Relaxed);
+        for c in self.ctrlrs() {
+            if c.subsys.nqn == new.nqn {
+                c.update_subsys(new.clone());
+            }
+        }
         true
     }
 
@@ -215,6 +230,65 @@ impl Tgt {
             })
     }
 
+    /// Turns per-namespace I/O counters and latency histograms on or off for
+    /// qpairs that open a namespace from now on (metrics, `bdev_get_iostat`).
+    pub fn set_io_stats(&self, on: bool) {
+        self.io_stats.store(on, Ordering::Relaxed);
+    }
+    pub fn io_stats(&self) -> bool {
+        self.io_stats.load(Ordering::Relaxed)
+    }
+    /// Registers a poll group's counters (its thread calls this once).
+    pub fn register_poll_group(&self, s: Arc<crate::stats::PollGroupStats>) {
+        if let Ok(mut g) = self.poll_groups.lock() {
+            g.push(s);
+        }
+    }
+    /// The poll groups' counters, in start order.
+    pub fn poll_group_stats(&self) -> Vec<Arc<crate::stats::PollGroupStats>> {
+        self.poll_groups
+            .lock()
+            .map(|g| g.clone())
+            .unwrap_or_default()
+    }
+    /// Live controllers (admin queue connected).
+    pub fn ctrlrs(&self) -> Vec<Arc<Ctrlr>> {
+        self.ctrlrs.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+    /// Fails (disconnects) the controllers of `subnqn` that `pred` selects;
+    /// returns how many.
+    pub fn disconnect(&self, subnqn: &str, why: &str, pred: impl Fn(&Ctrlr) -> bool) -> usize {
+        let mut n = 0;
+        for c in self.ctrlrs() {
+            if c.subsys.nqn == subnqn && pred(&c) {
+                c.fail(why);
+                n += 1;
+            }
+        }
+        n
+    }
+    /// Unregisters listener `trid` (the socket stays bound: the transport has no
+    /// stop-listen; no subsystem accepts connections through it any more unless
+    /// it is registered again). Returns whether it was registered.
+    pub fn remove_listener(&self, trid: &TransportId) -> bool {
+        let Ok(mut l) = self.listeners.lock() else {
+            return false;
+        };
+        let n = l.len();
+        l.retain(|x| &x.trid != trid);
+        self.genctr.fetch_add(1, Ordering::Relaxed);
+        n != l.len()
+    }
+    /// The trid of listener `portid`.
+    pub fn listener_trid(&self, portid: u16) -> Option<TransportId> {
+        self.listeners
+            .lock()
+            .ok()?
+            .iter()
+            .find(|l| l.portid == portid)
+            .map(|l| l.trid.clone())
+    }
+
     /// Milliseconds since the target was created (the time base of keep-alive).
     pub fn now_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
@@ -234,7 +308,10 @@ impl Tgt {
             if !s.host_allowed(hostnqn) {
                 continue;
             }
-            for l in listeners.iter().filter(|l| !l.discovery_only) {
+            for l in listeners
+                .iter()
+                .filter(|l| !l.discovery_only && s.listener_allowed(&l.trid))
+            {
                 let mut e = l.entry.clone();
                 e.subtype = SubType::Nvme;
                 e.subnqn = s.nqn.clone();
@@ -283,6 +360,12 @@ impl Tgt {
             warn!(subnqn, "connect: NVM subsystem on the discovery-only port");
             return Err(refuse_data(256));
         }
+        if let Some(trid) = self.listener_trid(portid) {
+            if !subsys.listener_allowed(&trid) {
+                warn!(subnqn, trid = %trid.uri(), "connect: subsystem does not listen here");
+                return Err(refuse_data(256));
+            }
+        }
         if hostnqn.is_empty() {
             return Err(refuse_data(512));
         }
@@ -322,7 +405,8 @@ impl Tgt {
                     },
                     self.now_ms(),
                 )
-                .with_limits(limits),
+                .with_limits(limits)
+                .with_portid(portid),
             );
             reg.push(ctrlr.clone());
             info!(

@@ -198,6 +198,19 @@ pub fn handle(req: &str, table: &mut FlowTable, dp: &mut Datapath, now: u64) -> 
                     }
                 )
             }
+            "stats" => {
+                // `key value` lines (the management plane's metrics and RPC)
+                let st = dp.stats;
+                format!(
+                    "emc_hits {}\nmegaflow_hits {}\nupcalls {}\nsubtable_probes {}\nmegaflows {}\nrules {}\n",
+                    st.emc_hits,
+                    st.megaflow_hits,
+                    st.upcalls,
+                    st.subtable_probes,
+                    dp.n_flows(),
+                    table.len()
+                )
+            }
             "stop" => {
                 stop = true;
                 "stopping\n".to_string()
@@ -240,6 +253,11 @@ mod tests {
         let (r, stop) = handle("dump-flows\n", &mut t, &mut dp, 2);
         assert!(!stop);
         assert!(r.starts_with("OK\n") && r.contains("actions:3"), "{r}");
+        let (r, _) = handle("stats\n", &mut t, &mut dp, 2);
+        assert!(
+            r.contains("upcalls 1\n") && r.contains("megaflows 1\nrules 2\n"),
+            "{r}"
+        );
         let (r, _) = handle("dump-rules\n", &mut t, &mut dp, 2);
         assert!(r.contains("n_packets=1, n_bytes=118"), "{r}");
         let (r, _) = handle(

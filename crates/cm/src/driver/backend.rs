@@ -83,6 +83,8 @@ pub(crate) trait CmBackend: Send {
 
     // ---- the device
     fn stats(&self) -> CmStats;
+    /// The live cm_ids (management plane).
+    fn ids(&self) -> Vec<crate::IdInfo>;
     fn is_removed(&self) -> bool;
     /// The device's address went away or changed: ADDR_CHANGE to its ids.
     fn addr_change(&mut self, ip: IpAddr);

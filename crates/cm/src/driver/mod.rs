@@ -372,6 +372,11 @@ impl CmDevice {
         self.dev.lock().stats()
     }
 
+    /// The live cm_ids with their states.
+    pub fn ids(&self) -> Vec<crate::IdInfo> {
+        self.dev.lock().ids()
+    }
+
     /// Whether the device was removed ([`CmDevice::close`], or its interface deleted).
     pub fn is_removed(&self) -> bool {
         self.dev.lock().is_removed()

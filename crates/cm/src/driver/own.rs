@@ -292,6 +292,9 @@ impl CmBackend for OwnCm {
     fn stats(&self) -> CmStats {
         self.ep.stats
     }
+    fn ids(&self) -> Vec<crate::IdInfo> {
+        self.ep.ids()
+    }
     fn is_removed(&self) -> bool {
         self.ep.is_removed()
     }

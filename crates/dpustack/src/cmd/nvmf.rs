@@ -303,7 +303,7 @@ fn start_rdma_server(a: &ServeArgs) -> Result<NvmfServer> {
         .context("starting the NVMe/RDMA target")
 }
 
-fn serve(a: ServeArgs, _cfg: &Config) -> Result<()> {
+fn serve(a: ServeArgs, cfg: &Config) -> Result<()> {
     let srv = start_server(&a)?;
     let kinds: Vec<(String, mgmt::methods::BdevKind)> = match &a.target_config {
         Some(p) if !a.empty && a.rpc.json.is_none() => TargetFile::load(p)?
@@ -313,7 +313,7 @@ fn serve(a: ServeArgs, _cfg: &Config) -> Result<()> {
             .collect(),
         _ => vec![("bdev0".into(), crate::cmd::rpc::kind_of_spec(&a.bdev))],
     };
-    let rpc = crate::cmd::rpc::start_server(&a.rpc, Some(&srv), &kinds)?;
+    let mgmt = crate::cmd::rpc::start_management(&a.rpc, cfg, Some(&srv), &kinds, None)?;
     for s in srv.tgt().subsystems() {
         println!("subsystem {}", s.nqn);
         for ns in s.namespaces() {
@@ -347,9 +347,7 @@ fn serve(a: ServeArgs, _cfg: &Config) -> Result<()> {
     while !stop.load(Ordering::SeqCst) && deadline.is_none_or(|d| std::time::Instant::now() < d) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    if let Some(r) = rpc {
-        r.stop();
-    }
+    mgmt.stop();
     srv.stop();
     Ok(())
 }
@@ -671,6 +669,106 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         ("128 KiB seq write", 1, "null", 128 * 1024, 8),
         ("128 KiB seq write", 2, "malloc", 128 * 1024, 8),
     ];
+    // The cost of the metrics on the I/O path: the same target, per-namespace
+    // I/O counters and latency histograms (what `[metrics] listen` turns on) off
+    // and on, alternating within each round (off-on, then on-off) so drift and
+    // warm-up fall on both; 4 KiB randread on the null bdev (the most I/Os/s,
+    // so the largest share of per-I/O work).
+    if let Some(s) = &srv {
+        // short alternating rounds: on a shared machine the load moves more between
+        // runs than the metrics cost; the median of the per-round ratios is the figure
+        let rounds = (runs * 4).max(8);
+        let (mut off, mut on, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let mut pair = [0.0f64; 2];
+            for k in 0..2 {
+                let stats_on = (k == 1) ^ (round % 2 == 1);
+                s.tgt().set_io_stats(stats_on);
+                let mut c = Controller::connect(addr, DEFAULT_NQN, &HostOpts::default(), 1, 32)?;
+                let res = nvmf::perf::run(
+                    &mut c,
+                    &PerfOpts {
+                        depth: 32,
+                        io_size: 4096,
+                        workload: Workload::RandRead,
+                        read_pct: 100,
+                        time: t,
+                        nsid: 1,
+                        warmup: Duration::from_millis(if args.quick { 20 } else { 100 }),
+                    },
+                )?;
+                let _ = c.shutdown();
+                if res.errors > 0 {
+                    bail!("metrics cost run: {} I/O errors", res.errors);
+                }
+                pair[stats_on as usize] = res.iops();
+            }
+            off.push(pair[0]);
+            on.push(pair[1]);
+            ratios.push(pair[1] / pair[0].max(1e-9));
+        }
+        s.tgt().set_io_stats(false);
+        let detail = serde_json::json!({
+            "rounds": rounds, "iops_off": off, "iops_on": on, "on_over_off": ratios,
+            "on_over_off_min": ratios.iter().cloned().fold(f64::INFINITY, f64::min),
+            "on_over_off_max": ratios.iter().cloned().fold(0.0, f64::max),
+            "on_over_off_median": median(&mut ratios.clone()),
+        });
+        let off_med = median(&mut off.clone()).unwrap_or(0.0);
+        let mut sorted = ratios.clone();
+        sorted.sort_by(|a, b| a.total_cmp(b));
+        let q = |f: f64| sorted[((sorted.len() - 1) as f64 * f).round() as usize];
+        let ratio_detail = serde_json::json!({"q1": q(0.25), "median": q(0.5), "q3": q(0.75)});
+        r.push(
+            Figure::new(
+                "NVMe/TCP 4 KiB randread: median per-round IOPS ratio metrics on / off",
+                q(0.5),
+                "x",
+                "1.0 = no cost",
+                1.0,
+                Better::Higher,
+            )
+            .with_detail(ratio_detail),
+        );
+        // the same cost without the noise: the work metrics add to one I/O (two
+        // clock reads, the counter and histogram update of its qpair's cell),
+        // timed in a loop, against the time one I/O takes at the measured rate
+        let cell = nvmf::stats::IoStatsCell::default();
+        let n = 2_000_000u32;
+        let t0 = std::time::Instant::now();
+        for i in 0..n {
+            let s0 = std::time::Instant::now();
+            std::hint::black_box(i);
+            let ns = s0.elapsed().as_nanos() as u64;
+            cell.record(
+                nvmf::stats::IoClass::Read,
+                4096,
+                true,
+                std::hint::black_box(ns),
+            );
+        }
+        let per_io = t0.elapsed().as_nanos() as f64 / n as f64;
+        std::hint::black_box(cell.snapshot());
+        r.push(Figure::new(
+            "metrics work per I/O, worst case (a batch of one I/O: 2 clock reads + counter/histogram update)",
+            per_io,
+            "ns",
+            "one 4 KiB randread I/O at the metrics-off rate",
+            1e9 / off_med.max(1.0),
+            Better::Lower,
+        ));
+        r.push(
+            Figure::new(
+                "NVMe/TCP 4 KiB randread IOPS with metrics on (null, qd 32)",
+                median(&mut on).unwrap_or(0.0),
+                "IOPS",
+                "metrics off, same target, alternating",
+                median(&mut off).unwrap_or(0.0),
+                Better::Higher,
+            )
+            .with_detail(detail),
+        );
+    }
     for tr in ["TCP", "RDMA"] {
         let (host_tr, trid): (Box<dyn nvmf::HostTransport>, TransportId) = if tr == "TCP" {
             (
@@ -784,6 +882,7 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         t.as_secs_f64()
     ));
     r.note("baseline: one TCP loopback connection, 64 KiB writes (netio::baseline::tcp_loopback_bw), same run");
+    r.note("the other figures run with the target's metrics (per-namespace I/O counters) off; the metrics row measures them on against off");
     Ok(r)
 }
 

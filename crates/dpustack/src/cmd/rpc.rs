@@ -50,6 +50,82 @@ pub struct ServerArgs {
     /// SPDK JSON config to load at start (what `save_config` writes).
     #[arg(long = "json", value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Prometheus endpoint IP:PORT (`GET /metrics`), 0 = off; default `[metrics] listen`.
+    #[arg(long = "metrics-listen", value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
+}
+
+/// The management plane of a running node: the JSON-RPC server and the metrics
+/// endpoint (stop both before the node).
+pub struct Management {
+    pub rpc: Option<RpcServer>,
+    pub metrics: Option<mgmt::MetricsServer>,
+}
+
+impl Management {
+    pub fn stop(self) {
+        if let Some(r) = self.rpc {
+            r.stop();
+        }
+        if let Some(m) = self.metrics {
+            m.stop();
+        }
+    }
+}
+
+/// Starts the JSON-RPC server and the metrics endpoint on the running target
+/// (and the node's parts when `node` is given).
+pub fn start_management(
+    a: &ServerArgs,
+    cfg: &node::Config,
+    srv: Option<&nvmf::NvmfServer>,
+    kinds: &[(String, BdevKind)],
+    node: Option<&node::Node>,
+) -> Result<Management> {
+    let explicit = a.metrics_listen.is_some();
+    let listen = a
+        .metrics_listen
+        .clone()
+        .unwrap_or_else(|| cfg.metrics.listen.clone());
+    let maddr = mgmt::metrics::parse_listen(&listen).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let (Some(_), Some(s)) = (maddr, srv) {
+        s.tgt().set_io_stats(true);
+    }
+    let m = Arc::new(Mgmt::new());
+    if let Some(n) = node {
+        m.add_methods(
+            node::manage::NODE_METHODS,
+            Arc::new(node::manage::NodeMethods::new(n, cfg)),
+        );
+    }
+    let rpc = start_server(a, srv, kinds, m.clone())?;
+    let metrics = match maddr {
+        None => None,
+        Some(addr) => {
+            let reg = mgmt::Registry::new();
+            reg.add(m.clone());
+            if let Some(n) = node {
+                for c in node::manage::collectors(n, cfg) {
+                    reg.add(c);
+                }
+            }
+            match mgmt::MetricsServer::start(addr, reg) {
+                Ok(s) => {
+                    println!("metrics on http://{}/metrics", s.addr());
+                    Some(s)
+                }
+                Err(e) if !explicit => {
+                    eprintln!(
+                        "WARNING: metrics endpoint off: {} (set [metrics] listen or --metrics-listen)",
+                        node::error_chain(&e)
+                    );
+                    None
+                }
+                Err(e) => return Err(e).with_context(|| format!("metrics endpoint on {addr}")),
+            }
+        }
+    };
+    Ok(Management { rpc, metrics })
 }
 
 pub fn run(c: Cmd) -> Result<()> {
@@ -97,12 +173,12 @@ fn build_params(json: Option<&str>, kv: &[String]) -> Result<Option<Value>> {
 /// Starts the RPC server on the running target (and loads `--json`). With the
 /// default socket in use by another node the server stays off, loudly; with an
 /// explicit `-r` that is an error.
-pub fn start_server(
+fn start_server(
     a: &ServerArgs,
     srv: Option<&nvmf::NvmfServer>,
     kinds: &[(String, BdevKind)],
+    m: Arc<Mgmt>,
 ) -> Result<Option<RpcServer>> {
-    let m = Mgmt::new();
     if let Some(s) = srv {
         m.attach_nvmf(s.tgt().clone(), s.listener_handle(), kinds)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -124,7 +200,7 @@ pub fn start_server(
         .rpc_socket
         .clone()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET));
-    match RpcServer::start(&path, Arc::new(m)) {
+    match RpcServer::start(&path, m) {
         Ok(s) => {
             println!("JSON-RPC on {}", path.display());
             Ok(Some(s))

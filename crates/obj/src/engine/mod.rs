@@ -103,8 +103,74 @@ pub fn status_of(e: &StoreError) -> Status {
     }
 }
 
+/// Requests the engine's network threads received, by opcode, and the bulk
+/// bytes that came with them (relaxed atomics; read by the management plane).
+#[derive(Debug, Default)]
+pub struct OpCounters {
+    counts: [std::sync::atomic::AtomicU64; OP_SLOTS],
+    bulk_in: std::sync::atomic::AtomicU64,
+}
+
+/// Opcodes with a counter of their own; one more slot counts unknown ones.
+const COUNTED: [Opcode; 23] = [
+    Opcode::Ping,
+    Opcode::PoolCreate,
+    Opcode::PoolDestroy,
+    Opcode::PoolList,
+    Opcode::PoolQuery,
+    Opcode::PoolConnect,
+    Opcode::PoolDisconnect,
+    Opcode::ContCreate,
+    Opcode::ContDestroy,
+    Opcode::ContList,
+    Opcode::ContOpen,
+    Opcode::ContClose,
+    Opcode::ContQuery,
+    Opcode::SnapCreate,
+    Opcode::SnapList,
+    Opcode::SnapDestroy,
+    Opcode::ObjUpdate,
+    Opcode::ObjFetch,
+    Opcode::ObjPunch,
+    Opcode::ObjListDkey,
+    Opcode::ObjListAkey,
+    Opcode::ObjListRecx,
+    Opcode::ObjQueryKey,
+];
+const OP_SLOTS: usize = COUNTED.len() + 1;
+
+impl OpCounters {
+    fn record(&self, op: Opcode, bulk: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let i = COUNTED
+            .iter()
+            .position(|o| *o == op)
+            .unwrap_or(OP_SLOTS - 1);
+        self.counts[i].fetch_add(1, Relaxed);
+        if bulk > 0 {
+            self.bulk_in.fetch_add(bulk, Relaxed);
+        }
+    }
+    /// (opcode name, requests) for every known opcode, then ("unknown", n).
+    pub fn by_opcode(&self) -> Vec<(&'static str, u64)> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut v: Vec<(&'static str, u64)> = COUNTED
+            .iter()
+            .zip(self.counts.iter())
+            .map(|(o, c)| (o.name(), c.load(Relaxed)))
+            .collect();
+        v.push(("unknown", self.counts[OP_SLOTS - 1].load(Relaxed)));
+        v
+    }
+    /// Bulk (data) bytes received with requests.
+    pub fn bulk_bytes_in(&self) -> u64 {
+        self.bulk_in.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// A running engine.
 pub struct Engine {
+    stats: Arc<OpCounters>,
     server: Option<TcpServer>,
     rdma: Option<RdmaServer>,
     targets: Vec<Sender<TargetMsg>>,
@@ -211,10 +277,12 @@ impl Engine {
                 .spawn(move || mgmt.run(mrx))
                 .map_err(EngineError::Thread)?,
         );
+        let stats = Arc::new(OpCounters::default());
         let dispatch = EngineDispatch {
             targets: targets.clone(),
             mgmt: mtx.clone(),
             held: (0..targets.len()).map(|_| Vec::new()).collect(),
+            stats: stats.clone(),
         };
         let rdma = match cfg.rdma_listen {
             Some(a) => match RdmaServer::start(a, dispatch.clone(), rdma_rx) {
@@ -230,6 +298,7 @@ impl Engine {
         let server = builder.start(dispatch).map_err(EngineError::Thread)?;
         info!(%addr, targets = ntargets, backend = backend.name(), data_dir = %cfg.data_dir.display(), "object engine started");
         Ok(Engine {
+            stats,
             server: Some(server),
             rdma,
             targets,
@@ -238,6 +307,11 @@ impl Engine {
             addr,
             ntargets,
         })
+    }
+
+    /// Requests received by opcode (management plane).
+    pub fn op_counters(&self) -> Arc<OpCounters> {
+        self.stats.clone()
     }
 
     /// The address clients connect to.
@@ -285,6 +359,7 @@ struct EngineDispatch {
     targets: Vec<Sender<TargetMsg>>,
     mgmt: Sender<MgmtMsg>,
     held: Vec<Vec<TargetMsg>>,
+    stats: Arc<OpCounters>,
 }
 
 impl Clone for EngineDispatch {
@@ -294,12 +369,14 @@ impl Clone for EngineDispatch {
             targets: self.targets.clone(),
             mgmt: self.mgmt.clone(),
             held: (0..self.targets.len()).map(|_| Vec::new()).collect(),
+            stats: self.stats.clone(),
         }
     }
 }
 
 impl Dispatch for EngineDispatch {
     fn request(&mut self, conn: ConnId, hdr: HeaderRepr, body: Vec<u8>, io: &mut ServerConn) {
+        self.stats.record(hdr.opcode, hdr.bulk_len as u64);
         match hdr.opcode {
             Opcode::Ping => io.reply(&hdr, Status::Ok, &Reply::Empty, &[]),
             Opcode::Unknown(_) => io.reply_error(&hdr, Status::NoSys),

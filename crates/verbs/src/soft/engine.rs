@@ -8,7 +8,7 @@ use wire::roce::icrc::{check_icrc_ipv4, fill_icrc_ipv4};
 use wire::roce::{Ipv4Pseudo, OpFlags, RocePacketRepr};
 
 use super::mr::{MrInner, MrMem, MrTable};
-use super::qp::QpCore;
+use super::qp::{QpCore, QpCounters};
 use super::sgl::SgList;
 pub use super::shared::Counters;
 pub(crate) use super::shared::{ChannelInner, CqState, Ctx, SrqState};
@@ -50,6 +50,8 @@ pub struct Engine {
     pub(crate) next_pd: u32,
     pub(crate) events: VecDeque<AsyncEvent>,
     pub counters: Counters,
+    /// Counters of destroyed QPs (for device totals that never go down).
+    retired_qp_counters: QpCounters,
     tx_rr: usize,
     urgent: VecDeque<(usize, super::qp::RespOutPkt)>,
     dummy_mr: Arc<MrInner>,
@@ -81,6 +83,7 @@ impl Engine {
             next_pd: 1,
             events: VecDeque::new(),
             counters: Counters::default(),
+            retired_qp_counters: QpCounters::default(),
             tx_rr: 0,
             urgent: VecDeque::new(),
             dummy_mr: dummy,
@@ -272,8 +275,24 @@ impl Engine {
 
     pub(crate) fn destroy_qp(&mut self, qpn: u32) {
         if let Some(i) = self.qpn_map.remove(&qpn) {
-            self.qps[i] = None;
+            if let Some(q) = self.qps[i].take() {
+                self.retired_qp_counters.add(&q.counters);
+            }
         }
+    }
+
+    /// Per-QP counters summed over every QP the device had (live and destroyed).
+    pub fn qp_counter_totals(&self) -> QpCounters {
+        let mut t = self.retired_qp_counters;
+        for q in self.qps.iter().flatten() {
+            t.add(&q.counters);
+        }
+        t
+    }
+
+    /// Live QPs.
+    pub fn qp_count(&self) -> usize {
+        self.qpn_map.len()
     }
 
     pub(crate) fn qp_mut(&mut self, qpn: u32) -> crate::Result<(&mut QpCore, Ctx<'_>)> {
@@ -325,6 +344,7 @@ impl Engine {
         data: &[u8],
     ) {
         self.counters.rx_packets += 1;
+        self.counters.rx_bytes += data.len() as u64;
         let (r, payload) = match RocePacketRepr::parse(data) {
             Ok(x) => x,
             Err(e) => {
@@ -397,6 +417,7 @@ impl Engine {
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let t = self.poll_transmit_inner(now, buf)?;
         self.counters.tx_packets += 1;
+        self.counters.tx_bytes += t.len as u64;
         if self.caps.tx_icrc {
             let ip = Ipv4Pseudo::df(self.ip, t.dst, t.sport, t.dport);
             let _ = fill_icrc_ipv4(&ip, &mut buf[..t.len]);

@@ -15,6 +15,9 @@ use crate::types::*;
 pub struct Counters {
     pub rx_packets: u64,
     pub tx_packets: u64,
+    /// RoCE bytes (UDP payload: BTH to ICRC) received and sent.
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
     pub drop_truncated: u64,
     pub drop_bad_opcode: u64,
     pub drop_bad_length: u64,

@@ -94,6 +94,22 @@ pub struct QpCounters {
     pub uc_torn: u64,
 }
 
+impl QpCounters {
+    /// Adds `o` field by field.
+    pub fn add(&mut self, o: &QpCounters) {
+        self.retransmits += o.retransmits;
+        self.timeouts += o.timeouts;
+        self.rnr_naks_rcvd += o.rnr_naks_rcvd;
+        self.seq_naks_rcvd += o.seq_naks_rcvd;
+        self.rnr_naks_sent += o.rnr_naks_sent;
+        self.seq_naks_sent += o.seq_naks_sent;
+        self.dup_requests += o.dup_requests;
+        self.ud_drops += o.ud_drops;
+        self.uc_drops += o.uc_drops;
+        self.uc_torn += o.uc_torn;
+    }
+}
+
 pub struct QpCore {
     pub(crate) qpn: u32,
     pub(crate) qp_type: QpType,
