@@ -9,7 +9,13 @@
 #     events (-e);
 #   * ours on rdma-core (rxe_r) against ours on the soft provider (guest netns
 #     `peer`, 10.99.2.2), RC, both checking;
-#   * the verbs API scenario of crates/verbs/tests/providers.rs on rxe_a/rxe_b.
+#   * the verbs API scenario of crates/verbs/tests/providers.rs on rxe_a/rxe_b;
+#   * the CM over librdmacm (the `cm` crate's backend for kernel devices): our rping
+#     (-V, 5 pings, READ+WRITE, every ping's bytes checked by both rpings), ucmatose
+#     (2 connections x 10 messages each way; ours as server migrates its ids to a new
+#     channel, -m) and udaddy (SIDR + UD messages) on rxe_a against librdmacm's own
+#     tools on rxe_b, ours as client and as server; our rping on rdma-core (rxe_r)
+#     against our rping on the soft provider (own CM, netns peer) both ways.
 #
 # Host side (run.sh): bash 08-rdma-core.sh        (uses $V, $ROOT)
 # Guest side (internal): bash 08-rdma-core.sh guest BIN TESTBIN
@@ -21,7 +27,7 @@
 #   MTU 1024 = the veth's rxe MTU); every figure, then median [min-max].
 # Servers are waited for by polling their TCP exchange port (ss), not by sleeping.
 set -u
-NCHECKS=9
+NCHECKS=17
 # listening NS PORT PID: until something listens on TCP PORT in netns NS ("-": the
 # initial one), polled every 50 ms for up to ${READY_SECS:-30} s (TCG: our binary takes
 # seconds to start from 9p); fails at once if the server PID has exited
@@ -156,6 +162,72 @@ if [ "${1:-}" = guest ]; then
                                "$OUR rc-pingpong -d rxe_r -g 1 -n $N -c 10.99.2.2"
   pair rc-pingpong.soft-vs-rdma-core - "$OUR rc-pingpong -d 10.99.2.1 -g 1 -n $N -c" \
                                "ip netns exec peer $BIN --provider soft rc-pingpong -d 10.99.2.2 -g 1 -n $N -c 10.99.2.1"
+  # --- the CM over librdmacm ---
+  # cmready HOW ARG PID FILE: HOW=cm: a kernel CM listener on port ARG (`rdma res`,
+  # state LISTEN: librdmacm's tools and ours on rdma-core); HOW=line: ARG in FILE (our
+  # tools on the soft provider print it); polled every 0.1 s for ${READY_SECS:-30} s,
+  # failing at once if the server PID has exited
+  cmready() {
+    local i
+    for i in $(seq $(( ${READY_SECS:-30} * 10 ))); do
+      if [ $1 = cm ]; then rdma res show cm_id 2>/dev/null | grep LISTEN | grep -q ":$2 " && return 0
+      else grep -q "$2" $4 2>/dev/null && return 0; fi
+      kill -0 $3 2>/dev/null || return 1
+      sleep 0.1
+    done
+    return 1
+  }
+  # cmpair NAME HOW ARG SERVER-CMD CLIENT-CMD: server in the background until ready,
+  # then the client; their outputs in $L/NAME.srv / .cli, exit codes in $sr / $cr
+  cmpair() {
+    local n=$1
+    timeout 80 sh -c "$4" > $L/$n.srv 2>&1 & local s=$!
+    if ! cmready $2 "$3" $s $L/$n.srv; then
+      echo "server not ready after ${READY_SECS:-30} s (or it exited)" > $L/$n.cli
+      kill $s 2>/dev/null; wait $s; sr=$?; cr=99; return
+    fi
+    timeout 60 sh -c "$5" > $L/$n.cli 2>&1; cr=$?
+    [ $cr != 0 ] && { sleep 2; kill $s 2>/dev/null; }   # a failed client: do not wait out the server
+    wait $s; sr=$?
+  }
+  cmshow() { bad $1 "client rc=$cr server rc=$sr"; tail -n 4 $L/$1.cli $L/$1.srv; }
+  # rping: 5 pings validated (-V) by the client, each one's data printed by the server
+  rpingcheck() {
+    if [ $cr = 0 ] && [ $sr = 0 ] && [ $(grep -c "^ping data: rdma-ping-" $L/$1.cli) = 5 ] \
+       && [ $(grep -c "server ping data: rdma-ping-" $L/$1.srv) = 5 ]; then
+      ok $1 "5 pings, READ+WRITE, validated"
+    else cmshow $1; fi
+  }
+  A=10.99.1.1 B=10.99.1.2
+  cmpair rping.ours-client cm 7174 "rping -s -a $B -C 5 -V -v" "$OUR rping -c -a $B -I $A -C 5 -V -v"
+  rpingcheck rping.ours-client
+  cmpair rping.ours-server cm 7174 "$OUR rping -s -a $A -v" "rping -c -a $A -I $B -C 5 -V -v"
+  rpingcheck rping.ours-server
+  cmpair ucmatose.ours-client cm 7471 "ucmatose -b $B -c 2" "$OUR ucmatose -b $A -s $B -c 2"
+  if [ $cr = 0 ] && [ $sr = 0 ] && grep -q "return status 0" $L/ucmatose.ours-client.srv; then
+    ok ucmatose.ours-client "2 connections x 10 messages each way"
+  else cmshow ucmatose.ours-client; fi
+  cmpair ucmatose.ours-server cm 7471 "$OUR ucmatose -b $A -c 2 -m" "ucmatose -b $B -s $A -c 2"
+  if [ $cr = 0 ] && [ $sr = 0 ] && grep -q "return status 0" $L/ucmatose.ours-server.cli \
+     && grep -q "^disconnected" $L/ucmatose.ours-server.srv; then
+    ok ucmatose.ours-server "2 connections x 10 messages each way, channel migration"
+  else cmshow ucmatose.ours-server; fi
+  cmpair udaddy.ours-client cm 7174 "udaddy -b $B" "$OUR udaddy -b $A -s $B"
+  if [ $cr = 0 ] && [ $sr = 0 ] && grep -q "return status 0" $L/udaddy.ours-client.srv; then
+    ok udaddy.ours-client "SIDR, UD messages each way"
+  else cmshow udaddy.ours-client; fi
+  cmpair udaddy.ours-server cm 7174 "$OUR udaddy -b $A" "udaddy -b $B -s $A"
+  if [ $cr = 0 ] && [ $sr = 0 ] && grep -q "return status 0" $L/udaddy.ours-server.cli; then
+    ok udaddy.ours-server "SIDR, UD messages each way"
+  else cmshow udaddy.ours-server; fi
+  # ours on rdma-core (librdmacm, rxe_r 10.99.2.1) <-> ours on the soft provider (own CM, netns peer)
+  cmpair rping.rdma-core-client-vs-soft line "rping: listening on" \
+    "ip netns exec peer $BIN --provider soft rping -s -a 10.99.2.2 -v" \
+    "$OUR rping -c -a 10.99.2.2 -I 10.99.2.1 -C 5 -V -v"
+  rpingcheck rping.rdma-core-client-vs-soft
+  cmpair rping.soft-client-vs-rdma-core cm 7174 "$OUR rping -s -a 10.99.2.1 -v" \
+    "ip netns exec peer $BIN --provider soft rping -c -a 10.99.2.1 -I 10.99.2.2 -C 5 -V -v"
+  rpingcheck rping.soft-client-vs-rdma-core
   if timeout 120 $TB --ignored --exact rdma_core_provider > $L/api 2>&1; then
     ok verbs-api.rdma-core "$(grep -h 'test result' $L/api)"
   else
@@ -173,9 +245,13 @@ fi
 echo "PLAN $NCHECKS"
 skip_all() { for c in devices-lists-both rc-pingpong.ours-server rc-pingpong.ours-client \
     ud-pingpong.ours-server ud-pingpong.ours-client uc-pingpong.ours-client-events \
-    rc-pingpong.rdma-core-vs-soft rc-pingpong.soft-vs-rdma-core verbs-api.rdma-core; do
+    rc-pingpong.rdma-core-vs-soft rc-pingpong.soft-vs-rdma-core rping.ours-client \
+    rping.ours-server ucmatose.ours-client ucmatose.ours-server udaddy.ours-client \
+    udaddy.ours-server rping.rdma-core-client-vs-soft rping.soft-client-vs-rdma-core \
+    verbs-api.rdma-core; do
     echo "SKIP $c ($1)"; done; exit 0; }
 [ -f /usr/include/infiniband/verbs.h ] || skip_all "no libibverbs-dev on the host: apt-get install -y libibverbs-dev"
+[ -f /usr/include/rdma/rdma_cma.h ] || skip_all "no librdmacm-dev on the host: apt-get install -y librdmacm-dev"
 cd $ROOT
 cargo build --release -p dpustack --features rdma-core > /tmp/rc08-build.log 2>&1 \
   || { tail -20 /tmp/rc08-build.log; skip_all "cargo build --features rdma-core failed"; }

@@ -41,6 +41,8 @@ pub struct RpingOpts {
     pub persistent: bool,
     /// Run as a node service: nothing printed, the device may vanish at any time.
     pub service: bool,
+    /// The verbs provider of the device (`--provider`).
+    pub provider: crate::Provider,
 }
 
 /// `struct rping_rdma_info`: buf (be64), rkey (be32), size (be32).
@@ -90,7 +92,7 @@ pub fn server(a: &RpingOpts, cm: &CmConfig, con: &mut Console) -> Result<()> {
         .addr
         .or(a.src)
         .ok_or_else(|| Error::Usage("rping -s: give the address to bind with -a".into()))?;
-    let dev = open_device(ip, cm)?;
+    let dev = open_device(ip, a.provider, cm)?;
     let listener = dev.create_id(None, PortSpace::Tcp);
     listener.bind_addr(SocketAddr::new(IpAddr::V4(ip), a.port))?;
     listener.listen(3)?;
@@ -244,7 +246,7 @@ pub fn client(a: &RpingOpts, cm: &CmConfig, con: &mut Console) -> Result<()> {
         Some(s) => s,
         None => route_source(dst)?,
     };
-    let dev = open_device(src, cm)?;
+    let dev = open_device(src, a.provider, cm)?;
     let mut id = dev.create_id(None, PortSpace::Tcp);
     id.resolve_addr(
         Some(SocketAddr::new(IpAddr::V4(src), 0)),

@@ -18,8 +18,12 @@
 //! a no-op); device-level async events that [`crate::AsyncEvent`] has no
 //! variant for (port up/down, device fatal) are logged and skipped.
 
+/// The libibverbs declarations, public for the `cm` crate's librdmacm backend
+/// (its `rdma_init_qp_attr` fills an `ibv_qp_attr`; its events carry an
+/// `ibv_ah_attr`); not an API for applications.
 #[cfg(feature = "rdma-core")]
-pub(crate) mod ffi;
+#[doc(hidden)]
+pub mod ffi;
 #[cfg(feature = "rdma-core")]
 pub(crate) mod provider;
 
