@@ -15,10 +15,14 @@
 #     (2 connections x 10 messages each way; ours as server migrates its ids to a new
 #     channel, -m) and udaddy (SIDR + UD messages) on rxe_a against librdmacm's own
 #     tools on rxe_b, ours as client and as server; our rping on rdma-core (rxe_r)
-#     against our rping on the soft provider (own CM, netns peer) both ways.
+#     against our rping on the soft provider (own CM, netns peer) both ways;
+#   * the CM API scenario of crates/cm/tests/providers.rs on rxe_a/rxe_b (librdmacm
+#     backend: RC with private data + ECE, SEND/WRITE, REJ 28/8 on an async channel
+#     and its fd, SIDR + UD SEND, close -> DEVICE_REMOVAL/ENODEV, kernel resource
+#     counts back to baseline).
 #
 # Host side (run.sh): bash 08-rdma-core.sh        (uses $V, $ROOT)
-# Guest side (internal): bash 08-rdma-core.sh guest BIN TESTBIN
+# Guest side (internal): bash 08-rdma-core.sh guest BIN VERBS-TESTBIN CM-TESTBIN
 #
 # Figures (not run by run.sh): bash 08-rdma-core.sh perf [ROUNDS] [SECS] [ITERS]
 #   in the guest, same rxe devices (rxe_a -> rxe_b), interleaved rounds:
@@ -27,7 +31,7 @@
 #   MTU 1024 = the veth's rxe MTU); every figure, then median [min-max].
 # Servers are waited for by polling their TCP exchange port (ss), not by sleeping.
 set -u
-NCHECKS=17
+NCHECKS=18
 # listening NS PORT PID: until something listens on TCP PORT in netns NS ("-": the
 # initial one), polled every 50 ms for up to ${READY_SECS:-30} s (TCG: our binary takes
 # seconds to start from 9p); fails at once if the server PID has exited
@@ -108,7 +112,7 @@ PY
 fi
 
 if [ "${1:-}" = guest ]; then
-  BIN=$2 TB=$3 L=/tmp/rc08; mkdir -p $L
+  BIN=$2 TB=$3 CB=${4:-} L=/tmp/rc08; mkdir -p $L
   ok()  { echo "PASS $1${2:+  ($2)}"; }
   bad() { echo "FAIL $1${2:+  ($2)}"; }
   # pair NAME SERVER-NETNS SERVER-CMD CLIENT-CMD: the server listens on TCP 18515 (the
@@ -222,7 +226,7 @@ if [ "${1:-}" = guest ]; then
   else cmshow udaddy.ours-server; fi
   # ours on rdma-core (librdmacm, rxe_r 10.99.2.1) <-> ours on the soft provider (own CM, netns peer)
   cmpair rping.rdma-core-client-vs-soft line "rping: listening on" \
-    "ip netns exec peer $BIN --provider soft rping -s -a 10.99.2.2 -v" \
+    "ip netns exec peer $BIN --provider soft rping -s -a 10.99.2.2 -v -d" \
     "$OUR rping -c -a 10.99.2.2 -I 10.99.2.1 -C 5 -V -v"
   rpingcheck rping.rdma-core-client-vs-soft
   cmpair rping.soft-client-vs-rdma-core cm 7174 "$OUR rping -s -a 10.99.2.1 -v" \
@@ -232,6 +236,11 @@ if [ "${1:-}" = guest ]; then
     ok verbs-api.rdma-core "$(grep -h 'test result' $L/api)"
   else
     bad verbs-api.rdma-core; tail -n 15 $L/api
+  fi
+  if [ -n "$CB" ] && timeout 120 $CB --ignored --exact rdma_core_provider > $L/cmapi 2>&1; then
+    ok cm-api.rdma-core "$(grep -h 'test result' $L/cmapi)"
+  else
+    bad cm-api.rdma-core; tail -n 15 $L/cmapi
   fi
   exit 0
 fi
@@ -248,7 +257,7 @@ skip_all() { for c in devices-lists-both rc-pingpong.ours-server rc-pingpong.our
     rc-pingpong.rdma-core-vs-soft rc-pingpong.soft-vs-rdma-core rping.ours-client \
     rping.ours-server ucmatose.ours-client ucmatose.ours-server udaddy.ours-client \
     udaddy.ours-server rping.rdma-core-client-vs-soft rping.soft-client-vs-rdma-core \
-    verbs-api.rdma-core; do
+    verbs-api.rdma-core cm-api.rdma-core; do
     echo "SKIP $c ($1)"; done; exit 0; }
 [ -f /usr/include/infiniband/verbs.h ] || skip_all "no libibverbs-dev on the host: apt-get install -y libibverbs-dev"
 [ -f /usr/include/rdma/rdma_cma.h ] || skip_all "no librdmacm-dev on the host: apt-get install -y librdmacm-dev"
@@ -258,4 +267,7 @@ cargo build --release -p dpustack --features rdma-core > /tmp/rc08-build.log 2>&
 TB=$(cargo test -p verbs --features rdma-core --test providers --no-run 2>&1 \
      | sed -n 's/.*Executable tests\/providers.rs (\(.*\))/\1/p' | tail -1)
 [ -n "$TB" ] || skip_all "could not build the verbs provider test"
-bash $V exec -t 900 "bash $ROOT/tests/interop/08-rdma-core.sh guest $ROOT/target/release/dpustack $ROOT/$TB"
+CB=$(cargo test -p cm --features rdma-core --test providers --no-run 2>&1 \
+     | sed -n 's/.*Executable tests\/providers.rs (\(.*\))/\1/p' | tail -1)
+[ -n "$CB" ] || echo "the CM provider test did not build (cm-api.rdma-core will fail)"
+bash $V exec -t 900 "bash $ROOT/tests/interop/08-rdma-core.sh guest $ROOT/target/release/dpustack $ROOT/$TB ${CB:+$ROOT/$CB}"

@@ -632,7 +632,7 @@ impl CmId {
         self.dev
             .call(|be, _| be.resolve_addr(h, src, dst, timeout, route))?;
         self.sync_wait(
-            timeout.max(Duration::from_secs(1)),
+            timeout.max(Duration::from_secs(1)) + Duration::from_secs(1),
             &[EventType::AddrResolved],
         )
     }
@@ -664,7 +664,7 @@ impl CmId {
         let h = self.h;
         self.dev.call(|be, _| be.resolve_route(h, timeout))?;
         self.sync_wait(
-            timeout.max(Duration::from_secs(1)),
+            timeout.max(Duration::from_secs(1)) + Duration::from_secs(1),
             &[EventType::RouteResolved],
         )
     }

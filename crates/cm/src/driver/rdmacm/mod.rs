@@ -648,6 +648,9 @@ impl RdmaCm {
             n += 1;
             // SAFETY: `ev` was just returned and is acked only below.
             let after = unsafe { self.take(&*ev) };
+            // SAFETY: as above.
+            let (et, st) = unsafe { ((*ev).event, (*ev).status) };
+            tracing::debug!("cm {}: librdmacm event {et} status {st}", self.dev_name);
             // SAFETY: acked exactly once; nothing of it is used afterwards.
             unsafe { rdma_ack_cm_event(ev) };
             match after {
