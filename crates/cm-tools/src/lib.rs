@@ -170,14 +170,8 @@ pub fn open_device(ip: Ipv4Addr, provider: Provider, cm: &CmConfig) -> Result<Cm
             verbs::rdma_core::open(&ip.to_string())
                 .map_err(|source| Error::OpenKernel { ip, source })?,
         ),
-        Provider::Auto if verbs::rdma_core::BUILT && verbs::rdma_core::kernel_has_devices() => {
-            match verbs::rdma_core::open(&ip.to_string()) {
-                Ok(c) => Some(c),
-                Err(verbs::Error::NoDev) => None,
-                Err(source) => return Err(Error::OpenKernel { ip, source }),
-            }
-        }
-        Provider::Auto => None,
+        Provider::Auto => verbs::rdma_core::open_by_ip_if_kernel(ip)
+            .map_err(|source| Error::OpenKernel { ip, source })?,
     };
     let ctx = match kernel {
         Some(c) => c,

@@ -44,11 +44,12 @@ pub fn server(a: &SimpleOpts, cm: &CmConfig, con: &mut Console) -> Result<()> {
     let mr = dev.pd().reg_mr(SIMPLE_MSG, AccessFlags::LOCAL_WRITE)?;
     post_recv(&id, &mr, SIMPLE_MSG as u32)?;
     id.accept(&ConnParam::default(), T)?;
-    if wait_recv(&cq, &id)?.is_none() {
+    let mut held = std::collections::VecDeque::new();
+    if wait_recv(&cq, &id, &mut held)?.is_none() {
         bail!("client disconnected before sending");
     }
     post_send(&id, 2, WrOpcode::Send, &mr, SIMPLE_MSG as u32, None)?;
-    if wait_send(&cq, &id)?.is_none() {
+    if wait_send(&cq, &id, &mut held)?.is_none() {
         bail!("client disconnected before our send completed");
     }
     id.disconnect()?;

@@ -59,6 +59,22 @@ pub fn device_names() -> Result<Vec<String>> {
     }
 }
 
+/// The kernel device that has `ip` as a RoCE v2 GID, if this build has the
+/// provider and the kernel such a device (`Ok(None)`: use a soft device on
+/// `ip`). The rule of `--provider auto` for the services that name their
+/// device by address (NVMe-oF over RDMA, the object store's RPC): a soft device
+/// could not share UDP 4791 of that address with the kernel's rxe anyway.
+pub fn open_by_ip_if_kernel(ip: std::net::Ipv4Addr) -> Result<Option<Context>> {
+    if !BUILT || !kernel_has_devices() {
+        return Ok(None);
+    }
+    match open(&ip.to_string()) {
+        Ok(c) => Ok(Some(c)),
+        Err(Error::NoDev) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Opens a kernel device by name (`rxe0`), by the IPv4 address of one of its
 /// RoCE v2 GIDs, or (empty `spec`) the first device. Without the feature:
 /// `EOPNOTSUPP` (see [`NOT_BUILT`]).
