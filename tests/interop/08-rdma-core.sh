@@ -16,6 +16,9 @@
 #     channel, -m) and udaddy (SIDR + UD messages) on rxe_a against librdmacm's own
 #     tools on rxe_b, ours as client and as server; our rping on rdma-core (rxe_r)
 #     against our rping on the soft provider (own CM, netns peer) both ways;
+#   * NVMe-oF over RDMA: Linux nvme-rdma (rxe_a) against our target on rdma-core
+#     (`nvmf serve` on 10.99.1.2 opens rxe_b, its CM is librdmacm): connect, 4 MiB and
+#     4 KiB written with dd, read back, compared, disconnect;
 #   * the CM API scenario of crates/cm/tests/providers.rs on rxe_a/rxe_b (librdmacm
 #     backend: RC with private data + ECE, SEND/WRITE, REJ 28/8 on an async channel
 #     and its fd, SIDR + UD SEND, close -> DEVICE_REMOVAL/ENODEV, kernel resource
@@ -31,7 +34,7 @@
 #   MTU 1024 = the veth's rxe MTU); every figure, then median [min-max].
 # Servers are waited for by polling their TCP exchange port (ss), not by sleeping.
 set -u
-NCHECKS=18
+NCHECKS=19
 # listening NS PORT PID: until something listens on TCP PORT in netns NS ("-": the
 # initial one), polled every 50 ms for up to ${READY_SECS:-30} s (TCG: our binary takes
 # seconds to start from 9p); fails at once if the server PID has exited
@@ -232,6 +235,31 @@ if [ "${1:-}" = guest ]; then
   cmpair rping.soft-client-vs-rdma-core cm 7174 "$OUR rping -s -a 10.99.2.1 -v" \
     "ip netns exec peer $BIN --provider soft rping -c -a 10.99.2.1 -I 10.99.2.2 -C 5 -V -v"
   rpingcheck rping.soft-client-vs-rdma-core
+  # NVMe-oF over RDMA: the kernel's nvme-rdma host on rxe_a -> our target on rxe_b
+  NQN=nqn.2024-01.io.dpustack:rc08; modprobe nvme-rdma 2>/dev/null
+  timeout 200 $BIN nvmf serve --listen rdma://$B:4420 --bdev malloc:64M --nqn $NQN \
+    --idle-spins 0 --for 150 > $L/nvmf.srv 2>&1 & s=$!
+  if cmready cm 4420 $s $L/nvmf.srv; then
+    {
+      timeout 60 nvme connect -t rdma -a $B -s 4420 -n $NQN -w $A && echo "CONNECT ok"
+      for i in $(seq 100); do D=$(ls /dev/nvme*n1 2>/dev/null | head -1); [ -n "$D" ] && break; sleep 0.1; done
+      head -c 4194304 /dev/urandom > $L/w.bin; head -c 4096 /dev/urandom > $L/w4.bin
+      dd if=$L/w.bin of=$D bs=1M oflag=direct 2>/dev/null
+      dd if=$D of=$L/r.bin bs=1M count=4 iflag=direct 2>/dev/null
+      cmp $L/w.bin $L/r.bin && echo "CMP4M ok"
+      dd if=$L/w4.bin of=$D bs=4k count=1 seek=5000 oflag=direct 2>/dev/null
+      dd if=$D of=$L/r4.bin bs=4k count=1 skip=5000 iflag=direct 2>/dev/null
+      cmp $L/w4.bin $L/r4.bin && echo "CMP4K ok"
+      nvme disconnect -n $NQN
+    } > $L/nvmf.cli 2>&1
+  else echo "target not listening (kernel CM, port 4420)" > $L/nvmf.cli; fi
+  kill $s 2>/dev/null; wait $s
+  if grep -q "CONNECT ok" $L/nvmf.cli && grep -q "CMP4M ok" $L/nvmf.cli && grep -q "CMP4K ok" $L/nvmf.cli \
+     && grep -q "disconnected 1 controller" $L/nvmf.cli; then
+    ok nvmf-rdma.linux-host-ours-target "connect, 4 MiB + 4 KiB dd write/read/cmp, disconnect"
+  else
+    bad nvmf-rdma.linux-host-ours-target; tail -n 6 $L/nvmf.cli $L/nvmf.srv
+  fi
   if timeout 120 $TB --ignored --exact rdma_core_provider > $L/api 2>&1; then
     ok verbs-api.rdma-core "$(grep -h 'test result' $L/api)"
   else
@@ -257,7 +285,7 @@ skip_all() { for c in devices-lists-both rc-pingpong.ours-server rc-pingpong.our
     rc-pingpong.rdma-core-vs-soft rc-pingpong.soft-vs-rdma-core rping.ours-client \
     rping.ours-server ucmatose.ours-client ucmatose.ours-server udaddy.ours-client \
     udaddy.ours-server rping.rdma-core-client-vs-soft rping.soft-client-vs-rdma-core \
-    verbs-api.rdma-core cm-api.rdma-core; do
+    nvmf-rdma.linux-host-ours-target verbs-api.rdma-core cm-api.rdma-core; do
     echo "SKIP $c ($1)"; done; exit 0; }
 [ -f /usr/include/infiniband/verbs.h ] || skip_all "no libibverbs-dev on the host: apt-get install -y libibverbs-dev"
 [ -f /usr/include/rdma/rdma_cma.h ] || skip_all "no librdmacm-dev on the host: apt-get install -y librdmacm-dev"
