@@ -19,6 +19,9 @@
 #   * NVMe-oF over RDMA: Linux nvme-rdma (rxe_a) against our target on rdma-core
 #     (`nvmf serve` on 10.99.1.2 opens rxe_b, its CM is librdmacm): connect, 4 MiB and
 #     4 KiB written with dd, read back, compared, disconnect;
+#   * the object store's RPC over RDMA on rdma-core: `dpustack engine --rdma-listen` on
+#     rxe_b, the client tools on rxe_a: pool create, cont create, a 3 MB value put and
+#     got back, compared;
 #   * the CM API scenario of crates/cm/tests/providers.rs on rxe_a/rxe_b (librdmacm
 #     backend: RC with private data + ECE, SEND/WRITE, REJ 28/8 on an async channel
 #     and its fd, SIDR + UD SEND, close -> DEVICE_REMOVAL/ENODEV, kernel resource
@@ -34,7 +37,7 @@
 #   MTU 1024 = the veth's rxe MTU); every figure, then median [min-max].
 # Servers are waited for by polling their TCP exchange port (ss), not by sleeping.
 set -u
-NCHECKS=19
+NCHECKS=20
 # listening NS PORT PID: until something listens on TCP PORT in netns NS ("-": the
 # initial one), polled every 50 ms for up to ${READY_SECS:-30} s (TCG: our binary takes
 # seconds to start from 9p); fails at once if the server PID has exited
@@ -260,6 +263,27 @@ if [ "${1:-}" = guest ]; then
   else
     bad nvmf-rdma.linux-host-ours-target; tail -n 6 $L/nvmf.cli $L/nvmf.srv
   fi
+  # the object store's RPC over RDMA: engine on rxe_b, client tools on rxe_a
+  rm -rf $L/objd; mkdir -p $L/objd
+  timeout 150 $BIN engine --listen 127.0.0.1:10001 --rdma-listen $B:10002 --data-dir $L/objd \
+    --for 140 > $L/obj.srv 2>&1 & s=$!
+  if cmready cm 10002 $s $L/obj.srv; then
+    E="--engine rdma://$B:10002 --rdma-src $A"
+    head -c 3000000 /dev/urandom > $L/v.bin; rm -f $L/v2.bin
+    {
+      timeout 60 $BIN pool create tank --size 64M $E && echo "POOL ok"
+      timeout 60 $BIN cont create tank c1 $E && echo "CONT ok"
+      timeout 60 $BIN obj put tank c1 7 d a $L/v.bin $E && echo "PUT ok"
+      timeout 60 $BIN obj get tank c1 7 d a -o $L/v2.bin $E && echo "GET ok"
+      cmp $L/v.bin $L/v2.bin && echo "CMP ok"
+    } > $L/obj.cli 2>&1
+  else echo "engine not listening (kernel CM, port 10002)" > $L/obj.cli; fi
+  kill $s 2>/dev/null; wait $s
+  if [ $(grep -c -E "^(POOL|CONT|PUT|GET|CMP) ok" $L/obj.cli) = 5 ]; then
+    ok obj-rpc.rdma-core "pool, container, 3 MB put/get over RDMA, compared"
+  else
+    bad obj-rpc.rdma-core; tail -n 6 $L/obj.cli $L/obj.srv
+  fi
   if timeout 120 $TB --ignored --exact rdma_core_provider > $L/api 2>&1; then
     ok verbs-api.rdma-core "$(grep -h 'test result' $L/api)"
   else
@@ -285,7 +309,7 @@ skip_all() { for c in devices-lists-both rc-pingpong.ours-server rc-pingpong.our
     rc-pingpong.rdma-core-vs-soft rc-pingpong.soft-vs-rdma-core rping.ours-client \
     rping.ours-server ucmatose.ours-client ucmatose.ours-server udaddy.ours-client \
     udaddy.ours-server rping.rdma-core-client-vs-soft rping.soft-client-vs-rdma-core \
-    nvmf-rdma.linux-host-ours-target verbs-api.rdma-core cm-api.rdma-core; do
+    nvmf-rdma.linux-host-ours-target obj-rpc.rdma-core verbs-api.rdma-core cm-api.rdma-core; do
     echo "SKIP $c ($1)"; done; exit 0; }
 [ -f /usr/include/infiniband/verbs.h ] || skip_all "no libibverbs-dev on the host: apt-get install -y libibverbs-dev"
 [ -f /usr/include/rdma/rdma_cma.h ] || skip_all "no librdmacm-dev on the host: apt-get install -y librdmacm-dev"

@@ -19,7 +19,8 @@
 //!   DISCONNECTED, REJECTED, UNREACHABLE and DEVICE_REMOVAL. ECE goes through
 //!   `rdma_set_local_ece` / `rdma_get_remote_ece`, which librdmacm offers for
 //!   exactly this case.
-//! * Ids must be on this backend's device: an address resolved or bound to
+//! * Ids must be on this backend's device: `resolve_addr` without a source (on an
+//!   unbound id) resolves from the device's address; an address resolved or bound to
 //!   another kernel device gives ADDR_ERROR `-ENODEV` / `EADDRNOTAVAIL`, and a
 //!   CONNECT_REQUEST that arrived on another device (a wildcard listener hears
 //!   every device) is rejected, as the own CM's listeners hear their device only.
@@ -65,6 +66,9 @@ pub(crate) struct RdmaCm {
     ch: *mut RdmaEventChannel,
     fd: c_int,
     dev_name: String,
+    /// The device's IPv4 address (its RoCE v2 GID): the source of ids that
+    /// resolve without one.
+    ip: Ipv4Addr,
     ids: HashMap<CmIdHandle, Entry>,
     by_raw: HashMap<usize, CmIdHandle>,
     next_id: u32,
@@ -317,6 +321,7 @@ impl RdmaCm {
             ch,
             fd,
             dev_name: ctx.name().to_string(),
+            ip: ctx.ip(),
             ids: HashMap::new(),
             by_raw: HashMap::new(),
             next_id: 1,
@@ -882,8 +887,18 @@ impl CmBackend for RdmaCm {
         timeout: Duration,
         _route: RouteHint,
     ) -> Result<()> {
-        // the kernel looks the route up itself (and fails at once without one)
+        // the kernel looks the route up itself (and fails at once without one);
+        // an id neither bound nor given a source resolves from this device's
+        // address (the kernel would take the route's source, which may be
+        // another device: a local destination goes through its own device)
         let raw = self.raw(h)?;
+        let bound = self.local_addr(h).is_some_and(|a| !a.ip().is_unspecified());
+        let src = match src {
+            None if !bound && !self.ip.is_unspecified() => {
+                Some(SocketAddr::new(IpAddr::V4(self.ip), 0))
+            }
+            s => s,
+        };
         let mut s = src.map(to_storage);
         let mut d = to_storage(dst);
         let sp = s
