@@ -9,10 +9,26 @@
 #     events (-e);
 #   * ours on rdma-core (rxe_r) against ours on the soft provider (guest netns
 #     `peer`, 10.99.2.2), RC, both checking;
-#   * the verbs API scenario of crates/verbs/tests/providers.rs on rxe_a/rxe_b.
+#   * the verbs API scenario of crates/verbs/tests/providers.rs on rxe_a/rxe_b;
+#   * the CM over librdmacm (the `cm` crate's backend for kernel devices): our rping
+#     (-V, 5 pings, READ+WRITE, every ping's bytes checked by both rpings), ucmatose
+#     (2 connections x 10 messages each way; ours as server migrates its ids to a new
+#     channel, -m) and udaddy (SIDR + UD messages) on rxe_a against librdmacm's own
+#     tools on rxe_b, ours as client and as server; our rping on rdma-core (rxe_r)
+#     against our rping on the soft provider (own CM, netns peer) both ways;
+#   * NVMe-oF over RDMA: Linux nvme-rdma (rxe_a) against our target on rdma-core
+#     (`nvmf serve` on 10.99.1.2 opens rxe_b, its CM is librdmacm): connect, 4 MiB and
+#     4 KiB written with dd, read back, compared, disconnect;
+#   * the object store's RPC over RDMA on rdma-core: `dpustack engine --rdma-listen` on
+#     rxe_b, the client tools on rxe_a: pool create, cont create, a 3 MB value put and
+#     got back, compared;
+#   * the CM API scenario of crates/cm/tests/providers.rs on rxe_a/rxe_b (librdmacm
+#     backend: RC with private data + ECE, SEND/WRITE, REJ 28/8 on an async channel
+#     and its fd, SIDR + UD SEND, close -> DEVICE_REMOVAL/ENODEV, kernel resource
+#     counts back to baseline).
 #
 # Host side (run.sh): bash 08-rdma-core.sh        (uses $V, $ROOT)
-# Guest side (internal): bash 08-rdma-core.sh guest BIN TESTBIN
+# Guest side (internal): bash 08-rdma-core.sh guest BIN VERBS-TESTBIN CM-TESTBIN
 #
 # Figures (not run by run.sh): bash 08-rdma-core.sh perf [ROUNDS] [SECS] [ITERS]
 #   in the guest, same rxe devices (rxe_a -> rxe_b), interleaved rounds:
@@ -21,7 +37,7 @@
 #   MTU 1024 = the veth's rxe MTU); every figure, then median [min-max].
 # Servers are waited for by polling their TCP exchange port (ss), not by sleeping.
 set -u
-NCHECKS=9
+NCHECKS=20
 # listening NS PORT PID: until something listens on TCP PORT in netns NS ("-": the
 # initial one), polled every 50 ms for up to ${READY_SECS:-30} s (TCG: our binary takes
 # seconds to start from 9p); fails at once if the server PID has exited
@@ -102,7 +118,7 @@ PY
 fi
 
 if [ "${1:-}" = guest ]; then
-  BIN=$2 TB=$3 L=/tmp/rc08; mkdir -p $L
+  BIN=$2 TB=$3 CB=${4:-} L=/tmp/rc08; mkdir -p $L
   ok()  { echo "PASS $1${2:+  ($2)}"; }
   bad() { echo "FAIL $1${2:+  ($2)}"; }
   # pair NAME SERVER-NETNS SERVER-CMD CLIENT-CMD: the server listens on TCP 18515 (the
@@ -156,10 +172,127 @@ if [ "${1:-}" = guest ]; then
                                "$OUR rc-pingpong -d rxe_r -g 1 -n $N -c 10.99.2.2"
   pair rc-pingpong.soft-vs-rdma-core - "$OUR rc-pingpong -d 10.99.2.1 -g 1 -n $N -c" \
                                "ip netns exec peer $BIN --provider soft rc-pingpong -d 10.99.2.2 -g 1 -n $N -c 10.99.2.1"
+  # --- the CM over librdmacm ---
+  # cmready HOW ARG PID FILE: HOW=cm: a kernel CM listener on port ARG (`rdma res`,
+  # state LISTEN: librdmacm's tools and ours on rdma-core); HOW=line: ARG in FILE (our
+  # tools on the soft provider print it); polled every 0.1 s for ${READY_SECS:-30} s,
+  # failing at once if the server PID has exited
+  cmready() {
+    local i
+    for i in $(seq $(( ${READY_SECS:-30} * 10 ))); do
+      if [ $1 = cm ]; then rdma res show cm_id 2>/dev/null | grep LISTEN | grep -q ":$2 " && return 0
+      else grep -q "$2" $4 2>/dev/null && return 0; fi
+      kill -0 $3 2>/dev/null || return 1
+      sleep 0.1
+    done
+    return 1
+  }
+  # cmpair NAME HOW ARG SERVER-CMD CLIENT-CMD: server in the background until ready,
+  # then the client; their outputs in $L/NAME.srv / .cli, exit codes in $sr / $cr
+  cmpair() {
+    local n=$1
+    timeout 80 sh -c "$4" > $L/$n.srv 2>&1 & local s=$!
+    if ! cmready $2 "$3" $s $L/$n.srv; then
+      echo "server not ready after ${READY_SECS:-30} s (or it exited)" > $L/$n.cli
+      kill $s 2>/dev/null; wait $s; sr=$?; cr=99; return
+    fi
+    timeout 60 sh -c "$5" > $L/$n.cli 2>&1; cr=$?
+    [ $cr != 0 ] && { sleep 2; kill $s 2>/dev/null; }   # a failed client: do not wait out the server
+    wait $s; sr=$?
+  }
+  cmshow() { bad $1 "client rc=$cr server rc=$sr"; tail -n 4 $L/$1.cli $L/$1.srv; }
+  # rping: 5 pings validated (-V) by the client, each one's data printed by the server
+  rpingcheck() {
+    if [ $cr = 0 ] && [ $sr = 0 ] && [ $(grep -c "^ping data: rdma-ping-" $L/$1.cli) = 5 ] \
+       && [ $(grep -c "server ping data: rdma-ping-" $L/$1.srv) = 5 ]; then
+      ok $1 "5 pings, READ+WRITE, validated"
+    else cmshow $1; fi
+  }
+  A=10.99.1.1 B=10.99.1.2
+  cmpair rping.ours-client cm 7174 "rping -s -a $B -C 5 -V -v" "$OUR rping -c -a $B -I $A -C 5 -V -v"
+  rpingcheck rping.ours-client
+  cmpair rping.ours-server cm 7174 "$OUR rping -s -a $A -v" "rping -c -a $A -I $B -C 5 -V -v"
+  rpingcheck rping.ours-server
+  cmpair ucmatose.ours-client cm 7471 "ucmatose -b $B -c 2" "$OUR ucmatose -b $A -s $B -c 2"
+  if [ $cr = 0 ] && [ $sr = 0 ] && grep -q "return status 0" $L/ucmatose.ours-client.srv; then
+    ok ucmatose.ours-client "2 connections x 10 messages each way"
+  else cmshow ucmatose.ours-client; fi
+  cmpair ucmatose.ours-server cm 7471 "$OUR ucmatose -b $A -c 2 -m" "ucmatose -b $B -s $A -c 2"
+  if [ $cr = 0 ] && [ $sr = 0 ] && grep -q "return status 0" $L/ucmatose.ours-server.cli \
+     && grep -q "^disconnected" $L/ucmatose.ours-server.srv; then
+    ok ucmatose.ours-server "2 connections x 10 messages each way, channel migration"
+  else cmshow ucmatose.ours-server; fi
+  cmpair udaddy.ours-client cm 7174 "udaddy -b $B" "$OUR udaddy -b $A -s $B"
+  if [ $cr = 0 ] && [ $sr = 0 ] && grep -q "return status 0" $L/udaddy.ours-client.srv; then
+    ok udaddy.ours-client "SIDR, UD messages each way"
+  else cmshow udaddy.ours-client; fi
+  cmpair udaddy.ours-server cm 7174 "$OUR udaddy -b $A" "udaddy -b $B -s $A"
+  if [ $cr = 0 ] && [ $sr = 0 ] && grep -q "return status 0" $L/udaddy.ours-server.cli; then
+    ok udaddy.ours-server "SIDR, UD messages each way"
+  else cmshow udaddy.ours-server; fi
+  # ours on rdma-core (librdmacm, rxe_r 10.99.2.1) <-> ours on the soft provider (own CM, netns peer)
+  cmpair rping.rdma-core-client-vs-soft line "rping: listening on" \
+    "ip netns exec peer $BIN --provider soft rping -s -a 10.99.2.2 -v -d" \
+    "$OUR rping -c -a 10.99.2.2 -I 10.99.2.1 -C 5 -V -v"
+  rpingcheck rping.rdma-core-client-vs-soft
+  cmpair rping.soft-client-vs-rdma-core cm 7174 "$OUR rping -s -a 10.99.2.1 -v" \
+    "ip netns exec peer $BIN --provider soft rping -c -a 10.99.2.1 -I 10.99.2.2 -C 5 -V -v"
+  rpingcheck rping.soft-client-vs-rdma-core
+  # NVMe-oF over RDMA: the kernel's nvme-rdma host on rxe_a -> our target on rxe_b
+  NQN=nqn.2024-01.io.dpustack:rc08; modprobe nvme-rdma 2>/dev/null
+  timeout 200 $BIN nvmf serve --listen rdma://$B:4420 --bdev malloc:64M --nqn $NQN \
+    --idle-spins 0 --for 150 > $L/nvmf.srv 2>&1 & s=$!
+  if cmready cm 4420 $s $L/nvmf.srv; then
+    {
+      timeout 60 nvme connect -t rdma -a $B -s 4420 -n $NQN -w $A && echo "CONNECT ok"
+      for i in $(seq 100); do D=$(ls /dev/nvme*n1 2>/dev/null | head -1); [ -n "$D" ] && break; sleep 0.1; done
+      head -c 4194304 /dev/urandom > $L/w.bin; head -c 4096 /dev/urandom > $L/w4.bin
+      dd if=$L/w.bin of=$D bs=1M oflag=direct 2>/dev/null
+      dd if=$D of=$L/r.bin bs=1M count=4 iflag=direct 2>/dev/null
+      cmp $L/w.bin $L/r.bin && echo "CMP4M ok"
+      dd if=$L/w4.bin of=$D bs=4k count=1 seek=5000 oflag=direct 2>/dev/null
+      dd if=$D of=$L/r4.bin bs=4k count=1 skip=5000 iflag=direct 2>/dev/null
+      cmp $L/w4.bin $L/r4.bin && echo "CMP4K ok"
+      nvme disconnect -n $NQN
+    } > $L/nvmf.cli 2>&1
+  else echo "target not listening (kernel CM, port 4420)" > $L/nvmf.cli; fi
+  kill $s 2>/dev/null; wait $s
+  if grep -q "CONNECT ok" $L/nvmf.cli && grep -q "CMP4M ok" $L/nvmf.cli && grep -q "CMP4K ok" $L/nvmf.cli \
+     && grep -q "disconnected 1 controller" $L/nvmf.cli; then
+    ok nvmf-rdma.linux-host-ours-target "connect, 4 MiB + 4 KiB dd write/read/cmp, disconnect"
+  else
+    bad nvmf-rdma.linux-host-ours-target; tail -n 6 $L/nvmf.cli $L/nvmf.srv
+  fi
+  # the object store's RPC over RDMA: engine on rxe_b, client tools on rxe_a
+  rm -rf $L/objd; mkdir -p $L/objd
+  timeout 150 $BIN engine --listen 127.0.0.1:10001 --rdma-listen $B:10002 --data-dir $L/objd \
+    --for 140 > $L/obj.srv 2>&1 & s=$!
+  if cmready cm 10002 $s $L/obj.srv; then
+    E="--engine rdma://$B:10002 --rdma-src $A"
+    head -c 3000000 /dev/urandom > $L/v.bin; rm -f $L/v2.bin
+    {
+      timeout 60 $BIN pool create tank --size 64M $E && echo "POOL ok"
+      timeout 60 $BIN cont create tank c1 $E && echo "CONT ok"
+      timeout 60 $BIN obj put tank c1 7 d a $L/v.bin $E && echo "PUT ok"
+      timeout 60 $BIN obj get tank c1 7 d a -o $L/v2.bin $E && echo "GET ok"
+      cmp $L/v.bin $L/v2.bin && echo "CMP ok"
+    } > $L/obj.cli 2>&1
+  else echo "engine not listening (kernel CM, port 10002)" > $L/obj.cli; fi
+  kill $s 2>/dev/null; wait $s
+  if [ $(grep -c -E "^(POOL|CONT|PUT|GET|CMP) ok" $L/obj.cli) = 5 ]; then
+    ok obj-rpc.rdma-core "pool, container, 3 MB put/get over RDMA, compared"
+  else
+    bad obj-rpc.rdma-core; tail -n 6 $L/obj.cli $L/obj.srv
+  fi
   if timeout 120 $TB --ignored --exact rdma_core_provider > $L/api 2>&1; then
     ok verbs-api.rdma-core "$(grep -h 'test result' $L/api)"
   else
     bad verbs-api.rdma-core; tail -n 15 $L/api
+  fi
+  if [ -n "$CB" ] && timeout 120 $CB --ignored --exact rdma_core_provider > $L/cmapi 2>&1; then
+    ok cm-api.rdma-core "$(grep -h 'test result' $L/cmapi)"
+  else
+    bad cm-api.rdma-core; tail -n 15 $L/cmapi
   fi
   exit 0
 fi
@@ -173,13 +306,20 @@ fi
 echo "PLAN $NCHECKS"
 skip_all() { for c in devices-lists-both rc-pingpong.ours-server rc-pingpong.ours-client \
     ud-pingpong.ours-server ud-pingpong.ours-client uc-pingpong.ours-client-events \
-    rc-pingpong.rdma-core-vs-soft rc-pingpong.soft-vs-rdma-core verbs-api.rdma-core; do
+    rc-pingpong.rdma-core-vs-soft rc-pingpong.soft-vs-rdma-core rping.ours-client \
+    rping.ours-server ucmatose.ours-client ucmatose.ours-server udaddy.ours-client \
+    udaddy.ours-server rping.rdma-core-client-vs-soft rping.soft-client-vs-rdma-core \
+    nvmf-rdma.linux-host-ours-target obj-rpc.rdma-core verbs-api.rdma-core cm-api.rdma-core; do
     echo "SKIP $c ($1)"; done; exit 0; }
 [ -f /usr/include/infiniband/verbs.h ] || skip_all "no libibverbs-dev on the host: apt-get install -y libibverbs-dev"
+[ -f /usr/include/rdma/rdma_cma.h ] || skip_all "no librdmacm-dev on the host: apt-get install -y librdmacm-dev"
 cd $ROOT
 cargo build --release -p dpustack --features rdma-core > /tmp/rc08-build.log 2>&1 \
   || { tail -20 /tmp/rc08-build.log; skip_all "cargo build --features rdma-core failed"; }
 TB=$(cargo test -p verbs --features rdma-core --test providers --no-run 2>&1 \
      | sed -n 's/.*Executable tests\/providers.rs (\(.*\))/\1/p' | tail -1)
 [ -n "$TB" ] || skip_all "could not build the verbs provider test"
-bash $V exec -t 900 "bash $ROOT/tests/interop/08-rdma-core.sh guest $ROOT/target/release/dpustack $ROOT/$TB"
+CB=$(cargo test -p cm --features rdma-core --test providers --no-run 2>&1 \
+     | sed -n 's/.*Executable tests\/providers.rs (\(.*\))/\1/p' | tail -1)
+[ -n "$CB" ] || echo "the CM provider test did not build (cm-api.rdma-core will fail)"
+bash $V exec -t 900 "bash $ROOT/tests/interop/08-rdma-core.sh guest $ROOT/target/release/dpustack $ROOT/$TB ${CB:+$ROOT/$CB}"

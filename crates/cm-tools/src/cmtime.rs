@@ -21,6 +21,8 @@ pub struct CmtimeOpts {
     pub connections: usize,
     /// Port (-p).
     pub port: u16,
+    /// The verbs provider of the device (`--provider`).
+    pub provider: crate::Provider,
 }
 
 const STEPS: [&str; 8] = [
@@ -107,7 +109,7 @@ pub fn run(a: &CmtimeOpts, cm: &CmConfig, con: &mut Console) -> Result<Option<St
             ))
         }
     };
-    let dev = open_device(ip, cm)?;
+    let dev = open_device(ip, a.provider, cm)?;
     match a.server {
         Some(dst) => {
             let t = client(&dev, ip, dst, a.port, a.connections, Some(con))?;

@@ -3,8 +3,10 @@
 //! Owns: the engines of `rping` ([`rping`]), `rdma_server`/`rdma_client`
 //! ([`simple`]), `ucmatose`/`udaddy` ([`tose`]) and `cmtime` ([`cmtime`]),
 //! speaking the same protocols as rdma-core's programs (either side may be the
-//! real librdmacm tool), over the `cm` crate's driver on a `verbs` soft RoCEv2
-//! device bound to a local IPv4 address.
+//! real librdmacm tool), over the `cm` crate's driver on the `verbs` device of
+//! a local IPv4 address: a soft RoCEv2 device, or a kernel one through the
+//! rdma-core provider (its CM is then librdmacm); [`Provider`] chooses, and no
+//! tool has a code path of its own for either.
 //!
 //! Does not own: argument parsing (the `dpustack` CLI), the node's CM agent
 //! (`node`, which runs [`rping::serve_one`] as its rping service). The lines the
@@ -58,6 +60,13 @@ pub enum Error {
     /// The device could not be opened (its UDP 4791 bound).
     #[error("opening a soft RoCE device on {ip} (UDP {ip}:4791)")]
     Open {
+        ip: Ipv4Addr,
+        #[source]
+        source: verbs::Error,
+    },
+    /// No kernel RDMA device has `ip` (or the build has no rdma-core provider).
+    #[error("opening the kernel RDMA device with RoCE v2 GID {ip} (rdma-core provider)")]
+    OpenKernel {
         ip: Ipv4Addr,
         #[source]
         source: verbs::Error,
@@ -136,10 +145,40 @@ pub fn route_source(dst: Ipv4Addr) -> Result<Ipv4Addr> {
     netio::ifaddr::route_source(None, dst, 4791).map_err(|source| Error::NoRoute { dst, source })
 }
 
-/// Opens a soft RoCE device on `ip` (a poller thread, UDP `ip`:4791) and a CM
-/// device on its QP1 with the settings `cm`.
-pub fn open_device(ip: Ipv4Addr, cm: &CmConfig) -> Result<CmDevice> {
-    let ctx = verbs::Context::open(&ip.to_string()).map_err(|source| Error::Open { ip, source })?;
+/// Which verbs provider a tool's device is opened with (the CLI's
+/// `--provider`; the CM backend follows the provider: our own CM on a soft
+/// device, librdmacm on a kernel one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Provider {
+    /// A kernel device that has `ip` as a RoCE v2 GID when the build has the
+    /// rdma-core provider and the kernel has RDMA devices, else a soft one.
+    #[default]
+    Auto,
+    /// A soft RoCE device on `ip`.
+    Soft,
+    /// The kernel device that has `ip` as a RoCE v2 GID (rdma-core provider).
+    RdmaCore,
+}
+
+/// Opens the device for `ip` with `provider` (a soft RoCE device: a poller
+/// thread, UDP `ip`:4791; a kernel device: the one with `ip` as a RoCE v2 GID)
+/// and a CM device on it with the settings `cm`.
+pub fn open_device(ip: Ipv4Addr, provider: Provider, cm: &CmConfig) -> Result<CmDevice> {
+    let kernel = match provider {
+        Provider::Soft => None,
+        Provider::RdmaCore => Some(
+            verbs::rdma_core::open(&ip.to_string())
+                .map_err(|source| Error::OpenKernel { ip, source })?,
+        ),
+        Provider::Auto => verbs::rdma_core::open_by_ip_if_kernel(ip)
+            .map_err(|source| Error::OpenKernel { ip, source })?,
+    };
+    let ctx = match kernel {
+        Some(c) => c,
+        None => {
+            verbs::Context::open(&ip.to_string()).map_err(|source| Error::Open { ip, source })?
+        }
+    };
     Ok(CmDevice::open(&ctx, cm.clone())?)
 }
 

@@ -2,6 +2,7 @@
 //! buffer, the server RDMA READs it, the client advertises a second buffer, the
 //! server RDMA WRITEs the data back; `-V` checks it, `-v` prints it.
 
+use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
@@ -41,6 +42,8 @@ pub struct RpingOpts {
     pub persistent: bool,
     /// Run as a node service: nothing printed, the device may vanish at any time.
     pub service: bool,
+    /// The verbs provider of the device (`--provider`).
+    pub provider: crate::Provider,
 }
 
 /// `struct rping_rdma_info`: buf (be64), rkey (be32), size (be32).
@@ -90,7 +93,7 @@ pub fn server(a: &RpingOpts, cm: &CmConfig, con: &mut Console) -> Result<()> {
         .addr
         .or(a.src)
         .ok_or_else(|| Error::Usage("rping -s: give the address to bind with -a".into()))?;
-    let dev = open_device(ip, cm)?;
+    let dev = open_device(ip, a.provider, cm)?;
     let listener = dev.create_id(None, PortSpace::Tcp);
     listener.bind_addr(SocketAddr::new(IpAddr::V4(ip), a.port))?;
     listener.listen(3)?;
@@ -137,8 +140,9 @@ pub fn serve_one(dev: &CmDevice, mut id: CmId, a: &RpingOpts, con: &mut Console)
     }
     // Every exit of this loop is the client's DISCONNECTED.
     let mut pings = 0u64;
+    let mut held = VecDeque::new();
     // Client's start buffer advertisement.
-    while let Some(wc) = wait_recv(&cq, &id)? {
+    while let Some(wc) = wait_recv(&cq, &id, &mut held)? {
         if wc.byte_len as usize != INFO_LEN {
             bail!("Received bogus data, size {}", wc.byte_len);
         }
@@ -159,7 +163,7 @@ pub fn serve_one(dev: &CmDevice, mut id: CmId, a: &RpingOpts, con: &mut Console)
             len,
             Some((raddr, rkey)),
         )?;
-        if wait_send(&cq, &id)?.is_none() {
+        if wait_send(&cq, &id, &mut held)?.is_none() {
             break;
         }
         if a.verbose {
@@ -169,11 +173,11 @@ pub fn serve_one(dev: &CmDevice, mut id: CmId, a: &RpingOpts, con: &mut Console)
         }
         // Tell the client to continue.
         post_send(&id, 3, WrOpcode::Send, &send_mr, INFO_LEN as u32, None)?;
-        if wait_send(&cq, &id)?.is_none() {
+        if wait_send(&cq, &id, &mut held)?.is_none() {
             break;
         }
         // Client's RDMA buffer advertisement.
-        let Some(wc) = wait_recv(&cq, &id)? else {
+        let Some(wc) = wait_recv(&cq, &id, &mut held)? else {
             break;
         };
         if wc.byte_len as usize != INFO_LEN {
@@ -192,11 +196,11 @@ pub fn serve_one(dev: &CmDevice, mut id: CmId, a: &RpingOpts, con: &mut Console)
             wlen,
             Some((raddr, rkey)),
         )?;
-        if wait_send(&cq, &id)?.is_none() {
+        if wait_send(&cq, &id, &mut held)?.is_none() {
             break;
         }
         post_send(&id, 5, WrOpcode::Send, &send_mr, INFO_LEN as u32, None)?;
-        if wait_send(&cq, &id)?.is_none() {
+        if wait_send(&cq, &id, &mut held)?.is_none() {
             break;
         }
         pings += 1;
@@ -211,27 +215,46 @@ pub fn serve_one(dev: &CmDevice, mut id: CmId, a: &RpingOpts, con: &mut Console)
     Ok(pings)
 }
 
-/// Pending completions of the other kind are kept in order: rping's exchange is
-/// strictly alternating, so a completion of the other kind here is a protocol error.
-pub(crate) fn wait_recv(cq: &Cq, id: &CmId) -> Result<Option<Wc>> {
-    match wait_wc(cq, id, Duration::from_secs(3600))? {
-        Some(wc) if wc.opcode == WcOpcode::Recv => Ok(Some(wc)),
-        Some(wc) => bail!(
-            "unexpected completion {:?} while waiting for a receive",
-            wc.opcode
-        ),
-        None => Ok(None),
-    }
+/// Waits for the next receive completion. rping's messages alternate, but their
+/// completions need not: the peer's next message may complete here before the
+/// ACK of our last SEND does (seen on rxe). A completion of the other kind is
+/// therefore held in `held` for the next wait; more than a few is a protocol error.
+pub(crate) fn wait_recv(cq: &Cq, id: &CmId, held: &mut VecDeque<Wc>) -> Result<Option<Wc>> {
+    wait_kind(cq, id, held, true, Duration::from_secs(3600))
 }
 
-pub(crate) fn wait_send(cq: &Cq, id: &CmId) -> Result<Option<Wc>> {
-    match wait_wc(cq, id, T)? {
-        Some(wc) if wc.opcode != WcOpcode::Recv => Ok(Some(wc)),
-        Some(wc) => bail!(
-            "unexpected receive (len {}) while waiting for a send",
-            wc.byte_len
-        ),
-        None => Ok(None),
+/// Waits for the next send-side completion (SEND, READ, WRITE); see [`wait_recv`].
+pub(crate) fn wait_send(cq: &Cq, id: &CmId, held: &mut VecDeque<Wc>) -> Result<Option<Wc>> {
+    wait_kind(cq, id, held, false, T)
+}
+
+fn wait_kind(
+    cq: &Cq,
+    id: &CmId,
+    held: &mut VecDeque<Wc>,
+    recv: bool,
+    timeout: Duration,
+) -> Result<Option<Wc>> {
+    let is_recv = |w: &Wc| w.opcode == WcOpcode::Recv;
+    if let Some(i) = held.iter().position(|w| is_recv(w) == recv) {
+        return Ok(held.remove(i));
+    }
+    loop {
+        match wait_wc(cq, id, timeout)? {
+            Some(wc) if is_recv(&wc) == recv => return Ok(Some(wc)),
+            Some(wc) => {
+                if held.len() >= 2 {
+                    bail!(
+                        "unexpected completion {:?} (len {}) while waiting for a {}",
+                        wc.opcode,
+                        wc.byte_len,
+                        if recv { "receive" } else { "send" }
+                    );
+                }
+                held.push_back(wc);
+            }
+            None => return Ok(None),
+        }
     }
 }
 
@@ -244,7 +267,7 @@ pub fn client(a: &RpingOpts, cm: &CmConfig, con: &mut Console) -> Result<()> {
         Some(s) => s,
         None => route_source(dst)?,
     };
-    let dev = open_device(src, cm)?;
+    let dev = open_device(src, a.provider, cm)?;
     let mut id = dev.create_id(None, PortSpace::Tcp);
     id.resolve_addr(
         Some(SocketAddr::new(IpAddr::V4(src), 0)),
@@ -278,6 +301,7 @@ pub fn client(a: &RpingOpts, cm: &CmConfig, con: &mut Console) -> Result<()> {
     }
     let mut start: u8 = 65;
     let mut ping: u64 = 0;
+    let mut held = VecDeque::new();
     let mut result = Ok(());
     while a.count.is_none_or(|c| ping < c) {
         let mut buf = format!("rdma-ping-{ping}: ").into_bytes();
@@ -299,12 +323,12 @@ pub fn client(a: &RpingOpts, cm: &CmConfig, con: &mut Console) -> Result<()> {
         rdma_mr.write(0, &vec![0u8; a.size]);
         send_mr.write(0, &info(&start_mr, a.size));
         post_send(&id, 1, WrOpcode::Send, &send_mr, INFO_LEN as u32, None)?;
-        if wait_send(&cq, &id)?.is_none() {
+        if wait_send(&cq, &id, &mut held)?.is_none() {
             result = Err(err!("server disconnected"));
             break;
         }
         // Server's "go ahead" after its RDMA READ.
-        let Some(wc) = wait_recv(&cq, &id)? else {
+        let Some(wc) = wait_recv(&cq, &id, &mut held)? else {
             result = Err(err!("server disconnected"));
             break;
         };
@@ -314,12 +338,12 @@ pub fn client(a: &RpingOpts, cm: &CmConfig, con: &mut Console) -> Result<()> {
         post_recv(&id, &recv_mr, INFO_LEN as u32)?;
         send_mr.write(0, &info(&rdma_mr, a.size));
         post_send(&id, 2, WrOpcode::Send, &send_mr, INFO_LEN as u32, None)?;
-        if wait_send(&cq, &id)?.is_none() {
+        if wait_send(&cq, &id, &mut held)?.is_none() {
             result = Err(err!("server disconnected"));
             break;
         }
         // Server's "RDMA WRITE done".
-        let Some(_) = wait_recv(&cq, &id)? else {
+        let Some(_) = wait_recv(&cq, &id, &mut held)? else {
             result = Err(err!("server disconnected"));
             break;
         };

@@ -21,6 +21,8 @@ pub struct SimpleOpts {
     pub bind: Option<Ipv4Addr>,
     /// Port (-p).
     pub port: u16,
+    /// The verbs provider of the device (`--provider`).
+    pub provider: crate::Provider,
 }
 
 const SIMPLE_MSG: usize = 16;
@@ -31,7 +33,7 @@ pub fn server(a: &SimpleOpts, cm: &CmConfig, con: &mut Console) -> Result<()> {
         .bind
         .or(a.server)
         .ok_or_else(|| Error::Usage("cm-server: give the device address with -b".into()))?;
-    let dev = open_device(ip, cm)?;
+    let dev = open_device(ip, a.provider, cm)?;
     let listener = dev.create_id(None, PortSpace::Tcp);
     listener.bind_addr(SocketAddr::new(IpAddr::V4(ip), a.port))?;
     listener.listen(0)?;
@@ -42,11 +44,12 @@ pub fn server(a: &SimpleOpts, cm: &CmConfig, con: &mut Console) -> Result<()> {
     let mr = dev.pd().reg_mr(SIMPLE_MSG, AccessFlags::LOCAL_WRITE)?;
     post_recv(&id, &mr, SIMPLE_MSG as u32)?;
     id.accept(&ConnParam::default(), T)?;
-    if wait_recv(&cq, &id)?.is_none() {
+    let mut held = std::collections::VecDeque::new();
+    if wait_recv(&cq, &id, &mut held)?.is_none() {
         bail!("client disconnected before sending");
     }
     post_send(&id, 2, WrOpcode::Send, &mr, SIMPLE_MSG as u32, None)?;
-    if wait_send(&cq, &id)?.is_none() {
+    if wait_send(&cq, &id, &mut held)?.is_none() {
         bail!("client disconnected before our send completed");
     }
     id.disconnect()?;
@@ -64,7 +67,7 @@ pub fn client(a: &SimpleOpts, cm: &CmConfig, con: &mut Console) -> Result<()> {
         Some(b) => b,
         None => route_source(dst)?,
     };
-    let dev = open_device(src, cm)?;
+    let dev = open_device(src, a.provider, cm)?;
     say!(con, "rdma_client: start");
     let mut id = dev.create_id(None, PortSpace::Tcp);
     id.resolve_addr(

@@ -33,6 +33,8 @@ pub struct ToseOpts {
     pub tos: Option<u8>,
     /// Migrate the ids to a new event channel before disconnecting (-m, ucmatose).
     pub migrate: bool,
+    /// The verbs provider of the device (`--provider`).
+    pub provider: crate::Provider,
 }
 
 struct Node {
@@ -146,7 +148,7 @@ fn tose_device(a: &ToseOpts, cm: &CmConfig) -> Result<(CmDevice, Ipv4Addr)> {
             ))
         }
     };
-    Ok((open_device(ip, cm)?, ip))
+    Ok((open_device(ip, a.provider, cm)?, ip))
 }
 
 /// ucmatose: connected (RC) connections.

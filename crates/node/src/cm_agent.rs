@@ -85,6 +85,7 @@ impl CmAgent {
 /// until the device is closed.
 fn rping_service(dev: &CmDevice, listener: CmId) {
     let a = RpingOpts {
+        provider: cm_tools::Provider::Auto,
         server: true,
         client: false,
         addr: Some(dev.ip()),

@@ -55,6 +55,7 @@ fn up_serves_rping_and_rejects_unknown_ports() {
     );
     assert!(!detail.contains("the rdma part's device"), "{detail}");
     let client = RpingOpts {
+        provider: cm_tools::Provider::Auto,
         server: false,
         client: true,
         addr: Some(Ipv4Addr::new(127, 0, 4, 76)),
@@ -70,7 +71,8 @@ fn up_serves_rping_and_rejects_unknown_ports() {
     };
     let cm = c.cm.core();
     cm_tools::rping::client(&client, &cm, &mut Console::silent()).unwrap();
-    let dev = cm_tools::open_device(Ipv4Addr::new(127, 0, 4, 78), &cm).unwrap();
+    let dev =
+        cm_tools::open_device(Ipv4Addr::new(127, 0, 4, 78), cm_tools::Provider::Soft, &cm).unwrap();
     let id = dev.create_id(None, PortSpace::Tcp);
     id.resolve_addr(None, "127.0.4.76:9".parse().unwrap(), T)
         .unwrap();

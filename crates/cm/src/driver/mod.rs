@@ -23,6 +23,8 @@
 
 mod backend;
 mod own;
+#[cfg(feature = "rdma-core")]
+mod rdmacm;
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -274,14 +276,17 @@ impl CmDevice {
             cfg.seed = t ^ (u64::from(std::process::id()) << 32) ^ u64::from(u32::from(ip));
         }
         let pd = ctx.alloc_pd()?;
-        // the CM of the device's provider: our own over QP1 of a soft device
-        // (kernel devices: librdmacm, with the next verbs provider)
+        // the CM of the device's provider: our own over QP1 of a soft device,
+        // librdmacm for a kernel device (the kernel owns QP1 there)
         let backend: Box<dyn CmBackend> = match ctx.provider() {
             verbs::Provider::Soft => Box::new(own::OwnCm::open(ctx, &pd, cfg)?),
-            // NOT DONE: a librdmacm backend for kernel devices (issue 15)
+            #[cfg(feature = "rdma-core")]
+            verbs::Provider::RdmaCore => Box::new(rdmacm::RdmaCm::open(ctx)?),
+            #[cfg(not(feature = "rdma-core"))]
             verbs::Provider::RdmaCore => {
-                let msg = "the CM over librdmacm for kernel (rdma-core) devices is not built yet: \
-                           use a soft device (--provider soft) for CM tools";
+                let msg = "this build has no CM for kernel (rdma-core) devices: rebuild with \
+                           `--features rdma-core` (needs librdmacm-dev), or use a soft device \
+                           (--provider soft)";
                 tracing::error!("{msg}");
                 return Err(DriverError::Verbs(verbs::Error::Io(std::io::Error::new(
                     std::io::ErrorKind::Unsupported,
@@ -632,7 +637,7 @@ impl CmId {
         self.dev
             .call(|be, _| be.resolve_addr(h, src, dst, timeout, route))?;
         self.sync_wait(
-            timeout.max(Duration::from_secs(1)),
+            timeout.max(Duration::from_secs(1)) + Duration::from_secs(1),
             &[EventType::AddrResolved],
         )
     }
@@ -664,7 +669,7 @@ impl CmId {
         let h = self.h;
         self.dev.call(|be, _| be.resolve_route(h, timeout))?;
         self.sync_wait(
-            timeout.max(Duration::from_secs(1)),
+            timeout.max(Duration::from_secs(1)) + Duration::from_secs(1),
             &[EventType::RouteResolved],
         )
     }

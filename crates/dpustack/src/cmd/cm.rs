@@ -149,24 +149,23 @@ pub enum Cmd {
 }
 
 pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
-    // the CM tools stay on soft devices under `auto`; an explicit rdma-core
-    // needs the librdmacm CM backend, which is not built yet (issue 15)
-    if cfg.rdma.provider == verbs_tools::ProviderChoice::RdmaCore {
-        bail!(
-            "--provider rdma-core: the CM over librdmacm for kernel (rdma-core) devices is not \
-             built yet: use a soft device (--provider soft) for CM tools"
-        );
-    }
+    // the provider picks the CM backend too: our own CM on a soft device,
+    // librdmacm on a kernel device (rdma-core); the tools are the same
+    let p = match cfg.rdma.provider {
+        verbs_tools::ProviderChoice::Auto => cm_tools::Provider::Auto,
+        verbs_tools::ProviderChoice::Soft => cm_tools::Provider::Soft,
+        verbs_tools::ProviderChoice::RdmaCore => cm_tools::Provider::RdmaCore,
+    };
     let cm = cfg.cm.core();
     let con = &mut Console::stdio();
     match cmd {
-        Cmd::Rping(a) => cm_tools::rping::run(&a.opts(), &cm, con)?,
-        Cmd::CmServer(a) => cm_tools::simple::server(&a.opts(), &cm, con)?,
-        Cmd::CmClient(a) => cm_tools::simple::client(&a.opts(), &cm, con)?,
-        Cmd::Ucmatose(a) => cm_tools::tose::ucmatose(&a.opts(), &cm, con)?,
-        Cmd::Udaddy(a) => cm_tools::tose::udaddy(&a.opts(), &cm, con)?,
+        Cmd::Rping(a) => cm_tools::rping::run(&a.opts(p), &cm, con)?,
+        Cmd::CmServer(a) => cm_tools::simple::server(&a.opts(p), &cm, con)?,
+        Cmd::CmClient(a) => cm_tools::simple::client(&a.opts(p), &cm, con)?,
+        Cmd::Ucmatose(a) => cm_tools::tose::ucmatose(&a.opts(p), &cm, con)?,
+        Cmd::Udaddy(a) => cm_tools::tose::udaddy(&a.opts(p), &cm, con)?,
         Cmd::Cmtime(a) => {
-            if let Some(t) = cm_tools::cmtime::run(&a.opts(), &cm, con)? {
+            if let Some(t) = cm_tools::cmtime::run(&a.opts(p), &cm, con)? {
                 print!("{}", t.table());
             }
         }
@@ -175,8 +174,9 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
 }
 
 impl RpingArgs {
-    fn opts(&self) -> RpingOpts {
+    fn opts(&self, provider: cm_tools::Provider) -> RpingOpts {
         RpingOpts {
+            provider,
             server: self.server,
             client: self.client,
             addr: self.addr,
@@ -194,8 +194,9 @@ impl RpingArgs {
 }
 
 impl SimpleArgs {
-    fn opts(&self) -> SimpleOpts {
+    fn opts(&self, provider: cm_tools::Provider) -> SimpleOpts {
         SimpleOpts {
+            provider,
             server: self.server,
             bind: self.bind,
             port: self.port,
@@ -204,8 +205,9 @@ impl SimpleArgs {
 }
 
 impl CmaToseArgs {
-    fn opts(&self) -> ToseOpts {
+    fn opts(&self, provider: cm_tools::Provider) -> ToseOpts {
         ToseOpts {
+            provider,
             server: self.server,
             bind: self.bind,
             connections: self.connections,
@@ -219,8 +221,9 @@ impl CmaToseArgs {
 }
 
 impl CmtimeArgs {
-    fn opts(&self) -> CmtimeOpts {
+    fn opts(&self, provider: cm_tools::Provider) -> CmtimeOpts {
         CmtimeOpts {
+            provider,
             server: self.server,
             bind: self.bind,
             connections: self.connections,
@@ -242,8 +245,8 @@ pub fn bench(args: &BenchArgs, cfg: &Config) -> Result<benchkit::Report> {
     let singles = if args.quick { 20 } else { 200 };
     let srv_ip = Ipv4Addr::new(127, 0, 4, 40);
     let cli_ip = Ipv4Addr::new(127, 0, 4, 41);
-    let sdev = open_device(srv_ip, &cm)?;
-    let cdev = open_device(cli_ip, &cm)?;
+    let sdev = open_device(srv_ip, cm_tools::Provider::Soft, &cm)?;
+    let cdev = open_device(cli_ip, cm_tools::Provider::Soft, &cm)?;
     let stop = Arc::new(AtomicBool::new(false));
     let server = {
         let (sdev, stop) = (sdev.clone(), stop.clone());

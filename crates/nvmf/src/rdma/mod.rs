@@ -41,11 +41,20 @@ use crate::poll_group::{Listen, NvmfServer};
 use crate::transport::TransportId;
 use crate::Tgt;
 
-/// Opens the soft RoCE device on `ip` (its own UDP 4791 socket: one device per
-/// address and process) with the RDMA CM on it.
+/// Opens the RDMA device of `ip` with the RDMA CM on it: the kernel device that
+/// has `ip` as a RoCE v2 GID when the build has the rdma-core provider and the
+/// kernel such a device (librdmacm is then the CM), else a soft RoCE device on
+/// `ip` (its own UDP 4791 socket: one device per address and process).
 pub fn open_device(ip: Ipv4Addr) -> io::Result<CmDevice> {
-    let ctx = verbs::Context::open(&ip.to_string())
-        .map_err(|e| io::Error::other(format!("soft RoCE device on {ip}: {e}")))?;
+    // a kernel RDMA device with this address (rdma-core provider, librdmacm CM)
+    // if there is one, else a soft RoCE device on it
+    let ctx = match verbs::rdma_core::open_by_ip_if_kernel(ip)
+        .map_err(|e| io::Error::other(format!("kernel RDMA device with GID {ip}: {e}")))?
+    {
+        Some(c) => c,
+        None => verbs::Context::open(&ip.to_string())
+            .map_err(|e| io::Error::other(format!("soft RoCE device on {ip}: {e}")))?,
+    };
     CmDevice::open(&ctx, cm::CmConfig::default())
         .map_err(|e| io::Error::other(format!("RDMA CM on {ip}: {e}")))
 }

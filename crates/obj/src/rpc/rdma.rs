@@ -269,11 +269,21 @@ impl Drop for BufPool {
     }
 }
 
+/// The kernel RDMA device of `ip` (rdma-core provider, librdmacm CM) if there
+/// is one, else a soft RoCE device on it.
 fn open_device(ip: &str) -> Result<CmDevice, RdmaError> {
-    let ctx = Context::open(ip).map_err(|source| RdmaError::Device {
+    let dev_err = |source| RdmaError::Device {
         ip: ip.to_string(),
         source,
-    })?;
+    };
+    let kernel = match ip.parse() {
+        Ok(v4) => verbs::rdma_core::open_by_ip_if_kernel(v4).map_err(dev_err)?,
+        Err(_) => None,
+    };
+    let ctx = match kernel {
+        Some(c) => c,
+        None => Context::open(ip).map_err(dev_err)?,
+    };
     Ok(CmDevice::open(&ctx, CmConfig::default())?)
 }
 

@@ -16,13 +16,13 @@ use libc::{c_char, c_int, c_uint, c_void, pthread_cond_t, pthread_mutex_t, size_
 /// `union ibv_gid`: 16 bytes, 8-aligned (its `global` view is two `__be64`).
 #[repr(C, align(8))]
 #[derive(Clone, Copy, Default)]
-pub(crate) struct IbvGid {
+pub struct IbvGid {
     pub raw: [u8; 16],
 }
 
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-pub(crate) struct IbvGidEntry {
+pub struct IbvGidEntry {
     pub gid: IbvGid,
     pub gid_index: u32,
     pub port_num: u32,
@@ -30,25 +30,27 @@ pub(crate) struct IbvGidEntry {
     pub ndev_ifindex: u32,
 }
 
-pub(crate) const IBV_GID_TYPE_ROCE_V2: u32 = 2;
+pub const IBV_GID_TYPE_ROCE_V2: u32 = 2;
 
 /// Opaque: read only through `ibv_get_device_name` / `ibv_get_device_guid`.
 #[repr(C)]
-pub(crate) struct IbvDevice {
+pub struct IbvDevice {
     _opaque: [u8; 0],
 }
 
-type PollCqFn = unsafe extern "C" fn(*mut IbvCq, c_int, *mut IbvWc) -> c_int;
-type ReqNotifyFn = unsafe extern "C" fn(*mut IbvCq, c_int) -> c_int;
-type PostSrqRecvFn =
+pub type PollCqFn = unsafe extern "C" fn(*mut IbvCq, c_int, *mut IbvWc) -> c_int;
+pub type ReqNotifyFn = unsafe extern "C" fn(*mut IbvCq, c_int) -> c_int;
+pub type PostSrqRecvFn =
     unsafe extern "C" fn(*mut IbvSrq, *mut IbvRecvWr, *mut *mut IbvRecvWr) -> c_int;
-type PostSendFn = unsafe extern "C" fn(*mut IbvQp, *mut IbvSendWr, *mut *mut IbvSendWr) -> c_int;
-type PostRecvFn = unsafe extern "C" fn(*mut IbvQp, *mut IbvRecvWr, *mut *mut IbvRecvWr) -> c_int;
+pub type PostSendFn =
+    unsafe extern "C" fn(*mut IbvQp, *mut IbvSendWr, *mut *mut IbvSendWr) -> c_int;
+pub type PostRecvFn =
+    unsafe extern "C" fn(*mut IbvQp, *mut IbvRecvWr, *mut *mut IbvRecvWr) -> c_int;
 
 /// `struct ibv_context_ops`: 32 pointers; the five the inline verbs use are
 /// named, the others (compat entries, memory windows) are padding.
 #[repr(C)]
-pub(crate) struct IbvContextOps {
+pub struct IbvContextOps {
     _pad0: [*mut c_void; 11],
     pub poll_cq: Option<PollCqFn>,
     pub req_notify_cq: Option<ReqNotifyFn>,
@@ -61,7 +63,7 @@ pub(crate) struct IbvContextOps {
 }
 
 #[repr(C)]
-pub(crate) struct IbvContext {
+pub struct IbvContext {
     pub device: *mut IbvDevice,
     pub ops: IbvContextOps,
     pub cmd_fd: c_int,
@@ -72,7 +74,7 @@ pub(crate) struct IbvContext {
 }
 
 #[repr(C)]
-pub(crate) struct IbvDeviceAttr {
+pub struct IbvDeviceAttr {
     pub fw_ver: [c_char; 64],
     pub node_guid: u64,
     pub sys_image_guid: u64,
@@ -115,10 +117,10 @@ pub(crate) struct IbvDeviceAttr {
     pub phys_port_cnt: u8,
 }
 
-pub(crate) const IBV_ATOMIC_HCA: c_int = 1;
+pub const IBV_ATOMIC_HCA: c_int = 1;
 
 #[repr(C)]
-pub(crate) struct IbvPortAttr {
+pub struct IbvPortAttr {
     pub state: c_int,
     pub max_mtu: c_int,
     pub active_mtu: c_int,
@@ -143,28 +145,28 @@ pub(crate) struct IbvPortAttr {
     pub port_cap_flags2: u16,
 }
 
-pub(crate) const IBV_PORT_ACTIVE: c_int = 4;
+pub const IBV_PORT_ACTIVE: c_int = 4;
 
 #[repr(C)]
-pub(crate) struct IbvAsyncEvent {
+pub struct IbvAsyncEvent {
     /// The union `element` (cq / qp / srq / wq pointer, or port_num).
     pub element: *mut c_void,
     pub event_type: c_int,
 }
 
-pub(crate) const IBV_EVENT_CQ_ERR: c_int = 0;
-pub(crate) const IBV_EVENT_QP_FATAL: c_int = 1;
-pub(crate) const IBV_EVENT_QP_REQ_ERR: c_int = 2;
-pub(crate) const IBV_EVENT_QP_ACCESS_ERR: c_int = 3;
-pub(crate) const IBV_EVENT_DEVICE_FATAL: c_int = 8;
-pub(crate) const IBV_EVENT_PORT_ACTIVE: c_int = 9;
-pub(crate) const IBV_EVENT_PORT_ERR: c_int = 10;
-pub(crate) const IBV_EVENT_SRQ_LIMIT_REACHED: c_int = 15;
-pub(crate) const IBV_EVENT_QP_LAST_WQE_REACHED: c_int = 16;
+pub const IBV_EVENT_CQ_ERR: c_int = 0;
+pub const IBV_EVENT_QP_FATAL: c_int = 1;
+pub const IBV_EVENT_QP_REQ_ERR: c_int = 2;
+pub const IBV_EVENT_QP_ACCESS_ERR: c_int = 3;
+pub const IBV_EVENT_DEVICE_FATAL: c_int = 8;
+pub const IBV_EVENT_PORT_ACTIVE: c_int = 9;
+pub const IBV_EVENT_PORT_ERR: c_int = 10;
+pub const IBV_EVENT_SRQ_LIMIT_REACHED: c_int = 15;
+pub const IBV_EVENT_QP_LAST_WQE_REACHED: c_int = 16;
 
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-pub(crate) struct IbvWc {
+pub struct IbvWc {
     pub wr_id: u64,
     pub status: c_int,
     pub opcode: c_int,
@@ -180,17 +182,17 @@ pub(crate) struct IbvWc {
     pub dlid_path_bits: u8,
 }
 
-pub(crate) const IBV_WC_RECV: c_int = 1 << 7;
-pub(crate) const IBV_WC_RECV_RDMA_WITH_IMM: c_int = IBV_WC_RECV + 1;
+pub const IBV_WC_RECV: c_int = 1 << 7;
+pub const IBV_WC_RECV_RDMA_WITH_IMM: c_int = IBV_WC_RECV + 1;
 
 #[repr(C)]
-pub(crate) struct IbvPd {
+pub struct IbvPd {
     pub context: *mut IbvContext,
     pub handle: u32,
 }
 
 #[repr(C)]
-pub(crate) struct IbvMr {
+pub struct IbvMr {
     pub context: *mut IbvContext,
     pub pd: *mut IbvPd,
     pub addr: *mut c_void,
@@ -202,7 +204,7 @@ pub(crate) struct IbvMr {
 
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-pub(crate) struct IbvGlobalRoute {
+pub struct IbvGlobalRoute {
     pub dgid: IbvGid,
     pub flow_label: u32,
     pub sgid_index: u8,
@@ -212,7 +214,7 @@ pub(crate) struct IbvGlobalRoute {
 
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-pub(crate) struct IbvAhAttr {
+pub struct IbvAhAttr {
     pub grh: IbvGlobalRoute,
     pub dlid: u16,
     pub sl: u8,
@@ -224,28 +226,28 @@ pub(crate) struct IbvAhAttr {
 
 /// Opaque.
 #[repr(C)]
-pub(crate) struct IbvAh {
+pub struct IbvAh {
     _opaque: [u8; 0],
 }
 
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-pub(crate) struct IbvSrqAttr {
+pub struct IbvSrqAttr {
     pub max_wr: u32,
     pub max_sge: u32,
     pub srq_limit: u32,
 }
 
 #[repr(C)]
-pub(crate) struct IbvSrqInitAttr {
+pub struct IbvSrqInitAttr {
     pub srq_context: *mut c_void,
     pub attr: IbvSrqAttr,
 }
 
-pub(crate) const IBV_SRQ_LIMIT: c_int = 1 << 1;
+pub const IBV_SRQ_LIMIT: c_int = 1 << 1;
 
 #[repr(C)]
-pub(crate) struct IbvSrq {
+pub struct IbvSrq {
     pub context: *mut IbvContext,
     pub srq_context: *mut c_void,
     pub pd: *mut IbvPd,
@@ -256,14 +258,14 @@ pub(crate) struct IbvSrq {
 }
 
 #[repr(C)]
-pub(crate) struct IbvCompChannel {
+pub struct IbvCompChannel {
     pub context: *mut IbvContext,
     pub fd: c_int,
     pub refcnt: c_int,
 }
 
 #[repr(C)]
-pub(crate) struct IbvCq {
+pub struct IbvCq {
     pub context: *mut IbvContext,
     pub channel: *mut IbvCompChannel,
     pub cq_context: *mut c_void,
@@ -277,7 +279,7 @@ pub(crate) struct IbvCq {
 
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-pub(crate) struct IbvQpCap {
+pub struct IbvQpCap {
     pub max_send_wr: u32,
     pub max_recv_wr: u32,
     pub max_send_sge: u32,
@@ -286,7 +288,7 @@ pub(crate) struct IbvQpCap {
 }
 
 #[repr(C)]
-pub(crate) struct IbvQpInitAttr {
+pub struct IbvQpInitAttr {
     pub qp_context: *mut c_void,
     pub send_cq: *mut IbvCq,
     pub recv_cq: *mut IbvCq,
@@ -297,7 +299,7 @@ pub(crate) struct IbvQpInitAttr {
 }
 
 #[repr(C)]
-pub(crate) struct IbvQp {
+pub struct IbvQp {
     pub context: *mut IbvContext,
     pub qp_context: *mut c_void,
     pub pd: *mut IbvPd,
@@ -315,7 +317,7 @@ pub(crate) struct IbvQp {
 
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-pub(crate) struct IbvQpAttr {
+pub struct IbvQpAttr {
     pub qp_state: c_int,
     pub cur_qp_state: c_int,
     pub path_mtu: c_int,
@@ -348,7 +350,7 @@ pub(crate) struct IbvQpAttr {
 /// the `abi` test), so SG lists are passed to the provider without copying.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-pub(crate) struct IbvSge {
+pub struct IbvSge {
     pub addr: u64,
     pub length: u32,
     pub lkey: u32,
@@ -358,7 +360,7 @@ pub(crate) struct IbvSge {
 /// `ud` overlay its first fields.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-pub(crate) struct IbvSendWrWr {
+pub struct IbvSendWrWr {
     /// rdma.remote_addr / atomic.remote_addr / ud.ah (pointer)
     pub a: u64,
     /// rdma.rkey (low 32 bits) / atomic.compare_add / ud.remote_qpn + remote_qkey
@@ -371,7 +373,7 @@ pub(crate) struct IbvSendWrWr {
 
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub(crate) struct IbvSendWr {
+pub struct IbvSendWr {
     pub wr_id: u64,
     pub next: *mut IbvSendWr,
     pub sg_list: *mut IbvSge,
@@ -388,14 +390,14 @@ pub(crate) struct IbvSendWr {
 
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub(crate) struct IbvRecvWr {
+pub struct IbvRecvWr {
     pub wr_id: u64,
     pub next: *mut IbvRecvWr,
     pub sg_list: *mut IbvSge,
     pub num_sge: c_int,
 }
 
-pub(crate) const IBV_QP_ALL_MASK: c_int = (1 << 21) - 1;
+pub const IBV_QP_ALL_MASK: c_int = (1 << 21) - 1;
 
 #[link(name = "ibverbs")]
 extern "C" {

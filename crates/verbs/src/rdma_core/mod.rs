@@ -18,8 +18,12 @@
 //! a no-op); device-level async events that [`crate::AsyncEvent`] has no
 //! variant for (port up/down, device fatal) are logged and skipped.
 
+/// The libibverbs declarations, public for the `cm` crate's librdmacm backend
+/// (its `rdma_init_qp_attr` fills an `ibv_qp_attr`; its events carry an
+/// `ibv_ah_attr`); not an API for applications.
 #[cfg(feature = "rdma-core")]
-pub(crate) mod ffi;
+#[doc(hidden)]
+pub mod ffi;
 #[cfg(feature = "rdma-core")]
 pub(crate) mod provider;
 
@@ -52,6 +56,22 @@ pub fn device_names() -> Result<Vec<String>> {
     #[cfg(not(feature = "rdma-core"))]
     {
         Ok(Vec::new())
+    }
+}
+
+/// The kernel device that has `ip` as a RoCE v2 GID, if this build has the
+/// provider and the kernel such a device (`Ok(None)`: use a soft device on
+/// `ip`). The rule of `--provider auto` for the services that name their
+/// device by address (NVMe-oF over RDMA, the object store's RPC): a soft device
+/// could not share UDP 4791 of that address with the kernel's rxe anyway.
+pub fn open_by_ip_if_kernel(ip: std::net::Ipv4Addr) -> Result<Option<Context>> {
+    if !BUILT || !kernel_has_devices() {
+        return Ok(None);
+    }
+    match open(&ip.to_string()) {
+        Ok(c) => Ok(Some(c)),
+        Err(Error::NoDev) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

@@ -640,7 +640,14 @@ impl RcCq {
                     opcode: wc_opcode(s.opcode),
                     vendor_err: s.vendor_err,
                     byte_len: s.byte_len,
-                    imm_data: u32::from_be(s.imm_data),
+                    // with IBV_WC_WITH_INV the union holds `invalidated_rkey`
+                    // (host order), else the __be32 `imm_data`
+                    imm_data: if WcFlags::from_bits_truncate(s.wc_flags).contains(WcFlags::WITH_INV)
+                    {
+                        s.imm_data
+                    } else {
+                        u32::from_be(s.imm_data)
+                    },
                     qp_num: s.qp_num,
                     src_qp: s.src_qp,
                     wc_flags: WcFlags::from_bits_truncate(s.wc_flags),
@@ -1029,7 +1036,13 @@ impl RcQp {
                     num_sge: w.sg_list.len() as i32,
                     opcode: wr_opcode(w.opcode),
                     send_flags: w.send_flags.bits(),
-                    imm_data: w.imm_data.to_be(),
+                    // `imm_data` is __be32; `invalidate_rkey` (its union twin,
+                    // SEND_WITH_INV) is a host-order u32
+                    imm_data: if w.opcode == WrOpcode::SendWithInv {
+                        w.imm_data
+                    } else {
+                        w.imm_data.to_be()
+                    },
                     wr,
                     ..zero
                 };
