@@ -14,7 +14,7 @@ step() { echo; echo "=== $* ($(( $(date +%s)-t0 )) s)"; }
 
 step "1. packages"
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-APT_PKGS="openvswitch-switch openvswitch-common tshark iproute2 iputils-ping fio libibverbs-dev librdmacm-dev prometheus"   # libibverbs-dev, librdmacm-dev: the rdma-core provider and its CM backend (interop 08); prometheus: promtool + server for the metrics test
+APT_PKGS="openvswitch-switch openvswitch-common tshark iproute2 iputils-ping curl fio libibverbs-dev librdmacm-dev prometheus"   # libibverbs-dev, librdmacm-dev: the rdma-core provider and its CM backend (interop 08); prometheus: promtool + server for the metrics test
 missing=""; for p in $APT_PKGS; do dpkg -s $p >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
   $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
