@@ -255,6 +255,7 @@ fn collectors_and_node_methods_see_the_parts() {
         debug: false,
         persistent: false,
         service: false,
+        provider: cm_tools::Provider::Soft,
     };
     cm_tools::rping::client(&client, &c.cm.core(), &mut Console::silent()).unwrap();
     let after = reg.scrape();

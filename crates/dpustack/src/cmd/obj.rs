@@ -1163,7 +1163,7 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
                 );
                 bar.inc(1);
                 bar.set_message("mdtest-hard read over RDMA");
-                let Some((kv, made)) = hard_kv.clone() else {
+                let Some((kv, made)) = hard_kv else {
                     continue; // needs the mdtest-hard object
                 };
                 let rkv = obj::client::Kv {
