@@ -30,6 +30,9 @@ fi
 step "2. fmt, clippy, unit + integration tests"
 cargo fmt --all -- --check || { echo "cargo fmt --check failed"; echo "total: 0 passed, 1 failed"; exit 1; }
 cargo clippy --workspace --all-targets -- -D warnings || { echo "clippy failed"; echo "total: 0 passed, 1 failed"; exit 1; }
+# the rdma-core provider and its librdmacm CM backend (cargo feature; headers from step 1):
+# lint them too, and check the hand-written bindings against the installed headers
+cargo clippy -p verbs -p cm -p dpustack --features rdma-core --all-targets -- -D warnings || { echo "clippy --features rdma-core failed"; echo "total: 0 passed, 1 failed"; exit 1; }
 # the sans-IO cores build without their I/O drivers (data flows down: no driver is
 # needed to use a protocol core)
 cargo check -p bdev -p cm -p flow -p nvmf --no-default-features || { echo "build without drivers failed"; echo "total: 0 passed, 1 failed"; exit 1; }
@@ -37,6 +40,8 @@ cargo check -p bdev -p cm -p flow -p nvmf --no-default-features || { echo "build
 python3 scripts/modcycles.py || { echo "module import cycles (scripts/modcycles.py)"; echo "total: 0 passed, 1 failed"; exit 1; }
 cargo test --workspace 2>&1 | tee $log/cargo-test.txt
 cargo_rc=${PIPESTATUS[0]}
+cargo test -p verbs -p cm --features rdma-core --lib abi 2>&1 | tee -a $log/cargo-test.txt
+[ ${PIPESTATUS[0]} = 0 ] || cargo_rc=1
 # Tests that need root (network namespaces, AF_XDP) or Open vSwitch are #[ignore]d so a
 # plain `cargo test` does not count them as passes; here they run with --ignored where
 # their prerequisites exist, and there a failure to set up is a test failure. CI runs

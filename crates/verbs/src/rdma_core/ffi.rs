@@ -469,6 +469,41 @@ extern "C" {
     pub fn ibv_destroy_ah(ah: *mut IbvAh) -> c_int;
 }
 
+/// Compiles and runs a C program `src` printing `name value` lines (struct
+/// sizes, field offsets, constants taken from the installed headers) and
+/// returns them: the ABI checks of the hand-written bindings here and in the
+/// `cm` crate's librdmacm binding. Panics when the probe does not build
+/// (`pkg`: the Debian package with the headers) or does not run.
+#[doc(hidden)]
+pub fn abi_probe(tag: &str, src: &str, pkg: &str) -> std::collections::HashMap<String, usize> {
+    let dir = std::env::temp_dir().join(format!("{tag}-abi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("probe directory");
+    let (c, exe) = (dir.join("probe.c"), dir.join("probe"));
+    std::fs::write(&c, src).expect("writing the probe");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let st = std::process::Command::new(&cc)
+        .arg(&c)
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .expect("running the C compiler");
+    assert!(
+        st.success(),
+        "the C probe did not compile ({pkg} installed?)"
+    );
+    let out = std::process::Command::new(&exe)
+        .output()
+        .expect("running the probe");
+    let _ = std::fs::remove_dir_all(&dir);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let (k, v) = l.rsplit_once(' ').expect("a `name value` line");
+            (k.to_string(), v.parse().expect("a number"))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod abi {
     //! Sizes and offsets against the installed headers: a C probe printing
@@ -517,31 +552,7 @@ int main(void) {
 "#;
 
     fn probe() -> HashMap<String, usize> {
-        let dir = std::env::temp_dir().join(format!("verbs-abi-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (src, exe) = (dir.join("probe.c"), dir.join("probe"));
-        std::fs::write(&src, PROBE).unwrap();
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let st = std::process::Command::new(&cc)
-            .arg(&src)
-            .arg("-o")
-            .arg(&exe)
-            .status()
-            .expect("running the C compiler");
-        assert!(
-            st.success(),
-            "the C probe did not compile (libibverbs-dev installed?)"
-        );
-        let out = std::process::Command::new(&exe).output().unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let (k, v) = l.rsplit_once(' ').unwrap();
-                (k.to_string(), v.parse().unwrap())
-            })
-            .collect()
+        abi_probe("verbs", PROBE, "libibverbs-dev")
     }
 
     #[test]

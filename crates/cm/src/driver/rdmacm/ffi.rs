@@ -199,31 +199,7 @@ int main(void) {
 "#;
 
     fn probe() -> HashMap<String, usize> {
-        let dir = std::env::temp_dir().join(format!("cm-abi-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (src, exe) = (dir.join("probe.c"), dir.join("probe"));
-        std::fs::write(&src, PROBE).unwrap();
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let st = std::process::Command::new(&cc)
-            .arg(&src)
-            .arg("-o")
-            .arg(&exe)
-            .status()
-            .expect("running the C compiler");
-        assert!(
-            st.success(),
-            "the C probe did not compile (librdmacm-dev installed?)"
-        );
-        let out = std::process::Command::new(&exe).output().unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let (k, v) = l.rsplit_once(' ').unwrap();
-                (k.to_string(), v.parse().unwrap())
-            })
-            .collect()
+        verbs::rdma_core::ffi::abi_probe("cm", PROBE, "librdmacm-dev")
     }
 
     #[test]

@@ -1058,6 +1058,29 @@ impl CmBackend for RdmaCm {
     fn stats(&self) -> CmStats {
         CmStats::default()
     }
+    fn ids(&self) -> Vec<crate::IdInfo> {
+        // the kernel keeps the connection's remote QP number; the backend
+        // knows the state it last saw and its own QP
+        let mut out: Vec<(u32, crate::IdInfo)> = self
+            .ids
+            .iter()
+            .map(|(h, e)| {
+                (
+                    h.index,
+                    crate::IdInfo {
+                        state: e.state,
+                        ps: e.ps,
+                        local: self.local_addr(*h),
+                        remote: self.peer_addr(*h),
+                        local_qpn: e.qp.as_ref().map_or(0, |q| q.qp_num()),
+                        remote_qpn: 0,
+                    },
+                )
+            })
+            .collect();
+        out.sort_by_key(|(h, _)| *h);
+        out.into_iter().map(|(_, i)| i).collect()
+    }
     fn is_removed(&self) -> bool {
         self.removed
     }
