@@ -239,12 +239,15 @@ if [ "${1:-}" = guest ]; then
     "ip netns exec peer $BIN --provider soft rping -c -a 10.99.2.1 -I 10.99.2.2 -C 5 -V -v"
   rpingcheck rping.soft-client-vs-rdma-core
   # NVMe-oF over RDMA: the kernel's nvme-rdma host on rxe_a -> our target on rxe_b
+  # (port 4430: earlier scripts leave kernel nvmet-rdma ports on 4420 in this guest, and
+  # in a full interop run 4420 on rxe_b was found taken: "address in use")
+  P8=4430
   NQN=nqn.2024-01.io.dpustack:rc08; modprobe nvme-rdma 2>/dev/null
-  timeout 200 $BIN nvmf serve --listen rdma://$B:4420 --bdev malloc:64M --nqn $NQN \
+  timeout 200 $BIN nvmf serve --listen rdma://$B:$P8 --discovery-port 0 --bdev malloc:64M --nqn $NQN \
     --idle-spins 0 --for 150 > $L/nvmf.srv 2>&1 & s=$!
-  if cmready cm 4420 $s $L/nvmf.srv; then
+  if cmready cm $P8 $s $L/nvmf.srv; then
     {
-      timeout 60 nvme connect -t rdma -a $B -s 4420 -n $NQN -w $A && echo "CONNECT ok"
+      timeout 60 nvme connect -t rdma -a $B -s $P8 -n $NQN -w $A && echo "CONNECT ok"
       for i in $(seq 100); do D=$(ls /dev/nvme*n1 2>/dev/null | head -1); [ -n "$D" ] && break; sleep 0.1; done
       head -c 4194304 /dev/urandom > $L/w.bin; head -c 4096 /dev/urandom > $L/w4.bin
       dd if=$L/w.bin of=$D bs=1M oflag=direct 2>/dev/null
@@ -255,13 +258,14 @@ if [ "${1:-}" = guest ]; then
       cmp $L/w4.bin $L/r4.bin && echo "CMP4K ok"
       nvme disconnect -n $NQN
     } > $L/nvmf.cli 2>&1
-  else echo "target not listening (kernel CM, port 4420)" > $L/nvmf.cli; fi
+  else echo "target not listening (kernel CM, port $P8)" > $L/nvmf.cli; fi
   kill $s 2>/dev/null; wait $s
   if grep -q "CONNECT ok" $L/nvmf.cli && grep -q "CMP4M ok" $L/nvmf.cli && grep -q "CMP4K ok" $L/nvmf.cli \
      && grep -q "disconnected 1 controller" $L/nvmf.cli; then
     ok nvmf-rdma.linux-host-ours-target "connect, 4 MiB + 4 KiB dd write/read/cmp, disconnect"
   else
     bad nvmf-rdma.linux-host-ours-target; tail -n 6 $L/nvmf.cli $L/nvmf.srv
+    rdma resource show cm_id 2>/dev/null | head -20; ls /sys/kernel/config/nvmet/ports 2>/dev/null
   fi
   # the object store's RPC over RDMA: engine on rxe_b, client tools on rxe_a
   rm -rf $L/objd; mkdir -p $L/objd
