@@ -209,7 +209,7 @@ pub(crate) trait Reader {
     /// the newest snapshot (a snapshot's view never changes).
     fn write_floor(&self, cont: ContId) -> StoreResult<u64>;
     /// Whether the container of `prefix` (its first 16 bytes) has never held
-    /// a punch (false when not known).
+    /// a punch (false for a prefix too short to name one).
     fn never_punched(&self, prefix: &[u8]) -> bool;
 }
 
@@ -218,7 +218,7 @@ pub(crate) struct View<'a, I, X, C, S> {
     extmax: &'a X,
     conts: &'a C,
     snaps: &'a S,
-    punched: Option<&'a HashSet<[u8; 16]>>,
+    punched: &'a HashSet<[u8; 16]>,
 }
 
 impl<I, X, C, S> Reader for View<'_, I, X, C, S>
@@ -251,13 +251,10 @@ where
         Ok(self.extmax.get(ap).map_err(ix)?.map_or(0, |g| g.value()))
     }
     fn never_punched(&self, prefix: &[u8]) -> bool {
-        match (
-            self.punched,
-            prefix.get(..16).and_then(|c| <[u8; 16]>::try_from(c).ok()),
-        ) {
-            (Some(set), Some(c)) => !set.contains(&c),
-            _ => false,
-        }
+        prefix
+            .get(..16)
+            .and_then(|c| <[u8; 16]>::try_from(c).ok())
+            .is_some_and(|c| !self.punched.contains(&c))
     }
     fn cont(&self, cont: ContId) -> StoreResult<Option<u64>> {
         Ok(self
@@ -892,7 +889,7 @@ impl Vos {
                 extmax: &extmax,
                 conts: &conts,
                 snaps: &snaps,
-                punched: Some(&self.punched),
+                punched: &self.punched,
             };
             f(&v, &mut self.st)
         } else {
@@ -913,7 +910,7 @@ impl Vos {
                 extmax: &t.extmax,
                 conts: &t.conts,
                 snaps: &t.snaps,
-                punched: Some(&self.punched),
+                punched: &self.punched,
             };
             f(&v, &mut self.st)
         }
@@ -1087,7 +1084,7 @@ impl<'t> W<'t> {
             extmax: &self.extmax,
             conts: &self.conts,
             snaps: &self.snaps,
-            punched: Some(&*self.punched),
+            punched: &*self.punched,
         }
     }
     /// Record that `cont` holds a punch (in this transaction and in memory;
