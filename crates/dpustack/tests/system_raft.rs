@@ -57,13 +57,18 @@ fn members(dir: &Path) -> Vec<Member> {
 }
 
 /// Kills every engine the test started (also the restarted ones).
-struct Guard(PathBuf, Vec<i32>);
+struct Guard(PathBuf, Vec<std::process::Child>);
 impl Drop for Guard {
     fn drop(&mut self) {
-        let mut pids: Vec<i32> = members(&self.0).iter().map(|m| m.pid).collect();
-        pids.extend(&self.1);
-        for p in pids {
-            let _ = Command::new("kill").arg("-9").arg(p.to_string()).status();
+        for m in members(&self.0) {
+            let _ = Command::new("kill")
+                .arg("-9")
+                .arg(m.pid.to_string())
+                .status();
+        }
+        for c in &mut self.1 {
+            let _ = c.kill();
+            let _ = c.wait();
         }
         let _ = std::fs::remove_dir_all(&self.0);
     }
@@ -233,7 +238,7 @@ fn pool_service_survives_kill_9_of_its_leader() {
             .spawn()
             .unwrap();
         pids[l0 as usize] = child.id() as i32;
-        g.1.push(child.id() as i32);
+        g.1.push(child);
         let t = Instant::now();
         loop {
             let st = c.statuses();

@@ -9,7 +9,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::net::{ClientReply, ClientRequest, Rpc, RpcReply, Transport, CLIENT};
+use crate::msg::{ClientReply, ClientRequest, Rpc, RpcReply};
+use crate::net::{Transport, CLIENT};
 use crate::state::{Command, PoolSvcState, Reply};
 use crate::{NodeId, SvcError};
 
@@ -133,7 +134,7 @@ impl<T: Transport> PoolClient<T> {
     }
 
     /// Every replica's own status (those that answer within the RPC timeout).
-    pub async fn statuses(&self) -> BTreeMap<NodeId, Result<crate::net::Status, String>> {
+    pub async fn statuses(&self) -> BTreeMap<NodeId, Result<crate::msg::Status, String>> {
         let mut out = BTreeMap::new();
         for (id, addr) in &self.replicas {
             let r = match self
@@ -188,7 +189,7 @@ impl BlockingClient {
         self.rt.block_on(self.inner.read())
     }
 
-    pub fn statuses(&self) -> BTreeMap<NodeId, Result<crate::net::Status, String>> {
+    pub fn statuses(&self) -> BTreeMap<NodeId, Result<crate::msg::Status, String>> {
         self.rt.block_on(self.inner.statuses())
     }
 }

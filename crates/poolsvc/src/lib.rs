@@ -12,8 +12,10 @@
 //! - [`service`]: one replica — its Raft node and the answers to clients
 //!   (writes and linearizable reads on the leader; a follower answers with a
 //!   redirect to the leader it knows);
-//! - [`net`]: the messages between replicas and clients, openraft's network
-//!   over a [`net::Transport`], and the TCP transport engines use;
+//! - [`msg`]: the messages between replicas and from clients;
+//! - [`net`]: openraft's network over a [`net::Transport`], and the TCP
+//!   transport engines use; [`server`]: a replica's TCP server;
+//! - [`runner`]: a replica on its own thread inside an engine process;
 //! - [`client`]: a client that follows redirects and tries every replica.
 //!
 //! Runs on tokio (openraft is async); the object I/O path does not.
@@ -21,8 +23,10 @@
 use std::io::Cursor;
 
 pub mod client;
+pub mod msg;
 pub mod net;
 pub mod runner;
+pub mod server;
 pub mod service;
 pub mod state;
 pub mod store;

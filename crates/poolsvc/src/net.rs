@@ -1,12 +1,12 @@
-//! Messages between replicas and from clients, openraft's network over a
-//! [`Transport`], and the TCP transport.
+//! openraft's network over a [`Transport`] (how a replica reaches another),
+//! and the TCP transport with its framing.
 //!
 //! TCP framing: a 4-byte big-endian length, then that many bytes of JSON
 //! ([`Rpc`] one way, [`RpcReply`] back), one reply per request, requests on
 //! a connection one at a time. A frame longer than [`MAX_FRAME`] or that does
 //! not decode is a typed error and the connection is closed.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,76 +20,14 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use openraft::{AnyError, BasicNode};
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
-use crate::service::PoolService;
-use crate::state::{Command, PoolSvcState, Reply};
+use crate::msg::{Rpc, RpcReply};
 use crate::{NodeId, SvcError, TypeConfig};
 
 /// The largest frame accepted (a snapshot of the whole state is one frame).
 pub const MAX_FRAME: usize = 64 << 20;
-
-/// A message to a replica.
-#[derive(Debug, Serialize, Deserialize)]
-#[allow(clippy::large_enum_variant)]
-pub enum Rpc {
-    Append(AppendEntriesRequest<TypeConfig>),
-    Vote(VoteRequest<NodeId>),
-    Snapshot(InstallSnapshotRequest<TypeConfig>),
-    Client(ClientRequest),
-}
-
-/// A replica's answer.
-#[derive(Debug, Serialize, Deserialize)]
-#[allow(clippy::large_enum_variant)]
-pub enum RpcReply {
-    Append(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
-    Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
-    Snapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
-    Client(ClientReply),
-}
-
-/// A client's request.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum ClientRequest {
-    /// Replicate and apply a command (leader only).
-    Write(Command),
-    /// A linearizable read of the whole state (leader only).
-    Read,
-    /// The replica's own view (any replica).
-    Status,
-}
-
-/// A replica's view of the group.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Status {
-    pub id: NodeId,
-    pub role: String,
-    pub term: u64,
-    pub leader: Option<NodeId>,
-    pub last_applied: Option<u64>,
-    pub members: BTreeMap<NodeId, String>,
-}
-
-/// The answer to a client.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum ClientReply {
-    /// Committed at log `index` and applied.
-    Applied {
-        index: u64,
-        reply: Reply,
-    },
-    State(PoolSvcState),
-    Status(Status),
-    /// Not the leader: ask `leader` (unknown during an election).
-    Redirect {
-        leader: Option<NodeId>,
-        addr: Option<String>,
-    },
-    Error(String),
-}
 
 /// How a replica reaches another (a simulated network in tests, TCP between
 /// engines). `from` is the caller's id (a client uses [`CLIENT`]).
@@ -233,52 +171,6 @@ pub async fn write_frame(s: &mut TcpStream, body: &[u8]) -> Result<(), SvcError>
     s.write_all(&b)
         .await
         .map_err(|e| SvcError::Unreachable(e.to_string()))
-}
-
-/// Serve replicas and clients on `listener` until the task is dropped.
-pub async fn serve_tcp(listener: TcpListener, svc: PoolService) {
-    loop {
-        let (mut s, peer) = match listener.accept().await {
-            Ok(x) => x,
-            Err(e) => {
-                tracing::warn!("pool service accept: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = s.set_nodelay(true);
-        let svc = svc.clone();
-        tokio::spawn(async move {
-            loop {
-                let body = match read_frame(&mut s).await {
-                    Ok(Some(b)) => b,
-                    Ok(None) => return,
-                    Err(e) => {
-                        tracing::debug!("pool service connection from {peer}: {e}");
-                        return;
-                    }
-                };
-                let rpc: Rpc = match serde_json::from_slice(&body) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        tracing::warn!("pool service: bad message from {peer}: {e}");
-                        return;
-                    }
-                };
-                let reply = svc.handle(rpc).await;
-                let out = match serde_json::to_vec(&reply) {
-                    Ok(o) => o,
-                    Err(e) => {
-                        tracing::error!("pool service: reply does not encode: {e}");
-                        return;
-                    }
-                };
-                if write_frame(&mut s, &out).await.is_err() {
-                    return;
-                }
-            }
-        });
-    }
 }
 
 /// TCP transport: one pooled connection per address, reused while it works.

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::net::{serve_tcp, TcpTransport};
+use crate::net::TcpTransport;
+use crate::server::serve_tcp;
 use crate::service::PoolService;
 use crate::store::Store;
 use crate::{NodeId, SvcError};

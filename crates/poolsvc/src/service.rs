@@ -7,7 +7,8 @@ use std::sync::Arc;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
 use openraft::{BasicNode, ServerState};
 
-use crate::net::{ClientReply, ClientRequest, Network, Rpc, RpcReply, Status, Transport};
+use crate::msg::{ClientReply, ClientRequest, Rpc, RpcReply, Status};
+use crate::net::{Network, Transport};
 use crate::state::PoolSvcState;
 use crate::store::Store;
 use crate::{NodeId, Raft, SvcError, TypeConfig};

@@ -7,6 +7,10 @@
 //! Values are JSON (serde): the log entries, vote and snapshots are small
 //! control-plane records; JSON keeps them readable with any redb tool.
 
+// openraft's trait methods return its `StorageError` (224 bytes); the helpers
+// here return the same type so `?` needs no conversion
+#![allow(clippy::result_large_err)]
+
 use std::fmt::Debug;
 use std::io::Cursor;
 use std::ops::{Bound, RangeBounds};

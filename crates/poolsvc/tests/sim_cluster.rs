@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use poolsvc::client::PoolClient;
-use poolsvc::net::{Rpc, RpcReply, Transport};
+use poolsvc::msg::{Rpc, RpcReply};
+use poolsvc::net::Transport;
 use poolsvc::service::PoolService;
 use poolsvc::state::{Command, Reply};
 use poolsvc::store::Store;
@@ -404,14 +405,14 @@ async fn partition_never_two_leaders_in_a_term_nor_lost_acks() {
                 poolsvc::net::CLIENT,
                 l0,
                 "",
-                Rpc::Client(poolsvc::net::ClientRequest::Write(cont(1000))),
+                Rpc::Client(poolsvc::msg::ClientRequest::Write(cont(1000))),
                 Duration::from_secs(2),
             )
             .await;
         assert!(
             !matches!(
                 r,
-                Ok(RpcReply::Client(poolsvc::net::ClientReply::Applied { .. }))
+                Ok(RpcReply::Client(poolsvc::msg::ClientReply::Applied { .. }))
             ),
             "the minority leader acknowledged a write: {r:?}"
         );

@@ -303,7 +303,7 @@ fn start(
         .collect::<Vec<_>>()
         .join(",");
     let mut members = Vec::new();
-    for rank in 0..n {
+    for (rank, svc_addr) in svc_addrs.iter().enumerate() {
         let ip = Ipv4Addr::from(base + rank as u32);
         let addr = format!("{ip}:{port}");
         let edir = dir.join(format!("engine{rank}"));
@@ -337,7 +337,7 @@ fn start(
             rank,
             addr,
             pid: child.id() as i32,
-            svc: Some(svc_addrs[rank].clone()),
+            svc: Some(svc_addr.clone()),
         });
     }
     let mut f = std::fs::File::create(system_file(dir))?;
@@ -583,8 +583,8 @@ fn kv(dir: &Path, pool: &str, cont: &str, oid: &str, class: &str, args: &[String
 fn pool_query(dir: &Path, pool: &str) -> Result<()> {
     let ms = load(dir)?;
     let mut c = svc_client(&ms)?.context("this system runs no pool service")?;
-    let (reply, served) = c.request(poolsvc::net::ClientRequest::Read)?;
-    let poolsvc::net::ClientReply::State(st) = reply else {
+    let (reply, served) = c.request(poolsvc::msg::ClientRequest::Read)?;
+    let poolsvc::msg::ClientReply::State(st) = reply else {
         bail!("pool service: unexpected reply {reply:?}");
     };
     let p = st
