@@ -278,9 +278,9 @@ fn engine(a: &EngineArgs, cfg: &Config) -> Result<()> {
                 listen: listen.clone(),
                 members,
                 initialize: a.pool_svc_init,
-                heartbeat_ms: 50,
+                heartbeat_ms: 30,
                 election_min_ms: 150,
-                election_max_ms: 300,
+                election_max_ms: 450,
             };
             let r = poolsvc::runner::Replica::spawn(cfg, &ec.data_dir.join("pool_svc.redb"))
                 .context("starting the pool-service replica")?;
