@@ -276,3 +276,82 @@ fn pool_service_survives_kill_9_of_its_leader() {
     // ones are not in it: the guard kills them)
     let _ = run(&dir, &["stop"]);
 }
+
+/// The state of `rank`'s target in pool `dp`, as the pool service has it.
+fn target_state(c: &mut BlockingClient, rank: u32) -> Option<String> {
+    let st = c.read().ok()?;
+    let map = st.pools.get("dp")?.map();
+    Some(map.target(rank).ok()?.state.name().to_string())
+}
+
+#[test]
+fn pool_service_marks_a_dead_engine_down_then_excluded() {
+    let dir = std::env::temp_dir().join(format!("dpustack-system-excl-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let _g = Guard(dir.clone(), Vec::new());
+    let port = free_port("127.0.0.93").to_string();
+    let svc_port = free_port("127.0.0.93").to_string();
+    ok(
+        &dir,
+        &[
+            "start",
+            "--engines",
+            "3",
+            "--first-ip",
+            "127.0.0.93",
+            "--port",
+            &port,
+            "--svc-port",
+            &svc_port,
+            "--exclude-after-ms",
+            "1500",
+        ],
+    );
+    ok(&dir, &["create", "dp", "dc", "16M"]);
+    let ms = members(&dir);
+    let replicas: BTreeMap<u64, String> = ms
+        .iter()
+        .enumerate()
+        .map(|(r, m)| (r as u64, m.svc.clone()))
+        .collect();
+    let mut c = BlockingClient::new(replicas).unwrap();
+    c.inner.rpc_timeout = Duration::from_millis(300);
+    let (l, _) = leader(&c).expect("a leader");
+    // kill a follower's engine: the leader's monitor sees it die
+    let victim = (l as usize + 1) % 3;
+    let t0 = Instant::now();
+    assert!(Command::new("kill")
+        .arg("-9")
+        .arg(ms[victim].pid.to_string())
+        .status()
+        .unwrap()
+        .success());
+    let mut t_down = None;
+    let t_excl = loop {
+        let s = target_state(&mut c, victim as u32);
+        if s.as_deref() == Some("DOWN") && t_down.is_none() {
+            t_down = Some(t0.elapsed());
+        }
+        if s.as_deref() == Some("EXCLUDED") {
+            break t0.elapsed();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "rank {victim}: {s:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let t_down = t_down.expect("DOWN before EXCLUDED");
+    eprintln!(
+        "rank {victim} killed: DOWN after {} ms, EXCLUDED after {} ms",
+        t_down.as_millis(),
+        t_excl.as_millis()
+    );
+    // the detector's defaults: dead 1.5 s after the last answer (+ a probe
+    // interval and timeout); EXCLUDED 1.5 s after DOWN
+    assert!(t_down < Duration::from_millis(3000), "{t_down:?}");
+    assert!(t_excl - t_down >= Duration::from_millis(1400), "{t_excl:?}");
+    let pq = ok(&dir, &["pool-query", "dp"]);
+    assert!(pq.contains("pool map version 3"), "{pq}");
+    let _ = run(&dir, &["stop"]);
+}

@@ -16,6 +16,7 @@
 //! - [`net`]: openraft's network over a [`net::Transport`], and the TCP
 //!   transport engines use; [`server`]: a replica's TCP server;
 //! - [`runner`]: a replica on its own thread inside an engine process;
+//! - [`health`]: the leader's engine monitor (DOWN, then EXCLUDED), sans-IO;
 //! - [`client`]: a client that follows redirects and tries every replica.
 //!
 //! Runs on tokio (openraft is async); the object I/O path does not.
@@ -23,6 +24,7 @@
 use std::io::Cursor;
 
 pub mod client;
+pub mod health;
 pub mod msg;
 pub mod net;
 pub mod runner;

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::health::{Monitor, MonitorConfig};
 use crate::net::TcpTransport;
 use crate::server::serve_tcp;
 use crate::service::PoolService;
@@ -26,6 +27,11 @@ pub struct ReplicaConfig {
     pub heartbeat_ms: u64,
     pub election_min_ms: u64,
     pub election_max_ms: u64,
+    /// The engines' object-RPC addresses by rank (= fault domain): when this
+    /// replica leads, it probes them and marks dead ones DOWN, then EXCLUDED
+    /// ([`crate::health`]). Empty: no monitoring.
+    pub engines: BTreeMap<NodeId, String>,
+    pub monitor: MonitorConfig,
 }
 
 /// A replica running on its own thread; dropped or [`Replica::stop`]ped, it
@@ -55,6 +61,14 @@ pub fn parse_members(s: &str) -> Result<BTreeMap<NodeId, String>, String> {
 impl Replica {
     /// Open the store `db_path` and start the replica; returns once it listens.
     pub fn spawn(cfg: ReplicaConfig, db_path: &Path) -> Result<Replica, SvcError> {
+        if !cfg
+            .engines
+            .keys()
+            .copied()
+            .eq(0..cfg.engines.len() as NodeId)
+        {
+            return Err(SvcError::Raft("engine ranks must be 0..n".into()));
+        }
         if cfg.members.get(&cfg.id) != Some(&cfg.listen) {
             return Err(SvcError::Raft(format!(
                 "replica {} listens on {} but the members say {:?}",
@@ -99,6 +113,15 @@ impl Replica {
                         }
                     };
                     let server = tokio::spawn(serve_tcp(listener, svc.clone()));
+                    let monitor = if cfg.engines.is_empty() {
+                        None
+                    } else {
+                        Some(tokio::spawn(monitor_engines(
+                            svc.clone(),
+                            cfg.engines.clone(),
+                            cfg.monitor,
+                        )))
+                    };
                     if cfg.initialize {
                         if let Err(e) = svc.initialize(&cfg.members).await {
                             let _ = ready_tx.send(Err(e));
@@ -114,6 +137,9 @@ impl Replica {
                     let _ = ready_tx.send(Ok(()));
                     let _ = stop_rx.await;
                     server.abort();
+                    if let Some(m) = monitor {
+                        m.abort();
+                    }
                     svc.shutdown().await;
                 })
             })
@@ -148,5 +174,61 @@ impl Replica {
 impl Drop for Replica {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// Probe one engine (an object-RPC ping on a fresh connection).
+fn ping_engine(addr: &str, timeout: Duration) -> bool {
+    match obj::client::Client::connect_with(addr, timeout) {
+        Ok(c) => c.ping(None).and_then(|p| p.get()).is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// While this replica leads: probe the engines, replicate what the monitor
+/// decides (DOWN, EXCLUDED). A replica that stops leading drops its monitor;
+/// one that becomes leader starts a fresh one (every engine heard "now").
+async fn monitor_engines(svc: PoolService, engines: BTreeMap<NodeId, String>, cfg: MonitorConfig) {
+    let addrs: Vec<String> = engines.into_values().collect();
+    let tick = (cfg.detector.interval / 2).max(Duration::from_millis(10));
+    let timeout = cfg.detector.interval.max(Duration::from_millis(100));
+    let mut mon: Option<Monitor> = None;
+    loop {
+        tokio::time::sleep(tick).await;
+        if svc.status().role != "leader" {
+            mon = None;
+            continue;
+        }
+        let m = mon.get_or_insert_with(|| {
+            tracing::info!(
+                "pool service: leader now, monitoring {} engines",
+                addrs.len()
+            );
+            Monitor::new(cfg, addrs.len(), std::time::Instant::now())
+        });
+        let due = m.probes_due(std::time::Instant::now());
+        let probes: Vec<_> = due
+            .into_iter()
+            .map(|r| {
+                let a = addrs[r].clone();
+                (
+                    r,
+                    tokio::task::spawn_blocking(move || ping_engine(&a, timeout)),
+                )
+            })
+            .collect();
+        for (r, p) in probes {
+            if let Ok(Ok(true)) = tokio::time::timeout(timeout * 2, p).await {
+                m.heard(r, std::time::Instant::now());
+            }
+        }
+        let cmds = m.step(std::time::Instant::now(), &svc.local_state());
+        for c in cmds {
+            tracing::warn!("pool service: {c:?}");
+            if let Err(e) = svc.raft.client_write(c).await {
+                tracing::warn!("pool service: the monitor's change was not replicated: {e}");
+                break;
+            }
+        }
     }
 }

@@ -82,6 +82,14 @@ pub struct EngineArgs {
     /// (one replica of a new group).
     #[arg(long)]
     pub pool_svc_init: bool,
+    /// The engines the pool service watches when it leads: `RANK=IP:PORT,...`
+    /// (rank = fault domain); dead ones are marked DOWN, then EXCLUDED.
+    #[arg(long)]
+    pub pool_svc_engines: Option<String>,
+    /// Milliseconds an engine stays DOWN (and dead) before the pool service
+    /// marks it EXCLUDED; 0 = never.
+    #[arg(long, default_value_t = 5000)]
+    pub pool_svc_exclude_after_ms: u64,
 }
 
 /// Which engine the tools talk to.
@@ -281,6 +289,16 @@ fn engine(a: &EngineArgs, cfg: &Config) -> Result<()> {
                 heartbeat_ms: 30,
                 election_min_ms: 150,
                 election_max_ms: 450,
+                engines: match &a.pool_svc_engines {
+                    Some(e) => poolsvc::runner::parse_members(e)
+                        .map_err(|e| anyhow!("--pool-svc-engines: {e}"))?,
+                    None => Default::default(),
+                },
+                monitor: poolsvc::health::MonitorConfig {
+                    detector: obj::membership::DetectorConfig::default(),
+                    exclude_after: (a.pool_svc_exclude_after_ms > 0)
+                        .then(|| Duration::from_millis(a.pool_svc_exclude_after_ms)),
+                },
             };
             let r = poolsvc::runner::Replica::spawn(cfg, &ec.data_dir.join("pool_svc.redb"))
                 .context("starting the pool-service replica")?;

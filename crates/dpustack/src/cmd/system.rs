@@ -57,6 +57,10 @@ pub enum SystemCmd {
         /// Port of the pool-service replicas (on each engine's IP).
         #[arg(long, default_value_t = 10601)]
         svc_port: u16,
+        /// Milliseconds a dead engine stays DOWN before the pool service
+        /// marks it EXCLUDED (0 = never).
+        #[arg(long, default_value_t = 5000)]
+        exclude_after_ms: u64,
     },
     /// Stop every engine of the system (SIGINT, then SIGKILL after 5 s).
     Stop,
@@ -203,7 +207,16 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
             port,
             targets,
             svc_port,
-        } => start(&dir, engines, first_ip, port, targets, svc_port),
+            exclude_after_ms,
+        } => start(
+            &dir,
+            engines,
+            first_ip,
+            port,
+            targets,
+            svc_port,
+            exclude_after_ms,
+        ),
         SystemCmd::Stop => stop(&dir),
         SystemCmd::Query => query(&dir),
         SystemCmd::Create { pool, cont, size } => {
@@ -275,6 +288,7 @@ fn start(
     port: u16,
     targets: usize,
     svc_port: u16,
+    exclude_after_ms: u64,
 ) -> Result<()> {
     if n == 0 {
         bail!("--engines must be at least 1");
@@ -302,6 +316,10 @@ fn start(
         .map(|(r, a)| format!("{r}={a}"))
         .collect::<Vec<_>>()
         .join(",");
+    let engine_addrs = (0..n)
+        .map(|r| format!("{r}={}:{port}", Ipv4Addr::from(base + r as u32)))
+        .collect::<Vec<_>>()
+        .join(",");
     let mut members = Vec::new();
     for (rank, svc_addr) in svc_addrs.iter().enumerate() {
         let ip = Ipv4Addr::from(base + rank as u32);
@@ -322,6 +340,8 @@ fn start(
         .arg(&edir)
         .args(["--pool-svc-id", &rank.to_string()])
         .args(["--pool-svc-members", &svc_members])
+        .args(["--pool-svc-engines", &engine_addrs])
+        .args(["--pool-svc-exclude-after-ms", &exclude_after_ms.to_string()])
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
