@@ -35,6 +35,8 @@ pub struct Monitor {
     /// When this monitor first saw each rank DOWN (leader-local: a new leader
     /// starts counting again, which only delays exclusion).
     down_since: BTreeMap<u32, Instant>,
+    /// Ranks already warned about (answering, but DOWN/EXCLUDED in a map).
+    warned: std::collections::BTreeSet<u32>,
 }
 
 impl Monitor {
@@ -45,6 +47,7 @@ impl Monitor {
             n,
             det: Detector::new(cfg.detector, n, now),
             down_since: BTreeMap::new(),
+            warned: Default::default(),
         }
     }
 
@@ -73,7 +76,25 @@ impl Monitor {
         for (name, pool) in &state.pools {
             let map = pool.map();
             for d in 0..map.domains() as u32 {
-                if d as usize >= self.n || self.det.state(d as usize) != Liveness::Dead {
+                if d as usize >= self.n {
+                    continue;
+                }
+                if self.det.state(d as usize) != Liveness::Dead {
+                    let out_of_pool = map.domain_targets(d).is_ok_and(|ts| {
+                        ts.iter().any(|t| {
+                            map.target(*t).is_ok_and(|t| {
+                                matches!(t.state, TargetState::Down | TargetState::Excluded)
+                            })
+                        })
+                    });
+                    if out_of_pool && self.warned.insert(d) {
+                        tracing::warn!(
+                            rank = d,
+                            pool = %name,
+                            "engine answers but is DOWN/EXCLUDED in the pool map: it stays out \
+                             (reintegration is NOT IMPLEMENTED: its data may be stale)"
+                        );
+                    }
                     continue;
                 }
                 let Ok(ts) = map.domain_targets(d) else {
