@@ -1,7 +1,8 @@
 //! `dpustack system start|query|create|kv|stop`: three engine processes on
 //! 127.0.0.70–72, an RP_2 KV value, kill -9 of one of its replicas, the value
 //! still read, `system query` showing the dead engine; the engine restarted
-//! after missing writes is kept DOWN by the shared pool map (no stale read).
+//! after missing writes is kept DOWN by the shared pool map (no stale read):
+//! the pool service's map (each engine runs a replica; `system_raft.rs`).
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -138,9 +139,10 @@ fn three_engine_processes_rp2_value_survives_kill_9() {
         .find(|l| l.starts_with(&ranks[0].to_string()))
         .unwrap();
     assert!(line.contains("NOT ANSWERING"), "{q}");
-    // the shared pool map (DIR/poolmap.txt) has it DOWN, version 2
+    // the shared pool map (the pool service's, replicated by the engines;
+    // DIR/poolmap.txt before it) has it DOWN, version 2
     assert!(line.contains("DOWN"), "{q}");
-    assert!(q.starts_with("pool map version 2"), "{q}");
+    assert!(q.starts_with("pool dp: map version 2"), "{q}");
     assert_eq!(q.matches("answers").count(), 2, "{q}");
     // a write during the outage, read back
     ok(

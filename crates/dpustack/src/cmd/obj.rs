@@ -70,6 +70,26 @@ pub struct EngineArgs {
     /// this port; default `[obj] rdma_listen`).
     #[arg(long, value_name = "IP:PORT")]
     pub rdma_listen: Option<String>,
+    /// Also run a pool-service replica (Raft) with this id; its store is
+    /// `pool_svc.redb` in the data directory.
+    #[arg(long, requires = "pool_svc_members")]
+    pub pool_svc_id: Option<u64>,
+    /// The pool-service replicas: `ID=IP:PORT,...` (this one's own included;
+    /// it listens on its own entry).
+    #[arg(long)]
+    pub pool_svc_members: Option<String>,
+    /// Make the pool service's first membership if this replica is pristine
+    /// (one replica of a new group).
+    #[arg(long)]
+    pub pool_svc_init: bool,
+    /// The engines the pool service watches when it leads: `RANK=IP:PORT,...`
+    /// (rank = fault domain); dead ones are marked DOWN, then EXCLUDED.
+    #[arg(long)]
+    pub pool_svc_engines: Option<String>,
+    /// Milliseconds an engine stays DOWN (and dead) before the pool service
+    /// marks it EXCLUDED; 0 = never.
+    #[arg(long, default_value_t = 5000)]
+    pub pool_svc_exclude_after_ms: u64,
 }
 
 /// Which engine the tools talk to.
@@ -252,6 +272,41 @@ fn engine(a: &EngineArgs, cfg: &Config) -> Result<()> {
         eng.targets(),
         ec.data_dir.display()
     );
+    let replica = match a.pool_svc_id {
+        Some(id) => {
+            let members =
+                poolsvc::runner::parse_members(a.pool_svc_members.as_deref().unwrap_or(""))
+                    .map_err(|e| anyhow!("--pool-svc-members: {e}"))?;
+            let listen = members
+                .get(&id)
+                .cloned()
+                .with_context(|| format!("--pool-svc-members has no replica {id}"))?;
+            let cfg = poolsvc::runner::ReplicaConfig {
+                id,
+                listen: listen.clone(),
+                members,
+                initialize: a.pool_svc_init,
+                heartbeat_ms: 30,
+                election_min_ms: 150,
+                election_max_ms: 450,
+                engines: match &a.pool_svc_engines {
+                    Some(e) => poolsvc::runner::parse_members(e)
+                        .map_err(|e| anyhow!("--pool-svc-engines: {e}"))?,
+                    None => Default::default(),
+                },
+                monitor: poolsvc::health::MonitorConfig {
+                    detector: obj::membership::DetectorConfig::default(),
+                    exclude_after: (a.pool_svc_exclude_after_ms > 0)
+                        .then(|| Duration::from_millis(a.pool_svc_exclude_after_ms)),
+                },
+            };
+            let r = poolsvc::runner::Replica::spawn(cfg, &ec.data_dir.join("pool_svc.redb"))
+                .context("starting the pool-service replica")?;
+            println!("pool-service replica {id} on {listen}");
+            Some(r)
+        }
+        None => None,
+    };
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -262,6 +317,9 @@ fn engine(a: &EngineArgs, cfg: &Config) -> Result<()> {
         .map(|s| Instant::now() + Duration::from_secs_f64(s));
     while !stop.load(Ordering::SeqCst) && deadline.is_none_or(|d| Instant::now() < d) {
         std::thread::sleep(Duration::from_millis(50));
+    }
+    if let Some(r) = replica {
+        r.stop();
     }
     eng.stop();
     println!("engine stopped");

@@ -3,9 +3,12 @@
 //! (`obj::dist`: placement with the pool map, replicated puts, reads from a
 //! healthy replica).
 //!
-//! What it is not yet: the pool map lives in each client (no Raft pool
-//! service), so `system query` shows which engines answer, not a replicated
-//! map; see docs/obj.md ("Distributed").
+//! Every engine also runs a replica of the pool service (`poolsvc`: the pool
+//! map, containers and handles replicated with Raft). `system create` makes
+//! the pool there, `system kv` takes its pool map from there (and reports the
+//! engines it found DOWN back), `system query` shows each replica's role and
+//! the leader, `system pool-query` the replicated pool map. See
+//! docs/obj-dist.md.
 
 use std::io::Write as _;
 use std::net::Ipv4Addr;
@@ -51,6 +54,13 @@ pub enum SystemCmd {
         /// Targets (threads) per engine.
         #[arg(long, default_value_t = 1)]
         targets: usize,
+        /// Port of the pool-service replicas (on each engine's IP).
+        #[arg(long, default_value_t = 10601)]
+        svc_port: u16,
+        /// Milliseconds a dead engine stays DOWN before the pool service
+        /// marks it EXCLUDED (0 = never).
+        #[arg(long, default_value_t = 5000)]
+        exclude_after_ms: u64,
     },
     /// Stop every engine of the system (SIGINT, then SIGKILL after 5 s).
     Stop,
@@ -63,6 +73,16 @@ pub enum SystemCmd {
         cont: String,
         #[arg(default_value = "64M")]
         size: String,
+    },
+    /// The pool as the pool service has it (linearizable read from the
+    /// leader): map version, targets and states, containers, handles.
+    PoolQuery { pool: String },
+    /// Set the state of engine RANK's targets in POOL's map (UP, UP-IN, DOWN,
+    /// EXCLUDED; DAOS transitions only), through the pool service.
+    SetState {
+        pool: String,
+        rank: u32,
+        state: String,
     },
     /// Replicated KV: `put KEY VALUE` / `get KEY` / `where` of object OID.
     Kv {
@@ -82,6 +102,23 @@ struct Member {
     rank: usize,
     addr: String,
     pid: i32,
+    /// The pool-service replica's address (systems started before it have none).
+    svc: Option<String>,
+}
+
+/// A client of the system's pool service (None when the engines run none).
+fn svc_client(ms: &[Member]) -> Result<Option<poolsvc::client::BlockingClient>> {
+    let replicas: std::collections::BTreeMap<u64, String> = ms
+        .iter()
+        .filter_map(|m| Some((m.rank as u64, m.svc.clone()?)))
+        .collect();
+    if replicas.is_empty() {
+        return Ok(None);
+    }
+    let mut c = poolsvc::client::BlockingClient::new(replicas)?;
+    c.inner.rpc_timeout = Duration::from_millis(1000);
+    c.inner.deadline = Duration::from_secs(10);
+    Ok(Some(c))
 }
 
 fn system_file(dir: &Path) -> PathBuf {
@@ -131,6 +168,13 @@ fn load(dir: &Path) -> Result<Vec<Member>> {
                     rank: r.parse()?,
                     addr: a.to_string(),
                     pid: pid.parse()?,
+                    svc: None,
+                }),
+                [r, a, pid, svc] => Ok(Member {
+                    rank: r.parse()?,
+                    addr: a.to_string(),
+                    pid: pid.parse()?,
+                    svc: Some(svc.to_string()),
                 }),
                 _ => Err(anyhow!("bad line in {}: {l:?}", f.display())),
             }
@@ -162,19 +206,70 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
             first_ip,
             port,
             targets,
-        } => start(&dir, engines, first_ip, port, targets),
+            svc_port,
+            exclude_after_ms,
+        } => start(
+            &dir,
+            engines,
+            first_ip,
+            port,
+            targets,
+            svc_port,
+            exclude_after_ms,
+        ),
         SystemCmd::Stop => stop(&dir),
         SystemCmd::Query => query(&dir),
         SystemCmd::Create { pool, cont, size } => {
             let size =
                 bdev::spec::parse_size(&size).with_context(|| format!("bad size {size:?}"))?;
-            let addrs: Vec<String> = load(&dir)?.into_iter().map(|m| m.addr).collect();
+            let ms = load(&dir)?;
+            let addrs: Vec<String> = ms.iter().map(|m| m.addr.clone()).collect();
             DistClient::create(&addrs, &pool, size, &cont)?;
             println!(
                 "pool {pool:?} ({size} bytes per engine) and container {cont:?} on {} engines",
                 addrs.len()
             );
+            if let Some(mut c) = svc_client(&ms)? {
+                let r = c.write(poolsvc::state::Command::CreatePool {
+                    pool: pool.clone(),
+                    domains: addrs.len() as u32,
+                    per_domain: 1,
+                })?;
+                if let poolsvc::state::Reply::Refused(e) = &r {
+                    bail!("pool service: {e}");
+                }
+                let r = c.write(poolsvc::state::Command::CreateCont {
+                    pool: pool.clone(),
+                    cont: cont.clone(),
+                    props: [("size".to_string(), size.to_string())].into(),
+                })?;
+                if let poolsvc::state::Reply::Refused(e) = &r {
+                    bail!("pool service: {e}");
+                }
+                println!(
+                    "pool service (leader rank {}): pool map version 1, {} targets",
+                    c.inner.leader().map_or("?".into(), |l| l.to_string()),
+                    addrs.len()
+                );
+            }
             Ok(())
+        }
+        SystemCmd::PoolQuery { pool } => pool_query(&dir, &pool),
+        SystemCmd::SetState { pool, rank, state } => {
+            let ms = load(&dir)?;
+            let mut c = svc_client(&ms)?.context("this system runs no pool service")?;
+            match c.write(poolsvc::state::Command::SetDomainState {
+                pool,
+                domain: rank,
+                state,
+            })? {
+                poolsvc::state::Reply::MapVersion(v) => {
+                    println!("pool map version {v}");
+                    Ok(())
+                }
+                poolsvc::state::Reply::Refused(e) => bail!("pool service: {e}"),
+                r => bail!("pool service: unexpected reply {r:?}"),
+            }
         }
         SystemCmd::Kv {
             pool,
@@ -186,7 +281,15 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
     }
 }
 
-fn start(dir: &Path, n: usize, first_ip: Ipv4Addr, port: u16, targets: usize) -> Result<()> {
+fn start(
+    dir: &Path,
+    n: usize,
+    first_ip: Ipv4Addr,
+    port: u16,
+    targets: usize,
+    svc_port: u16,
+    exclude_after_ms: u64,
+) -> Result<()> {
     if n == 0 {
         bail!("--engines must be at least 1");
     }
@@ -204,11 +307,26 @@ fn start(dir: &Path, n: usize, first_ip: Ipv4Addr, port: u16, targets: usize) ->
     let _ = std::fs::remove_file(map_file(dir));
     let exe = std::env::current_exe()?;
     let base = u32::from(first_ip);
+    let svc_addrs: Vec<String> = (0..n)
+        .map(|r| format!("{}:{svc_port}", Ipv4Addr::from(base + r as u32)))
+        .collect();
+    let svc_members = svc_addrs
+        .iter()
+        .enumerate()
+        .map(|(r, a)| format!("{r}={a}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let engine_addrs = (0..n)
+        .map(|r| format!("{r}={}:{port}", Ipv4Addr::from(base + r as u32)))
+        .collect::<Vec<_>>()
+        .join(",");
     let mut members = Vec::new();
-    for rank in 0..n {
+    for (rank, svc_addr) in svc_addrs.iter().enumerate() {
         let ip = Ipv4Addr::from(base + rank as u32);
         let addr = format!("{ip}:{port}");
         let edir = dir.join(format!("engine{rank}"));
+        // a new system is a new pool-service group (as the map file above)
+        let _ = std::fs::remove_file(edir.join("pool_svc.redb"));
         let log = std::fs::File::create(dir.join(format!("engine{rank}.log")))?;
         let mut cmd = Command::new(&exe);
         cmd.args([
@@ -220,10 +338,17 @@ fn start(dir: &Path, n: usize, first_ip: Ipv4Addr, port: u16, targets: usize) ->
         ])
         .arg("--data-dir")
         .arg(&edir)
+        .args(["--pool-svc-id", &rank.to_string()])
+        .args(["--pool-svc-members", &svc_members])
+        .args(["--pool-svc-engines", &engine_addrs])
+        .args(["--pool-svc-exclude-after-ms", &exclude_after_ms.to_string()])
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
         use std::os::unix::process::CommandExt as _;
+        if rank == 0 {
+            cmd.arg("--pool-svc-init");
+        }
         cmd.process_group(0);
         let child = cmd
             .spawn()
@@ -232,11 +357,19 @@ fn start(dir: &Path, n: usize, first_ip: Ipv4Addr, port: u16, targets: usize) ->
             rank,
             addr,
             pid: child.id() as i32,
+            svc: Some(svc_addr.clone()),
         });
     }
     let mut f = std::fs::File::create(system_file(dir))?;
     for m in &members {
-        writeln!(f, "{} {} {}", m.rank, m.addr, m.pid)?;
+        writeln!(
+            f,
+            "{} {} {} {}",
+            m.rank,
+            m.addr,
+            m.pid,
+            m.svc.as_deref().unwrap_or("-")
+        )?;
     }
     // wait until every engine answers
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -255,6 +388,27 @@ fn start(dir: &Path, n: usize, first_ip: Ipv4Addr, port: u16, targets: usize) ->
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+    // and until the pool service has a leader
+    if let Some(c) = svc_client(&members)? {
+        let leader = loop {
+            let l = c
+                .statuses()
+                .into_values()
+                .filter_map(|s| s.ok())
+                .find(|s| s.role == "leader");
+            if let Some(l) = l {
+                break l;
+            }
+            if Instant::now() > deadline {
+                bail!("the pool service elected no leader within 20 s (see the engine logs)");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        println!(
+            "pool service leader: rank {} (term {})",
+            leader.id, leader.term
+        );
     }
     println!("system of {n} engines at {}:", dir.display());
     for m in &members {
@@ -294,27 +448,63 @@ fn stop(dir: &Path) -> Result<()> {
 
 fn query(dir: &Path) -> Result<()> {
     let ms = load(dir)?;
-    let map = load_map(dir)?;
-    match &map {
-        Some(m) => println!("pool map version {}", m.version()),
-        None => println!("pool map version 1 (no failure seen yet)"),
+    // the map: the pool service's (its first pool) when there is one, else the file
+    let mut map = None;
+    if let Some(mut c) = svc_client(&ms)? {
+        match c.read() {
+            Ok(st) => {
+                for (name, p) in &st.pools {
+                    println!(
+                        "pool {name}: map version {} (pool service)",
+                        p.map().version()
+                    );
+                }
+                map = st.pools.values().next().map(|p| p.map());
+            }
+            Err(e) => println!("pool service: no answer from a leader ({e})"),
+        }
+    } else {
+        map = load_map(dir)?;
+        match &map {
+            Some(m) => println!("pool map version {}", m.version()),
+            None => println!("pool map version 1 (no failure seen yet)"),
+        }
+    }
+    let svc = svc_client(&ms)?.map(|c| c.statuses());
+    if let Some(st) = &svc {
+        let leaders: std::collections::BTreeSet<(u64, u64)> = st
+            .values()
+            .filter_map(|s| s.as_ref().ok())
+            .filter(|s| s.role == "leader")
+            .map(|s| (s.id, s.term))
+            .collect();
+        match leaders.iter().next_back() {
+            Some((id, term)) => println!("pool service leader: rank {id} (term {term})"),
+            None => println!("pool service leader: NONE (election under way or no quorum)"),
+        }
     }
     println!(
-        "{:<5} {:<22} {:<8} {:<9} PROCESS",
-        "RANK", "ADDRESS", "PID", "MAP"
+        "{:<5} {:<22} {:<8} {:<9} {:<14} PROCESS",
+        "RANK", "ADDRESS", "PID", "MAP", "POOL-SVC"
     );
     for m in &ms {
+        let role = match svc.as_ref().and_then(|s| s.get(&(m.rank as u64))) {
+            Some(Ok(s)) => format!("{} t{}", s.role, s.term),
+            Some(Err(_)) => "-".to_string(),
+            None => "none".to_string(),
+        };
         let up = Client::connect_with(&m.addr, Duration::from_millis(500)).is_ok();
         let st = map
             .as_ref()
             .and_then(|p| p.target(m.rank as u32).ok())
             .map_or("UP-IN", |t| t.state.name());
         println!(
-            "{:<5} {:<22} {:<8} {:<9} {}",
+            "{:<5} {:<22} {:<8} {:<9} {:<14} {}",
             m.rank,
             m.addr,
             m.pid,
             st,
+            role,
             if up { "answers" } else { "NOT ANSWERING" }
         );
     }
@@ -322,9 +512,20 @@ fn query(dir: &Path) -> Result<()> {
 }
 
 fn kv(dir: &Path, pool: &str, cont: &str, oid: &str, class: &str, args: &[String]) -> Result<()> {
-    let addrs: Vec<String> = load(dir)?.into_iter().map(|m| m.addr).collect();
+    let ms = load(dir)?;
+    let addrs: Vec<String> = ms.iter().map(|m| m.addr.clone()).collect();
     let oid = parse_oid(oid, ObjType::KvHashed, class)?;
-    let known = load_map(dir)?;
+    // the pool map: from the pool service when the pool is there, else the file
+    let mut svc = svc_client(&ms)?;
+    let from_svc = match svc.as_mut() {
+        Some(c) => c.read()?.pools.get(pool).map(|p| p.map()),
+        None => None,
+    };
+    let use_svc = from_svc.is_some();
+    let known = match from_svc {
+        Some(m) => Some(m),
+        None => load_map(dir)?,
+    };
     let mut dc = DistClient::connect_with_map(
         &addrs,
         pool,
@@ -359,7 +560,29 @@ fn kv(dir: &Path, pool: &str, cont: &str, oid: &str, class: &str, args: &[String
         _ => bail!("want `put KEY VALUE`, `get KEY` or `where`"),
     }
     if known.as_ref() != Some(dc.map()) {
-        save_map(dir, dc.map())?;
+        if use_svc {
+            // report the engines this client found DOWN to the pool service
+            let c = svc.as_mut().expect("use_svc");
+            for r in 0..addrs.len() as u32 {
+                let was = known
+                    .as_ref()
+                    .and_then(|k| k.target(r).ok())
+                    .map(|t| t.state);
+                let now = dc.map().target(r).ok().map(|t| t.state);
+                if now == Some(obj::placement::TargetState::Down) && was != now {
+                    match c.write(poolsvc::state::Command::SetDomainState {
+                        pool: pool.to_string(),
+                        domain: r,
+                        state: "DOWN".into(),
+                    })? {
+                        poolsvc::state::Reply::Refused(e) => eprintln!("pool service: {e}"),
+                        _ => eprintln!("rank {r} marked DOWN in the pool service"),
+                    }
+                }
+            }
+        } else {
+            save_map(dir, dc.map())?;
+        }
     }
     let down: Vec<usize> = (0..addrs.len())
         .filter(|&r| {
@@ -374,5 +597,34 @@ fn kv(dir: &Path, pool: &str, cont: &str, oid: &str, class: &str, args: &[String
             dc.map().version()
         );
     }
+    Ok(())
+}
+
+fn pool_query(dir: &Path, pool: &str) -> Result<()> {
+    let ms = load(dir)?;
+    let mut c = svc_client(&ms)?.context("this system runs no pool service")?;
+    let (reply, served) = c.request(poolsvc::msg::ClientRequest::Read)?;
+    let poolsvc::msg::ClientReply::State(st) = reply else {
+        bail!("pool service: unexpected reply {reply:?}");
+    };
+    let p = st
+        .pools
+        .get(pool)
+        .with_context(|| format!("no pool {pool:?} in the pool service"))?;
+    let map = p.map();
+    println!(
+        "pool {pool}: leader rank {} (after {} tries)",
+        served.by, served.tries
+    );
+    println!("pool map version {}", map.version());
+    println!("{:<7} {:<7} STATE", "TARGET", "RANK");
+    for t in map.targets() {
+        println!("{:<7} {:<7} {}", t.id, t.domain, t.state.name());
+    }
+    for (name, cont) in &p.containers {
+        let props: Vec<String> = cont.props.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!("container {name} {}", props.join(" "));
+    }
+    println!("open handles {}", p.handles.len());
     Ok(())
 }

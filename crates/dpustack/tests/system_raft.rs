@@ -1,0 +1,357 @@
+//! The Raft pool service in `dpustack system`: three engine processes, each
+//! with a pool-service replica; `system query` shows the leader; kill -9 of
+//! the leader's engine → a new leader, pool operations go on (`pool-query`,
+//! `set-state`, `kv`); the killed engine restarted rejoins from its redb.
+//! Fail-over time measured per kill (printed; `SYSTEM_RAFT_KILLS=N` for N
+//! kills, default 2).
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use poolsvc::client::BlockingClient;
+use poolsvc::state::{Command as SvcCmd, Reply};
+
+const BIN: &str = env!("CARGO_BIN_EXE_dpustack");
+
+fn run(dir: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("system")
+        .arg("--dir")
+        .arg(dir)
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap()
+}
+
+fn ok(dir: &Path, args: &[&str]) -> String {
+    let o = run(dir, args);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+struct Member {
+    pid: i32,
+    svc: String,
+}
+
+fn members(dir: &Path) -> Vec<Member> {
+    std::fs::read_to_string(dir.join("system.txt"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let p: Vec<&str> = l.split_whitespace().collect();
+            Some(Member {
+                pid: p.get(2)?.parse().ok()?,
+                svc: p.get(3)?.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Kills every engine the test started (also the restarted ones).
+struct Guard(PathBuf, Vec<std::process::Child>);
+impl Drop for Guard {
+    fn drop(&mut self) {
+        for m in members(&self.0) {
+            let _ = Command::new("kill")
+                .arg("-9")
+                .arg(m.pid.to_string())
+                .status();
+        }
+        for c in &mut self.1 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn free_port(ip: &str) -> u16 {
+    TcpListener::bind(format!("{ip}:0"))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The leader some live replica reports as itself, with its term.
+fn leader(c: &BlockingClient) -> Option<(u64, u64)> {
+    c.statuses()
+        .into_values()
+        .filter_map(|s| s.ok())
+        .filter(|s| s.role == "leader")
+        .map(|s| (s.id, s.term))
+        .max_by_key(|x| x.1)
+}
+
+#[test]
+fn pool_service_survives_kill_9_of_its_leader() {
+    let dir = std::env::temp_dir().join(format!("dpustack-system-raft-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut g = Guard(dir.clone(), Vec::new());
+    let port = free_port("127.0.0.90").to_string();
+    let svc_port = free_port("127.0.0.90").to_string();
+    let out = ok(
+        &dir,
+        &[
+            "start",
+            "--engines",
+            "3",
+            "--first-ip",
+            "127.0.0.90",
+            "--port",
+            &port,
+            "--svc-port",
+            &svc_port,
+        ],
+    );
+    assert!(out.contains("pool service leader: rank"), "{out}");
+    ok(&dir, &["create", "dp", "dc", "16M"]);
+    let q = ok(&dir, &["query"]);
+    assert!(q.contains("pool service leader: rank"), "{q}");
+    assert_eq!(q.matches("leader t").count(), 1, "{q}");
+    assert_eq!(q.matches("follower t").count(), 2, "{q}");
+    let pq = ok(&dir, &["pool-query", "dp"]);
+    assert!(pq.contains("pool map version 1"), "{pq}");
+    assert!(pq.contains("container dc"), "{pq}");
+    ok(
+        &dir,
+        &["kv", "dp", "dc", "7", "--class", "RP_3G1", "put", "k", "v1"],
+    );
+
+    let ms = members(&dir);
+    let replicas: BTreeMap<u64, String> = ms
+        .iter()
+        .enumerate()
+        .map(|(r, m)| (r as u64, m.svc.clone()))
+        .collect();
+    let mut pids: Vec<i32> = ms.iter().map(|m| m.pid).collect();
+    let mut c = BlockingClient::new(replicas).unwrap();
+    c.inner.rpc_timeout = Duration::from_millis(300);
+    c.inner.backoff = Duration::from_millis(10);
+
+    let kills: usize = std::env::var("SYSTEM_RAFT_KILLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2);
+    let mut elect_ms = Vec::new();
+    let mut write_ms = Vec::new();
+    for k in 0..kills {
+        let (l0, term0) = {
+            let t = Instant::now();
+            loop {
+                if let Some(l) = leader(&c) {
+                    break l;
+                }
+                assert!(t.elapsed() < Duration::from_secs(10), "no leader");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        };
+        let victim = pids[l0 as usize];
+        let cmdline = std::fs::read(format!("/proc/{victim}/cmdline")).unwrap();
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let t0 = Instant::now();
+        assert!(Command::new("kill")
+            .arg("-9")
+            .arg(victim.to_string())
+            .status()
+            .unwrap()
+            .success());
+        // a new leader, in a newer term
+        let (l1, term1) = loop {
+            if let Some((l, t)) = leader(&c) {
+                if l != l0 && t > term0 {
+                    break (l, t);
+                }
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(15),
+                "no new leader after killing {l0}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let elect = t0.elapsed();
+        // and a pool-map change acknowledged through it
+        let r = c
+            .write(SvcCmd::SetContProp {
+                pool: "dp".into(),
+                cont: "dc".into(),
+                key: format!("kill{k}"),
+                value: l0.to_string(),
+            })
+            .unwrap();
+        assert_eq!(r, Reply::Done);
+        let write = t0.elapsed();
+        eprintln!(
+            "kill {k}: leader rank {l0} (term {term0}) killed; rank {l1} leads (term {term1}) after {:.0} ms, first write acknowledged after {:.0} ms",
+            elect.as_secs_f64() * 1e3,
+            write.as_secs_f64() * 1e3
+        );
+        elect_ms.push(elect.as_secs_f64() * 1e3);
+        write_ms.push(write.as_secs_f64() * 1e3);
+
+        // pool operations through the CLI still work
+        let q = ok(&dir, &["query"]);
+        assert!(
+            q.contains(&format!("pool service leader: rank {l1}")),
+            "{q}"
+        );
+        if k == 0 {
+            // (only after the first kill: a restarted engine stays DOWN — no
+            // reintegration yet — so later kills leave too few serving engines)
+            ok(
+                &dir,
+                &["kv", "dp", "dc", "7", "--class", "RP_3G1", "put", "k", "v2"],
+            );
+            let got = ok(
+                &dir,
+                &["kv", "dp", "dc", "7", "--class", "RP_3G1", "get", "k"],
+            );
+            assert_eq!(got.trim(), "v2");
+            // the kv client reported the dead engine to the pool service
+            let pq = ok(&dir, &["pool-query", "dp"]);
+            assert!(pq.contains(&format!("{l0}       DOWN")), "{pq}");
+        }
+        let pq = ok(&dir, &["pool-query", "dp"]);
+        assert!(pq.contains(&format!("kill{k}={l0}")), "{pq}");
+
+        // restart the killed engine (same command line): its replica rejoins
+        // from its redb and catches up
+        let log = std::fs::File::create(dir.join(format!("engine{l0}.restart{k}.log"))).unwrap();
+        let child = Command::new(&args[0])
+            .args(&args[1..])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        pids[l0 as usize] = child.id() as i32;
+        g.1.push(child);
+        let t = Instant::now();
+        loop {
+            let st = c.statuses();
+            if let Some(Ok(s)) = st.get(&l0) {
+                let lead = st
+                    .get(&l1)
+                    .and_then(|s| s.as_ref().ok())
+                    .and_then(|s| s.last_applied);
+                if s.role == "follower" && s.last_applied.is_some() && s.last_applied >= lead {
+                    break;
+                }
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "restarted rank {l0} did not catch up"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    // the map changes made through the leaders are all there
+    let st = c.read().unwrap();
+    let props = &st.pools["dp"].containers["dc"].props;
+    for k in 0..kills {
+        assert!(props.contains_key(&format!("kill{k}")), "{props:?}");
+    }
+    let mut e = elect_ms.clone();
+    e.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let mut w = write_ms.clone();
+    w.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    eprintln!(
+        "fail-over over {kills} kills: new leader median {:.0} ms (min {:.0}, max {:.0}); first acknowledged write median {:.0} ms (min {:.0}, max {:.0})",
+        e[e.len() / 2], e[0], e[e.len() - 1], w[w.len() / 2], w[0], w[w.len() - 1]
+    );
+    // every engine of the system.txt list is stopped by `stop` (the restarted
+    // ones are not in it: the guard kills them)
+    let _ = run(&dir, &["stop"]);
+}
+
+/// The state of `rank`'s target in pool `dp`, as the pool service has it.
+fn target_state(c: &mut BlockingClient, rank: u32) -> Option<String> {
+    let st = c.read().ok()?;
+    let map = st.pools.get("dp")?.map();
+    Some(map.target(rank).ok()?.state.name().to_string())
+}
+
+#[test]
+fn pool_service_marks_a_dead_engine_down_then_excluded() {
+    let dir = std::env::temp_dir().join(format!("dpustack-system-excl-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let _g = Guard(dir.clone(), Vec::new());
+    let port = free_port("127.0.0.93").to_string();
+    let svc_port = free_port("127.0.0.93").to_string();
+    ok(
+        &dir,
+        &[
+            "start",
+            "--engines",
+            "3",
+            "--first-ip",
+            "127.0.0.93",
+            "--port",
+            &port,
+            "--svc-port",
+            &svc_port,
+            "--exclude-after-ms",
+            "1500",
+        ],
+    );
+    ok(&dir, &["create", "dp", "dc", "16M"]);
+    let ms = members(&dir);
+    let replicas: BTreeMap<u64, String> = ms
+        .iter()
+        .enumerate()
+        .map(|(r, m)| (r as u64, m.svc.clone()))
+        .collect();
+    let mut c = BlockingClient::new(replicas).unwrap();
+    c.inner.rpc_timeout = Duration::from_millis(300);
+    let (l, _) = leader(&c).expect("a leader");
+    // kill a follower's engine: the leader's monitor sees it die
+    let victim = (l as usize + 1) % 3;
+    let t0 = Instant::now();
+    assert!(Command::new("kill")
+        .arg("-9")
+        .arg(ms[victim].pid.to_string())
+        .status()
+        .unwrap()
+        .success());
+    let mut t_down = None;
+    let t_excl = loop {
+        let s = target_state(&mut c, victim as u32);
+        if s.as_deref() == Some("DOWN") && t_down.is_none() {
+            t_down = Some(t0.elapsed());
+        }
+        if s.as_deref() == Some("EXCLUDED") {
+            break t0.elapsed();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "rank {victim}: {s:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let t_down = t_down.expect("DOWN before EXCLUDED");
+    eprintln!(
+        "rank {victim} killed: DOWN after {} ms, EXCLUDED after {} ms",
+        t_down.as_millis(),
+        t_excl.as_millis()
+    );
+    // the detector's defaults: dead 1.5 s after the last answer (+ a probe
+    // interval and timeout); EXCLUDED 1.5 s after DOWN
+    assert!(t_down < Duration::from_millis(3000), "{t_down:?}");
+    assert!(t_excl - t_down >= Duration::from_millis(1400), "{t_excl:?}");
+    let pq = ok(&dir, &["pool-query", "dp"]);
+    assert!(pq.contains("pool map version 3"), "{pq}");
+    let _ = run(&dir, &["stop"]);
+}

@@ -1,0 +1,256 @@
+//! Engine failure handling by the pool-service leader, sans-IO: the leader
+//! probes the engines (heartbeats, `obj::membership`'s detector); an engine
+//! declared dead is marked `DOWN` in every pool's map, and `EXCLUDED` once it
+//! has been DOWN for `exclude_after` (DAOS: DOWN, then out of the pool).
+//!
+//! The caller sends the probes and passes the clock; [`Monitor::step`]
+//! returns the commands to replicate. Engine rank `r` is fault domain `r` of
+//! every pool map (as `dpustack system` lays pools out).
+//!
+//! Not done: reintegration. An engine that answers again stays DOWN (or
+//! EXCLUDED): its data missed writes and nothing reconciles it yet.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use obj::membership::{Detector, DetectorConfig, Liveness};
+use obj::placement::TargetState;
+
+use crate::state::{Command, PoolSvcState};
+
+/// Monitor settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MonitorConfig {
+    pub detector: DetectorConfig,
+    /// DOWN for this long (and still dead) → EXCLUDED; `None`: never.
+    pub exclude_after: Option<Duration>,
+}
+
+/// The leader's view of the engines.
+pub struct Monitor {
+    cfg: MonitorConfig,
+    /// Number of engines (ranks `0..n`).
+    n: usize,
+    det: Detector,
+    /// When this monitor first saw each rank DOWN (leader-local: a new leader
+    /// starts counting again, which only delays exclusion).
+    down_since: BTreeMap<u32, Instant>,
+    /// Ranks already warned about (answering, but DOWN/EXCLUDED in a map).
+    warned: std::collections::BTreeSet<u32>,
+}
+
+impl Monitor {
+    /// Engines `0..n`, all considered alive (heard) at `now`.
+    pub fn new(cfg: MonitorConfig, n: usize, now: Instant) -> Monitor {
+        Monitor {
+            cfg,
+            n,
+            det: Detector::new(cfg.detector, n, now),
+            down_since: BTreeMap::new(),
+            warned: Default::default(),
+        }
+    }
+
+    /// Engines to probe now.
+    pub fn probes_due(&mut self, now: Instant) -> Vec<usize> {
+        self.det.probes_due(now)
+    }
+
+    /// Engine `rank` answered a probe at `now`.
+    pub fn heard(&mut self, rank: usize, now: Instant) {
+        self.det.heard(rank, now)
+    }
+
+    /// What the detector believes about `rank`.
+    pub fn liveness(&self, rank: usize) -> Liveness {
+        self.det.state(rank)
+    }
+
+    /// Advance to `now` against the replicated `state`: the commands to
+    /// replicate (DOWN for newly dead engines, EXCLUDED for long-DOWN ones).
+    pub fn step(&mut self, now: Instant, state: &PoolSvcState) -> Vec<Command> {
+        for (r, l) in self.det.tick(now) {
+            tracing::info!(rank = r, liveness = ?l, "pool service: engine liveness");
+        }
+        let mut out = Vec::new();
+        for (name, pool) in &state.pools {
+            let map = pool.map();
+            for d in 0..map.domains() as u32 {
+                if d as usize >= self.n {
+                    continue;
+                }
+                if self.det.state(d as usize) != Liveness::Dead {
+                    let out_of_pool = map.domain_targets(d).is_ok_and(|ts| {
+                        ts.iter().any(|t| {
+                            map.target(*t).is_ok_and(|t| {
+                                matches!(t.state, TargetState::Down | TargetState::Excluded)
+                            })
+                        })
+                    });
+                    if out_of_pool && self.warned.insert(d) {
+                        tracing::warn!(
+                            rank = d,
+                            pool = %name,
+                            "engine answers but is DOWN/EXCLUDED in the pool map: it stays out \
+                             (reintegration is NOT IMPLEMENTED: its data may be stale)"
+                        );
+                    }
+                    continue;
+                }
+                let Ok(ts) = map.domain_targets(d) else {
+                    continue;
+                };
+                let states: Vec<TargetState> = ts
+                    .iter()
+                    .filter_map(|t| map.target(*t).ok().map(|t| t.state))
+                    .collect();
+                if states
+                    .iter()
+                    .any(|s| matches!(s, TargetState::UpIn | TargetState::Up))
+                {
+                    out.push(Command::SetDomainState {
+                        pool: name.clone(),
+                        domain: d,
+                        state: "DOWN".into(),
+                    });
+                    self.down_since.entry(d).or_insert(now);
+                } else if states.iter().all(|s| *s == TargetState::Down) {
+                    let since = *self.down_since.entry(d).or_insert(now);
+                    if self
+                        .cfg
+                        .exclude_after
+                        .is_some_and(|x| now.duration_since(since) >= x)
+                    {
+                        out.push(Command::SetDomainState {
+                            pool: name.clone(),
+                            domain: d,
+                            state: "EXCLUDED".into(),
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(exclude_ms: u64) -> MonitorConfig {
+        MonitorConfig {
+            detector: DetectorConfig {
+                interval: Duration::from_millis(100),
+                suspect_after: Duration::from_millis(300),
+                dead_after: Duration::from_millis(500),
+            },
+            exclude_after: Some(Duration::from_millis(exclude_ms)),
+        }
+    }
+
+    fn pool_state(n: u32) -> PoolSvcState {
+        let mut s = PoolSvcState::default();
+        s.apply(&Command::CreatePool {
+            pool: "p".into(),
+            domains: n,
+            per_domain: 1,
+        });
+        s
+    }
+
+    /// Run the monitor on an injected clock (10 ms steps) for `ms`, engines in
+    /// `dead` never answering, applying its commands; when each command came.
+    fn run(
+        m: &mut Monitor,
+        s: &mut PoolSvcState,
+        t0: Instant,
+        from: u64,
+        ms: u64,
+        dead: &[usize],
+    ) -> Vec<(u64, Command)> {
+        let mut out = Vec::new();
+        let mut t = from;
+        while t <= from + ms {
+            let now = t0 + Duration::from_millis(t);
+            for r in m.probes_due(now) {
+                if !dead.contains(&r) {
+                    m.heard(r, now);
+                }
+            }
+            for c in m.step(now, s) {
+                s.apply(&c);
+                out.push((t, c));
+            }
+            t += 10;
+        }
+        out
+    }
+
+    #[test]
+    fn dead_engine_goes_down_then_excluded_on_time() {
+        let t0 = Instant::now();
+        let mut s = pool_state(3);
+        let mut m = Monitor::new(cfg(2000), 3, t0);
+        // all answer for a second: nothing to do
+        assert!(run(&mut m, &mut s, t0, 0, 1000, &[]).is_empty());
+        // rank 1 stops answering at 1000 ms (last answer at 1000 at the latest)
+        let cmds = run(&mut m, &mut s, t0, 1010, 4000, &[1]);
+        assert_eq!(cmds.len(), 2, "{cmds:?}");
+        let (t_down, c) = &cmds[0];
+        assert_eq!(
+            c,
+            &Command::SetDomainState {
+                pool: "p".into(),
+                domain: 1,
+                state: "DOWN".into()
+            }
+        );
+        // dead_after (500 ms) after its last answer, within one probe interval
+        assert!((1400..=1510).contains(t_down), "DOWN at {t_down} ms");
+        let (t_ex, c) = &cmds[1];
+        assert_eq!(
+            c,
+            &Command::SetDomainState {
+                pool: "p".into(),
+                domain: 1,
+                state: "EXCLUDED".into()
+            }
+        );
+        assert_eq!(t_ex - t_down, 2000, "EXCLUDED exclude_after after DOWN");
+        let map = s.pools["p"].map();
+        assert_eq!(map.target(1).unwrap().state, TargetState::Excluded);
+        assert_eq!(map.target(0).unwrap().state, TargetState::UpIn);
+        assert_eq!(map.version(), 3);
+    }
+
+    #[test]
+    fn down_reported_by_a_client_is_excluded_only_if_dead_and_never_with_none() {
+        let t0 = Instant::now();
+        let mut s = pool_state(2);
+        // a client marked rank 0 DOWN, but it answers the monitor: left DOWN
+        s.apply(&Command::SetDomainState {
+            pool: "p".into(),
+            domain: 0,
+            state: "DOWN".into(),
+        });
+        let mut m = Monitor::new(cfg(100), 2, t0);
+        assert!(run(&mut m, &mut s, t0, 0, 2000, &[]).is_empty());
+        // exclusion disabled: a dead engine goes DOWN and stays DOWN
+        let mut s = pool_state(2);
+        let mut m = Monitor::new(
+            MonitorConfig {
+                exclude_after: None,
+                ..cfg(0)
+            },
+            2,
+            t0,
+        );
+        let cmds = run(&mut m, &mut s, t0, 0, 5000, &[1]);
+        assert_eq!(cmds.len(), 1, "{cmds:?}");
+        assert_eq!(
+            s.pools["p"].map().target(1).unwrap().state,
+            TargetState::Down
+        );
+    }
+}

@@ -1,0 +1,73 @@
+//! The messages between replicas and from clients (JSON on the wire).
+
+use std::collections::BTreeMap;
+
+use openraft::error::{InstallSnapshotError, RaftError};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::state::{Command, PoolSvcState, Reply};
+use crate::{NodeId, TypeConfig};
+
+/// A message to a replica.
+#[derive(Debug, Serialize, Deserialize)]
+#[allow(clippy::large_enum_variant)]
+pub enum Rpc {
+    Append(AppendEntriesRequest<TypeConfig>),
+    Vote(VoteRequest<NodeId>),
+    Snapshot(InstallSnapshotRequest<TypeConfig>),
+    Client(ClientRequest),
+}
+
+/// A replica's answer.
+#[derive(Debug, Serialize, Deserialize)]
+#[allow(clippy::large_enum_variant)]
+pub enum RpcReply {
+    Append(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
+    Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
+    Snapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
+    Client(ClientReply),
+}
+
+/// A client's request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ClientRequest {
+    /// Replicate and apply a command (leader only).
+    Write(Command),
+    /// A linearizable read of the whole state (leader only).
+    Read,
+    /// The replica's own view (any replica).
+    Status,
+}
+
+/// A replica's view of the group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    pub id: NodeId,
+    pub role: String,
+    pub term: u64,
+    pub leader: Option<NodeId>,
+    pub last_applied: Option<u64>,
+    pub members: BTreeMap<NodeId, String>,
+}
+
+/// The answer to a client.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ClientReply {
+    /// Committed at log `index` and applied.
+    Applied {
+        index: u64,
+        reply: Reply,
+    },
+    State(PoolSvcState),
+    Status(Status),
+    /// Not the leader: ask `leader` (unknown during an election).
+    Redirect {
+        leader: Option<NodeId>,
+        addr: Option<String>,
+    },
+    Error(String),
+}

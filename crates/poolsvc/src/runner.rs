@@ -1,0 +1,234 @@
+//! Running a replica inside an engine process: its own thread with a tokio
+//! runtime (the engine's I/O path is not async), a TCP listener, the store
+//! in a redb file in the engine's data directory.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::health::{Monitor, MonitorConfig};
+use crate::net::TcpTransport;
+use crate::server::serve_tcp;
+use crate::service::PoolService;
+use crate::store::Store;
+use crate::{NodeId, SvcError};
+
+/// Where and how a replica runs.
+#[derive(Debug, Clone)]
+pub struct ReplicaConfig {
+    pub id: NodeId,
+    /// TCP address the replica listens on (must be its own entry in `members`).
+    pub listen: String,
+    /// Every replica, id → address.
+    pub members: BTreeMap<NodeId, String>,
+    /// Make the first membership if this replica's log is empty (one replica
+    /// of a new group does it).
+    pub initialize: bool,
+    pub heartbeat_ms: u64,
+    pub election_min_ms: u64,
+    pub election_max_ms: u64,
+    /// The engines' object-RPC addresses by rank (= fault domain): when this
+    /// replica leads, it probes them and marks dead ones DOWN, then EXCLUDED
+    /// ([`crate::health`]). Empty: no monitoring.
+    pub engines: BTreeMap<NodeId, String>,
+    pub monitor: MonitorConfig,
+}
+
+/// A replica running on its own thread; dropped or [`Replica::stop`]ped, it
+/// shuts down (its storage stays).
+pub struct Replica {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Parse `0=127.0.0.60:10601,1=...` into members.
+pub fn parse_members(s: &str) -> Result<BTreeMap<NodeId, String>, String> {
+    s.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| {
+            let (id, addr) = p
+                .split_once('=')
+                .ok_or_else(|| format!("bad member {p:?} (want ID=ADDR)"))?;
+            let id: NodeId = id
+                .trim()
+                .parse()
+                .map_err(|_| format!("bad member id in {p:?}"))?;
+            Ok((id, addr.trim().to_string()))
+        })
+        .collect()
+}
+
+impl Replica {
+    /// Open the store `db_path` and start the replica; returns once it listens.
+    pub fn spawn(cfg: ReplicaConfig, db_path: &Path) -> Result<Replica, SvcError> {
+        if !cfg
+            .engines
+            .keys()
+            .copied()
+            .eq(0..cfg.engines.len() as NodeId)
+        {
+            return Err(SvcError::Raft("engine ranks must be 0..n".into()));
+        }
+        if cfg.members.get(&cfg.id) != Some(&cfg.listen) {
+            return Err(SvcError::Raft(format!(
+                "replica {} listens on {} but the members say {:?}",
+                cfg.id,
+                cfg.listen,
+                cfg.members.get(&cfg.id)
+            )));
+        }
+        let store = Store::open(db_path)?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| SvcError::Raft(e.to_string()))?;
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), SvcError>>();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name(format!("pool-svc-{}", cfg.id))
+            .spawn(move || {
+                rt.block_on(async move {
+                    let listener = match tokio::net::TcpListener::bind(&cfg.listen).await {
+                        Ok(l) => l,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(SvcError::Unreachable(format!(
+                                "bind {}: {e}",
+                                cfg.listen
+                            ))));
+                            return;
+                        }
+                    };
+                    let config = crate::raft_config(
+                        cfg.heartbeat_ms,
+                        cfg.election_min_ms,
+                        cfg.election_max_ms,
+                    );
+                    let svc = match PoolService::start(cfg.id, config, store, TcpTransport::new())
+                        .await
+                    {
+                        Ok(s) => s,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    let server = tokio::spawn(serve_tcp(listener, svc.clone()));
+                    let monitor = if cfg.engines.is_empty() {
+                        None
+                    } else {
+                        Some(tokio::spawn(monitor_engines(
+                            svc.clone(),
+                            cfg.engines.clone(),
+                            cfg.monitor,
+                        )))
+                    };
+                    if cfg.initialize {
+                        if let Err(e) = svc.initialize(&cfg.members).await {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    }
+                    tracing::info!(
+                        "pool service replica {} on {} ({} members)",
+                        cfg.id,
+                        cfg.listen,
+                        cfg.members.len()
+                    );
+                    let _ = ready_tx.send(Ok(()));
+                    let _ = stop_rx.await;
+                    server.abort();
+                    if let Some(m) = monitor {
+                        m.abort();
+                    }
+                    svc.shutdown().await;
+                })
+            })
+            .map_err(|e| SvcError::Raft(e.to_string()))?;
+        match ready_rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(Ok(())) => Ok(Replica {
+                stop: Some(stop_tx),
+                thread: Some(thread),
+            }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(SvcError::Raft(
+                "the replica did not start within 10 s".into(),
+            )),
+        }
+    }
+
+    /// Shut the replica down and wait for its thread.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Probe one engine (an object-RPC ping on a fresh connection).
+fn ping_engine(addr: &str, timeout: Duration) -> bool {
+    match obj::client::Client::connect_with(addr, timeout) {
+        Ok(c) => c.ping(None).and_then(|p| p.get()).is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// While this replica leads: probe the engines, replicate what the monitor
+/// decides (DOWN, EXCLUDED). A replica that stops leading drops its monitor;
+/// one that becomes leader starts a fresh one (every engine heard "now").
+async fn monitor_engines(svc: PoolService, engines: BTreeMap<NodeId, String>, cfg: MonitorConfig) {
+    let addrs: Vec<String> = engines.into_values().collect();
+    let tick = (cfg.detector.interval / 2).max(Duration::from_millis(10));
+    let timeout = cfg.detector.interval.max(Duration::from_millis(100));
+    let mut mon: Option<Monitor> = None;
+    loop {
+        tokio::time::sleep(tick).await;
+        if svc.status().role != "leader" {
+            mon = None;
+            continue;
+        }
+        let m = mon.get_or_insert_with(|| {
+            tracing::info!(
+                "pool service: leader now, monitoring {} engines",
+                addrs.len()
+            );
+            Monitor::new(cfg, addrs.len(), std::time::Instant::now())
+        });
+        let due = m.probes_due(std::time::Instant::now());
+        let probes: Vec<_> = due
+            .into_iter()
+            .map(|r| {
+                let a = addrs[r].clone();
+                (
+                    r,
+                    tokio::task::spawn_blocking(move || ping_engine(&a, timeout)),
+                )
+            })
+            .collect();
+        for (r, p) in probes {
+            if let Ok(Ok(true)) = tokio::time::timeout(timeout * 2, p).await {
+                m.heard(r, std::time::Instant::now());
+            }
+        }
+        let cmds = m.step(std::time::Instant::now(), &svc.local_state());
+        for c in cmds {
+            tracing::warn!("pool service: {c:?}");
+            if let Err(e) = svc.raft.client_write(c).await {
+                tracing::warn!("pool service: the monitor's change was not replicated: {e}");
+                break;
+            }
+        }
+    }
+}

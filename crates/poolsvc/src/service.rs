@@ -1,0 +1,130 @@
+//! One pool-service replica: its openraft node and storage, and its answers
+//! to other replicas' RPCs and to clients.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
+use openraft::{BasicNode, ServerState};
+
+use crate::msg::{ClientReply, ClientRequest, Rpc, RpcReply, Status};
+use crate::net::{Network, Transport};
+use crate::state::PoolSvcState;
+use crate::store::Store;
+use crate::{NodeId, Raft, SvcError, TypeConfig};
+
+/// A running replica.
+#[derive(Clone)]
+pub struct PoolService {
+    pub id: NodeId,
+    pub raft: Raft,
+    pub store: Store,
+}
+
+fn redirect(f: ForwardToLeader<NodeId, BasicNode>) -> ClientReply {
+    ClientReply::Redirect {
+        leader: f.leader_id,
+        addr: f.leader_node.map(|n| n.addr),
+    }
+}
+
+impl PoolService {
+    /// Start replica `id` over `store`, talking to the others through `transport`.
+    pub async fn start<T: Transport>(
+        id: NodeId,
+        config: openraft::Config,
+        store: Store,
+        transport: T,
+    ) -> Result<PoolService, SvcError> {
+        let config = Arc::new(
+            config
+                .validate()
+                .map_err(|e| SvcError::Raft(e.to_string()))?,
+        );
+        let (log, sm) = openraft::storage::Adaptor::<TypeConfig, Store>::new(store.clone());
+        let raft = Raft::new(id, config, Network::new(id, transport), log, sm)
+            .await
+            .map_err(|e| SvcError::Raft(e.to_string()))?;
+        Ok(PoolService { id, raft, store })
+    }
+
+    /// Make the first membership (all `members`, id → address). Only on a
+    /// pristine replica; a replica that already has a log answers `Ok` and
+    /// changes nothing.
+    pub async fn initialize(&self, members: &BTreeMap<NodeId, String>) -> Result<(), SvcError> {
+        let nodes: BTreeMap<NodeId, BasicNode> = members
+            .iter()
+            .map(|(id, a)| (*id, BasicNode { addr: a.clone() }))
+            .collect();
+        match self.raft.initialize(nodes).await {
+            Ok(()) => Ok(()),
+            Err(RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => Ok(()),
+            Err(e) => Err(SvcError::Raft(e.to_string())),
+        }
+    }
+
+    /// This replica's view: role, term, leader, applied index.
+    pub fn status(&self) -> Status {
+        let m = self.raft.metrics().borrow().clone();
+        Status {
+            id: self.id,
+            role: match m.state {
+                ServerState::Leader => "leader",
+                ServerState::Follower => "follower",
+                ServerState::Candidate => "candidate",
+                ServerState::Learner => "learner",
+                ServerState::Shutdown => "shutdown",
+            }
+            .to_string(),
+            term: m.current_term,
+            leader: m.current_leader,
+            last_applied: m.last_applied.map(|l| l.index),
+            members: m
+                .membership_config
+                .nodes()
+                .map(|(id, n)| (*id, n.addr.clone()))
+                .collect(),
+        }
+    }
+
+    /// The state as applied here (not linearizable: may lag the leader).
+    pub fn local_state(&self) -> PoolSvcState {
+        self.store.applied().state
+    }
+
+    /// Answer one message.
+    pub async fn handle(&self, rpc: Rpc) -> RpcReply {
+        match rpc {
+            Rpc::Append(r) => RpcReply::Append(self.raft.append_entries(r).await),
+            Rpc::Vote(r) => RpcReply::Vote(self.raft.vote(r).await),
+            Rpc::Snapshot(r) => RpcReply::Snapshot(self.raft.install_snapshot(r).await),
+            Rpc::Client(c) => RpcReply::Client(self.client(c).await),
+        }
+    }
+
+    async fn client(&self, req: ClientRequest) -> ClientReply {
+        match req {
+            ClientRequest::Write(cmd) => match self.raft.client_write(cmd).await {
+                Ok(r) => ClientReply::Applied {
+                    index: r.log_id.index,
+                    reply: r.data,
+                },
+                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => redirect(f),
+                Err(e) => ClientReply::Error(e.to_string()),
+            },
+            ClientRequest::Read => match self.raft.ensure_linearizable().await {
+                // the leader confirmed its leadership with a quorum and has
+                // applied everything committed before the read began
+                Ok(_) => ClientReply::State(self.local_state()),
+                Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => redirect(f),
+                Err(e) => ClientReply::Error(e.to_string()),
+            },
+            ClientRequest::Status => ClientReply::Status(self.status()),
+        }
+    }
+
+    /// Stop the Raft node (its storage stays).
+    pub async fn shutdown(&self) {
+        let _ = self.raft.shutdown().await;
+    }
+}

@@ -1,0 +1,277 @@
+//! The replicated state: pools (pool map, containers with properties, open
+//! handles). Commands are applied in log order on every replica; applying is
+//! deterministic (no clock, no randomness), so replicas agree.
+
+use std::collections::BTreeMap;
+
+use obj::placement::{PoolMap, TargetId, TargetState};
+use serde::{Deserialize, Serialize};
+
+/// A change to the pool service's state: the Raft log's entries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// A pool of `domains` fault domains (engines) with `per_domain` targets
+    /// each, all `UP-IN`.
+    CreatePool {
+        pool: String,
+        domains: u32,
+        per_domain: u32,
+    },
+    /// Change one target's state (DAOS transitions only).
+    SetTargetState {
+        pool: String,
+        target: TargetId,
+        state: String,
+    },
+    /// Change every target of a fault domain (an engine).
+    SetDomainState {
+        pool: String,
+        domain: u32,
+        state: String,
+    },
+    /// A container with properties (`key=value`).
+    CreateCont {
+        pool: String,
+        cont: String,
+        props: BTreeMap<String, String>,
+    },
+    /// Set one container property.
+    SetContProp {
+        pool: String,
+        cont: String,
+        key: String,
+        value: String,
+    },
+    /// Open a pool handle for `client`; the reply carries its id.
+    OpenHandle { pool: String, client: String },
+    /// Close a pool handle.
+    CloseHandle { pool: String, handle: u64 },
+}
+
+/// What applying a command answered (the same on every replica).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    /// Nothing to return (also: a membership or blank entry).
+    #[default]
+    Done,
+    /// The pool map's version after the change.
+    MapVersion(u32),
+    /// A new handle's id.
+    Handle(u64),
+    /// The command was refused (no such pool, bad transition, ...); the log
+    /// entry is committed but changed nothing.
+    Refused(String),
+}
+
+/// One container's metadata.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Container {
+    pub props: BTreeMap<String, String>,
+}
+
+/// One pool's replicated state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pool {
+    /// The pool map, as [`PoolMap::to_text`] (the map type itself has no serde).
+    pub map_text: String,
+    pub containers: BTreeMap<String, Container>,
+    /// Open handles: id → client name.
+    pub handles: BTreeMap<u64, String>,
+}
+
+impl Pool {
+    /// The pool map.
+    pub fn map(&self) -> PoolMap {
+        // map_text is only ever written from a PoolMap by apply()
+        PoolMap::from_text(&self.map_text).expect("pool map text written by apply")
+    }
+}
+
+/// Everything the pool service replicates.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolSvcState {
+    pub pools: BTreeMap<String, Pool>,
+    /// Next handle id (handles are numbered by the log, the same on every replica).
+    pub next_handle: u64,
+}
+
+/// Parse a state name as `pool query` prints it.
+pub fn parse_state(s: &str) -> Option<TargetState> {
+    Some(match s.to_ascii_uppercase().as_str() {
+        "UP" => TargetState::Up,
+        "UP-IN" | "UPIN" => TargetState::UpIn,
+        "DOWN" => TargetState::Down,
+        "EXCLUDED" | "DOWNOUT" => TargetState::Excluded,
+        _ => return None,
+    })
+}
+
+impl PoolSvcState {
+    /// Apply one committed command.
+    pub fn apply(&mut self, cmd: &Command) -> Reply {
+        match self.try_apply(cmd) {
+            Ok(r) => r,
+            Err(e) => Reply::Refused(e),
+        }
+    }
+
+    fn pool_mut(&mut self, pool: &str) -> Result<&mut Pool, String> {
+        self.pools
+            .get_mut(pool)
+            .ok_or_else(|| format!("no pool {pool:?}"))
+    }
+
+    fn try_apply(&mut self, cmd: &Command) -> Result<Reply, String> {
+        match cmd {
+            Command::CreatePool {
+                pool,
+                domains,
+                per_domain,
+            } => {
+                if self.pools.contains_key(pool) {
+                    return Err(format!("pool {pool:?} exists"));
+                }
+                if *domains == 0 || *per_domain == 0 || *domains * *per_domain > 4096 {
+                    return Err(format!("bad pool geometry {domains}x{per_domain}"));
+                }
+                let m = PoolMap::uniform(*domains, *per_domain);
+                let v = m.version();
+                self.pools.insert(
+                    pool.clone(),
+                    Pool {
+                        map_text: m.to_text(),
+                        containers: BTreeMap::new(),
+                        handles: BTreeMap::new(),
+                    },
+                );
+                Ok(Reply::MapVersion(v))
+            }
+            Command::SetTargetState {
+                pool,
+                target,
+                state,
+            } => {
+                let to = parse_state(state).ok_or_else(|| format!("no state {state:?}"))?;
+                let p = self.pool_mut(pool)?;
+                let mut m = p.map();
+                let v = m.set_state(*target, to).map_err(|e| e.to_string())?;
+                p.map_text = m.to_text();
+                Ok(Reply::MapVersion(v))
+            }
+            Command::SetDomainState {
+                pool,
+                domain,
+                state,
+            } => {
+                let to = parse_state(state).ok_or_else(|| format!("no state {state:?}"))?;
+                let p = self.pool_mut(pool)?;
+                let mut m = p.map();
+                // all or nothing: a refused transition leaves the map as it was
+                let v = m.set_domain_state(*domain, to).map_err(|e| e.to_string())?;
+                p.map_text = m.to_text();
+                Ok(Reply::MapVersion(v))
+            }
+            Command::CreateCont { pool, cont, props } => {
+                let p = self.pool_mut(pool)?;
+                if p.containers.contains_key(cont) {
+                    return Err(format!("container {cont:?} exists"));
+                }
+                p.containers.insert(
+                    cont.clone(),
+                    Container {
+                        props: props.clone(),
+                    },
+                );
+                Ok(Reply::Done)
+            }
+            Command::SetContProp {
+                pool,
+                cont,
+                key,
+                value,
+            } => {
+                let p = self.pool_mut(pool)?;
+                let c = p
+                    .containers
+                    .get_mut(cont)
+                    .ok_or_else(|| format!("no container {cont:?}"))?;
+                c.props.insert(key.clone(), value.clone());
+                Ok(Reply::Done)
+            }
+            Command::OpenHandle { pool, client } => {
+                let id = self.next_handle + 1;
+                let p = self.pool_mut(pool)?;
+                p.handles.insert(id, client.clone());
+                self.next_handle = id;
+                Ok(Reply::Handle(id))
+            }
+            Command::CloseHandle { pool, handle } => {
+                let p = self.pool_mut(pool)?;
+                p.handles
+                    .remove(handle)
+                    .ok_or_else(|| format!("no handle {handle}"))?;
+                Ok(Reply::Done)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_map_changes_follow_daos_transitions() {
+        let mut s = PoolSvcState::default();
+        let create = Command::CreatePool {
+            pool: "p".into(),
+            domains: 3,
+            per_domain: 1,
+        };
+        assert_eq!(s.apply(&create), Reply::MapVersion(1));
+        assert!(matches!(s.apply(&create), Reply::Refused(_)));
+        let down = |t, st: &str| Command::SetTargetState {
+            pool: "p".into(),
+            target: t,
+            state: st.into(),
+        };
+        assert_eq!(s.apply(&down(1, "DOWN")), Reply::MapVersion(2));
+        assert_eq!(s.apply(&down(1, "EXCLUDED")), Reply::MapVersion(3));
+        // EXCLUDED -> UP-IN is not a DAOS transition (it goes through UP)
+        assert!(matches!(s.apply(&down(1, "UP-IN")), Reply::Refused(_)));
+        assert!(matches!(s.apply(&down(9, "DOWN")), Reply::Refused(_)));
+        let m = s.pools["p"].map();
+        assert_eq!(m.version(), 3);
+        assert_eq!(m.targets()[1].state, TargetState::Excluded);
+    }
+
+    #[test]
+    fn containers_and_handles() {
+        let mut s = PoolSvcState::default();
+        s.apply(&Command::CreatePool {
+            pool: "p".into(),
+            domains: 1,
+            per_domain: 2,
+        });
+        let c = Command::CreateCont {
+            pool: "p".into(),
+            cont: "c".into(),
+            props: [("label".to_string(), "c".to_string())].into(),
+        };
+        assert_eq!(s.apply(&c), Reply::Done);
+        assert!(matches!(s.apply(&c), Reply::Refused(_)));
+        let h = Command::OpenHandle {
+            pool: "p".into(),
+            client: "x".into(),
+        };
+        assert_eq!(s.apply(&h), Reply::Handle(1));
+        assert_eq!(s.apply(&h), Reply::Handle(2));
+        let close = Command::CloseHandle {
+            pool: "p".into(),
+            handle: 1,
+        };
+        assert_eq!(s.apply(&close), Reply::Done);
+        assert!(matches!(s.apply(&close), Reply::Refused(_)));
+        assert_eq!(s.pools["p"].handles.len(), 1);
+    }
+}
