@@ -46,16 +46,19 @@ n=0 total_missed=0
 for t in $TARGETS; do
   crate=${t%%:*} file=${t#*:} n=$((n+1))
   dir="$OUT/$crate-$n"
-  args=(--package "$crate" --timeout "$TIMEOUT" --jobs "$JOBS" --output "$dir" --no-shuffle)
+  args=(--package "$crate" --timeout "$TIMEOUT" --output "$dir" --no-shuffle)
   IFS=, read -ra files <<< "$file"
   for f in "${files[@]}"; do args+=(--file "$f"); done
   [ "$crate" = tse ] && args+=(--exclude "crates/tse/src/demo.rs")
   [ -n "$SHARD" ] && args+=(--shard "$SHARD")
   [ -n "$SHARD" ] && [ -n "${MUTANTS_SHARDING:-}" ] && args+=(--sharding "$MUTANTS_SHARDING")
-  [ -n "${MUTANTS_IN_PLACE:-}" ] && args+=(--in-place)
+  # in place there is one tree, so one job
+  if [ -n "${MUTANTS_IN_PLACE:-}" ]; then args+=(--in-place); else args+=(--jobs "$JOBS"); fi
   echo "=== $crate $file${SHARD:+ (shard $SHARD${MUTANTS_SHARDING:+, $MUTANTS_SHARDING})}"
   if [ -n "${MUTANTS_LIST:-}" ]; then cargo mutants "${args[@]}" --list; continue; fi
   cargo mutants "${args[@]}" > "$dir.log" 2>&1; rc=$?
+  # cargo-mutants: 0 all caught, 2 missed, 3 timeouts; 1 usage error, 4 baseline failed
+  case $rc in 0|2|3) ;; *) echo "ERROR: cargo mutants exit $rc, no result for $crate $file:"; tail -5 "$dir.log"; total_missed=$((total_missed+1)); continue ;; esac
   m="$dir/mutants.out"
   # one number: grep -c prints 0 (and exits 1) for an empty file, so no "|| echo 0"
   cnt() { local c=0; [ -f "$m/$1.txt" ] && c=$(grep -c . "$m/$1.txt"); echo "${c:-0}"; }
