@@ -94,3 +94,155 @@ fn set_ipv6_hlimit_text() {
     };
     assert_eq!(a.to_string(), "set(ipv6(hlimit=15/0xf))");
 }
+
+/// mod_vlan_vid under a match that guarantees a tag is a set_field of the VID alone:
+/// the VID changes and the PCP is kept (OVS commits it as a new tag with the old PCP).
+#[test]
+fn mod_vlan_vid_on_a_tagged_frame_keeps_the_pcp() {
+    let t = flow::FlowTable::from_rules(
+        flow::parse_flows("in_port=1,dl_vlan=10,actions=mod_vlan_vid:5,output:2").unwrap(),
+    );
+    let k =
+        parse_exact_flow("in_port=1,dl_vlan=10,dl_vlan_pcp=3,ip,nw_src=10.0.0.1,nw_dst=10.0.0.2")
+            .unwrap();
+    let x = flow::trace(&t, &k, false);
+    assert!(
+        x.actions.contains("vid=5,pcp=3"),
+        "actions {} (want the tag rewritten to vid 5, pcp 3 kept)",
+        x.actions
+    );
+    assert!(
+        x.actions.ends_with(",2") || x.actions == "2",
+        "{}",
+        x.actions
+    );
+}
+
+/// NORMAL forwards an 802.1ad (TPID 0x88a8) tagged frame between trunks with its TPID:
+/// the tag is not touched, so the datapath actions are the bare output, as for 0x8100.
+#[test]
+fn normal_keeps_an_802_1ad_tpid() {
+    use flow::key::f;
+    use flow::normal::PortVlan;
+    let mut t = flow::FlowTable::from_rules(flow::parse_flows("actions=NORMAL").unwrap());
+    t.ports = Some([1, 2].into_iter().collect());
+    for p in [1, 2] {
+        t.bridge
+            .set_port(p, PortVlan::configure(None, Some(vec![10]), None).unwrap());
+    }
+    for tpid in [0x8100u64, 0x88a8] {
+        let mut k = parse_exact_flow(
+            "in_port=1,dl_src=02:00:00:00:0a:01,dl_dst=ff:ff:ff:ff:ff:ff,dl_vlan=10,dl_vlan_pcp=2,ip,nw_src=10.0.0.1,nw_dst=10.0.0.2",
+        )
+        .unwrap();
+        k.set(f::VLAN0_TPID, tpid);
+        let x = flow::trace(&t, &k, false);
+        assert_eq!(x.actions, "2", "TPID {tpid:#x}: {}", x.actions);
+    }
+}
+
+/// mod_vlan_pcp on a tagged frame changes the PCP and keeps the VID.
+#[test]
+fn mod_vlan_pcp_on_a_tagged_frame_keeps_the_vid() {
+    let t = flow::FlowTable::from_rules(
+        flow::parse_flows("in_port=1,dl_vlan=10,actions=mod_vlan_pcp:5,output:2").unwrap(),
+    );
+    let k =
+        parse_exact_flow("in_port=1,dl_vlan=10,dl_vlan_pcp=3,ip,nw_src=10.0.0.1,nw_dst=10.0.0.2")
+            .unwrap();
+    let x = flow::trace(&t, &k, false);
+    assert!(
+        x.actions.contains("vid=10,pcp=5"),
+        "actions {} (want vid 10 kept, pcp 5)",
+        x.actions
+    );
+}
+
+/// set_field of ipv6_src rewrites the source address and ipv6_dst the destination.
+#[test]
+fn set_field_ipv6_src_and_dst_go_to_their_own_fields() {
+    let k = parse_exact_flow(
+        "in_port=1,ipv6,ipv6_src=2001:db8::5,ipv6_dst=2001:db8::6,nw_proto=17,udp_src=1,udp_dst=2",
+    )
+    .unwrap();
+    for (field, want) in [
+        ("ipv6_src", "src=2001:db8::1"),
+        ("ipv6_dst", "dst=2001:db8::1"),
+    ] {
+        let t = flow::FlowTable::from_rules(
+            flow::parse_flows(&format!(
+                "in_port=1,ipv6,actions=set_field:2001:db8::1->{field},output:2"
+            ))
+            .unwrap(),
+        );
+        let x = flow::trace(&t, &k, false);
+        assert_eq!(
+            x.actions,
+            format!("set(ipv6({want})),2"),
+            "set_field ->{field}"
+        );
+    }
+}
+
+/// Megaflow text: only the IPv6 address fields the lookup looked at are printed.
+#[test]
+fn megaflow_prints_only_the_ipv6_addresses_it_matched() {
+    let t = flow::FlowTable::from_rules(
+        flow::parse_flows("ipv6,ipv6_dst=2001:db8::6,actions=output:2").unwrap(),
+    );
+    let k = parse_exact_flow(
+        "in_port=1,ipv6,ipv6_src=2001:db8::5,ipv6_dst=2001:db8::6,nw_proto=17,udp_src=1,udp_dst=2",
+    )
+    .unwrap();
+    let x = flow::trace(&t, &k, false);
+    assert!(
+        x.megaflow.contains("ipv6_dst=2001:db8::6"),
+        "{}",
+        x.megaflow
+    );
+    assert!(!x.megaflow.contains("ipv6_src"), "{}", x.megaflow);
+    assert_eq!(x.actions, "2");
+}
+
+/// Megaflow text of a VLAN mask without the CFI bit (xlate itself always adds CFI, so
+/// this is the formatter alone, as OVS's `format_vlan_tci`): not `dl_vlan=` (which says
+/// "tagged, VID exact"), but the TCI as value/mask; with CFI in the mask, `dl_vlan=`.
+#[test]
+fn megaflow_vlan_mask_without_cfi_is_printed_as_tci_and_mask() {
+    use flow::key::f;
+    let k = parse_exact_flow("in_port=1,dl_vlan=10,ip,nw_src=10.0.0.1,nw_dst=10.0.0.2").unwrap();
+    let mut wc = FlowKey::default();
+    wc.set(f::VLAN0_TCI, 0x0fff);
+    let text = flow::format_megaflow(&k, &wc);
+    assert!(!text.contains("dl_vlan="), "{text}");
+    assert!(text.contains("vlan_tci="), "{text}");
+    wc.set(f::VLAN0_TCI, 0x1fff);
+    let text = flow::format_megaflow(&k, &wc);
+    assert!(text.contains("dl_vlan=10"), "{text}");
+}
+
+/// Megaflow text of the IPv6 flow label (OVS `match_format`): the value alone only for a
+/// mask of all 32 bits (OVS_BE32_MAX), which no rule can make (the label has 20), so an
+/// exact label is printed as value/0xfffff, a partial one as value/mask.
+#[test]
+fn megaflow_ipv6_label_as_value_and_mask() {
+    let k = parse_exact_flow(
+        "in_port=1,ipv6,ipv6_src=2001:db8::5,ipv6_dst=2001:db8::6,ipv6_label=5,nw_proto=17,udp_src=1,udp_dst=2",
+    )
+    .unwrap();
+    for (rule, want) in [
+        (
+            "ipv6,ipv6_label=5,actions=output:2",
+            "ipv6_label=0x00005/0xfffff,",
+        ),
+        (
+            "ipv6,ipv6_label=0x5/0xff,actions=output:2",
+            "ipv6_label=0x00005/0x000ff",
+        ),
+    ] {
+        let t = flow::FlowTable::from_rules(flow::parse_flows(rule).unwrap());
+        let x = flow::trace(&t, &k, false);
+        assert!(x.megaflow.contains(want), "{rule}: {}", x.megaflow);
+        assert_eq!(x.actions, "2");
+    }
+}
