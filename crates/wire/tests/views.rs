@@ -21,7 +21,7 @@ fn vlan_tpids() {
 /// when the buffer holds more (Ethernet padding, a trailer).
 #[test]
 fn ipv6_payload_is_the_payload_length_bytes() {
-    let mut b = vec![0u8; IPV6_HEADER_LEN + 12];
+    let mut b = [0u8; IPV6_HEADER_LEN + 12];
     b[0] = 0x60; // version 6
     b[4..6].copy_from_slice(&5u16.to_be_bytes()); // payload length 5
     b[6] = 17; // UDP
@@ -31,7 +31,7 @@ fn ipv6_payload_is_the_payload_length_bytes() {
     assert_eq!(p.payload_len(), 5);
     assert_eq!(p.payload(), b"hello");
     // an empty payload is empty, not one byte
-    let mut e = vec![0u8; IPV6_HEADER_LEN + 4];
+    let mut e = [0u8; IPV6_HEADER_LEN + 4];
     e[0] = 0x60;
     let p = Ipv6Packet::new_checked(&e[..]).unwrap();
     assert_eq!(p.payload(), b"");
