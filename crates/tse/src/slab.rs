@@ -167,4 +167,26 @@ mod tests {
         assert_eq!(s.live(), 0);
         assert_eq!(s.get(i3, g3), Err(Miss::Removed));
     }
+
+    /// `get_mut` tells a stale handle from one never issued exactly as `get` does: on a
+    /// free slot, the slot's own (next) generation was never handed out.
+    #[test]
+    fn get_mut_misses_like_get() {
+        let mut s = Slab::new();
+        let (i, g) = s.insert(1u8);
+        assert_eq!(s.remove(i, g), Some(1));
+        for gen in [g, g + 1, g + 2] {
+            assert_eq!(
+                s.get_mut(i, gen).err(),
+                s.get(i, gen).err(),
+                "generation {gen}"
+            );
+        }
+        assert_eq!(s.get_mut(i, g).err(), Some(Miss::Removed));
+        assert_eq!(s.get_mut(i, g + 1).err(), Some(Miss::Invalid));
+        assert_eq!(s.get_mut(7, 0).err(), Some(Miss::Invalid));
+        let (i2, g2) = s.insert(2);
+        *s.get_mut(i2, g2).unwrap() = 3;
+        assert_eq!(s.get(i2, g2), Ok(&3));
+    }
 }
