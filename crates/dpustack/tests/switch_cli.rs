@@ -90,7 +90,12 @@ fn switch_run_is_controlled_over_json_rpc() {
         assert!(t0.elapsed() < Duration::from_secs(20), "no stats: {s}");
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert!(stats.contains("tx_packets 1\n") && stats.contains("upcalls 1\n") && stats.contains("rules 2\n"), "{stats}");
+    assert!(
+        stats.contains("tx_packets 1\n")
+            && stats.contains("upcalls 1\n")
+            && stats.contains("rules 2\n"),
+        "{stats}"
+    );
     assert_eq!(
         std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777,
         0o600
@@ -100,12 +105,25 @@ fn switch_run_is_controlled_over_json_rpc() {
     assert!(ok(&sock, &["dump-flows"]).contains("actions:3"));
     std::fs::write(dir.join("add.txt"), "table=1,udp,actions=output:3\n").unwrap();
     let add = dir.join("add.txt").display().to_string();
-    assert_eq!(ok(&sock, &["add-flows", &add]), "1 flows added, 3 in table\n");
+    assert_eq!(
+        ok(&sock, &["add-flows", &add]),
+        "1 flows added, 3 in table\n"
+    );
     assert_eq!(ok(&sock, &["dump-rules", "table=1"]).lines().count(), 1);
-    assert_eq!(ok(&sock, &["del-flows", "table=1,udp"]), "1 flows deleted, 2 in table\n");
-    std::fs::write(dir.join("g.txt"), "group_id=4,type=ff,bucket=watch_port:3,output:3\n").unwrap();
+    assert_eq!(
+        ok(&sock, &["del-flows", "table=1,udp"]),
+        "1 flows deleted, 2 in table\n"
+    );
+    std::fs::write(
+        dir.join("g.txt"),
+        "group_id=4,type=ff,bucket=watch_port:3,output:3\n",
+    )
+    .unwrap();
     let g = dir.join("g.txt").display().to_string();
-    assert_eq!(ok(&sock, &["add-groups", &g]), "1 groups added, 1 in table\n");
+    assert_eq!(
+        ok(&sock, &["add-groups", &g]),
+        "1 groups added, 1 in table\n"
+    );
     assert!(ok(&sock, &["dump-groups"]).starts_with("group_id=4,type=ff"));
     assert_eq!(ok(&sock, &["port-down", "3"]), "port 3 down\n");
     assert_eq!(ok(&sock, &["port-up", "3"]), "port 3 up\n");
@@ -118,7 +136,10 @@ fn switch_run_is_controlled_over_json_rpc() {
     let o = sw(&sock, &["del-flows", "bogus=1"]);
     assert!(!o.status.success());
     let e = String::from_utf8_lossy(&o.stderr);
-    assert!(e.contains("dpustack_switch_del_flows") && e.contains("bogus"), "{e}");
+    assert!(
+        e.contains("dpustack_switch_del_flows") && e.contains("bogus"),
+        "{e}"
+    );
     // the same socket through the generic client: the switch's methods are listed
     let o = Command::new(BIN)
         .args(["rpc", "rpc_get_methods", "-s"])
@@ -126,7 +147,10 @@ fn switch_run_is_controlled_over_json_rpc() {
         .output()
         .unwrap();
     let m = String::from_utf8_lossy(&o.stdout);
-    assert!(m.contains("dpustack_switch_port_down") && m.contains("dpustack_switch_stop"), "{m}");
+    assert!(
+        m.contains("dpustack_switch_port_down") && m.contains("dpustack_switch_stop"),
+        "{m}"
+    );
     // a second switch on the same socket is refused before it opens a port
     let o = Command::new(BIN)
         .args(["switch", "run", "--port"])
@@ -136,14 +160,21 @@ fn switch_run_is_controlled_over_json_rpc() {
         .output()
         .unwrap();
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("in use"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("in use"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert_eq!(ok(&sock, &["stop"]), "stopping\n");
     let t0 = Instant::now();
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
             break s;
         }
-        assert!(t0.elapsed() < Duration::from_secs(20), "switch did not stop");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "switch did not stop"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     let mut log = String::new();

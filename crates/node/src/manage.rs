@@ -253,7 +253,11 @@ impl Collector for SwitchCollector {
                 "Megaflows installed in the datapath.",
                 st.megaflows,
             ),
-            ("dpustack_switch_rules", "OpenFlow rules in the table.", st.rules),
+            (
+                "dpustack_switch_rules",
+                "OpenFlow rules in the table.",
+                st.rules,
+            ),
             ("dpustack_switch_groups", "OpenFlow groups.", st.groups),
         ] {
             e.gauge(n, h, &[], v as f64);
@@ -307,11 +311,7 @@ impl Collector for TseCollector {
                 "Completed events handed to callers by EQ poll or test.",
                 q.events_polled,
             ),
-            (
-                "dpustack_tse_eq_polls_total",
-                "EQ poll calls.",
-                q.polls,
-            ),
+            ("dpustack_tse_eq_polls_total", "EQ poll calls.", q.polls),
         ] {
             e.counter(n, h, &[], v);
         }
@@ -573,11 +573,7 @@ fn no_params(p: Option<&Value>) -> Result<(), RpcError> {
 
 /// The one parameter `key` (among `allowed`, the others being aliases of it) as
 /// ovs-ofctl lines: a string or an array of strings.
-fn lines_param(
-    p: Option<&Value>,
-    allowed: &[&str],
-    required: bool,
-) -> Result<String, RpcError> {
+fn lines_param(p: Option<&Value>, allowed: &[&str], required: bool) -> Result<String, RpcError> {
     let m = params_object(p)?;
     if let Some(k) = m.keys().find(|k| !allowed.contains(&k.as_str())) {
         return Err(RpcError::params(format!(
@@ -590,11 +586,9 @@ fn lines_param(
         Some(Value::Array(a)) => {
             let mut s = String::new();
             for l in a {
-                let l = l
-                    .as_str()
-                    .ok_or_else(|| {
-                        RpcError::params(format!("Invalid parameters: {key} must be strings"))
-                    })?;
+                let l = l.as_str().ok_or_else(|| {
+                    RpcError::params(format!("Invalid parameters: {key} must be strings"))
+                })?;
                 s += l;
                 s.push('\n');
             }
@@ -818,5 +812,4 @@ mod tests {
         assert_eq!(cm_state_name(cm::CmState::Established), "established");
         assert_eq!(cm_state_name(cm::CmState::MraReqRcvd), "mra_req_rcvd");
     }
-
 }

@@ -367,7 +367,10 @@ fn switch_methods_and_metrics_on_a_running_switch() {
         .unwrap();
     assert_eq!(r, "1 flows added, 2 in table");
     let t1 = m
-        .call("dpustack_switch_dump_rules", Some(&json!({"match": "table=1"})))
+        .call(
+            "dpustack_switch_dump_rules",
+            Some(&json!({"match": "table=1"})),
+        )
         .unwrap();
     assert_eq!(t1.as_array().unwrap().len(), 1, "{t1}");
     let gs = m.call("dpustack_switch_dump_group_stats", None).unwrap();
@@ -481,14 +484,30 @@ fn tse_counts_in_methods_and_metrics() {
         .unwrap();
     assert_eq!(q["sched_id"], eq.sched().id());
     assert_eq!(
-        (&q["events_launched"], &q["events_completed"], &q["events_polled"], &q["polls"]),
-        (&serde_json::json!(1), &serde_json::json!(1), &serde_json::json!(1), &serde_json::json!(1)),
+        (
+            &q["events_launched"],
+            &q["events_completed"],
+            &q["events_polled"],
+            &q["polls"]
+        ),
+        (
+            &serde_json::json!(1),
+            &serde_json::json!(1),
+            &serde_json::json!(1),
+            &serde_json::json!(1)
+        ),
         "{q}"
     );
     // the self-check's scheduler (4 tasks) was dropped: it is in the retired sums
     assert!(st["retired"]["schedulers"].as_u64().unwrap() >= 1, "{st}");
-    assert!(st["retired"]["tasks_completed"].as_u64().unwrap() >= 4, "{st}");
-    assert!(st["totals"]["tasks_in_flight"].as_u64().unwrap() >= 1, "{st}");
+    assert!(
+        st["retired"]["tasks_completed"].as_u64().unwrap() >= 4,
+        "{st}"
+    );
+    assert!(
+        st["totals"]["tasks_in_flight"].as_u64().unwrap() >= 1,
+        "{st}"
+    );
     assert_eq!(
         m.call("dpustack_tse_get_stats", Some(&serde_json::json!({"x": 1})))
             .unwrap_err()

@@ -192,7 +192,9 @@ impl Control {
     pub fn stats(&self) -> Result<Stats> {
         match self.call(Command::Stats)? {
             Reply::Stats(s) => Ok(s),
-            other => Err(Error::Remote(format!("unexpected answer to stats: {other:?}"))),
+            other => Err(Error::Remote(format!(
+                "unexpected answer to stats: {other:?}"
+            ))),
         }
     }
 }
@@ -476,7 +478,10 @@ mod tests {
         let mut t = FlowTable::new();
         let mut dp = Datapath::new();
         let r = run(
-            Command::AddGroups("group_id=1,type=ff,bucket=watch_port:2,output:2,bucket=watch_port:3,output:3\n".into()),
+            Command::AddGroups(
+                "group_id=1,type=ff,bucket=watch_port:2,output:2,bucket=watch_port:3,output:3\n"
+                    .into(),
+            ),
             &mut t,
             &mut dp,
             1,

@@ -12,8 +12,8 @@ use flow::dp::Datapath;
 use flow::driver::poll_readable;
 use flow::FlowTable;
 
-use crate::port::{open_port, Port};
 use crate::control::{self, Control, ControlRx};
+use crate::port::{open_port, Port};
 use crate::{read_flows, Error, Result};
 
 /// Period of the stats push + expiry sweep (ms).

@@ -91,7 +91,11 @@ fn pcap_replay_through_the_table_and_ctl_stop() {
     }
     assert!(rules.contains("n_packets=1, n_bytes=118"), "{rules}");
     let st = ctl.stats().unwrap();
-    assert_eq!((st.rx_packets, st.tx_packets, st.rules), (1, 1, 2), "{st:?}");
+    assert_eq!(
+        (st.rx_packets, st.tx_packets, st.rules),
+        (1, 1, 2),
+        "{st:?}"
+    );
     assert_eq!(st.upcalls, 1, "{st:?}");
     // an error answer from the running switch
     let e = ctl.call(Command::DelFlows("bogus=1".into())).unwrap_err();

@@ -297,9 +297,17 @@ mod tests {
             })
         );
         s.progress();
-        let n = std::thread::spawn(move || sched_of(id)).join().unwrap().unwrap();
+        let n = std::thread::spawn(move || sched_of(id))
+            .join()
+            .unwrap()
+            .unwrap();
         assert_eq!(
-            (n.tasks_ran, n.tasks_completed, n.tasks_failed, n.tasks_in_flight),
+            (
+                n.tasks_ran,
+                n.tasks_completed,
+                n.tasks_failed,
+                n.tasks_in_flight
+            ),
             (3, 2, 1, 1)
         );
         let before = snapshot();
@@ -318,16 +326,28 @@ mod tests {
         use crate::{EventQueue, Wait};
         let mut eq = EventQueue::new(Scheduler::with_clock(Box::new(ManualClock::new())));
         let (id, sid) = (eq.id(), eq.sched().id());
-        let of = |id: u32| snapshot().event_queues.into_iter().find(|e| e.id == id).unwrap();
+        let of = |id: u32| {
+            snapshot()
+                .event_queues
+                .into_iter()
+                .find(|e| e.id == id)
+                .unwrap()
+        };
         let e1 = eq.event_init(None).unwrap();
         let e2 = eq.event_init(None).unwrap();
         eq.launch(e1).unwrap();
         eq.launch(e2).unwrap();
         let n = of(id);
-        assert_eq!((n.sched_id, n.events_launched, n.events_running), (sid, 2, 2));
+        assert_eq!(
+            (n.sched_id, n.events_launched, n.events_running),
+            (sid, 2, 2)
+        );
         eq.complete_event(e1, Ok(())).unwrap();
         let n = of(id);
-        assert_eq!((n.events_completed, n.events_running, n.events_waiting), (1, 1, 1));
+        assert_eq!(
+            (n.events_completed, n.events_running, n.events_waiting),
+            (1, 1, 1)
+        );
         let mut out = Vec::new();
         assert_eq!(eq.poll(Wait::NoWait, 8, &mut out).unwrap(), 1);
         let n = of(id);
@@ -335,7 +355,10 @@ mod tests {
         eq.complete_event(e2, Ok(())).unwrap();
         assert_eq!(eq.test(e2, Wait::NoWait).unwrap(), Some(Ok(())));
         let n = of(id);
-        assert_eq!((n.events_completed, n.events_polled, n.events_running), (2, 2, 0));
+        assert_eq!(
+            (n.events_completed, n.events_polled, n.events_running),
+            (2, 2, 0)
+        );
         drop(eq);
         assert!(snapshot().event_queues.iter().all(|e| e.id != id));
     }

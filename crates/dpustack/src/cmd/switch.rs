@@ -264,17 +264,32 @@ pub fn run(cmd: Cmd, _cfg: &Config) -> Result<()> {
         SwitchCmd::Trace(a) => trace_cmd(&a),
         SwitchCmd::Run(a) => run_switch(&a),
         SwitchCmd::DumpFlows(a) => rpc(&a.server, "dump_flows", None),
-        SwitchCmd::DumpRules(a) => rpc(&a.server, "dump_rules", Some(json!({"match": opt(&a.r#match)}))),
+        SwitchCmd::DumpRules(a) => rpc(
+            &a.server,
+            "dump_rules",
+            Some(json!({"match": opt(&a.r#match)})),
+        ),
         SwitchCmd::Stop(a) => rpc(&a.server, "stop", None),
         SwitchCmd::Stats(a) => rpc(&a.server, "get_stats", None),
-        SwitchCmd::AddGroups(a) => rpc(&a.server, "add_groups", Some(json!({"groups": read_arg_file(&a.file)?}))),
-        SwitchCmd::ModGroups(a) => rpc(&a.server, "mod_groups", Some(json!({"groups": read_arg_file(&a.file)?}))),
+        SwitchCmd::AddGroups(a) => rpc(
+            &a.server,
+            "add_groups",
+            Some(json!({"groups": read_arg_file(&a.file)?})),
+        ),
+        SwitchCmd::ModGroups(a) => rpc(
+            &a.server,
+            "mod_groups",
+            Some(json!({"groups": read_arg_file(&a.file)?})),
+        ),
         SwitchCmd::DelGroups(a) => {
             let g = match a.r#match.as_deref().map(str::trim) {
                 None | Some("" | "all" | "group_id=all") => None,
                 Some(s) => {
                     let v = s.strip_prefix("group_id=").unwrap_or(s);
-                    Some(v.parse::<u32>().with_context(|| format!("bad group id `{v}`"))?)
+                    Some(
+                        v.parse::<u32>()
+                            .with_context(|| format!("bad group id `{v}`"))?,
+                    )
                 }
             };
             let p = g.map(|g| json!({"group_id": g}));
@@ -286,9 +301,21 @@ pub fn run(cmd: Cmd, _cfg: &Config) -> Result<()> {
         SwitchCmd::DumpGroupStats(a) => rpc(&a.server, "dump_group_stats", None),
         SwitchCmd::PortDown(a) => rpc(&a.server, "port_down", Some(json!({"port": a.port}))),
         SwitchCmd::PortUp(a) => rpc(&a.server, "port_up", Some(json!({"port": a.port}))),
-        SwitchCmd::AddFlows(a) => rpc(&a.server, "add_flows", Some(json!({"flows": read_arg_file(&a.file)?}))),
-        SwitchCmd::ReplaceFlows(a) => rpc(&a.server, "replace_flows", Some(json!({"flows": read_arg_file(&a.file)?}))),
-        SwitchCmd::DelFlows(a) => rpc(&a.server, "del_flows", Some(json!({"match": opt(&a.r#match)}))),
+        SwitchCmd::AddFlows(a) => rpc(
+            &a.server,
+            "add_flows",
+            Some(json!({"flows": read_arg_file(&a.file)?})),
+        ),
+        SwitchCmd::ReplaceFlows(a) => rpc(
+            &a.server,
+            "replace_flows",
+            Some(json!({"flows": read_arg_file(&a.file)?})),
+        ),
+        SwitchCmd::DelFlows(a) => rpc(
+            &a.server,
+            "del_flows",
+            Some(json!({"match": opt(&a.r#match)})),
+        ),
     }
 }
 
@@ -308,8 +335,12 @@ fn rpc(sock: &std::path::Path, what: &str, params: Option<Value>) -> Result<()> 
     let method = format!("dpustack_switch_{what}");
     // The switch answers within its REPLY_TIMEOUT; the connection waits a little longer.
     let t = switch::control::REPLY_TIMEOUT + std::time::Duration::from_secs(5);
-    let mut c = mgmt::client::Client::connect(sock, t)
-        .with_context(|| format!("connecting to the switch's JSON-RPC socket {}", sock.display()))?;
+    let mut c = mgmt::client::Client::connect(sock, t).with_context(|| {
+        format!(
+            "connecting to the switch's JSON-RPC socket {}",
+            sock.display()
+        )
+    })?;
     let v = match c.call(&method, params)? {
         Ok(v) => v,
         Err(e) => bail!("{method}: {} (JSON-RPC error {})", e.message, e.code),
@@ -324,7 +355,10 @@ fn render(v: &Value) -> String {
     match v {
         Value::Array(a) => {
             for l in a {
-                out += l.as_str().map_or_else(|| l.to_string(), str::to_string).as_str();
+                out += l
+                    .as_str()
+                    .map_or_else(|| l.to_string(), str::to_string)
+                    .as_str();
                 out.push('\n');
             }
         }
@@ -542,7 +576,13 @@ mod tests {
     fn answers_render_as_ovs_text() {
         assert_eq!(render(&json!(["a=1", "b=2"])), "a=1\nb=2\n");
         assert_eq!(render(&json!([])), "");
-        assert_eq!(render(&json!("2 flows added, 2 in table")), "2 flows added, 2 in table\n");
-        assert_eq!(render(&json!({"rules": 2, "upcalls": 0})), "rules 2\nupcalls 0\n");
+        assert_eq!(
+            render(&json!("2 flows added, 2 in table")),
+            "2 flows added, 2 in table\n"
+        );
+        assert_eq!(
+            render(&json!({"rules": 2, "upcalls": 0})),
+            "rules 2\nupcalls 0\n"
+        );
     }
 }
