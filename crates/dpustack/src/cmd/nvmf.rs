@@ -664,16 +664,20 @@ fn perf(p: &PerfArgs) -> Result<PerfReport> {
 /// harness (nvmf::iopath: target connection, qpair, null bdev, one thread, no
 /// syscalls) timed in many short rounds, stats off and on alternating; the median of
 /// the per-round on/off ratios and of the per-round added ns with bootstrap 95 %
-/// intervals; the added ns next to one NVMe/TCP I/O at the rate measured over the
-/// loopback in this run (`iops_off`).
-fn harness_metrics_cost(r: &mut benchkit::Report, quick: bool, iops_off: f64) -> Result<()> {
+/// intervals; the added ns next to one NVMe/TCP I/O at the same queue depth, at the
+/// rate measured over the loopback (metrics off) in this run (`(depth, iops)`).
+fn harness_metrics_cost(
+    r: &mut benchkit::Report,
+    quick: bool,
+    loopback: &[(u16, f64)],
+) -> Result<()> {
     use benchkit::{Better, Figure};
     let (rounds, ios) = if quick {
         (30usize, 300u64)
     } else {
         (300, 1000)
     };
-    for depth in [32u16, 1] {
+    for &(depth, iops_off) in loopback {
         let v = nvmf::iopath::timed_rounds(rounds, ios, depth, nvmf::iopath::Framing::Tcp)?;
         let ratios: Vec<f64> = v.iter().map(|(off, on)| on / off).collect();
         let added: Vec<f64> = v.iter().map(|(off, on)| on - off).collect();
@@ -697,6 +701,7 @@ fn harness_metrics_cost(r: &mut benchkit::Report, quick: bool, iops_off: f64) ->
                 "added_ns_per_io_ci95": [alo, ahi],
                 "harness_ns_per_io_off": off_ns,
                 "loopback_io_ns_at_measured_rate": io_ns,
+                "loopback_depth": depth,
                 "added_share_of_loopback_io_pct": 100.0 * med(&added) / io_ns,
                 "added_share_of_loopback_io_pct_ci95": [100.0 * alo / io_ns, 100.0 * ahi / io_ns],
                 "rounds": rounds, "ios_per_round": ios,
@@ -1000,7 +1005,27 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
             Better::Lower,
         ));
         callgrind_metrics_cost(&mut r, runs.min(3), args.quick);
-        harness_metrics_cost(&mut r, args.quick, off_med)?;
+        // a qd-1 I/O over the loopback (metrics off), the worst case's yardstick
+        let mut qd1 = Vec::new();
+        for _ in 0..runs.min(3) {
+            let mut c = Controller::connect(addr, DEFAULT_NQN, &HostOpts::default(), 1, 1)?;
+            let res = nvmf::perf::run(
+                &mut c,
+                &PerfOpts {
+                    depth: 1,
+                    io_size: 4096,
+                    workload: Workload::RandRead,
+                    read_pct: 100,
+                    time: t,
+                    nsid: 1,
+                    warmup: Duration::from_millis(if args.quick { 20 } else { 100 }),
+                },
+            )?;
+            let _ = c.shutdown();
+            qd1.push(res.iops());
+        }
+        let qd1_iops = median(&mut qd1).unwrap_or(0.0);
+        harness_metrics_cost(&mut r, args.quick, &[(32, off_med), (1, qd1_iops)])?;
         r.push(
             Figure::new(
                 "NVMe/TCP 4 KiB randread IOPS with metrics on (null, qd 32)",
