@@ -41,10 +41,12 @@ priority=100,in_port=2,actions=output:1
 priority=0,actions=drop
 F
 $BIN switch run --flows $T/flows.txt --port 1=afpacket:$A1 --port 2=afpacket:$B1 \
-    --ctl $T/ctl.sock --duration 60 2>$T/switch.log &
+    -r $T/rpc.sock --duration 60 2>$T/switch.log &
 SW=$!
-for i in $(seq 50); do [ -S $T/ctl.sock ] && break; sleep 0.1; done
-[ -S $T/ctl.sock ] || { fail switch-live "switch did not start: $(cat $T/switch.log)"; exit 0; }
+# the switch's control is its JSON-RPC socket: the first answered call means the loop runs
+up=
+for i in $(seq 50); do $BIN switch stats -s $T/rpc.sock >/dev/null 2>&1 && { up=1; break; }; sleep 0.1; done
+[ -n "$up" ] || { fail switch-live "switch did not start: $(cat $T/switch.log)"; exit 0; }
 
 # send.py IFACE DPORT COUNT [GAP] [TAG]: raw Ethernet/IPv4/UDP frames (TTL 64, 75 bytes)
 # out of IFACE, GAP seconds apart (default 0); TAG (<= 20 bytes) is put in the payload.
@@ -146,14 +148,14 @@ out=$(send_then_marker 5000 2 | dports | tr '\n' ' ')
 [ "$out" = "4001 " ] && pass switch-live-drop "udp 5000 dropped (priority=0 drop); the marker sent after it (udp 4000 -> 4001) was captured" \
   || fail switch-live-drop "dports captured: '${out}' (want only the marker's 4001)"
 
-dump=$($BIN switch dump-flows --ctl $T/ctl.sock)
+dump=$($BIN switch dump-flows -s $T/rpc.sock)
 if echo "$dump" | grep -q "tp_dst=4000.*packets:2, .*actions:set(eth(dst=aa:bb:cc:dd:ee:ff)),set(ipv4(ttl=63)),set(udp(dst=4001)),2"; then
   pass switch-live-dump-flows "megaflow with packets:2 (of 3 frames: the first was the upcall; the third the drop check's marker)"
 else fail switch-live-dump-flows "$dump"; fi
 
 # OpenFlow rule stats: the three frames to udp 4000 (the upcall's, the megaflow hit and
 # the drop check's marker) count in the rule, 3 x 75 bytes, in ovs-ofctl dump-flows format.
-rules=$($BIN switch dump-rules --ctl $T/ctl.sock)
+rules=$($BIN switch dump-rules -s $T/rpc.sock)
 if echo "$rules" | grep -Eq "^ cookie=0x0, duration=[0-9.]+s, table=0, n_packets=3, n_bytes=225, idle_age=[0-9]+, priority=200,udp,in_port=1,tp_dst=4000 actions=set_field:aa:bb:cc:dd:ee:ff->eth_dst,dec_ttl,set_field:4001->udp_dst,output:2\$"; then
   pass switch-live-rule-stats "$(echo "$rules" | grep priority=200)"
 else fail switch-live-rule-stats "$rules"; fi
@@ -167,11 +169,11 @@ echo "priority=250,in_port=1,udp,tp_dst=4200,hard_timeout=2,actions=output:2" > 
 ip netns exec $NA python3 $T/send.py $A0 4200 16 0.25 &
 SENDER=$!
 t0=$(date +%s%3N)
-$BIN switch add-flows --ctl $T/ctl.sock $T/hard.txt >/dev/null
+$BIN switch add-flows -s $T/rpc.sock $T/hard.txt >/dev/null
 seen=0 gone=
 while :; do
   el=$(( $(date +%s%3N) - t0 ))
-  r=$($BIN switch dump-rules --ctl $T/ctl.sock | grep "tp_dst=4200")
+  r=$($BIN switch dump-rules -s $T/rpc.sock | grep "tp_dst=4200")
   if [ -n "$r" ]; then
     n=$(echo "$r" | sed -n 's/.*n_packets=\([0-9]*\).*/\1/p'); [ "${n:-0}" -gt "$seen" ] && seen=$n
   else gone=$el; break; fi
@@ -189,16 +191,16 @@ if [ -n "$dur" ] && awk -v d=$dur 'BEGIN { exit !(d >= 2.0 && d <= 2.8) }'; then
 else fail switch-live-expiry-log "duration '${dur}' not in [2.0, 2.8] s: $(cat $T/switch.log)"; fi
 
 echo "priority=300,in_port=1,udp,tp_dst=5000,actions=output:2" > $T/add.txt
-$BIN switch add-flows --ctl $T/ctl.sock $T/add.txt >/dev/null
+$BIN switch add-flows -s $T/rpc.sock $T/add.txt >/dev/null
 out=$(send_and_capture 5000 1)
 [ "$(echo "$out" | grep -c .)" = 1 ] && pass switch-live-add-flows "runtime rule forwards udp 5000" || fail switch-live-add-flows "got: $out"
 
-$BIN switch del-flows --ctl $T/ctl.sock "udp,tp_dst=5000" >/dev/null
+$BIN switch del-flows -s $T/rpc.sock "udp,tp_dst=5000" >/dev/null
 out=$(send_then_marker 5000 1 | dports | tr '\n' ' ')
 [ "$out" = "4001 " ] && pass switch-live-del-flows "deleted rule no longer forwards (the marker after it was captured)" \
   || fail switch-live-del-flows "dports captured: '${out}' (want only the marker's 4001)"
 
-$BIN switch stop --ctl $T/ctl.sock >/dev/null
+$BIN switch stop -s $T/rpc.sock >/dev/null
 wait $SW; SW=
 grep -q "switch stopped" $T/switch.log && pass switch-live-stop "$(grep 'switch stopped' $T/switch.log)" || fail switch-live-stop "$(cat $T/switch.log)"
 
@@ -213,7 +215,7 @@ with open(sys.argv[1], 'wb') as o:
 P
 printf 'priority=300,dl_vlan=10,actions=strip_vlan,output:2\npriority=200,in_port=1,tcp,nw_src=192.168.1.0/24,tp_dst=80,actions=mod_vlan_vid:100,output:3\npriority=0,actions=drop\n' > $T/sample.txt
 $BIN switch run --flows $T/sample.txt --port 1=pcap-rx:$T/in.pcap --port 3=pcap-tx:$T/out.pcap \
-    --ctl $T/ctl2.sock --duration 0.5 2>$T/pcap.log
+    -r $T/rpc2.sock --duration 0.5 2>$T/pcap.log
 got=$(python3 - $T/out.pcap <<'P'
 import struct, sys
 b = open(sys.argv[1], 'rb').read()[24:]

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{json, Map, Value};
-use tracing::info;
+use tracing::{info, warn};
 
 use nvmf::subsystem::{Subsystem, SubsystemType};
 use nvmf::{Listen, ListenerHandle, Tgt, TransportId};
@@ -1189,12 +1189,25 @@ impl Mgmt {
                 c.qpairs().iter().any(|q| ports.contains(&q.portid))
             });
             info!(%nqn, trid = %want.uri(), disconnected = n, "listener removed");
-        } else if tgt
-            .listeners()
-            .iter()
-            .any(|l| l.trid == want && l.discovery_only)
-        {
-            tgt.remove_listener(&want);
+        }
+        // As SPDK's transports (a listener's reference count): the socket is closed
+        // once no subsystem listens there any more, discovery included.
+        let in_use = st.listeners.iter().any(|l| l.trid == want)
+            || tgt.subsystems().any(|s| {
+                !nvmf::tgt::is_discovery_nqn(&s.nqn)
+                    && s.listeners.as_ref().is_none_or(|l| l.contains(&want))
+            });
+        if !in_use {
+            let h = st.nvmf.as_ref().map(|(_, h)| h.clone());
+            match h.map(|h| h.remove(&want)) {
+                Some(Ok(true)) => info!(trid = %want.uri(), "listener socket closed"),
+                Some(Ok(false)) => {
+                    // not one of the server's sockets: take it off the target's list
+                    tgt.remove_listener(&want);
+                }
+                Some(Err(e)) => warn!(%e, trid = %want.uri(), "closing the listener socket"),
+                None => {}
+            }
         }
         Ok(json!(true))
     }

@@ -413,6 +413,10 @@ fn queries_and_live_removals() {
         "I/O on a dropped controller: {gone:?}"
     );
     assert!(Controller::connect(at(p2), NQN, &host(h2), 1, 8).is_err());
+    // no subsystem listens there any more: the socket is closed at once, the port free
+    let e = std::net::TcpStream::connect(("127.0.0.1", p2)).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+    drop(std::net::TcpListener::bind(("127.0.0.1", p2)).expect("the port is free"));
     assert!(read0(&mut c1).cqe.status().is_success());
     assert_eq!(
         call(&mut c, "nvmf_subsystem_get_listeners", json!({"nqn": NQN}))

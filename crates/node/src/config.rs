@@ -194,8 +194,6 @@ pub struct SwitchConfig {
     /// Ports for `dpustack up`, as for `switch run --port`: "N=afpacket:IF", ...
     /// Without ports the switch is not started by `up`.
     pub ports: Vec<String>,
-    /// Control socket.
-    pub ctl: PathBuf,
     /// Initial group table (ovs-ofctl add-groups file).
     pub groups: Option<PathBuf>,
     /// NORMAL: port VLAN config as for `switch run --vlan`: "N:tag=10",
@@ -213,7 +211,6 @@ impl Default for SwitchConfig {
             enabled: true,
             flows: None,
             ports: Vec::new(),
-            ctl: PathBuf::from(switch::DEFAULT_CTL),
             groups: None,
             vlans: Vec::new(),
             mac_aging: 300,

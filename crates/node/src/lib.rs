@@ -180,6 +180,18 @@ impl Node {
         self.obj.as_ref()
     }
 
+    /// Whether the tse part ran (its schedulers and EQs are counted by tse::stats).
+    pub fn tse_enabled(&self) -> bool {
+        self.parts
+            .iter()
+            .any(|p| p.name == "tse" && matches!(p.status, Status::Running(_)))
+    }
+
+    /// A control handle of the live switch (the switch part), while it runs.
+    pub fn switch_control(&self) -> Option<switch::control::Control> {
+        self.switch.as_ref().map(|s| s.control())
+    }
+
     /// Stops what runs, dependents first: obj, switch, nvmf, cm, then the device
     /// (dropping a `Node` does the same).
     pub fn stop(self) {
@@ -333,7 +345,6 @@ impl Node {
             mac_aging_s: c.mac_aging,
             mac_table_size: c.mac_table_size,
             ports: c.ports.clone(),
-            ctl: c.ctl.clone(),
             duration: None,
             max_idle_ms: 10_000,
         };
@@ -341,9 +352,8 @@ impl Node {
             .map_err(|e| Error::Part(format!("switch: {}", error_chain(&e))))?;
         self.switch = Some(s);
         Ok(Status::Running(format!(
-            "{} ports, control socket {}",
+            "{} ports, controlled through the node's JSON-RPC socket (dpustack_switch_*)",
             c.ports.len(),
-            c.ctl.display()
         )))
     }
 }
@@ -376,7 +386,8 @@ fn start_tse(cfg: &Config) -> Result<Status> {
     Ok(Status::Running(
         "library, no service of its own: schedulers and event queues are progressed by \
          the threads that use them (e.g. the object-store client's event queues); \
-         self-check ran a 4-task DAG in order"
+         self-check ran a 4-task DAG in order; every scheduler and EQ of the process is \
+         counted (dpustack_tse_get_stats, dpustack_tse_* metrics)"
             .into(),
     ))
 }

@@ -1,12 +1,12 @@
 //! The node's parts in the management plane: Prometheus collectors for the
-//! RoCE device, the CM agent and the switch, and the `dpustack_*` JSON-RPC
-//! methods for what SPDK has no method for (RDMA devices, CM connections, the
-//! switch's control commands).
+//! RoCE device, the CM agent, the switch, the TSE and the object engine, and the
+//! `dpustack_*` JSON-RPC methods for what SPDK has no method for (RDMA devices, CM
+//! connections, TSE/EQ counts, object-store requests, the switch's control
+//! commands: `dpustack switch run` serves those alone, [`SwitchServer`]).
 //!
 //! Collectors hold clones of the parts' handles: drop the metrics server and
 //! the RPC server before [`crate::Node::stop`].
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use mgmt::jsonrpc::{params_object, Dispatch, RpcError};
@@ -200,74 +200,209 @@ impl Collector for CmCollector {
     }
 }
 
-/// Parses the switch's `stats` answer (`key value` lines).
-pub fn parse_switch_stats(text: &str) -> Vec<(String, u64)> {
-    text.lines()
-        .filter_map(|l| {
-            let (k, v) = l.split_once(' ')?;
-            Some((k.to_string(), v.trim().parse().ok()?))
-        })
-        .collect()
-}
-
-/// The switch's datapath counters, asked over its control socket at scrape time.
+/// The switch's datapath counters, asked from its loop at scrape time.
 pub struct SwitchCollector {
-    ctl: PathBuf,
+    ctl: switch::control::Control,
 }
 
 impl Collector for SwitchCollector {
     fn collect(&self, e: &mut Exposition) {
-        let Ok(text) = switch::ctl::call(&self.ctl, "stats", "") else {
-            e.gauge(
-                "dpustack_switch_up",
-                "1 when the switch answered the scrape.",
-                &[],
-                0.0,
-            );
+        let up = "1 when the switch answered the scrape.";
+        let Ok(st) = self.ctl.stats() else {
+            e.gauge("dpustack_switch_up", up, &[], 0.0);
             return;
         };
-        e.gauge(
-            "dpustack_switch_up",
-            "1 when the switch answered the scrape.",
-            &[],
-            1.0,
-        );
-        for (k, v) in parse_switch_stats(&text) {
-            match k.as_str() {
-                "emc_hits" => e.counter(
-                    "dpustack_switch_emc_hits_total",
-                    "Packets that hit the exact-match cache.",
-                    &[],
-                    v,
-                ),
-                "megaflow_hits" => e.counter(
-                    "dpustack_switch_megaflow_hits_total",
-                    "Packets that hit a megaflow (after an EMC miss).",
-                    &[],
-                    v,
-                ),
-                "upcalls" => e.counter(
-                    "dpustack_switch_upcalls_total",
-                    "Packets that missed both caches (OpenFlow table lookups).",
-                    &[],
-                    v,
-                ),
-                "megaflows" => e.gauge(
-                    "dpustack_switch_flows",
-                    "Megaflows installed in the datapath.",
-                    &[],
-                    v as f64,
-                ),
-                "rules" => e.gauge(
-                    "dpustack_switch_rules",
-                    "OpenFlow rules in the table.",
-                    &[],
-                    v as f64,
-                ),
-                _ => {}
-            }
+        e.gauge("dpustack_switch_up", up, &[], 1.0);
+        for (n, h, v) in [
+            (
+                "dpustack_switch_emc_hits_total",
+                "Packets that hit the exact-match cache.",
+                st.emc_hits,
+            ),
+            (
+                "dpustack_switch_megaflow_hits_total",
+                "Packets that hit a megaflow (after an EMC miss).",
+                st.megaflow_hits,
+            ),
+            (
+                "dpustack_switch_upcalls_total",
+                "Packets that missed both caches (OpenFlow table lookups).",
+                st.upcalls,
+            ),
+            (
+                "dpustack_switch_rx_packets_total",
+                "Frames received on the switch's ports.",
+                st.rx_packets,
+            ),
+            (
+                "dpustack_switch_tx_packets_total",
+                "Frames sent on the switch's ports.",
+                st.tx_packets,
+            ),
+            (
+                "dpustack_switch_rules_expired_total",
+                "OpenFlow rules removed by their idle or hard timeout.",
+                st.rules_expired,
+            ),
+        ] {
+            e.counter(n, h, &[], v);
+        }
+        for (n, h, v) in [
+            (
+                "dpustack_switch_flows",
+                "Megaflows installed in the datapath.",
+                st.megaflows,
+            ),
+            (
+                "dpustack_switch_rules",
+                "OpenFlow rules in the table.",
+                st.rules,
+            ),
+            ("dpustack_switch_groups", "OpenFlow groups.", st.groups),
+        ] {
+            e.gauge(n, h, &[], v as f64);
         }
     }
+}
+
+/// Every TSE scheduler and event queue of the process (tse::stats): the node's
+/// own (its tse part's self-check) and any a part or client made. Sums over the
+/// live and dropped ones; per-scheduler and per-EQ counts are in
+/// `dpustack_tse_get_stats`.
+pub struct TseCollector;
+
+impl Collector for TseCollector {
+    fn collect(&self, e: &mut Exposition) {
+        let snap = tse::stats::snapshot();
+        let (s, q) = (snap.sched_totals(), snap.eq_totals());
+        for (n, h, v) in [
+            (
+                "dpustack_tse_tasks_created_total",
+                "TSE tasks created.",
+                s.tasks_created,
+            ),
+            (
+                "dpustack_tse_tasks_ran_total",
+                "TSE task bodies run.",
+                s.tasks_ran,
+            ),
+            (
+                "dpustack_tse_tasks_completed_total",
+                "TSE task completions.",
+                s.tasks_completed,
+            ),
+            (
+                "dpustack_tse_tasks_failed_total",
+                "TSE task completions with an error (failed, cancelled, timed out).",
+                s.tasks_failed,
+            ),
+            (
+                "dpustack_tse_events_launched_total",
+                "Events launched on TSE event queues.",
+                q.events_launched,
+            ),
+            (
+                "dpustack_tse_events_completed_total",
+                "Top-level events completed onto TSE event queues.",
+                q.events_completed,
+            ),
+            (
+                "dpustack_tse_events_polled_total",
+                "Completed events handed to callers by EQ poll or test.",
+                q.events_polled,
+            ),
+            ("dpustack_tse_eq_polls_total", "EQ poll calls.", q.polls),
+        ] {
+            e.counter(n, h, &[], v);
+        }
+        for (n, h, v) in [
+            (
+                "dpustack_tse_schedulers",
+                "Live TSE schedulers.",
+                snap.schedulers.len() as u64,
+            ),
+            (
+                "dpustack_tse_event_queues",
+                "Live TSE event queues.",
+                snap.event_queues.len() as u64,
+            ),
+            (
+                "dpustack_tse_tasks_in_flight",
+                "TSE tasks scheduled and not completed.",
+                s.tasks_in_flight,
+            ),
+            (
+                "dpustack_tse_events_running",
+                "Top-level events launched and not completed.",
+                q.events_running,
+            ),
+            (
+                "dpustack_tse_events_waiting",
+                "Completed events not polled yet.",
+                q.events_waiting,
+            ),
+        ] {
+            e.gauge(n, h, &[], v as f64);
+        }
+    }
+}
+
+fn sched_json(c: &tse::stats::SchedCounts) -> Value {
+    json!({
+        "id": c.id,
+        "tasks_created": c.tasks_created,
+        "tasks_ran": c.tasks_ran,
+        "tasks_completed": c.tasks_completed,
+        "tasks_failed": c.tasks_failed,
+        "tasks_in_flight": c.tasks_in_flight
+    })
+}
+
+fn eq_json(c: &tse::stats::EqCounts) -> Value {
+    json!({
+        "id": c.id,
+        "sched_id": c.sched_id,
+        "events_launched": c.events_launched,
+        "events_completed": c.events_completed,
+        "events_polled": c.events_polled,
+        "polls": c.polls,
+        "events_running": c.events_running,
+        "events_waiting": c.events_waiting
+    })
+}
+
+/// `dpustack_tse_get_stats`: every live scheduler and EQ, the retired ones' sums,
+/// and the totals.
+pub fn tse_stats_json() -> Value {
+    let s = tse::stats::snapshot();
+    let strip = |mut v: Value| {
+        if let Some(m) = v.as_object_mut() {
+            m.remove("id");
+            m.remove("sched_id");
+        }
+        v
+    };
+    let mut totals = strip(sched_json(&s.sched_totals()));
+    if let (Some(t), Value::Object(q)) = (totals.as_object_mut(), strip(eq_json(&s.eq_totals()))) {
+        t.extend(q);
+        t.insert("schedulers".into(), json!(s.schedulers.len()));
+        t.insert("event_queues".into(), json!(s.event_queues.len()));
+    }
+    let mut retired = strip(sched_json(&s.retired_sched));
+    if let (Some(t), Value::Object(q)) = (retired.as_object_mut(), strip(eq_json(&s.retired_eq))) {
+        t.extend(q);
+        t.insert("schedulers".into(), json!(s.retired_schedulers));
+        t.insert("event_queues".into(), json!(s.retired_event_queues));
+        t.remove("tasks_in_flight");
+        t.remove("events_running");
+        t.remove("events_waiting");
+    }
+    json!({
+        "schedulers": s.schedulers.iter().map(sched_json).collect::<Vec<_>>(),
+        "event_queues": s.event_queues.iter().map(eq_json).collect::<Vec<_>>(),
+        "retired": retired,
+        "totals": totals
+    })
 }
 
 /// Requests the object engine received, by opcode, and their bulk bytes.
@@ -296,7 +431,7 @@ impl Collector for ObjCollector {
 
 /// The node's collectors (the NVMe-oF and bdev ones are the management plane's
 /// own, [`mgmt::Mgmt`]).
-pub fn collectors(node: &Node, cfg: &crate::Config) -> Vec<Arc<dyn Collector>> {
+pub fn collectors(node: &Node, _cfg: &crate::Config) -> Vec<Arc<dyn Collector>> {
     let mut v: Vec<Arc<dyn Collector>> = Vec::new();
     if let Some(ctx) = node.device() {
         v.push(Arc::new(RoceCollector { ctx: ctx.clone() }));
@@ -314,10 +449,11 @@ pub fn collectors(node: &Node, cfg: &crate::Config) -> Vec<Arc<dyn Collector>> {
             stats: en.op_counters(),
         }));
     }
-    if node.switch.is_some() {
-        v.push(Arc::new(SwitchCollector {
-            ctl: cfg.switch.ctl.clone(),
-        }));
+    if let Some(ctl) = node.switch_control() {
+        v.push(Arc::new(SwitchCollector { ctl }));
+    }
+    if node.tse_enabled() {
+        v.push(Arc::new(TseCollector));
     }
     v
 }
@@ -326,7 +462,7 @@ pub fn collectors(node: &Node, cfg: &crate::Config) -> Vec<Arc<dyn Collector>> {
 pub struct NodeMethods {
     device: Option<verbs::Context>,
     cm: Option<cm::driver::CmDevice>,
-    switch_ctl: Option<PathBuf>,
+    switch: SwitchMethods,
     obj: Option<Arc<obj::engine::OpCounters>>,
 }
 
@@ -335,32 +471,94 @@ pub const NODE_METHODS: &[&str] = &[
     "dpustack_rdma_get_devices",
     "dpustack_cm_get_connections",
     "dpustack_obj_get_stats",
+    "dpustack_tse_get_stats",
     "dpustack_switch_get_stats",
     "dpustack_switch_dump_flows",
     "dpustack_switch_dump_rules",
     "dpustack_switch_add_flows",
     "dpustack_switch_replace_flows",
     "dpustack_switch_del_flows",
+    "dpustack_switch_add_groups",
+    "dpustack_switch_mod_groups",
+    "dpustack_switch_del_groups",
+    "dpustack_switch_dump_groups",
+    "dpustack_switch_dump_group_stats",
+    "dpustack_switch_fdb_show",
+    "dpustack_switch_fdb_flush",
+    "dpustack_switch_port_down",
+    "dpustack_switch_port_up",
+    "dpustack_switch_stop",
 ];
 
 impl NodeMethods {
-    pub fn new(node: &Node, cfg: &crate::Config) -> NodeMethods {
+    pub fn new(node: &Node, _cfg: &crate::Config) -> NodeMethods {
         NodeMethods {
             device: node.device().cloned(),
             cm: node.cm().map(|a| a.device().clone()),
-            switch_ctl: node.switch.as_ref().map(|_| cfg.switch.ctl.clone()),
+            switch: SwitchMethods::new(node.switch_control()),
             obj: node.obj().map(|e| e.op_counters()),
         }
     }
+}
 
-    fn switch(&self, cmd: &str, payload: &str) -> Result<String, RpcError> {
+/// The switch's control commands as `dpustack_switch_*` methods (the names in
+/// [`NODE_METHODS`] that start so), on a running switch's [`switch::control::Control`]:
+/// in `dpustack up` through [`NodeMethods`], in `dpustack switch run` on their own
+/// ([`SwitchServer`]).
+pub struct SwitchMethods {
+    ctl: Option<switch::control::Control>,
+}
+
+impl SwitchMethods {
+    pub fn new(ctl: Option<switch::control::Control>) -> SwitchMethods {
+        SwitchMethods { ctl }
+    }
+
+    fn run(&self, cmd: switch::control::Command) -> Result<switch::control::Reply, RpcError> {
         let ctl = self
-            .switch_ctl
+            .ctl
             .as_ref()
             .ok_or_else(|| RpcError::no_device("the switch is not running in this node"))?;
-        switch::ctl::call(ctl, cmd, payload)
-            .map_err(|e| RpcError::internal(format!("switch {cmd}: {e}")))
+        ctl.call(cmd).map_err(|e| match e {
+            switch::Error::Stopped => RpcError::no_device("the switch is not running"),
+            e => RpcError::internal(e.to_string()),
+        })
     }
+
+    fn text(&self, cmd: switch::control::Command) -> Result<String, RpcError> {
+        self.run(cmd).map(|r| r.text())
+    }
+}
+
+/// `dpustack switch run`'s JSON-RPC methods: `rpc_get_methods` and the switch's.
+pub struct SwitchServer {
+    methods: SwitchMethods,
+}
+
+impl SwitchServer {
+    pub fn new(ctl: switch::control::Control) -> SwitchServer {
+        SwitchServer {
+            methods: SwitchMethods::new(Some(ctl)),
+        }
+    }
+}
+
+impl Dispatch for SwitchServer {
+    fn call(&self, method: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+        if method == "rpc_get_methods" {
+            let mut names = vec!["rpc_get_methods"];
+            names.extend(switch_method_names());
+            return Ok(json!(names));
+        }
+        self.methods.call(method, params)
+    }
+}
+
+fn switch_method_names() -> impl Iterator<Item = &'static str> {
+    NODE_METHODS
+        .iter()
+        .copied()
+        .filter(|m| m.starts_with("dpustack_switch_"))
 }
 
 fn no_params(p: Option<&Value>) -> Result<(), RpcError> {
@@ -373,30 +571,153 @@ fn no_params(p: Option<&Value>) -> Result<(), RpcError> {
     Ok(())
 }
 
-fn flows_param(p: Option<&Value>, required: bool) -> Result<String, RpcError> {
+/// The one parameter `key` (among `allowed`, the others being aliases of it) as
+/// ovs-ofctl lines: a string or an array of strings.
+fn lines_param(p: Option<&Value>, allowed: &[&str], required: bool) -> Result<String, RpcError> {
     let m = params_object(p)?;
-    if let Some(k) = m.keys().find(|k| k.as_str() != "flows") {
+    if let Some(k) = m.keys().find(|k| !allowed.contains(&k.as_str())) {
         return Err(RpcError::params(format!(
             "Invalid parameters: unknown key {k:?}"
         )));
     }
-    match m.get("flows") {
+    let key = allowed[0];
+    match allowed.iter().find_map(|k| m.get(*k)) {
         Some(Value::String(s)) => Ok(s.clone()),
         Some(Value::Array(a)) => {
             let mut s = String::new();
             for l in a {
-                let l = l
-                    .as_str()
-                    .ok_or_else(|| RpcError::params("Invalid parameters: flows must be strings"))?;
+                let l = l.as_str().ok_or_else(|| {
+                    RpcError::params(format!("Invalid parameters: {key} must be strings"))
+                })?;
                 s += l;
                 s.push('\n');
             }
             Ok(s)
         }
         None if !required => Ok(String::new()),
-        _ => Err(RpcError::params(
-            "Invalid parameters: flows (ovs-ofctl lines, a string or an array) is required",
-        )),
+        _ => Err(RpcError::params(format!(
+            "Invalid parameters: {key} (ovs-ofctl lines, a string or an array) is required"
+        ))),
+    }
+}
+
+/// The required `port` parameter (an OpenFlow port number).
+fn port_param(p: Option<&Value>) -> Result<u32, RpcError> {
+    let m = params_object(p)?;
+    if let Some(k) = m.keys().find(|k| k.as_str() != "port") {
+        return Err(RpcError::params(format!(
+            "Invalid parameters: unknown key {k:?}"
+        )));
+    }
+    m.get("port")
+        .and_then(Value::as_u64)
+        .and_then(|v| u32::try_from(v).ok())
+        .ok_or_else(|| RpcError::params("Invalid parameters: port (a port number) is required"))
+}
+
+/// The optional `group_id` parameter: a number or "all" (absent: all).
+fn group_param(p: Option<&Value>) -> Result<String, RpcError> {
+    let m = params_object(p)?;
+    if let Some(k) = m.keys().find(|k| k.as_str() != "group_id") {
+        return Err(RpcError::params(format!(
+            "Invalid parameters: unknown key {k:?}"
+        )));
+    }
+    match m.get("group_id") {
+        None => Ok(String::new()),
+        Some(Value::String(s)) if s == "all" => Ok(String::new()),
+        Some(v) => v
+            .as_u64()
+            .and_then(|v| u32::try_from(v).ok())
+            .map(|v| v.to_string())
+            .ok_or_else(|| {
+                RpcError::params("Invalid parameters: group_id must be a group number or \"all\"")
+            }),
+    }
+}
+
+impl Dispatch for SwitchMethods {
+    fn call(&self, method: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+        use switch::control::Command as C;
+        let done = |s: String| json!(s.trim_end());
+        match method {
+            "dpustack_switch_get_stats" => {
+                no_params(params)?;
+                match self.run(C::Stats)? {
+                    switch::control::Reply::Stats(st) => Ok(Value::Object(
+                        st.fields()
+                            .iter()
+                            .map(|(k, v)| (k.to_string(), json!(v)))
+                            .collect(),
+                    )),
+                    other => Err(RpcError::internal(format!(
+                        "unexpected answer to stats: {other:?}"
+                    ))),
+                }
+            }
+            "dpustack_switch_dump_flows" => {
+                no_params(params)?;
+                Ok(lines(&self.text(C::DumpFlows)?))
+            }
+            "dpustack_switch_dump_rules" => {
+                let m = lines_param(params, &["match"], false)?;
+                Ok(lines(&self.text(C::DumpRules(m))?))
+            }
+            "dpustack_switch_add_flows" => {
+                let f = lines_param(params, &["flows"], true)?;
+                Ok(done(self.text(C::AddFlows(f))?))
+            }
+            "dpustack_switch_replace_flows" => {
+                let f = lines_param(params, &["flows"], true)?;
+                Ok(done(self.text(C::ReplaceFlows(f))?))
+            }
+            "dpustack_switch_del_flows" => {
+                // `flows`: the name this method's match had before `match`.
+                let f = lines_param(params, &["match", "flows"], false)?;
+                Ok(done(self.text(C::DelFlows(f))?))
+            }
+            "dpustack_switch_add_groups" => {
+                let g = lines_param(params, &["groups"], true)?;
+                Ok(done(self.text(C::AddGroups(g))?))
+            }
+            "dpustack_switch_mod_groups" => {
+                let g = lines_param(params, &["groups"], true)?;
+                Ok(done(self.text(C::ModGroups(g))?))
+            }
+            "dpustack_switch_del_groups" => {
+                let g = group_param(params)?;
+                Ok(done(self.text(C::DelGroups(g))?))
+            }
+            "dpustack_switch_dump_groups" => {
+                no_params(params)?;
+                Ok(lines(&self.text(C::DumpGroups)?))
+            }
+            "dpustack_switch_dump_group_stats" => {
+                no_params(params)?;
+                Ok(lines(&self.text(C::DumpGroupStats)?))
+            }
+            "dpustack_switch_fdb_show" => {
+                no_params(params)?;
+                Ok(lines(&self.text(C::FdbShow)?))
+            }
+            "dpustack_switch_fdb_flush" => {
+                no_params(params)?;
+                Ok(done(self.text(C::FdbFlush)?))
+            }
+            "dpustack_switch_port_down" => {
+                let p = port_param(params)?;
+                Ok(done(self.text(C::PortDown(p))?))
+            }
+            "dpustack_switch_port_up" => {
+                let p = port_param(params)?;
+                Ok(done(self.text(C::PortUp(p))?))
+            }
+            "dpustack_switch_stop" => {
+                no_params(params)?;
+                Ok(done(self.text(C::Stop)?))
+            }
+            _ => Err(RpcError::method_not_found()),
+        }
     }
 }
 
@@ -471,35 +792,11 @@ impl Dispatch for NodeMethods {
                     .collect();
                 Ok(json!({"requests": ops, "bulk_bytes_received": st.bulk_bytes_in()}))
             }
-            "dpustack_switch_get_stats" => {
+            "dpustack_tse_get_stats" => {
                 no_params(params)?;
-                let m: serde_json::Map<String, Value> =
-                    parse_switch_stats(&self.switch("stats", "")?)
-                        .into_iter()
-                        .map(|(k, v)| (k, json!(v)))
-                        .collect();
-                Ok(Value::Object(m))
+                Ok(tse_stats_json())
             }
-            "dpustack_switch_dump_flows" => {
-                no_params(params)?;
-                Ok(lines(&self.switch("dump-flows", "")?))
-            }
-            "dpustack_switch_dump_rules" => {
-                no_params(params)?;
-                Ok(lines(&self.switch("dump-rules", "")?))
-            }
-            "dpustack_switch_add_flows" => {
-                let f = flows_param(params, true)?;
-                Ok(json!(self.switch("add-flows", &f)?.trim_end()))
-            }
-            "dpustack_switch_replace_flows" => {
-                let f = flows_param(params, true)?;
-                Ok(json!(self.switch("replace-flows", &f)?.trim_end()))
-            }
-            "dpustack_switch_del_flows" => {
-                let f = flows_param(params, false)?;
-                Ok(json!(self.switch("del-flows", &f)?.trim_end()))
-            }
+            m if m.starts_with("dpustack_switch_") => self.switch.call(m, params),
             _ => Err(RpcError::method_not_found()),
         }
     }
@@ -514,11 +811,5 @@ mod tests {
         assert_eq!(cm_state_name(cm::CmState::TimeWait), "time_wait");
         assert_eq!(cm_state_name(cm::CmState::Established), "established");
         assert_eq!(cm_state_name(cm::CmState::MraReqRcvd), "mra_req_rcvd");
-    }
-
-    #[test]
-    fn switch_stats_lines_parse() {
-        let v = parse_switch_stats("emc_hits 3\nupcalls 1\nbad\n");
-        assert_eq!(v, vec![("emc_hits".into(), 3), ("upcalls".into(), 1)]);
     }
 }

@@ -301,7 +301,6 @@ fn switch_methods_and_metrics_on_a_running_switch() {
     let mut c = node("127.0.4.95");
     c.cm.enabled = false;
     c.switch.ports = vec![format!("1=pcap-tx:{}", dir.join("tx.pcap").display())];
-    c.switch.ctl = dir.join("ctl.sock");
     let n = Node::start(&c);
     let sw = n.parts().iter().find(|p| p.name == "switch").unwrap();
     assert!(matches!(sw.status, Status::Running(_)), "{sw:?}");
@@ -339,10 +338,72 @@ fn switch_methods_and_metrics_on_a_running_switch() {
     let r = m
         .call(
             "dpustack_switch_del_flows",
-            Some(&json!({"flows": "in_port=2"})),
+            Some(&json!({"match": "in_port=2"})),
         )
         .unwrap();
     assert_eq!(r, "1 flows deleted, 1 in table");
+    // groups, ports, MAC table, filtered dumps
+    let r = m
+        .call(
+            "dpustack_switch_add_groups",
+            Some(&json!({"groups": "group_id=7,type=all,bucket=output:1"})),
+        )
+        .unwrap();
+    assert_eq!(r, "1 groups added, 1 in table");
+    let e = m
+        .call(
+            "dpustack_switch_add_groups",
+            Some(&json!({"groups": "group_id=7,type=all,bucket=output:1"})),
+        )
+        .unwrap_err();
+    assert!(e.message.contains("OFPGMFC_GROUP_EXISTS"), "{e}");
+    let g = m.call("dpustack_switch_dump_groups", None).unwrap();
+    assert_eq!(g, json!(["group_id=7,type=all,bucket=actions=output:1"]));
+    let r = m
+        .call(
+            "dpustack_switch_add_flows",
+            Some(&json!({"flows": "table=1,udp,actions=group:7"})),
+        )
+        .unwrap();
+    assert_eq!(r, "1 flows added, 2 in table");
+    let t1 = m
+        .call(
+            "dpustack_switch_dump_rules",
+            Some(&json!({"match": "table=1"})),
+        )
+        .unwrap();
+    assert_eq!(t1.as_array().unwrap().len(), 1, "{t1}");
+    let gs = m.call("dpustack_switch_dump_group_stats", None).unwrap();
+    assert!(gs[0].as_str().unwrap().starts_with("group_id=7,"), "{gs}");
+    assert_eq!(
+        m.call("dpustack_switch_port_down", Some(&json!({"port": 1})))
+            .unwrap(),
+        "port 1 down"
+    );
+    assert_eq!(
+        m.call("dpustack_switch_port_up", Some(&json!({"port": 1})))
+            .unwrap(),
+        "port 1 up"
+    );
+    assert_eq!(
+        m.call("dpustack_switch_port_up", Some(&json!({"port": "x"})))
+            .unwrap_err()
+            .code,
+        -32602
+    );
+    assert_eq!(
+        m.call("dpustack_switch_fdb_show", None).unwrap(),
+        json!([" port  VLAN  MAC                Age"]),
+        "the header, no MAC learned"
+    );
+    assert_eq!(
+        m.call("dpustack_switch_fdb_flush", None).unwrap(),
+        "0 MAC entries flushed"
+    );
+    let r = m
+        .call("dpustack_switch_del_groups", Some(&json!({"group_id": 7})))
+        .unwrap();
+    assert_eq!(r, "1 groups deleted (1 rules that used them), 0 in table");
     assert_eq!(
         m.call(
             "dpustack_switch_add_flows",
@@ -356,9 +417,121 @@ fn switch_methods_and_metrics_on_a_running_switch() {
         m.call("dpustack_switch_add_flows", None).unwrap_err().code,
         -32602
     );
+    // stop: the loop ends, later calls say the switch is not running
+    assert_eq!(m.call("dpustack_switch_stop", None).unwrap(), "stopping");
+    let mut code = 0;
+    for _ in 0..100 {
+        match m.call("dpustack_switch_get_stats", None) {
+            Err(e) => {
+                code = e.code;
+                break;
+            }
+            Ok(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+        }
+    }
+    assert_eq!(code, -19, "a stopped switch is -19");
+    assert!(reg.scrape().contains("\ndpustack_switch_up 0\n"));
     drop((m, reg));
     n.stop();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// TSE/EQ counts: `dpustack_tse_get_stats` lists a live scheduler and EQ of the
+/// process with their exact counts, the node's self-check in the retired sums, and
+/// the `dpustack_tse_*` families carry the totals.
+#[test]
+fn tse_counts_in_methods_and_metrics() {
+    use mgmt::jsonrpc::Dispatch;
+    use tse::{EventQueue, ManualClock, Scheduler, Wait};
+    let mut c = node("127.0.4.96");
+    c.cm.enabled = false;
+    let n = Node::start(&c);
+    assert!(n.tse_enabled(), "{:?}", n.parts());
+    let m = node::manage::NodeMethods::new(&n, &c);
+    let mut s = Scheduler::with_clock(Box::new(ManualClock::new()));
+    let a = s.create(|s, t| {
+        let _ = s.complete(t, Ok(()));
+    });
+    let b = s.create(|_, _| {}); // runs, stays in flight
+    s.schedule(a).unwrap();
+    s.schedule(b).unwrap();
+    s.progress();
+    let mut eq = EventQueue::new(Scheduler::with_clock(Box::new(ManualClock::new())));
+    let ev = eq.event_init(None).unwrap();
+    eq.launch(ev).unwrap();
+    eq.complete_event(ev, Ok(())).unwrap();
+    let mut out = Vec::new();
+    assert_eq!(eq.poll(Wait::NoWait, 4, &mut out).unwrap(), 1);
+    let st = m.call("dpustack_tse_get_stats", None).unwrap();
+    let mine = st["schedulers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["id"] == s.id())
+        .cloned()
+        .unwrap_or_else(|| panic!("scheduler {} not listed: {st}", s.id()));
+    assert_eq!(mine["tasks_created"], 2, "{mine}");
+    assert_eq!(mine["tasks_ran"], 2, "{mine}");
+    assert_eq!(mine["tasks_completed"], 1, "{mine}");
+    assert_eq!(mine["tasks_failed"], 0, "{mine}");
+    assert_eq!(mine["tasks_in_flight"], 1, "{mine}");
+    let q = st["event_queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["id"] == eq.id())
+        .cloned()
+        .unwrap();
+    assert_eq!(q["sched_id"], eq.sched().id());
+    assert_eq!(
+        (
+            &q["events_launched"],
+            &q["events_completed"],
+            &q["events_polled"],
+            &q["polls"]
+        ),
+        (
+            &serde_json::json!(1),
+            &serde_json::json!(1),
+            &serde_json::json!(1),
+            &serde_json::json!(1)
+        ),
+        "{q}"
+    );
+    // the self-check's scheduler (4 tasks) was dropped: it is in the retired sums
+    assert!(st["retired"]["schedulers"].as_u64().unwrap() >= 1, "{st}");
+    assert!(
+        st["retired"]["tasks_completed"].as_u64().unwrap() >= 4,
+        "{st}"
+    );
+    assert!(
+        st["totals"]["tasks_in_flight"].as_u64().unwrap() >= 1,
+        "{st}"
+    );
+    assert_eq!(
+        m.call("dpustack_tse_get_stats", Some(&serde_json::json!({"x": 1})))
+            .unwrap_err()
+            .code,
+        -32602
+    );
+    let reg = mgmt::Registry::new();
+    for col in node::manage::collectors(&n, &c) {
+        reg.add(col);
+    }
+    let text = reg.scrape();
+    let val = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} missing: {text}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(val("dpustack_tse_tasks_created_total") >= 6.0, "{text}");
+    assert!(val("dpustack_tse_tasks_in_flight") >= 1.0, "{text}");
+    assert!(val("dpustack_tse_events_polled_total") >= 1.0, "{text}");
+    assert!(val("dpustack_tse_schedulers") >= 2.0, "{text}");
+    drop((m, reg, s, eq));
+    n.stop();
 }
 
 /// The object engine's request counters: `dpustack_obj_get_stats` and the

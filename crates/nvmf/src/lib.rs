@@ -32,6 +32,7 @@
 pub mod ctrlr;
 #[cfg(feature = "driver")]
 pub mod host;
+pub mod iopath;
 #[cfg(feature = "driver")]
 pub mod perf;
 #[cfg(feature = "driver")]

@@ -35,11 +35,15 @@ pub struct NvmfServer {
     trtype: nvme::log::TrType,
 }
 
-/// A listener to add while serving, with where to send the bound trid.
-type ListenRequest = (Listen, Sender<io::Result<TransportId>>);
+/// A listener to add while serving (with where to send the bound trid), or one to
+/// stop (with where to say whether it was listening).
+enum ListenRequest {
+    Add(Listen, Sender<io::Result<TransportId>>),
+    Remove(TransportId, Sender<bool>),
+}
 
-/// Adds listeners to a running server (the acceptor thread binds them);
-/// cloneable, for the management plane.
+/// Adds and removes listeners of a running server (the acceptor thread binds and
+/// closes them); cloneable, for the management plane.
 #[derive(Debug, Clone)]
 pub struct ListenerHandle {
     tx: Sender<ListenRequest>,
@@ -57,9 +61,24 @@ impl ListenerHandle {
     pub fn add(&self, l: Listen) -> io::Result<TransportId> {
         let (rtx, rrx) = channel();
         let gone = || io::Error::new(io::ErrorKind::NotConnected, "nvmf server stopped");
-        self.tx.send((l, rtx)).map_err(|_| gone())?;
+        self.tx
+            .send(ListenRequest::Add(l, rtx))
+            .map_err(|_| gone())?;
         rrx.recv_timeout(Duration::from_secs(5))
             .map_err(|_| gone())?
+    }
+
+    /// Stops listening at `trid` and takes it off the target (the discovery log no
+    /// longer lists it): the socket is closed at once, its port free. `Ok(false)`
+    /// when the server did not listen there. Connections made through it are the
+    /// caller's to close (they stay up: a socket's accepted connections outlive it).
+    pub fn remove(&self, trid: &TransportId) -> io::Result<bool> {
+        let (rtx, rrx) = channel();
+        let gone = || io::Error::new(io::ErrorKind::NotConnected, "nvmf server stopped");
+        self.tx
+            .send(ListenRequest::Remove(trid.clone(), rtx))
+            .map_err(|_| gone())?;
+        rrx.recv_timeout(Duration::from_secs(5)).map_err(|_| gone())
     }
 }
 
@@ -225,16 +244,38 @@ fn acceptor<T: Transport>(
     let mut rr = 0usize;
     let mut new: Vec<Accepted<T::Qpair>> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
-        while let Ok((l, reply)) = listen_rx.try_recv() {
-            let r = transport.listen(&l.trid).inspect(|bound| {
-                let mut entry = DiscoveryEntry::default();
-                transport.listener_discover(bound, &mut entry);
-                let portid =
-                    tgt.add_listener(bound.clone(), l.discovery_only, entry, transport.limits());
-                info!(trid = %bound.uri(), portid, "nvmf listening (added while serving)");
-                portids.push(portid);
-            });
-            let _ = reply.send(r);
+        while let Ok(req) = listen_rx.try_recv() {
+            match req {
+                ListenRequest::Add(l, reply) => {
+                    let r = transport.listen(&l.trid).inspect(|bound| {
+                        let mut entry = DiscoveryEntry::default();
+                        transport.listener_discover(bound, &mut entry);
+                        let portid = tgt.add_listener(
+                            bound.clone(),
+                            l.discovery_only,
+                            entry,
+                            transport.limits(),
+                        );
+                        info!(trid = %bound.uri(), portid, "nvmf listening (added while serving)");
+                        portids.push(portid);
+                    });
+                    let _ = reply.send(r);
+                }
+                ListenRequest::Remove(trid, reply) => {
+                    let r = match transport.stop_listen(&trid) {
+                        Some(i) => {
+                            if i < portids.len() {
+                                portids.remove(i);
+                            }
+                            tgt.remove_listener(&trid);
+                            info!(trid = %trid.uri(), "nvmf listener closed");
+                            true
+                        }
+                        None => false,
+                    };
+                    let _ = reply.send(r);
+                }
+            }
         }
         if let Err(e) = transport.accept(Duration::from_millis(50), &mut new) {
             debug!(%e, "accept");

@@ -77,6 +77,10 @@ pub struct Qpair<Q: TransportQpair> {
     /// One clock read per batch (a `process_events` or `poll_bdev` call) for
     /// the I/O stats' latency, taken at the batch's first timed I/O.
     batch_now: Option<Instant>,
+    /// The last latency computed in this batch, by submit time: the I/Os of one
+    /// submit batch completing in one completion batch share it (one clock
+    /// subtraction per batch pair, not per I/O).
+    batch_lat: Option<(Instant, u64)>,
     ios: Vec<Option<IoCtx>>,
     free_ios: Vec<usize>,
     busy: std::collections::VecDeque<(u32, BdevIo)>,
@@ -122,6 +126,7 @@ impl<Q: TransportQpair> Qpair<Q> {
             channels: Vec::new(),
             group: None,
             batch_now: None,
+            batch_lat: None,
             subsys_cache: None,
             ios: Vec::new(),
             free_ios: Vec::new(),
@@ -173,6 +178,7 @@ impl<Q: TransportQpair> Qpair<Q> {
     pub fn process_events(&mut self, tgt: &Tgt) -> bool {
         let mut progress = false;
         self.batch_now = None;
+        self.batch_lat = None;
         while let Some(ev) = self.tq.poll_event() {
             progress = true;
             match ev {
@@ -627,6 +633,7 @@ impl<Q: TransportQpair> Qpair<Q> {
     pub fn poll_bdev(&mut self) -> bool {
         let mut progress = false;
         self.batch_now = None;
+        self.batch_lat = None;
         // resubmit what a full channel handed back
         while let Some((nsid, io)) = self.busy.pop_front() {
             let Some(ch) = self.channels.iter().position(|(n, ..)| *n == nsid) else {
@@ -689,8 +696,15 @@ impl<Q: TransportQpair> Qpair<Q> {
                 IoKind::Write => IoClass::Write,
                 _ => IoClass::Other,
             };
-            let now = *self.batch_now.get_or_insert_with(Instant::now);
-            let ns = now.saturating_duration_since(t0).as_nanos() as u64;
+            let ns = match self.batch_lat {
+                Some((t, ns)) if t == t0 => ns,
+                _ => {
+                    let now = *self.batch_now.get_or_insert_with(Instant::now);
+                    let ns = now.saturating_duration_since(t0).as_nanos() as u64;
+                    self.batch_lat = Some((t0, ns));
+                    ns
+                }
+            };
             cell.record(class, buf.len() as u64, ok, ns);
         }
         match ctx.kind {

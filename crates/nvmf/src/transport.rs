@@ -242,6 +242,10 @@ pub trait Transport: Send + 'static {
     /// Fills the transport's fields of a discovery log entry for a listener
     /// (TRTYPE, ADRFAM, TRADDR, TRSVCID, TREQ, TSAS); the target fills the rest.
     fn listener_discover(&self, trid: &TransportId, entry: &mut DiscoveryEntry);
+    /// Stops listening at `trid` (an id [`Transport::listen`] returned): the socket
+    /// (CM id) is closed at once. Returns the listener's index (later listeners'
+    /// [`Accepted::listener`] numbers shift down by one), `None` when not listening there.
+    fn stop_listen(&mut self, trid: &TransportId) -> Option<usize>;
     /// Waits up to `timeout` for new connections and appends them to `out`.
     fn accept(
         &mut self,

@@ -135,6 +135,11 @@ impl Transport for LoopTransport {
         entry.trsvcid = trid.trsvcid.clone();
         entry.treq = nvme::log::treq::SECURE_NOT_SPECIFIED;
     }
+    fn stop_listen(&mut self, trid: &TransportId) -> Option<usize> {
+        let i = self.listening.iter().position(|t| t == trid)?;
+        self.listening.remove(i);
+        Some(i)
+    }
     fn accept(
         &mut self,
         timeout: Duration,

@@ -3,10 +3,12 @@
 //! Owns: the switch runtime ([`run`] on the caller's thread, [`Switch`] on its
 //! own): ports on Linux interfaces (AF_PACKET) or pcap files ([`port`]), the
 //! datapath cache in front of the OpenFlow table, the stats push + expiry sweep
-//! every 0.5 s, and the control protocol on a Unix socket ([`ctl`]: dump-flows,
-//! dump-rules, add/del/replace-flows, add/mod/del/dump-groups, dump-group-stats,
-//! port-down/port-up, stop). [`trace`] parses the packet lines of
-//! `switch trace`.
+//! every 0.5 s, and its control commands ([`control`]: dump-flows, dump-rules,
+//! add/del/replace-flows, add/mod/del/dump-groups, dump-group-stats, fdb-show/flush,
+//! port-down/port-up, stats, stop), applied by the loop and sent to it in-process
+//! through a [`control::Control`] (other processes reach them as the node's
+//! `dpustack_switch_*` JSON-RPC methods, node::manage). [`trace`] parses the packet
+//! lines of `switch trace`.
 //!
 //! Does not own: classification, translation, megaflows (`flow`); argument
 //! parsing (the CLI). The loop's own lines ("switch running", expired rules,
@@ -16,7 +18,7 @@
 
 #![forbid(unsafe_code)]
 
-pub mod ctl;
+pub mod control;
 pub mod port;
 mod runtime;
 pub mod trace;
@@ -38,9 +40,15 @@ pub enum Error {
     /// A bad port spec, flow file or packet line.
     #[error("{0}")]
     Config(String),
-    /// The running switch answered a control request with an error.
+    /// The running switch refused a control command.
     #[error("{0}")]
     Remote(String),
+    /// No switch loop runs behind a control handle (stopped, or never started).
+    #[error("the switch is not running")]
+    Stopped,
+    /// The switch loop did not answer a control command in time.
+    #[error("the switch did not answer within {}s", control::REPLY_TIMEOUT.as_secs())]
+    Timeout,
     /// The switch thread ended before it was ready.
     #[error("switch thread ended")]
     ThreadEnded,
@@ -48,9 +56,6 @@ pub enum Error {
 
 /// Result of the switch.
 pub type Result<T> = std::result::Result<T, Error>;
-
-/// Default control socket path.
-pub const DEFAULT_CTL: &str = "/tmp/dpustack-switch.sock";
 
 /// Reads a flow file (ovs-ofctl add-flows syntax).
 pub fn read_flows(p: &std::path::Path) -> Result<Vec<flow::Rule>> {

@@ -1,10 +1,8 @@
 //! The live switch loop: receive on the ports, switch through the datapath
-//! cache, sweep every 0.5 s, answer control requests.
+//! cache, sweep every 0.5 s, apply control commands (from [`crate::control::Control`]).
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::os::unix::io::AsRawFd;
-use std::os::unix::net::UnixListener;
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,8 +12,9 @@ use flow::dp::Datapath;
 use flow::driver::poll_readable;
 use flow::FlowTable;
 
+use crate::control::{self, Control, ControlRx};
 use crate::port::{open_port, Port};
-use crate::{ctl, read_flows, Error, Result};
+use crate::{read_flows, Error, Result};
 
 /// Period of the stats push + expiry sweep (ms).
 const SWEEP_MS: u64 = 500;
@@ -29,8 +28,6 @@ pub struct SwitchOpts {
     pub groups: Option<PathBuf>,
     /// Ports: `N=afpacket:IF`, `N=pcap-rx:FILE`, `N=pcap-tx:FILE`.
     pub ports: Vec<String>,
-    /// Control socket path.
-    pub ctl: PathBuf,
     /// Stop after this long (none: until stopped).
     pub duration: Option<Duration>,
     /// Megaflows idle this long are removed (OVS other_config:max-idle).
@@ -73,22 +70,24 @@ struct Counters {
 /// A switch on its own thread.
 pub struct Switch {
     stop: StopHandle,
+    control: Control,
     thread: std::thread::JoinHandle<Result<()>>,
 }
 
 impl Switch {
-    /// Opens the ports and the control socket, then runs the loop on a thread
-    /// named "switch" (its lines go to stderr); returns once it is up, or the
-    /// error that kept it from coming up.
+    /// Opens the ports, then runs the loop on a thread named "switch" (its lines go
+    /// to stderr); returns once it is up, or the error that kept it from coming up.
+    /// [`Switch::control`] sends it commands.
     pub fn start(opts: SwitchOpts) -> Result<Switch> {
         let stop = StopHandle::new();
+        let (control, crx) = control::channel()?;
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let s2 = stop.clone();
         let thread = std::thread::Builder::new()
             .name("switch".into())
             .spawn(move || {
                 let set = setup(&opts);
-                let (mut table, mut ports, listener) = match set {
+                let (mut table, mut ports) = match set {
                     Ok(x) => {
                         let _ = ready_tx.send(None);
                         x
@@ -99,10 +98,14 @@ impl Switch {
                     }
                 };
                 let mut log = std::io::stderr();
-                run_loop(&opts, &s2, &mut table, &mut ports, listener, &mut log)
+                run_loop(&opts, &s2, &mut table, &mut ports, &crx, &mut log)
             })?;
         match ready_rx.recv() {
-            Ok(None) => Ok(Switch { stop, thread }),
+            Ok(None) => Ok(Switch {
+                stop,
+                control,
+                thread,
+            }),
             Ok(Some(e)) => {
                 let _ = thread.join();
                 Err(e)
@@ -114,21 +117,33 @@ impl Switch {
         }
     }
 
-    /// Stops the loop and waits for it (the control socket is removed).
+    /// A handle that sends the running loop commands (it answers
+    /// [`Error::Stopped`] once the loop ended).
+    pub fn control(&self) -> Control {
+        self.control.clone()
+    }
+
+    /// Stops the loop and waits for it.
     pub fn stop(self) -> Result<()> {
         self.stop.stop();
         self.thread.join().map_err(|_| Error::ThreadEnded)?
     }
 }
 
-/// Runs the switch on this thread until `stop`, a `stop` control request or
-/// `opts.duration`; its lines go to `log`.
-pub fn run(opts: &SwitchOpts, stop: &StopHandle, log: &mut dyn Write) -> Result<()> {
-    let (mut table, mut ports, listener) = setup(opts)?;
-    run_loop(opts, stop, &mut table, &mut ports, listener, log)
+/// Runs the switch on this thread until `stop`, a [`control::Command::Stop`] or
+/// `opts.duration`, applying the commands sent through `ctl`'s [`Control`]; its
+/// lines go to `log`.
+pub fn run(
+    opts: &SwitchOpts,
+    stop: &StopHandle,
+    ctl: &ControlRx,
+    log: &mut dyn Write,
+) -> Result<()> {
+    let (mut table, mut ports) = setup(opts)?;
+    run_loop(opts, stop, &mut table, &mut ports, ctl, log)
 }
 
-type Setup = (FlowTable, BTreeMap<u32, Port>, UnixListener);
+type Setup = (FlowTable, BTreeMap<u32, Port>);
 
 fn setup(a: &SwitchOpts) -> Result<Setup> {
     let rules = match &a.flows {
@@ -155,13 +170,7 @@ fn setup(a: &SwitchOpts) -> Result<Setup> {
     let mut table = table;
     table.ports = Some(ports.keys().copied().collect());
     crate::configure_bridge(&mut table, &a.vlans, a.mac_aging_s, a.mac_table_size)?;
-    let _ = std::fs::remove_file(&a.ctl);
-    let listener = UnixListener::bind(&a.ctl).map_err(|source| Error::Open {
-        what: format!("binding {}", a.ctl.display()),
-        source,
-    })?;
-    listener.set_nonblocking(true)?;
-    Ok((table, ports, listener))
+    Ok((table, ports))
 }
 
 fn run_loop(
@@ -169,7 +178,7 @@ fn run_loop(
     stop: &StopHandle,
     table: &mut FlowTable,
     ports: &mut BTreeMap<u32, Port>,
-    listener: UnixListener,
+    ctl: &ControlRx,
     log: &mut dyn Write,
 ) -> Result<()> {
     let mut dp = Datapath::new();
@@ -189,11 +198,10 @@ fn run_loop(
     }
     writeln!(
         log,
-        "switch running: {} ports, {} rules, {} groups, control socket {}",
+        "switch running: {} ports, {} rules, {} groups",
         ports.len(),
         table.len(),
         table.groups.len(),
-        a.ctl.display()
     )?;
     while !stop.is_stopped() && deadline.is_none_or(|d| Instant::now() < d) {
         let now_ms = start.elapsed().as_millis() as u64 + 1;
@@ -243,23 +251,17 @@ fn run_loop(
                 )?;
             }
         }
-        // Control requests.
-        match listener.accept() {
-            Ok((mut conn, _)) => {
-                conn.set_nonblocking(false)?;
-                conn.set_read_timeout(Some(Duration::from_secs(5)))?;
-                let mut req = String::new();
-                conn.read_to_string(&mut req)?;
-                let (resp, stop_req) = ctl::handle(&req, table, &mut dp, now_ms);
-                let _ = conn.write_all(resp.as_bytes());
-                if stop_req {
-                    stop.stop();
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e.into()),
+        // Control commands.
+        let fill = |s: &mut control::Stats| {
+            s.rx_packets = c.rx;
+            s.tx_packets = c.tx;
+            s.dropped_no_port = c.dropped_no_port;
+            s.rules_expired = c.rules_expired;
+        };
+        if ctl.serve(table, &mut dp, now_ms, &fill) {
+            stop.stop();
         }
-        // Wait for traffic or a control connection (10 ms).
+        // Wait for traffic or a control command (10 ms).
         let mut fds: Vec<i32> = ports
             .values()
             .filter_map(|p| match p {
@@ -267,10 +269,9 @@ fn run_loop(
                 _ => None,
             })
             .collect();
-        fds.push(listener.as_raw_fd());
+        fds.push(ctl.fd());
         poll_readable(&fds, 10);
     }
-    let _ = std::fs::remove_file(&a.ctl);
     writeln!(
         log,
         "switch stopped: rx {} tx {} dropped(no port) {} packet-ins {} upcalls {} recirculations {} megaflows {} rules expired {}",

@@ -22,6 +22,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use switch::control::Command as Ctl;
 use switch::{Switch, SwitchOpts};
 
 fn sh(args: &[&str]) -> bool {
@@ -133,14 +134,12 @@ fn netns_normal_vlans_ping_and_fdb_ages() {
     std::fs::create_dir_all(&dir).unwrap();
     let flows = dir.join("flows.txt");
     std::fs::write(&flows, "actions=NORMAL\n").unwrap();
-    let ctl = dir.join("ctl.sock");
     let sw = Switch::start(SwitchOpts {
         flows: Some(flows),
         groups: None,
         ports: (1..=4)
             .map(|i| format!("{i}=afpacket:{}", sw_if(i)))
             .collect(),
-        ctl: ctl.clone(),
         duration: Some(Duration::from_secs(120)),
         max_idle_ms: 10_000,
         vlans: vec![
@@ -153,12 +152,13 @@ fn netns_normal_vlans_ping_and_fdb_ages() {
         mac_table_size: 8192,
     })
     .expect("switch start");
+    let ctl = sw.control();
 
     let dump = |what: &str| {
         format!(
             "{what}\nfdb:\n{}\ndatapath:\n{}",
-            switch::ctl::call(&ctl, "fdb-show", "").unwrap_or_default(),
-            switch::ctl::call(&ctl, "dump-flows", "").unwrap_or_default()
+            ctl.text(Ctl::FdbShow).unwrap_or_default(),
+            ctl.text(Ctl::DumpFlows).unwrap_or_default()
         )
     };
     assert!(
@@ -187,7 +187,7 @@ fn netns_normal_vlans_ping_and_fdb_ages() {
             .unwrap();
         String::from_utf8_lossy(&o.stdout).trim().to_string()
     };
-    let fdb = switch::ctl::call(&ctl, "fdb-show", "").unwrap();
+    let fdb = ctl.text(Ctl::FdbShow).unwrap();
     eprintln!("fdb after the pings:\n{fdb}");
     let has = |fdb: &str, port: u32, vlan: u16, m: &str| {
         fdb.lines().any(|l| {
@@ -222,7 +222,7 @@ fn netns_normal_vlans_ping_and_fdb_ages() {
         !ping(h3, "10.20.10.4"),
         "h3 -> 10.20.10.4 must fail: only in VLAN 10"
     );
-    let fdb = switch::ctl::call(&ctl, "fdb-show", "").unwrap();
+    let fdb = ctl.text(Ctl::FdbShow).unwrap();
     assert!(!has(&fdb, 3, 10, &m3), "h3 never in VLAN 10:\n{fdb}");
 
     // aging: 4 s without traffic (the sweep runs every 0.5 s)
@@ -230,7 +230,7 @@ fn netns_normal_vlans_ping_and_fdb_ages() {
     let mut left = fdb.lines().count() - 1;
     while left > 0 && t0.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(250));
-        let f = switch::ctl::call(&ctl, "fdb-show", "").unwrap();
+        let f = ctl.text(Ctl::FdbShow).unwrap();
         left = f.lines().count() - 1;
     }
     let aged = t0.elapsed();
@@ -245,9 +245,9 @@ fn netns_normal_vlans_ping_and_fdb_ages() {
     );
     // and learning starts over
     assert!(ping(h1, "10.20.10.2"), "h1 -> h2 again");
-    let fdb = switch::ctl::call(&ctl, "fdb-show", "").unwrap();
+    let fdb = ctl.text(Ctl::FdbShow).unwrap();
     assert!(has(&fdb, 1, 10, &m1), "{fdb}");
-    let stats = switch::ctl::call(&ctl, "dump-rules", "").unwrap();
+    let stats = ctl.text(Ctl::DumpRules(String::new())).unwrap();
     eprintln!("{stats}");
     sw.stop().unwrap();
     trunk.stop();

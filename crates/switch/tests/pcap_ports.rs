@@ -1,9 +1,10 @@
 //! The switch loop on pcap ports (no privileges needed): a replayed frame is
-//! switched by the table into the capture port, the control socket answers and
-//! stops the loop, the socket is removed.
+//! switched by the table into the capture port, control commands are answered and
+//! stop the loop, a handle to a stopped loop says so.
 
 use std::time::Duration;
 
+use switch::control::{channel, Command, Reply};
 use switch::{StopHandle, Switch, SwitchOpts};
 
 const FRAME: &str = "020000000002020000000001080045000068000000004006aed8c0a801070a0000099c40005000000000000000005000000063580000000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f";
@@ -49,10 +50,9 @@ fn frames_of(p: &[u8]) -> Vec<Vec<u8>> {
 fn pcap_replay_through_the_table_and_ctl_stop() {
     let dir = std::env::temp_dir().join(format!("dpustack-switch-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (rx, tx, ctl, flows) = (
+    let (rx, tx, flows) = (
         dir.join("in.pcap"),
         dir.join("out.pcap"),
-        dir.join("ctl.sock"),
         dir.join("flows.txt"),
     );
     std::fs::write(&rx, pcap(&[frame()])).unwrap();
@@ -71,36 +71,42 @@ fn pcap_replay_through_the_table_and_ctl_stop() {
             format!("1=pcap-rx:{}", rx.display()),
             format!("3=pcap-tx:{}", tx.display()),
         ],
-        ctl: ctl.clone(),
         duration: Some(Duration::from_secs(20)),
         max_idle_ms: 10_000,
     };
+    let (ctl, crx) = channel().unwrap();
     let sw = std::thread::spawn(move || {
         let mut log = Vec::new();
-        let r = switch::run(&opts, &StopHandle::new(), &mut log);
+        let r = switch::run(&opts, &StopHandle::new(), &crx, &mut log);
         (r, String::from_utf8(log).unwrap())
     });
-    // wait for the control socket, then read the rule's counters
+    // read the rule's counters once the frame went through
     let mut rules = String::new();
     for _ in 0..500 {
-        if let Ok(r) = switch::ctl::call(&ctl, "dump-rules", "") {
-            rules = r;
-            if rules.contains("n_packets=1") {
-                break;
-            }
+        rules = ctl.text(Command::DumpRules(String::new())).unwrap();
+        if rules.contains("n_packets=1") {
+            break;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(rules.contains("n_packets=1, n_bytes=118"), "{rules}");
+    let st = ctl.stats().unwrap();
+    assert_eq!(
+        (st.rx_packets, st.tx_packets, st.rules),
+        (1, 1, 2),
+        "{st:?}"
+    );
+    assert_eq!(st.upcalls, 1, "{st:?}");
     // an error answer from the running switch
-    let e = switch::ctl::call(&ctl, "del-flows", "bogus=1").unwrap_err();
+    let e = ctl.call(Command::DelFlows("bogus=1".into())).unwrap_err();
     assert!(matches!(e, switch::Error::Remote(_)), "{e:?}");
-    assert_eq!(switch::ctl::call(&ctl, "stop", "").unwrap(), "stopping\n");
+    assert_eq!(ctl.call(Command::Stop).unwrap(), Reply::Stopping);
     let (r, log) = sw.join().unwrap();
     r.unwrap();
     assert!(log.starts_with("switch running: 2 ports, 2 rules"), "{log}");
     assert!(log.contains("switch stopped: rx 1 tx 1"), "{log}");
-    assert!(!ctl.exists(), "control socket removed");
+    let e = ctl.call(Command::DumpFlows).unwrap_err();
+    assert!(matches!(e, switch::Error::Stopped), "{e:?}");
     let out = frames_of(&std::fs::read(&tx).unwrap());
     assert_eq!(out.len(), 1);
     // VLAN 100 pushed: TPID 0x8100 after the MACs, 4 bytes longer
@@ -115,7 +121,6 @@ fn pcap_replay_through_the_table_and_ctl_stop() {
         mac_aging_s: 300,
         mac_table_size: 8192,
         ports: vec![format!("1=pcap-rx:{}", dir.join("missing.pcap").display())],
-        ctl: dir.join("ctl2.sock"),
         duration: None,
         max_idle_ms: 10_000,
     };

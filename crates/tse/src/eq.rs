@@ -26,12 +26,14 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Time;
 use crate::error::{Error, TaskError, TaskResult};
 use crate::sched::{Scheduler, TaskId, TaskState};
 use crate::slab::{Miss, Slab};
+use crate::stats::{self, EqCell};
 
 pub use crate::handle::{Event, EventState};
 
@@ -145,6 +147,8 @@ pub struct EventQueue {
     scratch: Vec<(Event, TaskResult)>,
     private_ev: Option<Event>,
     destroyed: bool,
+    /// Counters other threads read (crate::stats).
+    cell: Arc<EqCell>,
 }
 
 impl fmt::Debug for EventQueue {
@@ -162,8 +166,11 @@ impl fmt::Debug for EventQueue {
 impl EventQueue {
     /// Creates an EQ bound to `sched` (`daos_eq_create`).
     pub fn new(sched: Scheduler) -> Self {
+        let id = NEXT_EQ_ID.fetch_add(1, Ordering::Relaxed);
+        let cell = stats::register_eq(id, sched.id());
         EventQueue {
-            id: NEXT_EQ_ID.fetch_add(1, Ordering::Relaxed),
+            id,
+            cell,
             sched,
             poller: None,
             events: Slab::new(),
@@ -191,6 +198,12 @@ impl EventQueue {
 
     pub fn id(&self) -> u32 {
         self.id
+    }
+
+    /// Publishes the gauges (events running, completed and not polled).
+    fn publish(&self) {
+        stats::set(&self.cell.running, self.n_running as u64);
+        stats::set(&self.cell.waiting, self.n_comp as u64);
     }
 
     /// The bound scheduler.
@@ -389,6 +402,8 @@ impl EventQueue {
             Some(p) => self.ev_mut(p)?.nchild_running += 1,
             None => self.n_running += 1,
         }
+        stats::add(&self.cell.launched, 1);
+        self.publish();
         if complete_now {
             self.complete_event(ev, Ok(()))?;
         }
@@ -466,8 +481,10 @@ impl EventQueue {
                 s.queued = true;
                 self.n_comp += 1;
                 self.comp.push_back(ev);
+                stats::add(&self.cell.completed, 1);
             }
         }
+        self.publish();
     }
 
     /// Tries to abort the event's operation (`daos_event_abort`): the task
@@ -616,6 +633,10 @@ impl EventQueue {
             self.n_comp = self.n_comp.saturating_sub(1);
             got += 1;
         }
+        if got > 0 {
+            stats::add(&self.cell.polled, got as u64);
+            self.publish();
+        }
         got
     }
 
@@ -632,6 +653,7 @@ impl EventQueue {
         out: &mut Vec<(Event, TaskResult)>,
     ) -> Result<usize, Error> {
         self.alive()?;
+        stats::add(&self.cell.polls, 1);
         self.wait_for(wait, |eq| {
             let n = eq.collect(max, out);
             if n > 0 {
@@ -668,6 +690,8 @@ impl EventQueue {
             let r = s.error;
             eq.n_comp = eq.n_comp.saturating_sub(1);
             eq.comp.retain(|&e| e != ev);
+            stats::add(&eq.cell.polled, 1);
+            eq.publish();
             Some(r)
         })
     }
@@ -769,6 +793,7 @@ impl EventQueue {
         self.comp.clear();
         self.n_running = 0;
         self.n_comp = 0;
+        self.publish();
         self.private_ev = None;
         self.destroyed = true;
         Ok(())
@@ -780,6 +805,7 @@ impl Drop for EventQueue {
         if !self.destroyed {
             let _ = self.destroy(true);
         }
+        stats::retire_eq(&self.cell);
     }
 }
 

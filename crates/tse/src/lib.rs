@@ -12,9 +12,11 @@
 //! `demo` (with the `demo` feature: `dpustack tse-demo` and `bench tse`) holds an
 //! example operation over a loopback "transport"; it is not library API.
 //!
-//! Depends on nothing inside dpustack. No hidden threads, no locks: a
-//! scheduler and its EQ are single-threaded values, and whoever calls
-//! `progress`/`poll` runs the tasks and callbacks. Time comes from a
+//! Depends on nothing inside dpustack. No hidden threads, no locks on the task
+//! path: a scheduler and its EQ are single-threaded values, and whoever calls
+//! `progress`/`poll` runs the tasks and callbacks. Their counters ([`stats`]) are
+//! relaxed atomics other threads can read; the process-wide list of them is locked
+//! only when a scheduler or EQ is created or dropped. Time comes from a
 //! [`Clock`] (a [`ManualClock`] makes delays deterministic in tests).
 //! See `docs/tse.md` for the model and how it maps to DAOS.
 
@@ -29,6 +31,7 @@ pub mod error;
 mod handle;
 pub mod sched;
 mod slab;
+pub mod stats;
 
 pub use call::call;
 pub use clock::{Clock, ManualClock, MonotonicClock, Time};

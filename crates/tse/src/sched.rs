@@ -39,11 +39,13 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::{Clock, MonotonicClock, Time};
 use crate::error::{Error, TaskError, TaskResult};
 use crate::slab::{Miss, Slab};
+use crate::stats::{self, SchedCell};
 
 pub use crate::handle::{TaskId, TaskState};
 
@@ -259,7 +261,8 @@ pub struct Scheduler {
     cancelling: bool,
     visit_epoch: u32,
     dfs: Vec<TaskId>,
-    stats: SchedStats,
+    /// Counters other threads read (crate::stats).
+    cell: Arc<SchedCell>,
 }
 
 impl fmt::Debug for Scheduler {
@@ -290,8 +293,9 @@ impl Scheduler {
 
     /// A scheduler reading time from `clock` (e.g. a `ManualClock` in tests).
     pub fn with_clock(clock: Box<dyn Clock>) -> Self {
+        let id = NEXT_SCHED_ID.fetch_add(1, Ordering::Relaxed);
         Scheduler {
-            id: NEXT_SCHED_ID.fetch_add(1, Ordering::Relaxed),
+            id,
             clock,
             tasks: Slab::new(),
             ready: VecDeque::new(),
@@ -304,7 +308,7 @@ impl Scheduler {
             cancelling: false,
             visit_epoch: 0,
             dfs: Vec::new(),
-            stats: SchedStats::default(),
+            cell: stats::register_sched(id),
         }
     }
 
@@ -356,7 +360,13 @@ impl Scheduler {
     }
 
     pub fn stats(&self) -> SchedStats {
-        self.stats
+        let c = &self.cell;
+        SchedStats {
+            created: c.created.load(Ordering::Relaxed),
+            ran: c.ran.load(Ordering::Relaxed),
+            completed: c.completed.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+        }
     }
 
     // ---- lookup ----------------------------------------------------------
@@ -384,7 +394,7 @@ impl Scheduler {
         priv_data: Option<Box<dyn Any>>,
     ) -> TaskId {
         let (idx, gen) = self.tasks.insert(Task::new(kind, body, priv_data));
-        self.stats.created += 1;
+        stats::add(&self.cell.created, 1);
         TaskId {
             sched: self.id,
             idx,
@@ -744,6 +754,7 @@ impl Scheduler {
         }
         t.state = TaskState::Waiting;
         self.inflight += 1;
+        stats::set(&self.cell.in_flight, self.inflight as u64);
         if !matches!(delay, Some(d) if !d.is_zero()) {
             // the common case, without a second lookup
             t.sleeping = false;
@@ -804,7 +815,10 @@ impl Scheduler {
         let t = self.task_mut(id)?;
         match t.state {
             TaskState::Running | TaskState::Completing => {}
-            TaskState::Completed => self.inflight += 1,
+            TaskState::Completed => {
+                self.inflight += 1;
+                stats::set(&self.cell.in_flight, self.inflight as u64);
+            }
             state => {
                 return Err(Error::BadTaskState {
                     task: id,
@@ -839,7 +853,10 @@ impl Scheduler {
             TaskState::Completing | TaskState::Completed => {
                 return Err(Error::AlreadyCompleted(id))
             }
-            TaskState::Init => self.inflight += 1,
+            TaskState::Init => {
+                self.inflight += 1;
+                stats::set(&self.cell.in_flight, self.inflight as u64);
+            }
             TaskState::Waiting | TaskState::Running => {}
         }
         if t.dep_cnt > 0 {
@@ -885,9 +902,10 @@ impl Scheduler {
         let dependents = t.dependents.drain();
         let free = t.holds == 0;
         self.inflight = self.inflight.saturating_sub(1);
-        self.stats.completed += 1;
+        stats::set(&self.cell.in_flight, self.inflight as u64);
+        stats::add(&self.cell.completed, 1);
         if r.is_err() {
-            self.stats.failed += 1;
+            stats::add(&self.cell.failed, 1);
         }
         if self.result.is_ok() {
             self.result = r;
@@ -972,7 +990,7 @@ impl Scheduler {
             ran += 1;
             self.run_task(id);
         }
-        self.stats.ran += ran as u64;
+        stats::add(&self.cell.ran, ran as u64);
         self.in_progress = false;
         ran
     }
@@ -1163,6 +1181,7 @@ impl Drop for Scheduler {
             self.cancel_all();
         }
         self.run_sched_comp_cbs();
+        stats::retire_sched(&self.cell);
     }
 }
 

@@ -24,6 +24,10 @@ pub struct BenchArgs {
     /// Short runs for smoke tests (figures are then noisy).
     #[arg(long)]
     pub quick: bool,
+    /// `bench nvmf`: only the metrics-cost figures (loopback A/B, callgrind
+    /// instruction counts, in-memory harness), not the transports' figures.
+    #[arg(long)]
+    pub metrics_only: bool,
 }
 
 impl BenchArgs {

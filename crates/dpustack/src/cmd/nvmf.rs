@@ -54,6 +54,27 @@ pub enum Cmd {
 pub enum NvmfCmd {
     /// Serve NVMe/TCP until Ctrl-C (or --for SECS).
     Serve(ServeArgs),
+    /// Drive the target's I/O path in memory on one thread (nvmf::iopath): what
+    /// `bench nvmf` runs under callgrind to count the metrics' instructions per I/O.
+    #[command(hide = true)]
+    Iopath(IopathArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct IopathArgs {
+    /// 4 KiB reads to complete.
+    #[arg(long, default_value_t = 1000)]
+    pub ios: u64,
+    /// Reads per batch (one arrival, then completion).
+    #[arg(long, default_value_t = 32)]
+    pub depth: u16,
+    /// The target's I/O statistics on (what `[metrics] listen` turns on).
+    #[arg(long)]
+    pub stats: bool,
+    /// `tcp`: NVMe/TCP PDUs between a host and the target connection (sans-IO, in
+    /// memory); `none`: commands straight to the qpair.
+    #[arg(long, default_value = "tcp")]
+    pub framing: String,
 }
 
 #[derive(Args, Debug)]
@@ -249,6 +270,21 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
         Cmd::Nvmf {
             cmd: NvmfCmd::Serve(a),
         } => serve(a, cfg),
+        Cmd::Nvmf {
+            cmd: NvmfCmd::Iopath(a),
+        } => {
+            let framing = match a.framing.as_str() {
+                "tcp" => nvmf::iopath::Framing::Tcp,
+                "none" => nvmf::iopath::Framing::None,
+                f => bail!("--framing {f}: want tcp or none"),
+            };
+            let r = nvmf::iopath::run(a.ios, a.depth, a.stats, framing)?;
+            println!(
+                "{}",
+                serde_json::json!({"ios": r.ios, "bytes": r.bytes, "counted": r.counted})
+            );
+            Ok(())
+        }
         Cmd::Nvme { cmd } => nvme(cmd),
     }
 }
@@ -624,6 +660,212 @@ fn perf(p: &PerfArgs) -> Result<PerfReport> {
     Ok(report(r))
 }
 
+/// The metrics' time per I/O without the loopback's noise: the in-memory NVMe/TCP
+/// harness (nvmf::iopath: target connection, qpair, null bdev, one thread, no
+/// syscalls) timed in many short rounds, stats off and on alternating; the median of
+/// the per-round on/off ratios and of the per-round added ns with bootstrap 95 %
+/// intervals; the added ns next to one NVMe/TCP I/O at the same queue depth, at the
+/// rate measured over the loopback (metrics off) in this run (`(depth, iops)`).
+fn harness_metrics_cost(
+    r: &mut benchkit::Report,
+    quick: bool,
+    loopback: &[(u16, f64)],
+) -> Result<()> {
+    use benchkit::{Better, Figure};
+    let (rounds, ios) = if quick {
+        (30usize, 300u64)
+    } else {
+        (300, 1000)
+    };
+    for &(depth, iops_off) in loopback {
+        let v = nvmf::iopath::timed_rounds(rounds, ios, depth, nvmf::iopath::Framing::Tcp)?;
+        let ratios: Vec<f64> = v.iter().map(|(off, on)| on / off).collect();
+        let added: Vec<f64> = v.iter().map(|(off, on)| on - off).collect();
+        let med = |x: &[f64]| benchkit::median(&mut x.to_vec()).unwrap_or(f64::NAN);
+        let (rlo, rhi) = bootstrap_median_ci(&ratios, 2000, 0.95);
+        let (alo, ahi) = bootstrap_median_ci(&added, 2000, 0.95);
+        let off_ns = med(&v.iter().map(|x| x.0).collect::<Vec<_>>());
+        let io_ns = 1e9 / iops_off.max(1.0);
+        r.push(
+            Figure::new(
+                format!("in-memory NVMe/TCP target path, 4 KiB read, qd {depth}: median per-round time ratio metrics on / off"),
+                med(&ratios),
+                "x",
+                "1.0 = no cost",
+                1.0,
+                Better::Lower,
+            )
+            .with_detail(serde_json::json!({
+                "ratio_ci95": [rlo, rhi],
+                "added_ns_per_io_median": med(&added),
+                "added_ns_per_io_ci95": [alo, ahi],
+                "harness_ns_per_io_off": off_ns,
+                "loopback_io_ns_at_measured_rate": io_ns,
+                "loopback_depth": depth,
+                "added_share_of_loopback_io_pct": 100.0 * med(&added) / io_ns,
+                "added_share_of_loopback_io_pct_ci95": [100.0 * alo / io_ns, 100.0 * ahi / io_ns],
+                "rounds": rounds, "ios_per_round": ios,
+                "ci": "percentile bootstrap of the median over the rounds (2000 resamples, fixed seed)"
+            })),
+        );
+    }
+    Ok(())
+}
+
+/// A percentile-bootstrap confidence interval (`level`, e.g. 0.95) of the median of
+/// `v`: `resamples` resamples with replacement from a fixed-seed generator.
+fn bootstrap_median_ci(v: &[f64], resamples: usize, level: f64) -> (f64, f64) {
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |n: usize| {
+        // xorshift64*
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
+    };
+    let mut meds = Vec::with_capacity(resamples);
+    let mut s = vec![0.0; v.len()];
+    for _ in 0..resamples {
+        for e in s.iter_mut() {
+            *e = v[next(v.len())];
+        }
+        s.sort_by(|a, b| a.total_cmp(b));
+        let m = s.len() / 2;
+        meds.push(if s.len() % 2 == 1 {
+            s[m]
+        } else {
+            (s[m - 1] + s[m]) / 2.0
+        });
+    }
+    meds.sort_by(|a, b| a.total_cmp(b));
+    let at = |f: f64| meds[((meds.len() - 1) as f64 * f).round() as usize];
+    let tail = (1.0 - level) / 2.0;
+    (at(tail), at(1.0 - tail))
+}
+
+/// Instructions of the target's I/O path per I/O, metrics off and on, counted by
+/// callgrind (deterministic, so the machine's load does not move them): `dpustack
+/// nvmf iopath` (nvmf::iopath: admin + I/O connect, batches of 4 KiB reads on a null
+/// bdev, one thread, no sockets) run with N1 and N2 reads; (Ir(N2) - Ir(N1)) / (N2 -
+/// N1) leaves out start-up and set-up. At qd 32 (batches share a clock read) and qd 1
+/// (the worst case: two clock reads per I/O). Without valgrind the figures are not
+/// measured, and the report says so.
+fn callgrind_metrics_cost(r: &mut benchkit::Report, repeats: u32, quick: bool) {
+    use benchkit::{Better, Figure};
+    let have = std::process::Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        eprintln!("WARNING: valgrind not installed: the metrics' instruction count per I/O is NOT measured");
+        r.note("metrics instructions per I/O: NOT measured (valgrind not installed)");
+        return;
+    }
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            r.note(format!("metrics instructions per I/O: NOT measured ({e})"));
+            return;
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("dpustack-cg-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let (n1, n2) = if quick {
+        (200u64, 1200u64)
+    } else {
+        (1000u64, 6000u64)
+    };
+    let ir = |ios: u64, depth: u16, stats: bool, framing: &str| -> Result<u64> {
+        let out = dir.join(format!("cg.{ios}.{depth}.{stats}.{framing}"));
+        let mut c = std::process::Command::new("valgrind");
+        c.arg("--tool=callgrind")
+            .arg(format!("--callgrind-out-file={}", out.display()))
+            // only the target's functions (nvmf::iopath::target_*), not the host's
+            .arg("--toggle-collect=*iopath::target_*")
+            .arg(&exe)
+            .args(["nvmf", "iopath", "--ios", &ios.to_string()])
+            .args(["--depth", &depth.to_string(), "--framing", framing]);
+        if stats {
+            c.arg("--stats");
+        }
+        let o = c.output()?;
+        if !o.status.success() {
+            bail!(
+                "callgrind run failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+            );
+        }
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout)?;
+        let want = if stats { ios } else { 0 };
+        if v["ios"] != ios || v["counted"] != want {
+            bail!("iopath did not do what it was asked: {v}");
+        }
+        let text = std::fs::read_to_string(&out)?;
+        let _ = std::fs::remove_file(&out);
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix("summary: ")
+                    .or_else(|| l.strip_prefix("totals: "))
+            })
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .context("no instruction total in the callgrind output")
+    };
+    for (framing, depth) in [("tcp", 32u16), ("tcp", 1), ("none", 1)] {
+        let (mut off, mut on) = (Vec::new(), Vec::new());
+        let mut fail = None;
+        for _ in 0..repeats.max(1) {
+            for (stats, v) in [(false, &mut off), (true, &mut on)] {
+                match ir(n2, depth, stats, framing)
+                    .and_then(|b| Ok((b, ir(n1, depth, stats, framing)?)))
+                {
+                    Ok((b, a)) => v.push(b.saturating_sub(a) as f64 / (n2 - n1) as f64),
+                    Err(e) => fail = Some(e),
+                }
+            }
+        }
+        if let Some(e) = fail {
+            r.note(format!(
+                "metrics instructions per I/O ({framing} framing, qd {depth}): NOT measured ({e:#})"
+            ));
+            continue;
+        }
+        let med = |v: &[f64]| benchkit::median(&mut v.to_vec()).unwrap_or(0.0);
+        let spread = |v: &[f64]| {
+            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().copied().fold(0.0, f64::max);
+            serde_json::json!({"min": lo, "max": hi, "runs": v.len()})
+        };
+        let (m_off, m_on) = (med(&off), med(&on));
+        r.push(
+            Figure::new(
+                format!(
+                    "target I/O path instructions per 4 KiB read with metrics on (callgrind, {} framing, qd {depth})",
+                    if framing == "tcp" { "NVMe/TCP" } else { "no" }
+                ),
+                m_on,
+                "instr/IO",
+                "metrics off, same harness",
+                m_off,
+                Better::Lower,
+            )
+            .with_detail(serde_json::json!({
+                "added_per_io": m_on - m_off,
+                "share_pct": 100.0 * (m_on - m_off) / m_off.max(1.0),
+                "on": spread(&on), "off": spread(&off),
+                "ios": [n1, n2],
+                "what": "nvmf::iopath target functions (PDUs if framed, qpair, ctrlr, bdev channel; no kernel): an upper bound of the share on a real connection"
+            })),
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `dpustack bench nvmf`: our target + host on loopback, null and malloc bdevs,
 /// 4 KiB randread IOPS and 128 KiB sequential read/write bandwidth, next to TCP
 /// loopback measured in the same run.
@@ -677,7 +919,7 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     if let Some(s) = &srv {
         // short alternating rounds: on a shared machine the load moves more between
         // runs than the metrics cost; the median of the per-round ratios is the figure
-        let rounds = (runs * 4).max(8);
+        let rounds = (runs * 8).max(8);
         let (mut off, mut on, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
         for round in 0..rounds {
             let mut pair = [0.0f64; 2];
@@ -718,7 +960,12 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
         let mut sorted = ratios.clone();
         sorted.sort_by(|a, b| a.total_cmp(b));
         let q = |f: f64| sorted[((sorted.len() - 1) as f64 * f).round() as usize];
-        let ratio_detail = serde_json::json!({"q1": q(0.25), "median": q(0.5), "q3": q(0.75)});
+        let (ci_lo, ci_hi) = bootstrap_median_ci(&ratios, 2000, 0.95);
+        let ratio_detail = serde_json::json!({
+            "q1": q(0.25), "median": q(0.5), "q3": q(0.75), "rounds": ratios.len(),
+            "median_ci95": [ci_lo, ci_hi],
+            "ci": "percentile bootstrap of the median over the rounds (2000 resamples, fixed seed)"
+        });
         r.push(
             Figure::new(
                 "NVMe/TCP 4 KiB randread: median per-round IOPS ratio metrics on / off",
@@ -757,6 +1004,28 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
             1e9 / off_med.max(1.0),
             Better::Lower,
         ));
+        callgrind_metrics_cost(&mut r, runs.min(3), args.quick);
+        // a qd-1 I/O over the loopback (metrics off), the worst case's yardstick
+        let mut qd1 = Vec::new();
+        for _ in 0..runs.min(3) {
+            let mut c = Controller::connect(addr, DEFAULT_NQN, &HostOpts::default(), 1, 1)?;
+            let res = nvmf::perf::run(
+                &mut c,
+                &PerfOpts {
+                    depth: 1,
+                    io_size: 4096,
+                    workload: Workload::RandRead,
+                    read_pct: 100,
+                    time: t,
+                    nsid: 1,
+                    warmup: Duration::from_millis(if args.quick { 20 } else { 100 }),
+                },
+            )?;
+            let _ = c.shutdown();
+            qd1.push(res.iops());
+        }
+        let qd1_iops = median(&mut qd1).unwrap_or(0.0);
+        harness_metrics_cost(&mut r, args.quick, &[(32, off_med), (1, qd1_iops)])?;
         r.push(
             Figure::new(
                 "NVMe/TCP 4 KiB randread IOPS with metrics on (null, qd 32)",
@@ -768,6 +1037,13 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
             )
             .with_detail(detail),
         );
+    }
+    if args.metrics_only {
+        if let Some(s) = srv.take() {
+            s.stop();
+        }
+        r.note("--metrics-only: the transports' figures were not run");
+        return Ok(r);
     }
     for tr in ["TCP", "RDMA"] {
         let (host_tr, trid): (Box<dyn nvmf::HostTransport>, TransportId) = if tr == "TCP" {
@@ -895,5 +1171,21 @@ mod tests {
         assert_eq!(parse_byte("0x41").unwrap(), 0x41);
         assert_eq!(parse_byte("65").unwrap(), 65);
         assert!(parse_byte("0x141").is_err());
+    }
+}
+
+#[cfg(test)]
+mod bench_tests {
+    use super::bootstrap_median_ci;
+
+    #[test]
+    fn bootstrap_ci_brackets_the_median_and_narrows_with_data() {
+        let v: Vec<f64> = (0..41).map(|i| 1.0 + (i as f64 - 20.0) / 100.0).collect();
+        let (lo, hi) = bootstrap_median_ci(&v, 2000, 0.95);
+        assert!(lo <= 1.0 && hi >= 1.0 && lo < hi, "{lo} {hi}");
+        assert!(hi - lo < 0.2, "{lo} {hi}");
+        let c = vec![2.0; 9];
+        assert_eq!(bootstrap_median_ci(&c, 100, 0.95), (2.0, 2.0));
+        assert!(bootstrap_median_ci(&[], 10, 0.95).0.is_nan());
     }
 }

@@ -1,12 +1,18 @@
 //! Flow table / megaflow switch (issue #7): switch trace, run, dump-flows,
 //! add/del/replace-flows, `bench flow`: their arguments and output. The live
-//! switch (ports, control protocol, sweep) is the `switch` crate's.
+//! switch (ports, control commands, sweep) is the `switch` crate's; `switch run`
+//! serves its control commands as JSON-RPC methods (`dpustack_switch_*`,
+//! node::manage) on the management plane's server, and every control command
+//! here is a JSON-RPC call.
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use mgmt::DEFAULT_SOCKET;
+use serde_json::{json, Value};
 use std::path::PathBuf;
+use std::sync::Arc;
 use switch::trace::packet_key;
-use switch::{StopHandle, SwitchOpts, DEFAULT_CTL};
+use switch::{StopHandle, SwitchOpts};
 
 use crate::cmd::bench::BenchArgs;
 use crate::config::Config;
@@ -26,7 +32,8 @@ pub enum SwitchCmd {
     /// megaflow and the datapath actions OVS would install.
     Trace(TraceArgs),
     /// Run a live switch: ports on Linux interfaces (AF_PACKET) or pcap files, flows from
-    /// an ovs-ofctl file, managed at run time through a control socket.
+    /// an ovs-ofctl file, managed at run time over JSON-RPC (`-r PATH`, the
+    /// `dpustack_switch_*` methods the other switch commands call).
     Run(RunArgs),
     /// Dump the datapath (megaflow) flows of a running switch, like `ovs-appctl dpctl/dump-flows`.
     DumpFlows(CtlArgs),
@@ -56,14 +63,17 @@ pub enum SwitchCmd {
     /// Mark a port down (its fast-failover / select buckets die) or up again.
     PortDown(CtlPortArgs),
     PortUp(CtlPortArgs),
+    /// The datapath and port counters of a running switch (`key value` lines).
+    Stats(CtlArgs),
     /// Stop a running switch.
     Stop(CtlArgs),
 }
 
 #[derive(Args, Debug)]
 pub struct CtlPortArgs {
-    #[arg(long, default_value = DEFAULT_CTL)]
-    pub ctl: PathBuf,
+    /// JSON-RPC socket of the running switch (or node).
+    #[arg(short = 's', long = "server", default_value = DEFAULT_SOCKET)]
+    pub server: PathBuf,
     /// OpenFlow port number.
     pub port: u32,
 }
@@ -80,9 +90,9 @@ pub struct RunArgs {
     /// or `N=pcap-tx:FILE` (what is output to N is written there). Repeatable.
     #[arg(long = "port", value_name = "N=SPEC")]
     pub ports: Vec<String>,
-    /// Control socket path.
-    #[arg(long, default_value = DEFAULT_CTL)]
-    pub ctl: PathBuf,
+    /// JSON-RPC socket (as SPDK's apps' -r; created 0600).
+    #[arg(short = 'r', long = "rpc-socket", default_value = DEFAULT_SOCKET)]
+    pub rpc_socket: PathBuf,
     /// Stop after this many seconds (default: until Ctrl-C or `switch stop`).
     #[arg(long)]
     pub duration: Option<f64>,
@@ -104,23 +114,25 @@ pub struct RunArgs {
 
 #[derive(Args, Debug)]
 pub struct CtlArgs {
-    /// Control socket of the running switch.
-    #[arg(long, default_value = DEFAULT_CTL)]
-    pub ctl: PathBuf,
+    /// JSON-RPC socket of the running switch (or node).
+    #[arg(short = 's', long = "server", default_value = DEFAULT_SOCKET)]
+    pub server: PathBuf,
 }
 
 #[derive(Args, Debug)]
 pub struct CtlFileArgs {
-    #[arg(long, default_value = DEFAULT_CTL)]
-    pub ctl: PathBuf,
+    /// JSON-RPC socket of the running switch (or node).
+    #[arg(short = 's', long = "server", default_value = DEFAULT_SOCKET)]
+    pub server: PathBuf,
     /// Flow file (`-` = stdin).
     pub file: PathBuf,
 }
 
 #[derive(Args, Debug)]
 pub struct CtlMatchArgs {
-    #[arg(long, default_value = DEFAULT_CTL)]
-    pub ctl: PathBuf,
+    /// JSON-RPC socket of the running switch (or node).
+    #[arg(short = 's', long = "server", default_value = DEFAULT_SOCKET)]
+    pub server: PathBuf,
     /// Match (ovs-ofctl syntax, `table=N` included); without it: every flow (for
     /// del-groups: `group_id=N`, without it every group).
     pub r#match: Option<String>,
@@ -247,28 +259,63 @@ fn trace_cmd(a: &TraceArgs) -> Result<()> {
 
 pub fn run(cmd: Cmd, _cfg: &Config) -> Result<()> {
     let Cmd::Switch { cmd } = cmd;
+    let opt = |m: &Option<String>| m.clone().unwrap_or_default();
     match cmd {
         SwitchCmd::Trace(a) => trace_cmd(&a),
         SwitchCmd::Run(a) => run_switch(&a),
-        SwitchCmd::DumpFlows(a) => ctl_call(&a.ctl, "dump-flows", ""),
-        SwitchCmd::DumpRules(a) => {
-            ctl_call(&a.ctl, "dump-rules", a.r#match.as_deref().unwrap_or(""))
-        }
-        SwitchCmd::Stop(a) => ctl_call(&a.ctl, "stop", ""),
-        SwitchCmd::AddGroups(a) => ctl_call(&a.ctl, "add-groups", &read_arg_file(&a.file)?),
-        SwitchCmd::ModGroups(a) => ctl_call(&a.ctl, "mod-groups", &read_arg_file(&a.file)?),
+        SwitchCmd::DumpFlows(a) => rpc(&a.server, "dump_flows", None),
+        SwitchCmd::DumpRules(a) => rpc(
+            &a.server,
+            "dump_rules",
+            Some(json!({"match": opt(&a.r#match)})),
+        ),
+        SwitchCmd::Stop(a) => rpc(&a.server, "stop", None),
+        SwitchCmd::Stats(a) => rpc(&a.server, "get_stats", None),
+        SwitchCmd::AddGroups(a) => rpc(
+            &a.server,
+            "add_groups",
+            Some(json!({"groups": read_arg_file(&a.file)?})),
+        ),
+        SwitchCmd::ModGroups(a) => rpc(
+            &a.server,
+            "mod_groups",
+            Some(json!({"groups": read_arg_file(&a.file)?})),
+        ),
         SwitchCmd::DelGroups(a) => {
-            ctl_call(&a.ctl, "del-groups", a.r#match.as_deref().unwrap_or(""))
+            let g = match a.r#match.as_deref().map(str::trim) {
+                None | Some("" | "all" | "group_id=all") => None,
+                Some(s) => {
+                    let v = s.strip_prefix("group_id=").unwrap_or(s);
+                    Some(
+                        v.parse::<u32>()
+                            .with_context(|| format!("bad group id `{v}`"))?,
+                    )
+                }
+            };
+            let p = g.map(|g| json!({"group_id": g}));
+            rpc(&a.server, "del_groups", p)
         }
-        SwitchCmd::DumpGroups(a) => ctl_call(&a.ctl, "dump-groups", ""),
-        SwitchCmd::FdbShow(a) => ctl_call(&a.ctl, "fdb-show", ""),
-        SwitchCmd::FdbFlush(a) => ctl_call(&a.ctl, "fdb-flush", ""),
-        SwitchCmd::DumpGroupStats(a) => ctl_call(&a.ctl, "dump-group-stats", ""),
-        SwitchCmd::PortDown(a) => ctl_call(&a.ctl, "port-down", &a.port.to_string()),
-        SwitchCmd::PortUp(a) => ctl_call(&a.ctl, "port-up", &a.port.to_string()),
-        SwitchCmd::AddFlows(a) => ctl_call(&a.ctl, "add-flows", &read_arg_file(&a.file)?),
-        SwitchCmd::ReplaceFlows(a) => ctl_call(&a.ctl, "replace-flows", &read_arg_file(&a.file)?),
-        SwitchCmd::DelFlows(a) => ctl_call(&a.ctl, "del-flows", a.r#match.as_deref().unwrap_or("")),
+        SwitchCmd::DumpGroups(a) => rpc(&a.server, "dump_groups", None),
+        SwitchCmd::FdbShow(a) => rpc(&a.server, "fdb_show", None),
+        SwitchCmd::FdbFlush(a) => rpc(&a.server, "fdb_flush", None),
+        SwitchCmd::DumpGroupStats(a) => rpc(&a.server, "dump_group_stats", None),
+        SwitchCmd::PortDown(a) => rpc(&a.server, "port_down", Some(json!({"port": a.port}))),
+        SwitchCmd::PortUp(a) => rpc(&a.server, "port_up", Some(json!({"port": a.port}))),
+        SwitchCmd::AddFlows(a) => rpc(
+            &a.server,
+            "add_flows",
+            Some(json!({"flows": read_arg_file(&a.file)?})),
+        ),
+        SwitchCmd::ReplaceFlows(a) => rpc(
+            &a.server,
+            "replace_flows",
+            Some(json!({"flows": read_arg_file(&a.file)?})),
+        ),
+        SwitchCmd::DelFlows(a) => rpc(
+            &a.server,
+            "del_flows",
+            Some(json!({"match": opt(&a.r#match)})),
+        ),
     }
 }
 
@@ -282,13 +329,58 @@ fn read_arg_file(p: &std::path::Path) -> Result<String> {
     }
 }
 
-/// Sends one request to a running switch and prints its answer.
-fn ctl_call(sock: &std::path::Path, cmd: &str, payload: &str) -> Result<()> {
-    print!("{}", switch::ctl::call(sock, cmd, payload)?);
+/// Calls `dpustack_switch_<what>` on the JSON-RPC server at `sock` and prints the
+/// answer as ovs-ofctl / ovs-appctl would: lines, a message, or `key value` lines.
+fn rpc(sock: &std::path::Path, what: &str, params: Option<Value>) -> Result<()> {
+    let method = format!("dpustack_switch_{what}");
+    // The switch answers within its REPLY_TIMEOUT; the connection waits a little longer.
+    let t = switch::control::REPLY_TIMEOUT + std::time::Duration::from_secs(5);
+    let mut c = mgmt::client::Client::connect(sock, t).with_context(|| {
+        format!(
+            "connecting to the switch's JSON-RPC socket {}",
+            sock.display()
+        )
+    })?;
+    let v = match c.call(&method, params)? {
+        Ok(v) => v,
+        Err(e) => bail!("{method}: {} (JSON-RPC error {})", e.message, e.code),
+    };
+    print!("{}", render(&v));
     Ok(())
 }
 
-/// `switch run`: the live switch on this thread until Ctrl-C, `switch stop` or `--duration`.
+/// The text of a `dpustack_switch_*` answer.
+fn render(v: &Value) -> String {
+    let mut out = String::new();
+    match v {
+        Value::Array(a) => {
+            for l in a {
+                out += l
+                    .as_str()
+                    .map_or_else(|| l.to_string(), str::to_string)
+                    .as_str();
+                out.push('\n');
+            }
+        }
+        Value::String(s) => {
+            out += s;
+            out.push('\n');
+        }
+        Value::Object(m) => {
+            for (k, v) in m {
+                out += &format!("{k} {v}\n");
+            }
+        }
+        other => {
+            out += &other.to_string();
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// `switch run`: the live switch on this thread until Ctrl-C, `switch stop` or
+/// `--duration`, with the JSON-RPC server for its control commands.
 fn run_switch(a: &RunArgs) -> Result<()> {
     let stop = StopHandle::new();
     {
@@ -299,14 +391,29 @@ fn run_switch(a: &RunArgs) -> Result<()> {
         flows: a.flows.clone(),
         groups: a.groups.clone(),
         ports: a.ports.clone(),
-        ctl: a.ctl.clone(),
         duration: a.duration.map(std::time::Duration::from_secs_f64),
         max_idle_ms: a.max_idle_ms,
         vlans: a.vlans.clone(),
         mac_aging_s: a.mac_aging,
         mac_table_size: a.mac_table_size,
     };
-    switch::run(&opts, &stop, &mut std::io::stderr())?;
+    let (ctl, crx) = switch::control::channel()?;
+    // The server first: a socket in use is an error before any port is opened. A call
+    // made before the loop runs waits for it (or fails when the switch did not start).
+    let server = mgmt::RpcServer::start(
+        &a.rpc_socket,
+        Arc::new(node::manage::SwitchServer::new(ctl)),
+    )
+    .with_context(|| {
+        format!(
+            "starting the switch's JSON-RPC server on {} (-r PATH for another)",
+            a.rpc_socket.display()
+        )
+    })?;
+    eprintln!("JSON-RPC on {}", a.rpc_socket.display());
+    let r = switch::run(&opts, &stop, &crx, &mut std::io::stderr());
+    server.stop();
+    r?;
     Ok(())
 }
 
@@ -459,4 +566,23 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     rep.note("context (OVS commit messages, 10G NIC): dpcls ~5.4 Mpps/core, EMC ~12 Mpps/core");
     rep.note("megaflow packets pick a megaflow uniformly, so about half the masks are probed: tuple space search cost grows with masks");
     Ok(rep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_render_as_ovs_text() {
+        assert_eq!(render(&json!(["a=1", "b=2"])), "a=1\nb=2\n");
+        assert_eq!(render(&json!([])), "");
+        assert_eq!(
+            render(&json!("2 flows added, 2 in table")),
+            "2 flows added, 2 in table\n"
+        );
+        assert_eq!(
+            render(&json!({"rules": 2, "upcalls": 0})),
+            "rules 2\nupcalls 0\n"
+        );
+    }
 }

@@ -604,6 +604,7 @@ mod tests {
             runs: 1,
             secs: 0.005,
             quick: true,
+            metrics_only: false,
         };
         let r = bench(&args, &Config::default()).unwrap();
         assert_eq!(r.figures.len(), 7);

@@ -273,6 +273,17 @@ impl Transport for RdmaTransport {
     fn listener_discover(&self, trid: &TransportId, entry: &mut DiscoveryEntry) {
         *entry = discovery_entry(trid);
     }
+    fn stop_listen(&mut self, trid: &TransportId) -> Option<usize> {
+        let i = self.listeners.iter().position(|id| {
+            id.local_addr()
+                .map(|a| TransportId::ip(TrType::Rdma, a))
+                .as_ref()
+                == Some(trid)
+        })?;
+        // dropping the CM id destroys it (rdma_destroy_id): the port is free again
+        drop(self.listeners.remove(i));
+        Some(i)
+    }
     fn accept(&mut self, timeout: Duration, out: &mut Vec<Accepted<RdmaQpair>>) -> io::Result<()> {
         let mut next = self.ch.get_event(Some(timeout)).ok();
         while let Some(ev) = next {

@@ -83,6 +83,16 @@ impl Transport for TcpTransport {
     fn listener_discover(&self, trid: &TransportId, entry: &mut DiscoveryEntry) {
         *entry = discovery_entry(trid);
     }
+    fn stop_listen(&mut self, trid: &TransportId) -> Option<usize> {
+        let i = self
+            .listeners
+            .iter()
+            .position(|s| s.local_addr().ok().map(TransportId::tcp).as_ref() == Some(trid))?;
+        // fds[i] is listeners[i]'s descriptor (pushed together in `listen`)
+        self.fds.remove(i);
+        drop(self.listeners.remove(i));
+        Some(i)
+    }
     fn accept(&mut self, timeout: Duration, out: &mut Vec<Accepted<TcpQpair>>) -> io::Result<()> {
         poll_fds(
             &mut self.fds,
