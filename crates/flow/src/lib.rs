@@ -26,6 +26,7 @@ pub mod group;
 pub mod key;
 pub mod normal;
 pub mod ofctl;
+pub mod offload;
 pub mod ofproto;
 pub mod rule_stats;
 pub mod xlate;
