@@ -100,7 +100,7 @@ fn fix_l4_checksum(pkt: &mut [u8], l3off: usize, et: u16) {
 
 /// Recomputes the IPv4 header checksum and the TCP/UDP checksum of a frame (what tc's
 /// `csum iph and tcp and udp` does after a pedit).
-pub(crate) fn fix_checksums(pkt: &mut [u8]) {
+pub fn fix_checksums(pkt: &mut [u8]) {
     let Some((off, et)) = l3(pkt) else { return };
     if et == ethertype::IPV4 {
         if let Ok(mut ip) = Ipv4Packet::new_checked(&mut pkt[off..]) {

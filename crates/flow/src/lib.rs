@@ -28,6 +28,7 @@ pub mod normal;
 pub mod ofctl;
 pub mod offload;
 pub mod ofproto;
+pub mod revalidator;
 pub mod rule_stats;
 pub mod xlate;
 
