@@ -2,8 +2,9 @@
 //!
 //! Owns: the switch runtime ([`run`] on the caller's thread, [`Switch`] on its
 //! own): ports on Linux interfaces (AF_PACKET) or pcap files ([`port`]), the
-//! datapath cache in front of the OpenFlow table, the stats push + expiry sweep
-//! every 0.5 s, and the control protocol on a Unix socket ([`ctl`]: dump-flows,
+//! datapath cache in front of the OpenFlow table, hardware offload to an emulated
+//! NIC and the revalidator every 0.5 s ([`offload`]: settings, `offload-stats`,
+//! `config`), and the control protocol on a Unix socket ([`ctl`]: dump-flows,
 //! dump-rules, add/del/replace-flows, add/mod/del/dump-groups, dump-group-stats,
 //! port-down/port-up, stop). [`trace`] parses the packet lines of
 //! `switch trace`.
@@ -17,10 +18,12 @@
 #![forbid(unsafe_code)]
 
 pub mod ctl;
+pub mod offload;
 pub mod port;
 mod runtime;
 pub mod trace;
 
+pub use offload::DatapathOpts;
 pub use runtime::{run, StopHandle, Switch, SwitchOpts};
 
 /// Errors of the switch.

@@ -1,5 +1,6 @@
-//! The live switch loop: receive on the ports, switch through the datapath
-//! cache, sweep every 0.5 s, answer control requests.
+//! The live switch loop: receive on the ports, switch through the (optionally
+//! offloaded) datapath cache, run the revalidator every 0.5 s, answer control
+//! requests (`offload-stats` and `config` here, the others in [`crate::ctl`]).
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -16,9 +17,6 @@ use flow::FlowTable;
 
 use crate::port::{open_port, Port};
 use crate::{ctl, read_flows, Error, Result};
-
-/// Period of the stats push + expiry sweep (ms).
-const SWEEP_MS: u64 = 500;
 
 /// What a switch runs with.
 #[derive(Debug, Clone)]
@@ -42,6 +40,8 @@ pub struct SwitchOpts {
     pub mac_aging_s: u64,
     /// NORMAL: MAC table size (OVS other_config:mac-table-size, default 8192).
     pub mac_table_size: usize,
+    /// hw-offload, offload providers/threads, flow limit ([`crate::offload`]).
+    pub dp: crate::offload::DatapathOpts,
 }
 
 /// Stops a running switch loop (from a signal handler, another thread, or `up`'s stop).
@@ -173,10 +173,19 @@ fn run_loop(
     log: &mut dyn Write,
 ) -> Result<()> {
     let mut dp = Datapath::new();
+    let mut dpo = a.dp.clone();
+    dp.set_offload(dpo.offload()?);
+    if dpo.hw_offload {
+        writeln!(
+            log,
+            "hw-offload on: providers {} on an EMULATED NIC (no hardware is programmed), {} offload threads",
+            dpo.offload_priority, dpo.n_offload_threads
+        )?;
+    }
+    let mut rv = dpo.revalidator(a.max_idle_ms);
     let start = Instant::now();
     let deadline = a.duration.map(|d| start + d);
     let mut c = Counters::default();
-    let mut last_expire = 0u64;
     let mut buf = vec![0u8; 65536];
     let mut pending: Vec<(u32, Vec<u8>)> = Vec::new();
     // pcap-rx ports are replayed once, in port order.
@@ -227,12 +236,16 @@ fn run_loop(
                 }
             }
         }
-        // Every 0.5 s (OVS: after each revalidator dump, ~0.5 s): credit megaflow
-        // stats to the OpenFlow rules, expire idle megaflows (max-idle, 10 s) and
-        // rules whose idle_timeout/hard_timeout passed (then megaflows are flushed).
-        if now_ms >= last_expire + SWEEP_MS {
-            last_expire = now_ms;
-            let sw = dp.sweep(table, now_ms, a.max_idle_ms);
+        // Offload results (states, marks); cheap when none is ready.
+        dp.offload_poll();
+        // Every 0.5 s the revalidator (OVS: a dump every ~0.5 s): hardware counters
+        // (at most every offloaded-stats-delay), stats pushed to the rules, idle
+        // megaflows (max-idle, shorter above the flow limit), rule timeouts, and
+        // after a table change each megaflow kept / modified / deleted.
+        if rv.due(now_ms) {
+            let t0 = Instant::now();
+            let sw = rv.run(&mut dp, table, now_ms);
+            rv.update_flow_limit(t0.elapsed().as_millis() as u64, dp.n_flows());
             for e in &sw.rules_expired {
                 c.rules_expired += 1;
                 writeln!(
@@ -250,7 +263,21 @@ fn run_loop(
                 conn.set_read_timeout(Some(Duration::from_secs(5)))?;
                 let mut req = String::new();
                 conn.read_to_string(&mut req)?;
-                let (resp, stop_req) = ctl::handle(&req, table, &mut dp, now_ms);
+                let (cmd, payload) = req.split_once('\n').unwrap_or((&req, ""));
+                let (resp, stop_req) = match cmd.trim() {
+                    "offload-stats" => (
+                        format!("OK\n{}", crate::offload::offload_stats(&dp, &rv)),
+                        false,
+                    ),
+                    "config" => (
+                        match crate::offload::apply_config(payload, &mut dpo, &mut rv, &mut dp) {
+                            Ok(t) => format!("OK\n{t}"),
+                            Err(e) => format!("ERROR: {e}\n"),
+                        },
+                        false,
+                    ),
+                    _ => ctl::handle(&req, table, &mut dp, now_ms),
+                };
                 let _ = conn.write_all(resp.as_bytes());
                 if stop_req {
                     stop.stop();
@@ -273,7 +300,7 @@ fn run_loop(
     let _ = std::fs::remove_file(&a.ctl);
     writeln!(
         log,
-        "switch stopped: rx {} tx {} dropped(no port) {} packet-ins {} upcalls {} recirculations {} megaflows {} rules expired {}",
+        "switch stopped: rx {} tx {} dropped(no port) {} packet-ins {} upcalls {} recirculations {} megaflows {} rules expired {} hw-forwarded {} mark hits {}",
         c.rx,
         c.tx,
         c.dropped_no_port,
@@ -281,7 +308,9 @@ fn run_loop(
         dp.stats.upcalls,
         dp.stats.recirculations,
         dp.n_flows(),
-        c.rules_expired
+        c.rules_expired,
+        dp.stats.hw_forwarded,
+        dp.stats.mark_hits
     )?;
     Ok(())
 }

@@ -74,6 +74,7 @@ fn pcap_replay_through_the_table_and_ctl_stop() {
         ctl: ctl.clone(),
         duration: Some(Duration::from_secs(20)),
         max_idle_ms: 10_000,
+        dp: Default::default(),
     };
     let sw = std::thread::spawn(move || {
         let mut log = Vec::new();
@@ -118,6 +119,7 @@ fn pcap_replay_through_the_table_and_ctl_stop() {
         ctl: dir.join("ctl2.sock"),
         duration: None,
         max_idle_ms: 10_000,
+        dp: Default::default(),
     };
     let e = Switch::start(bad).err().expect("start fails");
     assert!(e.to_string().starts_with("opening "), "{e}");

@@ -56,8 +56,23 @@ pub enum SwitchCmd {
     /// Mark a port down (its fast-failover / select buckets die) or up again.
     PortDown(CtlPortArgs),
     PortUp(CtlPortArgs),
+    /// Offload pipeline and revalidator counters of a running switch: queue depths,
+    /// inserts, failures by reason, hw-forwarded packets, flow limit.
+    OffloadStats(CtlArgs),
+    /// Change datapath settings of a running switch: `hw-offload=true|false`,
+    /// `hw-offload-priority=tc,rte`, `n-offload-threads=N`, `tc-policy=none|skip_sw|skip_hw`,
+    /// `max-idle=MS`, `flow-limit=N`, `offloaded-stats-delay=MS` (none: print them).
+    Config(CtlConfigArgs),
     /// Stop a running switch.
     Stop(CtlArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CtlConfigArgs {
+    #[arg(long, default_value = DEFAULT_CTL)]
+    pub ctl: PathBuf,
+    /// KEY=VALUE settings.
+    pub settings: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -100,6 +115,22 @@ pub struct RunArgs {
     /// NORMAL: MAC learning table size (OVS mac-table-size).
     #[arg(long, default_value_t = 8192)]
     pub mac_table_size: usize,
+    /// Offload megaflows to an emulated NIC (OVS hw-offload; no hardware is programmed).
+    #[arg(long)]
+    pub hw_offload: bool,
+    /// Offload providers in priority order (OVS hw-offload-priority).
+    #[arg(long, default_value = "tc,rte")]
+    pub offload_priority: String,
+    /// Offload threads (OVS n-offload-threads).
+    #[arg(long, default_value_t = 1)]
+    pub n_offload_threads: usize,
+    /// tc provider policy: none, skip_sw, skip_hw (OVS tc-policy).
+    #[arg(long, default_value = "none")]
+    pub tc_policy: String,
+    /// Most datapath flows (OVS flow-limit; above it idle time 100 ms, above twice it
+    /// every flow is deleted).
+    #[arg(long, default_value_t = 200_000)]
+    pub flow_limit: usize,
 }
 
 #[derive(Args, Debug)]
@@ -255,6 +286,8 @@ pub fn run(cmd: Cmd, _cfg: &Config) -> Result<()> {
             ctl_call(&a.ctl, "dump-rules", a.r#match.as_deref().unwrap_or(""))
         }
         SwitchCmd::Stop(a) => ctl_call(&a.ctl, "stop", ""),
+        SwitchCmd::OffloadStats(a) => ctl_call(&a.ctl, "offload-stats", ""),
+        SwitchCmd::Config(a) => ctl_call(&a.ctl, "config", &a.settings.join(" ")),
         SwitchCmd::AddGroups(a) => ctl_call(&a.ctl, "add-groups", &read_arg_file(&a.file)?),
         SwitchCmd::ModGroups(a) => ctl_call(&a.ctl, "mod-groups", &read_arg_file(&a.file)?),
         SwitchCmd::DelGroups(a) => {
@@ -305,6 +338,14 @@ fn run_switch(a: &RunArgs) -> Result<()> {
         vlans: a.vlans.clone(),
         mac_aging_s: a.mac_aging,
         mac_table_size: a.mac_table_size,
+        dp: switch::DatapathOpts {
+            hw_offload: a.hw_offload,
+            offload_priority: a.offload_priority.clone(),
+            n_offload_threads: a.n_offload_threads,
+            tc_policy: a.tc_policy.clone(),
+            flow_limit: a.flow_limit,
+            ..Default::default()
+        },
     };
     switch::run(&opts, &stop, &mut std::io::stderr())?;
     Ok(())
