@@ -941,9 +941,10 @@ impl Datapath {
         frame: &mut Vec<u8>,
         now: u64,
     ) -> crate::exec::Executed {
+        let k = FlowKey::from_packet(in_port, frame);
         let mut marked = None;
         if let Some(o) = self.offload.as_ref() {
-            match o.rx(in_port, frame, now) {
+            match o.rx(&k, frame, now) {
                 HwRx::Done(ex) => {
                     self.stats.hw_forwarded += 1;
                     return ex;
@@ -958,7 +959,6 @@ impl Datapath {
                 HwRx::Miss => {}
             }
         }
-        let k = FlowKey::from_packet(in_port, frame);
         let len = frame.len();
         let acts = match marked {
             Some(i) if self.flows[i as usize].alive => {

@@ -351,6 +351,168 @@ fn run_switch(a: &RunArgs) -> Result<()> {
     Ok(())
 }
 
+/// Median, min, max of `v`.
+fn mmm(mut v: Vec<f64>) -> (f64, f64, f64) {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (benchkit::median(&mut v).unwrap_or(0.0), lo, hi)
+}
+
+/// `dpustack bench offload`: flow offload into the emulated NIC (no hardware): insert
+/// rate per provider next to software megaflow installs, the offload threads' rate,
+/// revalidator rounds at 10 k / 100 k megaflows next to translating their keys, and
+/// forwarding with offload on vs off. Every row: median of `--runs`, min/max in detail.
+pub fn bench_offload(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
+    use benchkit::{Better, Figure};
+    use flow::bench as fb;
+    let runs = args.runs();
+    let t = args.run_time();
+    let n = if args.quick { 10_000 } else { 100_000 };
+    let mut rep = benchkit::Report::new("offload");
+    let specs = fb::offload_specs(n);
+    for p in ["tc", "rte"] {
+        let (mut v, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let (x, failed, base) = fb::offload_insert_rate(p, &specs);
+            if failed > 0 {
+                bail!("{p}: {failed} of {n} flows refused: the insert rate would time refusals");
+            }
+            v.push(x);
+            b.push(base);
+        }
+        let (m, lo, hi) = mmm(v);
+        let (bm, blo, bhi) = mmm(b);
+        rep.push(
+            Figure::new(
+                format!("offload insert, {p} provider, {}k flows", n / 1000),
+                m / 1e3,
+                "kflows/s",
+                "software megaflow install, same flows",
+                bm / 1e3,
+                Better::Higher,
+            )
+            .with_detail(serde_json::json!({"min": lo / 1e3, "max": hi / 1e3, "baseline_min": blo / 1e3, "baseline_max": bhi / 1e3, "runs": runs, "nic_insert_cost": 0})),
+        );
+    }
+    let mut base_v = Vec::new();
+    for _ in 0..runs {
+        base_v.push(fb::offload_insert_rate("tc", &specs).0);
+    }
+    let (tc_m, _, _) = mmm(base_v);
+    for threads in [1usize, 2] {
+        let mut v = Vec::new();
+        for _ in 0..runs {
+            v.push(fb::offload_pipeline_rate(&specs, threads));
+        }
+        let (m, lo, hi) = mmm(v);
+        rep.push(
+            Figure::new(
+                format!(
+                    "offload insert via {threads} offload thread(s), tc,rte, {}k flows",
+                    n / 1000
+                ),
+                m / 1e3,
+                "kflows/s",
+                "tc provider called directly",
+                tc_m / 1e3,
+                Better::Higher,
+            )
+            .with_detail(serde_json::json!({"min": lo / 1e3, "max": hi / 1e3, "runs": runs})),
+        );
+    }
+    for flows in [10_000usize, 100_000] {
+        if args.quick && flows > 10_000 {
+            continue;
+        }
+        let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let (plain, full, base) = fb::reval_times(flows);
+            a.push(plain);
+            b.push(full);
+            c.push(base);
+        }
+        let (am, alo, ahi) = mmm(a);
+        let (bm, blo, bhi) = mmm(b);
+        let (cm, _, _) = mmm(c);
+        rep.push(
+            Figure::new(
+                format!(
+                    "revalidator round, {}k flows, no table change (stats push + idle)",
+                    flows / 1000
+                ),
+                am,
+                "ms",
+                "translating every flow's key",
+                cm,
+                Better::Lower,
+            )
+            .with_detail(serde_json::json!({"min": alo, "max": ahi, "runs": runs})),
+        );
+        rep.push(
+            Figure::new(
+                format!(
+                    "revalidator round, {}k flows, after a table change (all re-translated)",
+                    flows / 1000
+                ),
+                bm,
+                "ms",
+                "translating every flow's key",
+                cm,
+                Better::Lower,
+            )
+            .with_detail(serde_json::json!({"min": blo, "max": bhi, "runs": runs})),
+        );
+    }
+    let fwd_n = if args.quick { 10_000 } else { 100_000 };
+    let mut off = (Vec::new(), Vec::new());
+    let mut on: Vec<(&str, Vec<f64>, Vec<f64>, usize)> =
+        vec![("tc", vec![], vec![], 0), ("rte", vec![], vec![], 0)];
+    for _ in 0..runs {
+        let (nw, hits, _) = fb::forwarding_rate(t, None, fwd_n);
+        off.0.push(nw);
+        off.1.push(hits);
+        for o in on.iter_mut() {
+            let (nw, hits, offloaded) = fb::forwarding_rate(t, Some(o.0), fwd_n);
+            o.1.push(nw);
+            o.2.push(hits);
+            o.3 = offloaded;
+        }
+    }
+    let (onw, _, _) = mmm(off.0.clone());
+    let (ohit, _, _) = mmm(off.1.clone());
+    for (p, nw, hits, offloaded) in on {
+        let (m, lo, hi) = mmm(nw);
+        rep.push(
+            Figure::new(
+                format!("forwarding new flows (upcall+install+ADD queued), offload {p}, {}k flows", fwd_n / 1000),
+                m / 1e6,
+                "Mpps",
+                "same, offload off",
+                onw / 1e6,
+                Better::Higher,
+            )
+            .with_detail(serde_json::json!({"min": lo / 1e6, "max": hi / 1e6, "offloaded_at_end": offloaded, "runs": runs})),
+        );
+        let (m, lo, hi) = mmm(hits);
+        rep.push(
+            Figure::new(
+                format!(
+                    "forwarding offloaded flows (emulated NIC on this core), {p}, {}k flows",
+                    fwd_n / 1000
+                ),
+                m / 1e6,
+                "Mpps",
+                "software cache (EMC+megaflow), offload off",
+                ohit / 1e6,
+                Better::Higher,
+            )
+            .with_detail(serde_json::json!({"min": lo / 1e6, "max": hi / 1e6, "runs": runs})),
+        );
+    }
+    rep.note("The NIC is emulated in software: its lookup and actions run on the forwarding core, so 'offloaded' forwarding rates measure the emulation, not hardware.");
+    Ok(rep)
+}
+
 /// `dpustack bench flow`: single-core lookup rates of the datapath cache, each next to
 /// the same-run cost of hashing a flow key (the EMC's own hash over the whole key).
 pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {

@@ -116,8 +116,14 @@ pub trait OffloadProvider: Send + Sync {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// The NIC's receive path: look the frame up in the hardware table at `now`.
-    fn rx(&self, in_port: u32, frame: &mut Vec<u8>, now: u64) -> HwRx;
+    /// The NIC's receive path: look the frame (parsed into `key`) up in the hardware
+    /// table at `now`; a match runs its actions on the frame.
+    fn rx_key(&self, key: &FlowKey, frame: &mut Vec<u8>, now: u64) -> HwRx;
+    /// [`Self::rx_key`] parsing the frame first.
+    fn rx(&self, in_port: u32, frame: &mut Vec<u8>, now: u64) -> HwRx {
+        let k = FlowKey::from_packet(in_port, frame);
+        self.rx_key(&k, frame, now)
+    }
 }
 
 /// Names of the key fields (for refusal reasons and supported-field sets).

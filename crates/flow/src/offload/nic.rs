@@ -15,6 +15,32 @@ use crate::exec::Executed;
 use crate::key::FlowKey;
 use crate::xlate::OdpAction;
 
+/// Hasher of the NIC's match tables (word-wise multiply-rotate like the datapath's;
+/// the default SipHash over a 192-byte key costs more than the lookup itself).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct WordHasher(u64);
+
+impl std::hash::Hasher for WordHasher {
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 29)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+}
+
+type KeyHash = std::hash::BuildHasherDefault<WordHasher>;
+
 /// Configuration of an emulated NIC (tests set every knob).
 #[derive(Debug, Clone)]
 pub struct NicConfig {
@@ -87,7 +113,7 @@ pub struct EmuNic {
     pub cfg: NicConfig,
     rules: HashMap<u64, NicRule>,
     /// Per mask: masked key -> rule handles (latest last).
-    tables: Vec<(FlowKey, HashMap<FlowKey, Vec<u64>>)>,
+    tables: Vec<(FlowKey, HashMap<FlowKey, Vec<u64>, KeyHash>)>,
     inserts: u64,
 }
 
@@ -160,7 +186,7 @@ impl EmuNic {
         let t = match self.tables.iter().position(|(m, _)| *m == mask) {
             Some(i) => i,
             None => {
-                self.tables.push((mask, HashMap::new()));
+                self.tables.push((mask, HashMap::default()));
                 self.tables.len() - 1
             }
         };
@@ -230,10 +256,10 @@ impl EmuNic {
         best.map(|(_, h)| h)
     }
 
-    /// The receive path: parse, look up, count, run the operations.
-    pub fn rx(&mut self, in_port: u32, frame: &mut Vec<u8>, now: u64) -> HwRx {
-        let k = FlowKey::from_packet(in_port, frame);
-        let Some(h) = self.lookup(&k) else {
+    /// The receive path: look up (the frame parsed into `k`), count, run the
+    /// operations.
+    pub fn rx(&mut self, k: &FlowKey, frame: &mut Vec<u8>, now: u64) -> HwRx {
+        let Some(h) = self.lookup(k) else {
             return HwRx::Miss;
         };
         let r = self.rules.get_mut(&h).expect("rule of a table entry");

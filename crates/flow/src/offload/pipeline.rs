@@ -369,9 +369,9 @@ impl Offload {
 
     /// The hardware receive path: providers in priority order; the first that
     /// matches handles the frame.
-    pub fn rx(&self, in_port: u32, frame: &mut Vec<u8>, now: u64) -> HwRx {
+    pub fn rx(&self, key: &crate::key::FlowKey, frame: &mut Vec<u8>, now: u64) -> HwRx {
         for p in self.providers.iter() {
-            match p.rx(in_port, frame, now) {
+            match p.rx_key(key, frame, now) {
                 HwRx::Miss => {}
                 r => return r,
             }

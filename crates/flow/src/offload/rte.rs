@@ -651,7 +651,7 @@ impl OffloadProvider for RteProvider {
     fn len(&self) -> usize {
         lock(&self.nic).len()
     }
-    fn rx(&self, in_port: u32, frame: &mut Vec<u8>, now: u64) -> HwRx {
-        lock(&self.nic).rx(in_port, frame, now)
+    fn rx_key(&self, k: &FlowKey, frame: &mut Vec<u8>, now: u64) -> HwRx {
+        lock(&self.nic).rx(k, frame, now)
     }
 }

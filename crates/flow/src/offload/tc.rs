@@ -620,9 +620,9 @@ impl OffloadProvider for TcProvider {
     fn len(&self) -> usize {
         lock(&self.state).filters.len()
     }
-    fn rx(&self, in_port: u32, frame: &mut Vec<u8>, now: u64) -> HwRx {
-        match lock(&self.hw).rx(in_port, frame, now) {
-            HwRx::Miss => lock(&self.sw).rx(in_port, frame, now),
+    fn rx_key(&self, k: &FlowKey, frame: &mut Vec<u8>, now: u64) -> HwRx {
+        match lock(&self.hw).rx(k, frame, now) {
+            HwRx::Miss => lock(&self.sw).rx(k, frame, now),
             r => r,
         }
     }
