@@ -756,6 +756,18 @@ impl Datapath {
                 }
                 if !matches!(fl.offload, OffloadState::None | OffloadState::Failed(_)) {
                     if let Some(o) = self.offload.as_mut() {
+                        // Its last hardware counters, credited at the next push.
+                        if let OffloadState::Full { provider, .. } = fl.offload {
+                            if let Ok(st) = o.provider(provider).stats(fl.ufid, true) {
+                                if st.packets > 0 {
+                                    let mut fl = fl.clone();
+                                    fl.hw.packets += st.packets;
+                                    fl.hw.bytes += st.bytes;
+                                    fl.hw.used = fl.hw.used.max(st.used);
+                                    self.orphans.push(fl);
+                                }
+                            }
+                        }
                         o.enqueue(OffloadOp::Del { ufid: fl.ufid });
                     }
                 }

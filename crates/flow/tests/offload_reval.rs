@@ -273,8 +273,22 @@ fn idle_expiry_counts_hardware_use_on_a_made_up_clock() {
     );
     assert_eq!(dp.n_flows(), 1);
     assert_eq!(dp.offload().unwrap().providers()[0].len(), 1);
-    let sw = rv.run(&mut dp, &mut t, 19_000);
+    // The udp flow's last NIC packet (at 12 s) is read before it is deleted and
+    // credited to its rule at the next round.
+    dp.receive_execute(&t, 1, &mut udp.clone(), 12_000);
+    let udp_rule = *t.rules.iter().find(|(_, r)| r.priority == 10).unwrap().0;
+    let before = t.rule_stats(udp_rule).unwrap().packets;
+    let mut rv2 = Revalidator::new(RevalidatorConfig {
+        offloaded_stats_delay_ms: u64::MAX / 4,
+        ..Default::default()
+    });
+    rv2.run(&mut dp, &mut t, 12_500); // first round reads hardware; later ones not
+    dp.receive_execute(&t, 1, &mut udp.clone(), 13_000);
+    let sw = rv2.run(&mut dp, &mut t, 23_001);
+    assert!(!sw.hw_queried);
     assert_eq!((sw.megaflows_expired, dp.n_flows()), (1, 0));
+    rv2.run(&mut dp, &mut t, 23_600);
+    assert_eq!(t.rule_stats(udp_rule).unwrap().packets, before + 2);
     dp.offload_poll();
     assert_eq!(dp.offload().unwrap().providers()[0].len(), 0);
 }
