@@ -392,53 +392,6 @@ pub fn table_rates(t: Duration, table: &FlowTable) -> (f64, f64, usize, usize) {
     (up, hits, n_flows, n_masks)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn workloads_run() {
-        let t = Duration::from_millis(5);
-        assert!(baseline_hash(t) > 0.0);
-        let (v, emc) = emc_hits(t, 100);
-        assert!(v > 0.0 && emc > 99.0, "emc {emc}");
-        assert!(emc_hits_with_parse(t, 100) > 0.0);
-        let mut r = Rng::new(9);
-        let k = random_key(&mut r);
-        let k2 = FlowKey::from_packet(k.in_port(), &frame_for(&k));
-        assert_eq!(k2.get(f::NW_DST), k.get(f::NW_DST));
-        assert_eq!(k2.tp_dst(), k.tp_dst());
-        let (v, probes) = dpcls_lookups(t, 10, 100);
-        assert!(v > 0.0 && (1.0..=10.0).contains(&probes), "probes {probes}");
-        let (v, per_mask) = upcalls(t, 50);
-        assert!(v > 0.0 && per_mask > 0.0);
-        let p = random_pipeline(&mut r, 4, 50);
-        assert_eq!((p.table_len(0), p.table_len(3), p.len()), (51, 51, 204));
-        let (up, hits, flows, _) = table_rates(t, &p);
-        assert!(up > 0.0 && hits > 0.0 && flows > 0);
-        let specs = offload_specs(200);
-        for p in ["tc", "rte"] {
-            let (v, failed, base) = offload_insert_rate(p, &specs);
-            assert!(v > 0.0 && base > 0.0 && failed == 0, "{p}: {failed} failed");
-        }
-        assert!(offload_pipeline_rate(&specs, 1) > 0.0);
-        let (a, b, c) = reval_times(300);
-        assert!(a > 0.0 && b > 0.0 && c > 0.0);
-        for p in [None, Some("tc"), Some("rte")] {
-            let (nw, hits, off) = forwarding_rate(t, p, 100);
-            assert!(nw > 0.0 && hits > 0.0);
-            assert_eq!(off, if p.is_some() { 100 } else { 0 }, "{p:?}");
-        }
-        // Every packet went through all four tables: some output or drop, never a
-        // translation error.
-        let mut r = Rng::new(12);
-        for _ in 0..100 {
-            let x = p.xlate(&random_key(&mut r));
-            assert!(x.error.is_none() && x.rules.len() >= 4, "{:?}", x.rules);
-        }
-    }
-}
-
 /// `n` distinct megaflows (10 masks, each megaflow its own dl_dst, the VLAN-present
 /// bit in every mask as the datapath installs it) with a MAC rewrite + output.
 pub fn offload_specs(n: usize) -> Vec<crate::offload::FlowSpec> {
@@ -657,4 +610,51 @@ pub fn forwarding_rate(t: Duration, provider: Option<&str>, n: usize) -> (f64, f
         BATCH as u64
     });
     (new_rate, hits, offloaded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workloads_run() {
+        let t = Duration::from_millis(5);
+        assert!(baseline_hash(t) > 0.0);
+        let (v, emc) = emc_hits(t, 100);
+        assert!(v > 0.0 && emc > 99.0, "emc {emc}");
+        assert!(emc_hits_with_parse(t, 100) > 0.0);
+        let mut r = Rng::new(9);
+        let k = random_key(&mut r);
+        let k2 = FlowKey::from_packet(k.in_port(), &frame_for(&k));
+        assert_eq!(k2.get(f::NW_DST), k.get(f::NW_DST));
+        assert_eq!(k2.tp_dst(), k.tp_dst());
+        let (v, probes) = dpcls_lookups(t, 10, 100);
+        assert!(v > 0.0 && (1.0..=10.0).contains(&probes), "probes {probes}");
+        let (v, per_mask) = upcalls(t, 50);
+        assert!(v > 0.0 && per_mask > 0.0);
+        let p = random_pipeline(&mut r, 4, 50);
+        assert_eq!((p.table_len(0), p.table_len(3), p.len()), (51, 51, 204));
+        let (up, hits, flows, _) = table_rates(t, &p);
+        assert!(up > 0.0 && hits > 0.0 && flows > 0);
+        let specs = offload_specs(200);
+        for p in ["tc", "rte"] {
+            let (v, failed, base) = offload_insert_rate(p, &specs);
+            assert!(v > 0.0 && base > 0.0 && failed == 0, "{p}: {failed} failed");
+        }
+        assert!(offload_pipeline_rate(&specs, 1) > 0.0);
+        let (a, b, c) = reval_times(300);
+        assert!(a > 0.0 && b > 0.0 && c > 0.0);
+        for p in [None, Some("tc"), Some("rte")] {
+            let (nw, hits, off) = forwarding_rate(t, p, 100);
+            assert!(nw > 0.0 && hits > 0.0);
+            assert_eq!(off, if p.is_some() { 100 } else { 0 }, "{p:?}");
+        }
+        // Every packet went through all four tables: some output or drop, never a
+        // translation error.
+        let mut r = Rng::new(12);
+        for _ in 0..100 {
+            let x = p.xlate(&random_key(&mut r));
+            assert!(x.error.is_none() && x.rules.len() >= 4, "{:?}", x.rules);
+        }
+    }
 }

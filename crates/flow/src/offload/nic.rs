@@ -41,6 +41,9 @@ impl std::hash::Hasher for WordHasher {
 
 type KeyHash = std::hash::BuildHasherDefault<WordHasher>;
 
+/// One mask's table: masked key -> (rule handle, prio), latest last.
+type MatchTable = HashMap<FlowKey, Vec<(u64, u32)>, KeyHash>;
+
 /// Configuration of an emulated NIC (tests set every knob).
 #[derive(Debug, Clone)]
 pub struct NicConfig {
@@ -102,7 +105,6 @@ pub enum HwOp {
 struct NicRule {
     mask: FlowKey,
     key: FlowKey,
-    prio: u32,
     ops: Vec<HwOp>,
     stats: HwStats,
 }
@@ -111,9 +113,9 @@ struct NicRule {
 #[derive(Debug)]
 pub struct EmuNic {
     pub cfg: NicConfig,
-    rules: HashMap<u64, NicRule>,
-    /// Per mask: masked key -> rule handles (latest last).
-    tables: Vec<(FlowKey, HashMap<FlowKey, Vec<u64>, KeyHash>)>,
+    rules: HashMap<u64, NicRule, KeyHash>,
+    /// Per mask: masked key -> (rule handle, prio), latest last.
+    tables: Vec<(FlowKey, MatchTable)>,
     inserts: u64,
 }
 
@@ -121,7 +123,7 @@ impl EmuNic {
     pub fn new(cfg: NicConfig) -> EmuNic {
         EmuNic {
             cfg,
-            rules: HashMap::new(),
+            rules: HashMap::default(),
             tables: Vec::new(),
             inserts: 0,
         }
@@ -190,13 +192,16 @@ impl EmuNic {
                 self.tables.len() - 1
             }
         };
-        self.tables[t].1.entry(key).or_default().push(handle);
+        self.tables[t]
+            .1
+            .entry(key)
+            .or_default()
+            .push((handle, prio));
         self.rules.insert(
             handle,
             NicRule {
                 mask,
                 key,
-                prio,
                 ops,
                 stats: HwStats::default(),
             },
@@ -209,7 +214,7 @@ impl EmuNic {
         if let Some(t) = self.tables.iter().position(|(m, _)| *m == r.mask) {
             let tab = &mut self.tables[t].1;
             if let Some(v) = tab.get_mut(&r.key) {
-                v.retain(|&h| h != handle);
+                v.retain(|&(h, _)| h != handle);
                 if v.is_empty() {
                     tab.remove(&r.key);
                 }
@@ -245,8 +250,7 @@ impl EmuNic {
         let mut best: Option<(u32, u64)> = None;
         for (m, tab) in &self.tables {
             if let Some(hs) = tab.get(&k.and(m)) {
-                if let Some(&h) = hs.last() {
-                    let p = self.rules[&h].prio;
+                if let Some(&(h, p)) = hs.last() {
                     if best.is_none_or(|(bp, _)| p < bp) {
                         best = Some((p, h));
                     }
