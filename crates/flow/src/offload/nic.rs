@@ -139,18 +139,12 @@ impl EmuNic {
         self.inserts
     }
 
-    /// Checks a rule against the NIC's capabilities and failure plan and pays the
-    /// insert cost: call before [`Self::insert`] (outside any lock shared with the
-    /// receive path, so the cost does not stall it).
+    /// Checks a rule against the NIC's capabilities and failure plan: call before
+    /// [`Self::insert`]. The insert cost is paid by [`pay_insert_cost`] before the
+    /// NIC is locked, so programming never stalls the receive path.
     pub fn admit(&mut self, mask: &FlowKey) -> Result<(), OffloadError> {
         self.inserts += 1;
         let n = self.inserts;
-        if !self.cfg.insert_cost.is_zero() {
-            let t = Instant::now();
-            while t.elapsed() < self.cfg.insert_cost {
-                std::hint::spin_loop();
-            }
-        }
         let extra = {
             let mut m = *mask;
             for i in 0..m.w.len() {
@@ -271,6 +265,21 @@ impl EmuNic {
         r.stats.bytes += frame.len() as u64;
         r.stats.used = now;
         run_ops(&r.ops, frame)
+    }
+}
+
+/// Busy time of one insert (`NicConfig::insert_cost`), spent without holding the NIC.
+pub fn pay_insert_cost(nic: &std::sync::Mutex<EmuNic>) {
+    let cost = nic
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .cfg
+        .insert_cost;
+    if !cost.is_zero() {
+        let t = Instant::now();
+        while t.elapsed() < cost {
+            std::hint::spin_loop();
+        }
     }
 }
 

@@ -612,6 +612,7 @@ impl OffloadProvider for RteProvider {
             }
             let (k, m) = decode_match(&fl.attr, &fl.pattern);
             let ops = decode_actions(&fl.actions);
+            super::nic::pay_insert_cost(&self.nic);
             let mut nic = lock(&self.nic);
             // A MOD replaces the old rule: it goes first (and stays gone on failure).
             nic.remove(ufid);

@@ -562,6 +562,9 @@ impl OffloadProvider for TcProvider {
         let fl = self.translate(ufid, spec)?;
         let (k, m) = decode_match(fl.chain, &fl.key);
         let ops = decode_actions(&fl.actions);
+        if self.policy != TcPolicy::SkipHw {
+            super::nic::pay_insert_cost(&self.hw);
+        }
         let in_hw = match self.policy {
             TcPolicy::SkipHw => false,
             TcPolicy::SkipSw => {
