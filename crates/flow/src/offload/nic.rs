@@ -41,8 +41,61 @@ impl std::hash::Hasher for WordHasher {
 
 type KeyHash = std::hash::BuildHasherDefault<WordHasher>;
 
-/// One mask's table: masked key -> (rule handle, prio), latest last.
-type MatchTable = HashMap<FlowKey, Vec<(u64, u32)>, KeyHash>;
+/// Hasher for keys that already are hashes.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | b as u64;
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+/// One mask's table (like a datapath subtable: only the mask's non-zero words are
+/// hashed and compared): hash -> (masked key, rule handle, prio), latest last.
+#[derive(Debug)]
+struct MaskTable {
+    mask: FlowKey,
+    words: Vec<u8>,
+    map: HashMap<u64, Vec<(FlowKey, u64, u32)>, std::hash::BuildHasherDefault<IdHasher>>,
+    n: usize,
+}
+
+impl MaskTable {
+    fn new(mask: FlowKey) -> MaskTable {
+        MaskTable {
+            mask,
+            words: (0..mask.w.len() as u8)
+                .filter(|&i| mask.w[i as usize] != 0)
+                .collect(),
+            map: HashMap::default(),
+            n: 0,
+        }
+    }
+    #[inline]
+    fn hash(&self, k: &FlowKey) -> u64 {
+        let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
+        for &i in &self.words {
+            let w = k.w[i as usize] & self.mask.w[i as usize];
+            h = (h.rotate_left(5) ^ w).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+        h ^ (h >> 29)
+    }
+    #[inline]
+    fn matches(&self, masked: &FlowKey, k: &FlowKey) -> bool {
+        self.words
+            .iter()
+            .all(|&i| masked.w[i as usize] == k.w[i as usize] & self.mask.w[i as usize])
+    }
+}
 
 /// Configuration of an emulated NIC (tests set every knob).
 #[derive(Debug, Clone)]
@@ -114,8 +167,8 @@ struct NicRule {
 pub struct EmuNic {
     pub cfg: NicConfig,
     rules: HashMap<u64, NicRule, KeyHash>,
-    /// Per mask: masked key -> (rule handle, prio), latest last.
-    tables: Vec<(FlowKey, MatchTable)>,
+    /// One table per mask.
+    tables: Vec<MaskTable>,
     inserts: u64,
 }
 
@@ -179,18 +232,17 @@ impl EmuNic {
     pub fn insert(&mut self, handle: u64, key: FlowKey, mask: FlowKey, prio: u32, ops: Vec<HwOp>) {
         self.remove(handle);
         let key = key.and(&mask);
-        let t = match self.tables.iter().position(|(m, _)| *m == mask) {
+        let t = match self.tables.iter().position(|t| t.mask == mask) {
             Some(i) => i,
             None => {
-                self.tables.push((mask, HashMap::default()));
+                self.tables.push(MaskTable::new(mask));
                 self.tables.len() - 1
             }
         };
-        self.tables[t]
-            .1
-            .entry(key)
-            .or_default()
-            .push((handle, prio));
+        let tab = &mut self.tables[t];
+        let h = tab.hash(&key);
+        tab.map.entry(h).or_default().push((key, handle, prio));
+        tab.n += 1;
         self.rules.insert(
             handle,
             NicRule {
@@ -205,15 +257,18 @@ impl EmuNic {
     /// Removes a rule; returns its counters.
     pub fn remove(&mut self, handle: u64) -> Option<HwStats> {
         let r = self.rules.remove(&handle)?;
-        if let Some(t) = self.tables.iter().position(|(m, _)| *m == r.mask) {
-            let tab = &mut self.tables[t].1;
-            if let Some(v) = tab.get_mut(&r.key) {
-                v.retain(|&(h, _)| h != handle);
+        if let Some(t) = self.tables.iter().position(|t| t.mask == r.mask) {
+            let tab = &mut self.tables[t];
+            let h = tab.hash(&r.key);
+            if let Some(v) = tab.map.get_mut(&h) {
+                let before = v.len();
+                v.retain(|e| e.1 != handle);
+                tab.n -= before - v.len();
                 if v.is_empty() {
-                    tab.remove(&r.key);
+                    tab.map.remove(&h);
                 }
             }
-            if tab.is_empty() {
+            if tab.n == 0 {
                 self.tables.swap_remove(t);
             }
         }
@@ -242,9 +297,9 @@ impl EmuNic {
     /// The best rule (lowest `prio`) matching `k`.
     pub fn lookup(&self, k: &FlowKey) -> Option<u64> {
         let mut best: Option<(u32, u64)> = None;
-        for (m, tab) in &self.tables {
-            if let Some(hs) = tab.get(&k.and(m)) {
-                if let Some(&(h, p)) = hs.last() {
+        for tab in &self.tables {
+            if let Some(v) = tab.map.get(&tab.hash(k)) {
+                if let Some(&(_, h, p)) = v.iter().rev().find(|e| tab.matches(&e.0, k)) {
                     if best.is_none_or(|(bp, _)| p < bp) {
                         best = Some((p, h));
                     }

@@ -589,3 +589,35 @@ fn hw_ops_pedit_semantics() {
     super::nic::run_ops(&[op], &mut fr);
     assert_eq!(&fr[0..4], &[1, 2, 0xab, 4]);
 }
+
+#[test]
+fn nic_table_same_match_latest_wins_and_priorities() {
+    use super::nic::EmuNic;
+    let mut nic = EmuNic::new(NicConfig::default());
+    let mut m = FlowKey::ZERO;
+    m.full(f::IN_PORT);
+    m.full(f::TP_DST);
+    let mut k = FlowKey::ZERO;
+    k.set(f::IN_PORT, 1);
+    k.set(f::TP_DST, 80);
+    nic.insert(1, k, m, 5, vec![]);
+    nic.insert(2, k, m, 5, vec![]);
+    let mut pkt = k;
+    pkt.set(f::NW_DST, 0x0a000001); // not in the mask
+    assert_eq!(nic.lookup(&pkt), Some(2));
+    nic.remove(2);
+    assert_eq!(nic.lookup(&pkt), Some(1));
+    // A wider rule with a better (lower) prio in another mask wins.
+    let mut m2 = FlowKey::ZERO;
+    m2.full(f::IN_PORT);
+    nic.insert(3, k, m2, 1, vec![]);
+    assert_eq!(nic.lookup(&pkt), Some(3));
+    pkt.set(f::TP_DST, 81);
+    assert_eq!(nic.lookup(&pkt), Some(3));
+    pkt.set(f::IN_PORT, 2);
+    assert_eq!(nic.lookup(&pkt), None);
+    nic.remove(3);
+    nic.remove(1);
+    assert!(nic.is_empty());
+    assert_eq!(nic.lookup(&k), None);
+}
