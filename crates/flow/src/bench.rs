@@ -392,6 +392,226 @@ pub fn table_rates(t: Duration, table: &FlowTable) -> (f64, f64, usize, usize) {
     (up, hits, n_flows, n_masks)
 }
 
+/// `n` distinct megaflows (10 masks, each megaflow its own dl_dst, the VLAN-present
+/// bit in every mask as the datapath installs it) with a MAC rewrite + output.
+pub fn offload_specs(n: usize) -> Vec<crate::offload::FlowSpec> {
+    let mut r = Rng::new(21);
+    let masks = random_masks(&mut r, 10);
+    (0..n)
+        .map(|i| {
+            let mut m = masks[i % masks.len()];
+            m.or(f::VLAN0_TCI, crate::key::VLAN_CFI as u64);
+            let mut k = random_key(&mut r);
+            k.set(f::DL_DST, 0x0200_0000_0000 | i as u64);
+            crate::offload::FlowSpec {
+                key: k.and(&m),
+                mask: m,
+                actions: vec![
+                    OdpAction::SetEth {
+                        src: (0, 0),
+                        dst: (0x0200_0000_00ff, 0xffff_ffff_ffff),
+                    },
+                    OdpAction::Output(1 + (i % 4) as u32),
+                ],
+            }
+        })
+        .collect()
+}
+
+/// Offload insertion: puts every spec into a fresh provider (`tc` or `rte`, on an
+/// emulated NIC without insert cost, large enough) on this thread. Returns
+/// (flows/s, failures, same-run baseline: software megaflow installs/s of the same
+/// specs into a datapath).
+pub fn offload_insert_rate(
+    provider: &str,
+    specs: &[crate::offload::FlowSpec],
+) -> (f64, usize, f64) {
+    use crate::offload::nic::NicConfig;
+    use crate::offload::OffloadProvider;
+    let nic = NicConfig {
+        capacity: specs.len() + 1,
+        ..Default::default()
+    };
+    let p: Box<dyn OffloadProvider> = match provider {
+        "tc" => Box::new(crate::offload::tc::TcProvider::new(
+            nic,
+            crate::offload::tc::TcPolicy::SkipSw,
+        )),
+        _ => Box::new(crate::offload::rte::RteProvider::new(nic)),
+    };
+    let t0 = Instant::now();
+    let mut failed = 0;
+    for (i, s) in specs.iter().enumerate() {
+        failed += p.put(i as u64 + 1, s, i as u32 + 1).is_err() as usize;
+    }
+    let put = specs.len() as f64 / t0.elapsed().as_secs_f64();
+    let mut dp = Datapath::new();
+    let t0 = Instant::now();
+    for s in specs {
+        black_box(dp.install(&s.key, &s.mask, s.actions.clone()));
+    }
+    let base = specs.len() as f64 / t0.elapsed().as_secs_f64();
+    (put, failed, base)
+}
+
+/// Offload insertion through the pipeline: ADD ops enqueued to `threads` offload
+/// threads (providers "tc,rte"), timed until every result is back. Returns flows/s.
+pub fn offload_pipeline_rate(specs: &[crate::offload::FlowSpec], threads: usize) -> f64 {
+    use crate::offload::{Offload, OffloadConfig, OffloadOp};
+    let mut o = Offload::new(OffloadConfig {
+        enabled: true,
+        n_threads: threads,
+        nic: crate::offload::nic::NicConfig {
+            capacity: specs.len() + 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .expect("providers");
+    let t0 = Instant::now();
+    for (i, s) in specs.iter().enumerate() {
+        o.enqueue(OffloadOp::Add {
+            ufid: i as u64 + 1,
+            spec: s.clone(),
+        });
+    }
+    let mut got = 0;
+    while got < specs.len() {
+        match o.try_result() {
+            Some(_) => got += 1,
+            None => std::thread::yield_now(),
+        }
+    }
+    specs.len() as f64 / t0.elapsed().as_secs_f64()
+}
+
+/// A datapath holding `n` megaflows translated through a random 1 k-rule table (each
+/// with its own dl_dst), for revalidator timings; returns it with the table.
+pub fn reval_setup(n: usize) -> (Datapath, FlowTable) {
+    let mut r = Rng::new(22);
+    let table = random_table(&mut r, 1000);
+    let mut dp = Datapath::new();
+    for i in 0..n {
+        let mut k = random_key(&mut r);
+        k.set(f::DL_DST, 0x0200_0000_0000 | i as u64);
+        let x = table.xlate(&k);
+        let mut m = x.wc;
+        m.or(f::VLAN0_TCI, crate::key::VLAN_CFI as u64);
+        m.full(f::DL_DST);
+        dp.install_rules(&k, &m, x.actions, &x.rules);
+    }
+    (dp, table)
+}
+
+/// Revalidator round times on `n` megaflows: (ms of a round without a table change:
+/// stats push + idle check + rebuild-free pass, ms of a round after a table change:
+/// every megaflow translated again, same-run baseline: ms to translate the n upcall
+/// keys alone).
+pub fn reval_times(n: usize) -> (f64, f64, f64) {
+    let (mut dp, mut table) = reval_setup(n);
+    assert_eq!(dp.n_flows(), n, "distinct megaflows");
+    let t0 = Instant::now();
+    let sw = dp.sweep(&mut table, 1, u64::MAX / 2);
+    let plain = t0.elapsed().as_secs_f64() * 1e3;
+    assert_eq!(sw.megaflows_expired, 0);
+    dp.table_changed();
+    let t0 = Instant::now();
+    let sw = dp.sweep(&mut table, 2, u64::MAX / 2);
+    let full = t0.elapsed().as_secs_f64() * 1e3;
+    assert_eq!(sw.kept + sw.modified, n, "every megaflow revalidated");
+    let keys: Vec<FlowKey> = dp.flows().map(|f| f.orig_key).collect();
+    let t0 = Instant::now();
+    for k in &keys {
+        black_box(table.xlate(k).actions.len());
+    }
+    let base = t0.elapsed().as_secs_f64() * 1e3;
+    (plain, full, base)
+}
+
+/// Forwarding with hw-offload on (`provider` Some) vs off, `n` flows (distinct
+/// dl_dst, each its own megaflow): (a) the first packet of every flow (upcall +
+/// install, + an ADD queued to one offload thread when on: what forwarding pays
+/// while the NIC is filled), (b) then packets of offloaded flows (the emulated NIC
+/// forwards them: its lookup + actions run on this core) vs the software cache.
+/// Returns (new-flow packets/s, hit packets/s, flows offloaded at the end).
+pub fn forwarding_rate(t: Duration, provider: Option<&str>, n: usize) -> (f64, f64, usize) {
+    let table = FlowTable::from_rules(
+        parse_flows("priority=10,dl_dst=02:00:00:00:00:01,actions=output:3\npriority=1,ip,actions=mod_nw_tos:8,output:2\n")
+            .unwrap_or_default(),
+    );
+    let mut r = Rng::new(23);
+    let frames: Vec<Vec<u8>> = (0..n)
+        .map(|i| {
+            let mut k = random_key(&mut r);
+            k.set(f::DL_DST, 0x0200_0000_1000 + i as u64);
+            k.set(f::NW_PROTO, 17);
+            let mut fr = frame_for(&k);
+            crate::exec::fix_checksums(&mut fr);
+            fr
+        })
+        .collect();
+    let mut dp = Datapath::new();
+    if let Some(p) = provider {
+        dp.set_offload(Some(
+            crate::offload::Offload::new(crate::offload::OffloadConfig {
+                enabled: true,
+                priority: vec![p.to_string()],
+                n_threads: 1,
+                nic: crate::offload::nic::NicConfig {
+                    capacity: n + 1,
+                    ..Default::default()
+                },
+                tc_policy: crate::offload::tc::TcPolicy::SkipSw,
+                ..Default::default()
+            })
+            .expect("provider"),
+        ));
+    }
+    let t0 = Instant::now();
+    for fr in &frames {
+        black_box(
+            dp.receive_execute(&table, 1, &mut fr.clone(), 1)
+                .outputs
+                .len(),
+        );
+    }
+    let new_rate = n as f64 / t0.elapsed().as_secs_f64();
+    // Let the offload thread finish (not timed).
+    if dp.offload().is_some() {
+        loop {
+            dp.offload_poll();
+            if dp.offload().is_some_and(|o| o.queued() == 0)
+                && dp
+                    .flows()
+                    .all(|f| f.offload != crate::offload::OffloadState::Pending)
+            {
+                break;
+            }
+            std::thread::yield_now();
+        }
+    }
+    let offloaded = dp
+        .flows()
+        .filter(|f| matches!(f.offload, crate::offload::OffloadState::Full { .. }))
+        .count();
+    let mut now = 2;
+    let mut i = 0;
+    let hits = rate(t, || {
+        now += 1;
+        for _ in 0..BATCH {
+            let fr = &frames[i % n];
+            i += 1;
+            black_box(
+                dp.receive_execute(&table, 1, &mut fr.clone(), now)
+                    .outputs
+                    .len(),
+            );
+        }
+        BATCH as u64
+    });
+    (new_rate, hits, offloaded)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -416,6 +636,19 @@ mod tests {
         assert_eq!((p.table_len(0), p.table_len(3), p.len()), (51, 51, 204));
         let (up, hits, flows, _) = table_rates(t, &p);
         assert!(up > 0.0 && hits > 0.0 && flows > 0);
+        let specs = offload_specs(200);
+        for p in ["tc", "rte"] {
+            let (v, failed, base) = offload_insert_rate(p, &specs);
+            assert!(v > 0.0 && base > 0.0 && failed == 0, "{p}: {failed} failed");
+        }
+        assert!(offload_pipeline_rate(&specs, 1) > 0.0);
+        let (a, b, c) = reval_times(300);
+        assert!(a > 0.0 && b > 0.0 && c > 0.0);
+        for p in [None, Some("tc"), Some("rte")] {
+            let (nw, hits, off) = forwarding_rate(t, p, 100);
+            assert!(nw > 0.0 && hits > 0.0);
+            assert_eq!(off, if p.is_some() { 100 } else { 0 }, "{p:?}");
+        }
         // Every packet went through all four tables: some output or drop, never a
         // translation error.
         let mut r = Rng::new(12);

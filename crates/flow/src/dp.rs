@@ -16,7 +16,10 @@
 //! Sans-IO: the caller passes packets (or parsed keys) and the current time; nothing here
 //! reads a clock. The hit path (EMC or megaflow) does not allocate.
 
+use std::collections::HashMap;
+
 use crate::key::{f, FlowKey, NW};
+use crate::offload::{FlowSpec, HwRx, HwStats, Offload, OffloadOp, OffloadState};
 use crate::xlate::{format_actions, format_megaflow, FlowTable, OdpAction};
 
 /// Hash of a (masked) flow key over the given words: multiply-xorshift, like a
@@ -72,6 +75,15 @@ pub struct Megaflow {
     pub groups: Box<[(u32, Option<u32>)]>,
     /// MACs NORMAL learned for it, refreshed when it has traffic.
     pub learned: Box<[(u64, u16, u32)]>,
+    /// Unique flow id (stable for the megaflow's life; offload ops are keyed by it).
+    pub ufid: u64,
+    /// The key of the packet whose upcall installed it (what the revalidator
+    /// translates again).
+    pub orig_key: FlowKey,
+    /// Hardware counters collected so far (full offload; the revalidator reads them).
+    pub hw: HwStats,
+    /// Where the flow is offloaded.
+    pub offload: OffloadState,
     /// `stats` packets/bytes already credited to `rule`.
     pushed: (u64, u64),
     /// The upcall's packet(s)/bytes, credited to `rule` at the next push (not part of
@@ -231,22 +243,48 @@ pub struct DpStats {
     pub recirculations: u64,
     /// Packets dropped for recirculating more than [`MAX_RECIRC_DEPTH`] times.
     pub recirc_too_deep: u64,
+    /// Packets the NIC forwarded (full offload): software never saw them.
+    pub hw_forwarded: u64,
+    /// Packets software ran by the NIC's mark (partial offload: no classifier lookup).
+    pub mark_hits: u64,
 }
 
 /// dpif-netdev's `MAX_RECIRC_DEPTH`.
 pub const MAX_RECIRC_DEPTH: usize = 6;
 
-/// What one [`Datapath::sweep`] did.
+/// What one [`Datapath::sweep`] / [`Datapath::revalidate`] did.
 #[derive(Debug, Clone, Default)]
 pub struct Sweep {
     /// Megaflows removed for being idle.
     pub megaflows_expired: usize,
-    /// OpenFlow rules removed by their idle/hard timeout (the megaflows were flushed).
+    /// OpenFlow rules removed by their idle/hard timeout (their megaflows were
+    /// revalidated).
     pub rules_expired: Vec<crate::ofproto::Expired>,
+    /// Megaflows translated again (the table changed) and kept as they were.
+    pub kept: usize,
+    /// Megaflows whose actions (or credited rules) changed: modified in place.
+    pub modified: usize,
+    /// Megaflows deleted because their match no longer holds for the new table.
+    pub deleted_changed: usize,
+    /// Megaflows deleted because the datapath held more than twice the flow limit.
+    pub deleted_limit: usize,
+    /// Hardware counters were read in this round.
+    pub hw_queried: bool,
+}
+
+/// Per-round settings of [`Datapath::revalidate`].
+#[derive(Debug, Clone, Copy)]
+pub struct RevalParams {
+    /// Idle time after which a megaflow goes (ms).
+    pub max_idle: u64,
+    /// Delete every megaflow (OVS: more than twice the flow limit).
+    pub kill_all: bool,
+    /// Read hardware counters in this round (offloaded-stats-delay passed).
+    pub query_hw: bool,
 }
 
 /// The datapath cache.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Datapath {
     emc: Vec<EmcEntry>,
     emc_enabled: bool,
@@ -262,6 +300,16 @@ pub struct Datapath {
     /// Megaflows flushed during an upcall (NORMAL's table changed) whose traffic was
     /// not credited yet: credited at the next [`Self::push_stats`].
     orphans: Vec<Megaflow>,
+    next_ufid: u64,
+    /// ufid -> index into `flows`.
+    by_ufid: HashMap<u64, u32>,
+    /// Partial offload: mark -> ufid.
+    by_mark: HashMap<u32, u64>,
+    /// The offload pipeline (hw-offload on).
+    offload: Option<Offload>,
+    /// The table changed since the last revalidation: every megaflow is translated
+    /// again at the next [`Self::revalidate`].
+    need_revalidate: bool,
 }
 
 impl Default for Datapath {
@@ -289,7 +337,101 @@ impl Datapath {
             lookups_since_sort: 0,
             clock: 0,
             orphans: Vec::new(),
+            next_ufid: 1,
+            by_ufid: HashMap::new(),
+            by_mark: HashMap::new(),
+            offload: None,
+            need_revalidate: false,
         }
+    }
+
+    /// Turns hardware offload on (`Some`) or off (`None`): the old pipeline's flows
+    /// are flushed from its providers; with a new one every installed megaflow is
+    /// queued for offload.
+    pub fn set_offload(&mut self, o: Option<Offload>) {
+        if let Some(old) = self.offload.as_mut() {
+            old.enqueue(OffloadOp::Flush);
+        }
+        self.by_mark.clear();
+        for fl in self.flows.iter_mut() {
+            fl.offload = OffloadState::None;
+        }
+        self.offload = o;
+        if self.offload.is_some() {
+            let ids: Vec<u32> = (0..self.flows.len() as u32)
+                .filter(|&i| self.flows[i as usize].alive)
+                .collect();
+            for i in ids {
+                self.enqueue_put(i, false);
+            }
+        }
+    }
+    /// The offload pipeline, if hw-offload is on.
+    pub fn offload(&self) -> Option<&Offload> {
+        self.offload.as_ref()
+    }
+    pub fn offload_mut(&mut self) -> Option<&mut Offload> {
+        self.offload.as_mut()
+    }
+
+    fn enqueue_put(&mut self, idx: u32, modify: bool) {
+        let Some(o) = self.offload.as_mut() else {
+            return;
+        };
+        let fl = &mut self.flows[idx as usize];
+        let spec = FlowSpec {
+            key: fl.key,
+            mask: fl.mask,
+            actions: fl.actions.clone(),
+        };
+        let ufid = fl.ufid;
+        if let OffloadState::Partial { mark, .. } = fl.offload {
+            self.by_mark.remove(&mark);
+        }
+        fl.offload = OffloadState::Pending;
+        o.enqueue(if modify {
+            OffloadOp::Mod { ufid, spec }
+        } else {
+            OffloadOp::Add { ufid, spec }
+        });
+    }
+
+    /// Applies the offload threads' results: each flow's state, the mark map. Cheap
+    /// when nothing is ready (the forwarding loop calls it every round).
+    pub fn offload_poll(&mut self) -> usize {
+        let Some(o) = self.offload.as_ref() else {
+            return 0;
+        };
+        let mut n = 0;
+        while let Some(d) = o.try_result() {
+            n += 1;
+            let Some(&i) = self.by_ufid.get(&d.ufid) else {
+                continue; // deleted meanwhile (its Del is queued behind)
+            };
+            let fl = &mut self.flows[i as usize];
+            if !fl.alive {
+                continue;
+            }
+            // A flow's ops run in order on one thread: the last result is its state.
+            if let OffloadState::Partial { mark, .. } = fl.offload {
+                self.by_mark.remove(&mark);
+            }
+            fl.offload = d.state;
+            if let OffloadState::Partial { mark, .. } = fl.offload {
+                self.by_mark.insert(mark, fl.ufid);
+            }
+        }
+        n
+    }
+
+    /// Marks the table as changed: the next [`Self::revalidate`] translates every
+    /// megaflow again (what replaces flushing them).
+    pub fn table_changed(&mut self) {
+        self.need_revalidate = true;
+    }
+    /// Whether a table change waits for revalidation.
+    pub fn needs_revalidation(&self) -> bool {
+        self.need_revalidate
     }
     /// Turns the EMC on/off (off: every lookup goes to the megaflow classifier).
     pub fn set_emc(&mut self, on: bool) {
@@ -316,14 +458,18 @@ impl Datapath {
     /// Flushes every megaflow, keeping their uncredited traffic for the next push.
     fn flush_after_fdb_change(&mut self, _table: &FlowTable) {
         let old = std::mem::take(&mut self.flows);
-        self.orphans.extend(
-            old.into_iter()
-                .filter(|f| f.alive && (f.stats.packets > f.pushed.0 || f.upcall_credit.0 > 0)),
-        );
+        self.orphans.extend(old.into_iter().filter(|f| {
+            f.alive && (f.stats.packets + f.hw.packets > f.pushed.0 || f.upcall_credit.0 > 0)
+        }));
         self.flush();
     }
 
     pub fn flush(&mut self) {
+        if let Some(o) = self.offload.as_mut() {
+            o.enqueue(OffloadOp::Flush);
+        }
+        self.by_ufid.clear();
+        self.by_mark.clear();
         self.emc_clear();
         self.subtables.clear();
         self.order.clear();
@@ -373,6 +519,9 @@ impl Datapath {
         };
         let id = self.flows.len() as u32;
         let mk = key.and(mask);
+        let ufid = self.next_ufid;
+        self.next_ufid += 1;
+        self.by_ufid.insert(ufid, id);
         self.flows.push(Megaflow {
             key: mk,
             mask: *mask,
@@ -383,12 +532,19 @@ impl Datapath {
             later_rules: Box::default(),
             groups: Box::default(),
             learned: Box::default(),
+            ufid,
+            orig_key: *key,
+            hw: HwStats::default(),
+            offload: OffloadState::None,
             pushed: (0, 0),
             upcall_credit: (0, 0),
             subtable: st,
             alive: true,
         });
         self.subtables[st as usize].insert(&mk, id);
+        if self.offload.is_some() {
+            self.enqueue_put(id, false);
+        }
         id
     }
 
@@ -406,14 +562,18 @@ impl Datapath {
         {
             let (p0, b0) = fl.pushed;
             let (up, ub) = fl.upcall_credit;
-            let dp = fl.stats.packets - p0 + up;
-            let db = fl.stats.bytes - b0 + ub;
+            let (tp, tb) = (
+                fl.stats.packets + fl.hw.packets,
+                fl.stats.bytes + fl.hw.bytes,
+            );
+            let dp = tp - p0 + up;
+            let db = tb - b0 + ub;
             if dp > 0 {
                 // The upcall's packet was used at install time.
                 let used = if up > 0 {
-                    fl.stats.used.max(fl.created)
+                    fl.stats.used.max(fl.created).max(fl.hw.used)
                 } else {
-                    fl.stats.used
+                    fl.stats.used.max(fl.hw.used)
                 };
                 if let Some(r) = fl.rule {
                     table.credit(r, dp, db, used);
@@ -431,16 +591,60 @@ impl Datapath {
                     }
                 }
             }
-            fl.pushed = (fl.stats.packets, fl.stats.bytes);
+            fl.pushed = (tp, tb);
             fl.upcall_credit = (0, 0);
         }
     }
 
-    /// The periodic job (`now` in ms): push megaflow stats to the rules, remove
-    /// megaflows idle for `max_idle` ms, then expire OpenFlow rules whose timeouts passed
-    /// (OVS runs `rule_expire` after each revalidator dump, when stats are fresh). An
-    /// expired rule is a table change: all megaflows are flushed (no revalidator yet).
+    /// The periodic job (`now` in ms) with OVS's defaults otherwise: one
+    /// [`Self::revalidate`] round with `max_idle`, hardware counters read every time.
     pub fn sweep(&mut self, table: &mut FlowTable, now: u64, max_idle: u64) -> Sweep {
+        self.revalidate(
+            table,
+            now,
+            RevalParams {
+                max_idle,
+                kill_all: false,
+                query_hw: true,
+            },
+        )
+    }
+
+    /// Reads the hardware counters of fully offloaded flows (COUNT query with reset)
+    /// into each flow's `hw`. Returns how many flows were read.
+    pub fn query_hw_stats(&mut self) -> usize {
+        let Some(o) = self.offload.as_ref() else {
+            return 0;
+        };
+        let mut n = 0;
+        for fl in self.flows.iter_mut().filter(|f| f.alive) {
+            if let OffloadState::Full { provider, .. } = fl.offload {
+                if let Ok(st) = o.provider(provider).stats(fl.ufid, true) {
+                    fl.hw.packets += st.packets;
+                    fl.hw.bytes += st.bytes;
+                    fl.hw.used = fl.hw.used.max(st.used);
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+
+    /// One revalidator round (OVS ofproto-dpif-upcall `revalidate` + `rule_expire`):
+    /// apply offload results; read hardware counters (`p.query_hw`); push every
+    /// megaflow's software + hardware traffic to its rules; run MAC aging and rule
+    /// timeouts (each a table change); then, flow by flow: delete it when idle for
+    /// `p.max_idle` (or `p.kill_all`); after a table change translate its upcall key
+    /// again: **deleted** when the new megaflow needs bits the installed mask lacks
+    /// (its match no longer holds), **modified** in place when only the actions (or
+    /// the rules it credits) changed, **kept** otherwise. No flush.
+    pub fn revalidate(&mut self, table: &mut FlowTable, now: u64, p: RevalParams) -> Sweep {
+        let mut sw = Sweep::default();
+        self.offload_poll();
+        if p.query_hw {
+            sw.hw_queried = self.offload.is_some();
+            self.query_hw_stats();
+        }
         self.push_stats(table);
         // NORMAL's MAC aging (mac_learning_run); a change makes megaflows stale.
         let fdb = {
@@ -448,42 +652,144 @@ impl Datapath {
             ml.run(now);
             ml.take_changed()
         };
-        if fdb {
-            self.flush();
+        sw.rules_expired = table.expire(now);
+        if fdb || !sw.rules_expired.is_empty() {
+            self.need_revalidate = true;
         }
-        let megaflows_expired = self.expire_idle(now, max_idle);
-        let rules_expired = table.expire(now);
-        if !rules_expired.is_empty() {
-            self.flush();
+        let reval = std::mem::take(&mut self.need_revalidate);
+        let mut remove = vec![false; self.flows.len()];
+        let mut modified = Vec::new();
+        for (i, fl) in self.flows.iter_mut().enumerate() {
+            if !fl.alive {
+                remove[i] = true;
+                continue;
+            }
+            if p.kill_all {
+                remove[i] = true;
+                sw.deleted_limit += 1;
+                continue;
+            }
+            let used = fl.stats.used.max(fl.hw.used).max(fl.created);
+            if used.saturating_add(p.max_idle) <= now {
+                remove[i] = true;
+                sw.megaflows_expired += 1;
+                continue;
+            }
+            if !reval {
+                continue;
+            }
+            let mut x = table.xlate(&fl.orig_key);
+            x.wc.or(f::VLAN0_TCI, crate::key::VLAN_CFI as u64);
+            let extra = (0..NW).any(|w| x.wc.w[w] & !fl.mask.w[w] != 0);
+            if extra {
+                remove[i] = true;
+                sw.deleted_changed += 1;
+                continue;
+            }
+            let rules_same = x.rules.first().copied() == fl.rule
+                && x.rules.get(1..).unwrap_or(&[]) == &fl.later_rules[..];
+            if x.actions != fl.actions || !rules_same || x.groups[..] != fl.groups[..] {
+                fl.actions = x.actions;
+                fl.rule = x.rules.first().copied();
+                fl.later_rules = x.rules.get(1..).unwrap_or(&[]).into();
+                fl.groups = x.groups.into();
+                if !x.learned.is_empty() {
+                    fl.learned = x.learned.into();
+                }
+                modified.push(i as u32);
+                sw.modified += 1;
+            } else {
+                sw.kept += 1;
+            }
         }
-        Sweep {
-            megaflows_expired,
-            rules_expired,
+        for i in modified {
+            if self.offload.is_some() {
+                self.enqueue_put(i, true);
+            }
         }
+        if remove.iter().any(|&r| r) {
+            self.remove_flows(&remove);
+        }
+        sw
     }
 
-    /// Removes megaflows not used (or, if never used, not installed) within `max_idle`
-    /// of `now` — OVS's max-idle (default 10 s). Rebuilds the tables (the caller runs it
-    /// periodically, e.g. once a second). Returns how many were removed. Their stats not
-    /// yet pushed are lost: use [`Self::sweep`], which pushes first.
+    /// Removes idle megaflows (see [`Self::revalidate`], which pushes their stats
+    /// first). Returns how many were removed.
     pub fn expire_idle(&mut self, now: u64, max_idle: u64) -> usize {
-        let old = std::mem::take(&mut self.flows);
-        let before = old.iter().filter(|f| f.alive).count();
-        let keep: Vec<Megaflow> = old
-            .into_iter()
-            .filter(|f| f.alive && f.stats.used.max(f.created).saturating_add(max_idle) > now)
+        let remove: Vec<bool> = self
+            .flows
+            .iter()
+            .map(|f| {
+                !f.alive
+                    || f.stats
+                        .used
+                        .max(f.hw.used)
+                        .max(f.created)
+                        .saturating_add(max_idle)
+                        <= now
+            })
             .collect();
-        let removed = before - keep.len();
-        if removed == 0 {
-            self.flows = keep;
-            return 0;
+        let n = self
+            .flows
+            .iter()
+            .zip(&remove)
+            .filter(|(f, &r)| f.alive && r)
+            .count();
+        if n > 0 {
+            self.remove_flows(&remove);
+        }
+        n
+    }
+
+    /// Removes the flows flagged in `remove` (their offloads are deleted) and
+    /// rebuilds the tables; the others keep their ufid, stats and offload state.
+    fn remove_flows(&mut self, remove: &[bool]) {
+        let old = std::mem::take(&mut self.flows);
+        let mut keep = Vec::with_capacity(old.len());
+        for (fl, &r) in old.into_iter().zip(remove) {
+            if r {
+                if !fl.alive {
+                    continue;
+                }
+                if let OffloadState::Partial { mark, .. } = fl.offload {
+                    self.by_mark.remove(&mark);
+                }
+                if !matches!(fl.offload, OffloadState::None | OffloadState::Failed(_)) {
+                    if let Some(o) = self.offload.as_mut() {
+                        // Its last hardware counters, credited at the next push.
+                        if let OffloadState::Full { provider, .. } = fl.offload {
+                            if let Ok(st) = o.provider(provider).stats(fl.ufid, true) {
+                                if st.packets > 0 {
+                                    let mut fl = fl.clone();
+                                    fl.hw.packets += st.packets;
+                                    fl.hw.bytes += st.bytes;
+                                    fl.hw.used = fl.hw.used.max(st.used);
+                                    self.orphans.push(fl);
+                                }
+                            }
+                        }
+                        o.enqueue(OffloadOp::Del { ufid: fl.ufid });
+                    }
+                }
+            } else {
+                keep.push(fl);
+            }
         }
         let clock = self.clock;
+        let offload = self.offload.take();
+        let marks = std::mem::take(&mut self.by_mark);
+        let next = self.next_ufid;
         self.flush();
         for fl in keep {
             self.clock = fl.created;
-            let id = self.install_for(&fl.key, &fl.mask, fl.actions, fl.rule);
+            let id = self.install_for(&fl.orig_key, &fl.mask, fl.actions, fl.rule);
+            self.by_ufid.remove(&self.flows[id as usize].ufid);
+            self.by_ufid.insert(fl.ufid, id);
             let n = &mut self.flows[id as usize];
+            n.ufid = fl.ufid;
+            n.key = fl.key;
+            n.hw = fl.hw;
+            n.offload = fl.offload;
             n.later_rules = fl.later_rules;
             n.groups = fl.groups;
             n.learned = fl.learned;
@@ -491,8 +797,10 @@ impl Datapath {
             n.pushed = fl.pushed;
             n.upcall_credit = fl.upcall_credit;
         }
+        self.next_ufid = next;
+        self.by_mark = marks;
+        self.offload = offload;
         self.clock = clock;
-        removed
     }
 
     /// Re-sorts the subtables by hits (most first) and halves the counters (aging).
@@ -646,8 +954,38 @@ impl Datapath {
         now: u64,
     ) -> crate::exec::Executed {
         let k = FlowKey::from_packet(in_port, frame);
+        let mut marked = None;
+        if let Some(o) = self.offload.as_ref() {
+            match o.rx(&k, frame, now) {
+                HwRx::Done(ex) => {
+                    self.stats.hw_forwarded += 1;
+                    return ex;
+                }
+                HwRx::Mark(m) => {
+                    marked = self
+                        .by_mark
+                        .get(&m)
+                        .and_then(|u| self.by_ufid.get(u))
+                        .copied()
+                }
+                HwRx::Miss => {}
+            }
+        }
         let len = frame.len();
-        let (acts, _) = self.process(table, &k, len, now);
+        let acts = match marked {
+            Some(i) if self.flows[i as usize].alive => {
+                // Partial offload: the NIC's mark names the flow; no EMC/classifier.
+                self.stats.mark_hits += 1;
+                self.clock = now;
+                let fl = &mut self.flows[i as usize];
+                fl.stats.packets += 1;
+                fl.stats.bytes += len as u64;
+                fl.stats.used = now;
+                fl.stats.tcp_flags |= k.get(f::TCP_FLAGS) as u16;
+                &fl.actions[..]
+            }
+            _ => self.process(table, &k, len, now).0,
+        };
         let mut all = crate::exec::execute(acts, frame);
         if all.recircs.is_empty() {
             return all;
@@ -681,12 +1019,13 @@ impl Datapath {
     pub fn dump(&self, now: u64, ms_per_unit: f64) -> Vec<String> {
         self.flows()
             .map(|fl| {
-                let used = if fl.stats.used == 0 && fl.stats.packets == 0 {
+                let last = fl.stats.used.max(fl.hw.used);
+                let used = if last == 0 && fl.stats.packets + fl.hw.packets == 0 {
                     "never".to_string()
                 } else {
                     format!(
                         "{:.3}s",
-                        now.saturating_sub(fl.stats.used) as f64 * ms_per_unit / 1000.0
+                        now.saturating_sub(last) as f64 * ms_per_unit / 1000.0
                     )
                 };
                 let mut m = fl.mask;
@@ -695,17 +1034,42 @@ impl Datapath {
                 {
                     m.set(f::VLAN0_TCI, 0); // only the implicit "untagged" bit
                 }
+                let off = match (&self.offload, &fl.offload) {
+                    (None, _) => String::new(),
+                    (Some(o), OffloadState::Full { provider, in_hw }) => format!(
+                        "offloaded:{}, dp:{}, ",
+                        if *in_hw { "yes" } else { "no" },
+                        o.provider(*provider).name()
+                    ),
+                    (Some(o), OffloadState::Partial { provider, .. }) => {
+                        format!("offloaded:partial, dp:{}, ", o.provider(*provider).name())
+                    }
+                    (Some(_), OffloadState::Failed(why)) => {
+                        format!("offloaded:no ({why}), dp:ovs, ")
+                    }
+                    (Some(_), OffloadState::Pending) => "offloaded:pending, dp:ovs, ".into(),
+                    (Some(_), OffloadState::None) => "offloaded:no, dp:ovs, ".into(),
+                };
                 format!(
-                    "{}, packets:{}, bytes:{}, used:{}, flags:{:#05x}, actions:{}",
+                    "{}, packets:{}, bytes:{}, used:{}, flags:{:#05x}, {}actions:{}",
                     format_megaflow(&fl.key, &m),
-                    fl.stats.packets,
-                    fl.stats.bytes,
+                    fl.stats.packets + fl.hw.packets,
+                    fl.stats.bytes + fl.hw.bytes,
                     used,
                     fl.stats.tcp_flags,
+                    off,
                     format_actions(&fl.actions)
                 )
             })
             .collect()
+    }
+
+    /// The megaflow with this ufid.
+    pub fn flow_by_ufid(&self, ufid: u64) -> Option<&Megaflow> {
+        self.by_ufid
+            .get(&ufid)
+            .map(|&i| &self.flows[i as usize])
+            .filter(|f| f.alive)
     }
 
     /// The megaflow a given index refers to.

@@ -21,7 +21,7 @@ pub struct Executed {
 }
 
 /// Offset of the L3 header and its EtherType (after at most two VLAN tags).
-fn l3(pkt: &[u8]) -> Option<(usize, u16)> {
+pub(crate) fn l3(pkt: &[u8]) -> Option<(usize, u16)> {
     if pkt.len() < 14 {
         return None;
     }
@@ -96,6 +96,20 @@ fn fix_l4_checksum(pkt: &mut [u8], l3off: usize, et: u16) {
         c = 0xffff;
     }
     pkt[csum_at..csum_at + 2].copy_from_slice(&c.to_be_bytes());
+}
+
+/// Recomputes the IPv4 header checksum and the TCP/UDP checksum of a frame (what tc's
+/// `csum iph and tcp and udp` does after a pedit).
+pub fn fix_checksums(pkt: &mut [u8]) {
+    let Some((off, et)) = l3(pkt) else { return };
+    if et == ethertype::IPV4 {
+        if let Ok(mut ip) = Ipv4Packet::new_checked(&mut pkt[off..]) {
+            ip.fill_checksum();
+        } else {
+            return;
+        }
+    }
+    fix_l4_checksum(pkt, off, et);
 }
 
 /// Applies `actions` to `pkt` (modified in place), collecting outputs.

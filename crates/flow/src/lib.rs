@@ -26,7 +26,9 @@ pub mod group;
 pub mod key;
 pub mod normal;
 pub mod ofctl;
+pub mod offload;
 pub mod ofproto;
+pub mod revalidator;
 pub mod rule_stats;
 pub mod xlate;
 

@@ -203,6 +203,18 @@ pub struct SwitchConfig {
     pub mac_aging: u64,
     /// NORMAL: MAC learning table size (OVS mac-table-size).
     pub mac_table_size: usize,
+    /// Offload megaflows to the (emulated) NIC (OVS hw-offload).
+    pub hw_offload: bool,
+    /// Offload providers in order: "tc,rte" (OVS hw-offload-priority).
+    pub offload_priority: String,
+    /// Offload threads (OVS n-offload-threads).
+    pub n_offload_threads: usize,
+    /// tc provider policy: none, skip_sw, skip_hw (OVS tc-policy).
+    pub tc_policy: String,
+    /// Idle megaflows go after this many ms (OVS max-idle).
+    pub max_idle: u64,
+    /// Most datapath flows (OVS flow-limit).
+    pub flow_limit: usize,
 }
 
 impl Default for SwitchConfig {
@@ -215,6 +227,12 @@ impl Default for SwitchConfig {
             vlans: Vec::new(),
             mac_aging: 300,
             mac_table_size: 8192,
+            hw_offload: false,
+            offload_priority: "tc,rte".into(),
+            n_offload_threads: 1,
+            tc_policy: "none".into(),
+            max_idle: 10_000,
+            flow_limit: 200_000,
         }
     }
 }

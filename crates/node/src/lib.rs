@@ -346,7 +346,15 @@ impl Node {
             mac_table_size: c.mac_table_size,
             ports: c.ports.clone(),
             duration: None,
-            max_idle_ms: 10_000,
+            max_idle_ms: c.max_idle,
+            dp: switch::DatapathOpts {
+                hw_offload: c.hw_offload,
+                offload_priority: c.offload_priority.clone(),
+                n_offload_threads: c.n_offload_threads,
+                tc_policy: c.tc_policy.clone(),
+                flow_limit: c.flow_limit,
+                ..Default::default()
+            },
         };
         let s = switch::Switch::start(opts)
             .map_err(|e| Error::Part(format!("switch: {}", error_chain(&e))))?;

@@ -487,6 +487,8 @@ pub const NODE_METHODS: &[&str] = &[
     "dpustack_switch_fdb_flush",
     "dpustack_switch_port_down",
     "dpustack_switch_port_up",
+    "dpustack_switch_offload_stats",
+    "dpustack_switch_config",
     "dpustack_switch_stop",
 ];
 
@@ -711,6 +713,16 @@ impl Dispatch for SwitchMethods {
             "dpustack_switch_port_up" => {
                 let p = port_param(params)?;
                 Ok(done(self.text(C::PortUp(p))?))
+            }
+            "dpustack_switch_offload_stats" => {
+                no_params(params)?;
+                Ok(lines(&self.text(C::OffloadStats)?))
+            }
+            "dpustack_switch_config" => {
+                // KEY=VALUE settings: a string or an array of strings (none: show them).
+                let s = lines_param(params, &["settings"], false)?;
+                let s = s.split_whitespace().collect::<Vec<_>>().join(" ");
+                Ok(lines(&self.text(C::Config(s))?))
             }
             "dpustack_switch_stop" => {
                 no_params(params)?;

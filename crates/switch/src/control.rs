@@ -49,6 +49,12 @@ pub enum Command {
     PortUp(u32),
     /// The datapath and loop counters.
     Stats,
+    /// Offload queues, per-flow offload states, revalidator figures
+    /// (`switch offload-stats`; answered by the loop, [`crate::offload::offload_stats`]).
+    OffloadStats,
+    /// Datapath settings, `KEY=VALUE ...` (hw-offload, max-idle, flow-limit, ...;
+    /// empty: show them; [`crate::offload::apply_config`]).
+    Config(String),
     /// Stop the switch loop.
     Stop,
 }
@@ -206,13 +212,16 @@ impl ControlRx {
     }
 
     /// Applies every waiting command; returns whether one asked the loop to stop.
-    /// `fill` completes a `Stats` reply with the loop's own counters.
+    /// `fill` completes a `Stats` reply with the loop's own counters; `own` answers
+    /// the commands that need the loop's own state (offload settings, the
+    /// revalidator: `OffloadStats`, `Config`), None for the rest ([`handle`]).
     pub fn serve(
         &self,
         table: &mut FlowTable,
         dp: &mut Datapath,
         now: u64,
         fill: &dyn Fn(&mut Stats),
+        own: &mut dyn FnMut(&Command, &mut Datapath) -> Option<std::result::Result<Reply, String>>,
     ) -> bool {
         let mut b = [0u8; 256];
         loop {
@@ -225,7 +234,10 @@ impl ControlRx {
         }
         let mut stop = false;
         while let Ok(req) = self.rx.try_recv() {
-            let mut r = handle(req.cmd, table, dp, now);
+            let mut r = match own(&req.cmd, dp) {
+                Some(r) => r,
+                None => handle(req.cmd, table, dp, now),
+            };
             match &mut r {
                 Ok(Reply::Stats(s)) => fill(s),
                 Ok(Reply::Stopping) => stop = true,
@@ -287,8 +299,9 @@ pub fn handle(
             for r in rules {
                 table.add_at(r, now);
             }
-            // No revalidator yet (issue 8): megaflows are flushed on any change.
-            dp.flush();
+            // The revalidator keeps, modifies or deletes each megaflow (the loop runs
+            // it right after the commands).
+            dp.table_changed();
             format!("{n} flows added, {} in table\n", table.len())
         }
         Command::DelFlows(m) => {
@@ -306,7 +319,7 @@ pub fn handle(
                 }
                 Some((t, m)) => table.del_matching_in(t, &m),
             };
-            dp.flush();
+            dp.table_changed();
             format!("{n} flows deleted, {} in table\n", table.len())
         }
         Command::AddGroups(ref g) | Command::ModGroups(ref g) => {
@@ -330,7 +343,7 @@ pub fn handle(
             }
             t2.check_groups()?;
             *table = t2;
-            dp.flush();
+            dp.table_changed();
             format!("{n} groups added, {} in table\n", table.groups.len())
         }
         Command::DelGroups(g) => {
@@ -347,7 +360,7 @@ pub fn handle(
             dp.push_stats(table);
             let rules = table.len();
             let n = table.del_group(id);
-            dp.flush();
+            dp.table_changed();
             format!(
                 "{n} groups deleted ({} rules that used them), {} in table\n",
                 rules - table.len(),
@@ -363,7 +376,7 @@ pub fn handle(
                 n
             };
             dp.push_stats(table);
-            dp.flush();
+            dp.table_changed();
             format!("{n} MAC entries flushed\n")
         }
         Command::DumpGroups => lines(table.dump_groups()),
@@ -381,7 +394,7 @@ pub fn handle(
             // Bucket liveness changed: translations must be redone.
             dp.push_stats(table);
             table.clear_frozen();
-            dp.flush();
+            dp.table_changed();
             format!("port {p} {}\n", if down { "down" } else { "up" })
         }
         Command::Stats => {
@@ -397,6 +410,9 @@ pub fn handle(
                 ..Stats::default()
             }));
         }
+        Command::OffloadStats | Command::Config(_) => {
+            return Err("offload-stats and config are answered by a running switch loop".into())
+        }
         Command::Stop => return Ok(Reply::Stopping),
     }))
 }
@@ -405,8 +421,27 @@ pub fn handle(
 mod tests {
     use super::*;
 
-    /// The answer as text: `OK\n` + the reply's text, or `ERROR: why\n`.
+    /// A revalidator round's parameters that only re-translate (nothing is idle).
+    fn reval() -> flow::dp::RevalParams {
+        flow::dp::RevalParams {
+            max_idle: 1_000_000,
+            kill_all: false,
+            query_hw: false,
+        }
+    }
+
+    /// The answer as text, as the switch loop runs a command: [`handle`], then the
+    /// revalidator when the command changed the table.
     fn run(cmd: Command, t: &mut FlowTable, dp: &mut Datapath, now: u64) -> String {
+        let r = run_only(cmd, t, dp, now);
+        if dp.needs_revalidation() {
+            dp.revalidate(t, now, reval());
+        }
+        r
+    }
+
+    /// The answer as text: `OK\n` + the reply's text, or `ERROR: why\n`.
+    fn run_only(cmd: Command, t: &mut FlowTable, dp: &mut Datapath, now: u64) -> String {
         match handle(cmd, t, dp, now) {
             Ok(r) => format!("OK\n{}", r.text()),
             Err(e) => format!("ERROR: {e}\n"),
@@ -423,7 +458,7 @@ mod tests {
     }
 
     /// The control protocol against a table and datapath: statistics credited before
-    /// a dump, megaflows flushed on a change, counts in the answers, errors as `ERROR:`.
+    /// a dump, megaflows revalidated (not flushed) after a change, counts in the answers, errors as `ERROR:`.
     #[test]
     fn requests_change_and_dump_the_table() {
         let mut t = FlowTable::from_rules(
@@ -444,16 +479,41 @@ mod tests {
         );
         let r = run(Command::DumpRules("".into()), &mut t, &mut dp, 2);
         assert!(r.contains("n_packets=1, n_bytes=118"), "{r}");
-        let r = run(
+        let r = run_only(
             Command::AddFlows("priority=5,in_port=2,actions=output:1\n".into()),
             &mut t,
             &mut dp,
             3,
         );
         assert_eq!(r, "OK\n1 flows added, 3 in table\n");
-        assert_eq!(dp.n_flows(), 0, "a change flushes the megaflows");
+        // No flush: the change is left to the revalidator, which keeps this megaflow
+        // (the new rule cannot match in_port=1).
+        assert!(dp.needs_revalidation(), "a change marks the megaflows for revalidation");
+        assert_eq!(dp.n_flows(), 1, "a change no longer flushes the megaflows");
+        dp.revalidate(&mut t, 3, reval());
+        assert_eq!(dp.n_flows(), 1);
+        assert!(run_only(Command::DumpFlows, &mut t, &mut dp, 3).contains("actions:3"));
+        // A rule that takes over this flow: its megaflow is modified in place.
+        let r = run_only(
+            Command::AddFlows("priority=300,in_port=1,tcp,actions=output:2\n".into()),
+            &mut t,
+            &mut dp,
+            3,
+        );
+        assert_eq!(r, "OK\n1 flows added, 4 in table\n");
+        assert!(run_only(Command::DumpFlows, &mut t, &mut dp, 3).contains("actions:3"));
+        let sw = dp.revalidate(&mut t, 3, reval());
+        assert_eq!((dp.n_flows(), sw.modified), (1, 1));
+        let r = run_only(Command::DumpFlows, &mut t, &mut dp, 3);
+        assert!(r.contains("actions:2") && !r.contains("actions:3"), "{r}");
+        // Both in_port=1,tcp rules go: the megaflow now meets the drop rule.
+        let r = run_only(Command::DelFlows("in_port=1,tcp".into()), &mut t, &mut dp, 3);
+        assert_eq!(r, "OK\n2 flows deleted, 2 in table\n");
+        dp.revalidate(&mut t, 3, reval());
+        let r = run_only(Command::DumpFlows, &mut t, &mut dp, 3);
+        assert!(r.contains("actions:drop"), "{r}");
         let r = run(Command::DelFlows("in_port=2".into()), &mut t, &mut dp, 4);
-        assert_eq!(r, "OK\n1 flows deleted, 2 in table\n");
+        assert_eq!(r, "OK\n1 flows deleted, 1 in table\n");
         let r = run(
             Command::ReplaceFlows("priority=1,actions=drop\n".into()),
             &mut t,

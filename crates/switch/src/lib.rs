@@ -2,11 +2,13 @@
 //!
 //! Owns: the switch runtime ([`run`] on the caller's thread, [`Switch`] on its
 //! own): ports on Linux interfaces (AF_PACKET) or pcap files ([`port`]), the
-//! datapath cache in front of the OpenFlow table, the stats push + expiry sweep
-//! every 0.5 s, and its control commands ([`control`]: dump-flows, dump-rules,
-//! add/del/replace-flows, add/mod/del/dump-groups, dump-group-stats, fdb-show/flush,
-//! port-down/port-up, stats, stop), applied by the loop and sent to it in-process
-//! through a [`control::Control`] (other processes reach them as the node's
+//! datapath cache in front of the OpenFlow table, hardware offload to an emulated
+//! NIC and the revalidator every 0.5 s and after each table change ([`offload`]:
+//! settings, `offload-stats`, `config`), and its control commands ([`control`]:
+//! dump-flows, dump-rules, add/del/replace-flows, add/mod/del/dump-groups,
+//! dump-group-stats, fdb-show/flush, port-down/port-up, stats, offload-stats, config,
+//! stop), applied by the loop and sent to it in-process through a
+//! [`control::Control`] (other processes reach them as the node's
 //! `dpustack_switch_*` JSON-RPC methods, node::manage). [`trace`] parses the packet
 //! lines of `switch trace`.
 //!
@@ -19,10 +21,12 @@
 #![forbid(unsafe_code)]
 
 pub mod control;
+pub mod offload;
 pub mod port;
 mod runtime;
 pub mod trace;
 
+pub use offload::DatapathOpts;
 pub use runtime::{run, StopHandle, Switch, SwitchOpts};
 
 /// Errors of the switch.

@@ -1,5 +1,8 @@
-//! The live switch loop: receive on the ports, switch through the datapath
-//! cache, sweep every 0.5 s, apply control commands (from [`crate::control::Control`]).
+//! The live switch loop: receive on the ports, switch through the (optionally
+//! offloaded) datapath cache, apply control commands (from
+//! [`crate::control::Control`]; `offload-stats` and `config` answered here, the
+//! others by [`crate::control::handle`]), run the revalidator every 0.5 s and right
+//! after a command changed the table.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -15,9 +18,6 @@ use flow::FlowTable;
 use crate::control::{self, Control, ControlRx};
 use crate::port::{open_port, Port};
 use crate::{read_flows, Error, Result};
-
-/// Period of the stats push + expiry sweep (ms).
-const SWEEP_MS: u64 = 500;
 
 /// What a switch runs with.
 #[derive(Debug, Clone)]
@@ -39,6 +39,8 @@ pub struct SwitchOpts {
     pub mac_aging_s: u64,
     /// NORMAL: MAC table size (OVS other_config:mac-table-size, default 8192).
     pub mac_table_size: usize,
+    /// hw-offload, offload providers/threads, flow limit ([`crate::offload`]).
+    pub dp: crate::offload::DatapathOpts,
 }
 
 /// Stops a running switch loop (from a signal handler, another thread, or `up`'s stop).
@@ -182,10 +184,19 @@ fn run_loop(
     log: &mut dyn Write,
 ) -> Result<()> {
     let mut dp = Datapath::new();
+    let mut dpo = a.dp.clone();
+    dp.set_offload(dpo.offload()?);
+    if dpo.hw_offload {
+        writeln!(
+            log,
+            "hw-offload on: providers {} on an EMULATED NIC (no hardware is programmed), {} offload threads",
+            dpo.offload_priority, dpo.n_offload_threads
+        )?;
+    }
+    let mut rv = dpo.revalidator(a.max_idle_ms);
     let start = Instant::now();
     let deadline = a.duration.map(|d| start + d);
     let mut c = Counters::default();
-    let mut last_expire = 0u64;
     let mut buf = vec![0u8; 65536];
     let mut pending: Vec<(u32, Vec<u8>)> = Vec::new();
     // pcap-rx ports are replayed once, in port order.
@@ -235,12 +246,39 @@ fn run_loop(
                 }
             }
         }
-        // Every 0.5 s (OVS: after each revalidator dump, ~0.5 s): credit megaflow
-        // stats to the OpenFlow rules, expire idle megaflows (max-idle, 10 s) and
-        // rules whose idle_timeout/hard_timeout passed (then megaflows are flushed).
-        if now_ms >= last_expire + SWEEP_MS {
-            last_expire = now_ms;
-            let sw = dp.sweep(table, now_ms, a.max_idle_ms);
+        // Control commands.
+        let fill = |s: &mut control::Stats| {
+            s.rx_packets = c.rx;
+            s.tx_packets = c.tx;
+            s.dropped_no_port = c.dropped_no_port;
+            s.rules_expired = c.rules_expired;
+        };
+        let mut own = |cmd: &control::Command, dp: &mut Datapath| match cmd {
+            control::Command::OffloadStats => Some(Ok(control::Reply::Text(
+                crate::offload::offload_stats(dp, &rv),
+            ))),
+            control::Command::Config(args) => Some(
+                crate::offload::apply_config(args, &mut dpo, &mut rv, dp)
+                    .map(control::Reply::Text)
+                    .map_err(|e| e.to_string()),
+            ),
+            _ => None,
+        };
+        if ctl.serve(table, &mut dp, now_ms, &fill, &mut own) {
+            stop.stop();
+        }
+        // Offload results (states, marks); cheap when none is ready.
+        dp.offload_poll();
+        // Every 0.5 s the revalidator (OVS: a dump every ~0.5 s): hardware counters
+        // (at most every offloaded-stats-delay), stats pushed to the rules, idle
+        // megaflows (max-idle, shorter above the flow limit), rule timeouts, and
+        // after a table change each megaflow kept / modified / deleted -- right after
+        // the control command that changed the table (OVS wakes its revalidators on
+        // a change), so no packet meets a stale megaflow.
+        if rv.due(now_ms) || dp.needs_revalidation() {
+            let t0 = Instant::now();
+            let sw = rv.run(&mut dp, table, now_ms);
+            rv.update_flow_limit(t0.elapsed().as_millis() as u64, dp.n_flows());
             for e in &sw.rules_expired {
                 c.rules_expired += 1;
                 writeln!(
@@ -250,16 +288,6 @@ fn run_loop(
                     flow::ofproto::format_rule_stats(&e.rule, &e.stats, now_ms).trim_start()
                 )?;
             }
-        }
-        // Control commands.
-        let fill = |s: &mut control::Stats| {
-            s.rx_packets = c.rx;
-            s.tx_packets = c.tx;
-            s.dropped_no_port = c.dropped_no_port;
-            s.rules_expired = c.rules_expired;
-        };
-        if ctl.serve(table, &mut dp, now_ms, &fill) {
-            stop.stop();
         }
         // Wait for traffic or a control command (10 ms).
         let mut fds: Vec<i32> = ports
@@ -274,7 +302,7 @@ fn run_loop(
     }
     writeln!(
         log,
-        "switch stopped: rx {} tx {} dropped(no port) {} packet-ins {} upcalls {} recirculations {} megaflows {} rules expired {}",
+        "switch stopped: rx {} tx {} dropped(no port) {} packet-ins {} upcalls {} recirculations {} megaflows {} rules expired {} hw-forwarded {} mark hits {}",
         c.rx,
         c.tx,
         c.dropped_no_port,
@@ -282,7 +310,9 @@ fn run_loop(
         dp.stats.upcalls,
         dp.stats.recirculations,
         dp.n_flows(),
-        c.rules_expired
+        c.rules_expired,
+        dp.stats.hw_forwarded,
+        dp.stats.mark_hits
     )?;
     Ok(())
 }

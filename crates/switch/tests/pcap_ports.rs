@@ -73,6 +73,7 @@ fn pcap_replay_through_the_table_and_ctl_stop() {
         ],
         duration: Some(Duration::from_secs(20)),
         max_idle_ms: 10_000,
+        dp: Default::default(),
     };
     let (ctl, crx) = channel().unwrap();
     let sw = std::thread::spawn(move || {
@@ -123,6 +124,7 @@ fn pcap_replay_through_the_table_and_ctl_stop() {
         ports: vec![format!("1=pcap-rx:{}", dir.join("missing.pcap").display())],
         duration: None,
         max_idle_ms: 10_000,
+        dp: Default::default(),
     };
     let e = Switch::start(bad).err().expect("start fails");
     assert!(e.to_string().starts_with("opening "), "{e}");

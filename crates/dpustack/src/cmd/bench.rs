@@ -64,6 +64,9 @@ pub enum Area {
     Tse,
     /// Flow lookup rates (EMC, megaflow classifier, upcall).
     Flow,
+    /// Flow offload (emulated NIC): insertion rate per provider, revalidator round
+    /// times at 10 k / 100 k flows, forwarding with offload on vs off.
+    Offload,
     /// Object store, IO500-style (ior-easy/hard, mdtest-easy/hard) over TCP.
     Obj,
 }
@@ -76,6 +79,7 @@ pub fn run(args: &BenchArgs, cfg: &Config) -> Result<()> {
         Area::Nvmf => cmd::nvmf::bench(args, cfg)?,
         Area::Tse => cmd::tse::bench(args, cfg)?,
         Area::Flow => cmd::switch::bench(args, cfg)?,
+        Area::Offload => cmd::switch::bench_offload(args, cfg)?,
         Area::Obj => cmd::obj::bench(args, cfg)?,
     };
     if args.json {

@@ -65,8 +65,24 @@ pub enum SwitchCmd {
     PortUp(CtlPortArgs),
     /// The datapath and port counters of a running switch (`key value` lines).
     Stats(CtlArgs),
+    /// Offload pipeline and revalidator counters of a running switch: queue depths,
+    /// inserts, failures by reason, hw-forwarded packets, flow limit.
+    OffloadStats(CtlArgs),
+    /// Change datapath settings of a running switch: `hw-offload=true|false`,
+    /// `hw-offload-priority=tc,rte`, `n-offload-threads=N`, `tc-policy=none|skip_sw|skip_hw`,
+    /// `max-idle=MS`, `flow-limit=N`, `offloaded-stats-delay=MS` (none: print them).
+    Config(CtlConfigArgs),
     /// Stop a running switch.
     Stop(CtlArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CtlConfigArgs {
+    /// JSON-RPC socket of the running switch (or node).
+    #[arg(short = 's', long = "server", default_value = DEFAULT_SOCKET)]
+    pub server: PathBuf,
+    /// KEY=VALUE settings.
+    pub settings: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -110,6 +126,22 @@ pub struct RunArgs {
     /// NORMAL: MAC learning table size (OVS mac-table-size).
     #[arg(long, default_value_t = 8192)]
     pub mac_table_size: usize,
+    /// Offload megaflows to an emulated NIC (OVS hw-offload; no hardware is programmed).
+    #[arg(long)]
+    pub hw_offload: bool,
+    /// Offload providers in priority order (OVS hw-offload-priority).
+    #[arg(long, default_value = "tc,rte")]
+    pub offload_priority: String,
+    /// Offload threads (OVS n-offload-threads).
+    #[arg(long, default_value_t = 1)]
+    pub n_offload_threads: usize,
+    /// tc provider policy: none, skip_sw, skip_hw (OVS tc-policy).
+    #[arg(long, default_value = "none")]
+    pub tc_policy: String,
+    /// Most datapath flows (OVS flow-limit; above it idle time 100 ms, above twice it
+    /// every flow is deleted).
+    #[arg(long, default_value_t = 200_000)]
+    pub flow_limit: usize,
 }
 
 #[derive(Args, Debug)]
@@ -281,6 +313,12 @@ pub fn run(cmd: Cmd, _cfg: &Config) -> Result<()> {
             "mod_groups",
             Some(json!({"groups": read_arg_file(&a.file)?})),
         ),
+        SwitchCmd::OffloadStats(a) => rpc(&a.server, "offload_stats", None),
+        SwitchCmd::Config(a) => rpc(
+            &a.server,
+            "config",
+            Some(json!({"settings": a.settings.join(" ")})),
+        ),
         SwitchCmd::DelGroups(a) => {
             let g = match a.r#match.as_deref().map(str::trim) {
                 None | Some("" | "all" | "group_id=all") => None,
@@ -396,6 +434,14 @@ fn run_switch(a: &RunArgs) -> Result<()> {
         vlans: a.vlans.clone(),
         mac_aging_s: a.mac_aging,
         mac_table_size: a.mac_table_size,
+        dp: switch::DatapathOpts {
+            hw_offload: a.hw_offload,
+            offload_priority: a.offload_priority.clone(),
+            n_offload_threads: a.n_offload_threads,
+            tc_policy: a.tc_policy.clone(),
+            flow_limit: a.flow_limit,
+            ..Default::default()
+        },
     };
     let (ctl, crx) = switch::control::channel()?;
     // The server first: a socket in use is an error before any port is opened. A call
@@ -415,6 +461,168 @@ fn run_switch(a: &RunArgs) -> Result<()> {
     server.stop();
     r?;
     Ok(())
+}
+
+/// Median, min, max of `v`.
+fn mmm(mut v: Vec<f64>) -> (f64, f64, f64) {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (benchkit::median(&mut v).unwrap_or(0.0), lo, hi)
+}
+
+/// `dpustack bench offload`: flow offload into the emulated NIC (no hardware): insert
+/// rate per provider next to software megaflow installs, the offload threads' rate,
+/// revalidator rounds at 10 k / 100 k megaflows next to translating their keys, and
+/// forwarding with offload on vs off. Every row: median of `--runs`, min/max in detail.
+pub fn bench_offload(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
+    use benchkit::{Better, Figure};
+    use flow::bench as fb;
+    let runs = args.runs();
+    let t = args.run_time();
+    let n = if args.quick { 10_000 } else { 100_000 };
+    let mut rep = benchkit::Report::new("offload");
+    let specs = fb::offload_specs(n);
+    for p in ["tc", "rte"] {
+        let (mut v, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let (x, failed, base) = fb::offload_insert_rate(p, &specs);
+            if failed > 0 {
+                bail!("{p}: {failed} of {n} flows refused: the insert rate would time refusals");
+            }
+            v.push(x);
+            b.push(base);
+        }
+        let (m, lo, hi) = mmm(v);
+        let (bm, blo, bhi) = mmm(b);
+        rep.push(
+            Figure::new(
+                format!("offload insert, {p} provider, {}k flows", n / 1000),
+                m / 1e3,
+                "kflows/s",
+                "software megaflow install, same flows",
+                bm / 1e3,
+                Better::Higher,
+            )
+            .with_detail(serde_json::json!({"min": lo / 1e3, "max": hi / 1e3, "baseline_min": blo / 1e3, "baseline_max": bhi / 1e3, "runs": runs, "nic_insert_cost": 0})),
+        );
+    }
+    let mut base_v = Vec::new();
+    for _ in 0..runs {
+        base_v.push(fb::offload_insert_rate("tc", &specs).0);
+    }
+    let (tc_m, _, _) = mmm(base_v);
+    for threads in [1usize, 2] {
+        let mut v = Vec::new();
+        for _ in 0..runs {
+            v.push(fb::offload_pipeline_rate(&specs, threads));
+        }
+        let (m, lo, hi) = mmm(v);
+        rep.push(
+            Figure::new(
+                format!(
+                    "offload insert via {threads} offload thread(s), tc,rte, {}k flows",
+                    n / 1000
+                ),
+                m / 1e3,
+                "kflows/s",
+                "tc provider called directly",
+                tc_m / 1e3,
+                Better::Higher,
+            )
+            .with_detail(serde_json::json!({"min": lo / 1e3, "max": hi / 1e3, "runs": runs})),
+        );
+    }
+    for flows in [10_000usize, 100_000] {
+        if args.quick && flows > 10_000 {
+            continue;
+        }
+        let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let (plain, full, base) = fb::reval_times(flows);
+            a.push(plain);
+            b.push(full);
+            c.push(base);
+        }
+        let (am, alo, ahi) = mmm(a);
+        let (bm, blo, bhi) = mmm(b);
+        let (cm, _, _) = mmm(c);
+        rep.push(
+            Figure::new(
+                format!(
+                    "revalidator round, {}k flows, no table change (stats push + idle)",
+                    flows / 1000
+                ),
+                am,
+                "ms",
+                "translating every flow's key",
+                cm,
+                Better::Lower,
+            )
+            .with_detail(serde_json::json!({"min": alo, "max": ahi, "runs": runs})),
+        );
+        rep.push(
+            Figure::new(
+                format!(
+                    "revalidator round, {}k flows, after a table change (all re-translated)",
+                    flows / 1000
+                ),
+                bm,
+                "ms",
+                "translating every flow's key",
+                cm,
+                Better::Lower,
+            )
+            .with_detail(serde_json::json!({"min": blo, "max": bhi, "runs": runs})),
+        );
+    }
+    let fwd_n = if args.quick { 10_000 } else { 100_000 };
+    let mut off = (Vec::new(), Vec::new());
+    let mut on: Vec<(&str, Vec<f64>, Vec<f64>, usize)> =
+        vec![("tc", vec![], vec![], 0), ("rte", vec![], vec![], 0)];
+    for _ in 0..runs {
+        let (nw, hits, _) = fb::forwarding_rate(t, None, fwd_n);
+        off.0.push(nw);
+        off.1.push(hits);
+        for o in on.iter_mut() {
+            let (nw, hits, offloaded) = fb::forwarding_rate(t, Some(o.0), fwd_n);
+            o.1.push(nw);
+            o.2.push(hits);
+            o.3 = offloaded;
+        }
+    }
+    let (onw, _, _) = mmm(off.0.clone());
+    let (ohit, _, _) = mmm(off.1.clone());
+    for (p, nw, hits, offloaded) in on {
+        let (m, lo, hi) = mmm(nw);
+        rep.push(
+            Figure::new(
+                format!("forwarding new flows (upcall+install+ADD queued), offload {p}, {}k flows", fwd_n / 1000),
+                m / 1e6,
+                "Mpps",
+                "same, offload off",
+                onw / 1e6,
+                Better::Higher,
+            )
+            .with_detail(serde_json::json!({"min": lo / 1e6, "max": hi / 1e6, "offloaded_at_end": offloaded, "runs": runs})),
+        );
+        let (m, lo, hi) = mmm(hits);
+        rep.push(
+            Figure::new(
+                format!(
+                    "forwarding offloaded flows (emulated NIC on this core), {p}, {}k flows",
+                    fwd_n / 1000
+                ),
+                m / 1e6,
+                "Mpps",
+                "software cache (EMC+megaflow), offload off",
+                ohit / 1e6,
+                Better::Higher,
+            )
+            .with_detail(serde_json::json!({"min": lo / 1e6, "max": hi / 1e6, "runs": runs})),
+        );
+    }
+    rep.note("The NIC is emulated in software: its lookup and actions run on the forwarding core, so 'offloaded' forwarding rates measure the emulation, not hardware.");
+    Ok(rep)
 }
 
 /// `dpustack bench flow`: single-core lookup rates of the datapath cache, each next to
