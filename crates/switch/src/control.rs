@@ -126,6 +126,13 @@ impl Reply {
     }
 }
 
+/// The loop's answer to a command, or why it was refused.
+pub type Answer = std::result::Result<Reply, String>;
+
+/// A hook of the loop that answers the commands needing its own state (None: not one
+/// of them).
+pub type OwnCommands<'a> = dyn FnMut(&Command, &mut Datapath) -> Option<Answer> + 'a;
+
 struct Request {
     cmd: Command,
     reply: mpsc::SyncSender<std::result::Result<Reply, String>>,
@@ -221,7 +228,7 @@ impl ControlRx {
         dp: &mut Datapath,
         now: u64,
         fill: &dyn Fn(&mut Stats),
-        own: &mut dyn FnMut(&Command, &mut Datapath) -> Option<std::result::Result<Reply, String>>,
+        own: &mut OwnCommands<'_>,
     ) -> bool {
         let mut b = [0u8; 256];
         loop {
@@ -488,7 +495,10 @@ mod tests {
         assert_eq!(r, "OK\n1 flows added, 3 in table\n");
         // No flush: the change is left to the revalidator, which keeps this megaflow
         // (the new rule cannot match in_port=1).
-        assert!(dp.needs_revalidation(), "a change marks the megaflows for revalidation");
+        assert!(
+            dp.needs_revalidation(),
+            "a change marks the megaflows for revalidation"
+        );
         assert_eq!(dp.n_flows(), 1, "a change no longer flushes the megaflows");
         dp.revalidate(&mut t, 3, reval());
         assert_eq!(dp.n_flows(), 1);
@@ -507,7 +517,12 @@ mod tests {
         let r = run_only(Command::DumpFlows, &mut t, &mut dp, 3);
         assert!(r.contains("actions:2") && !r.contains("actions:3"), "{r}");
         // Both in_port=1,tcp rules go: the megaflow now meets the drop rule.
-        let r = run_only(Command::DelFlows("in_port=1,tcp".into()), &mut t, &mut dp, 3);
+        let r = run_only(
+            Command::DelFlows("in_port=1,tcp".into()),
+            &mut t,
+            &mut dp,
+            3,
+        );
         assert_eq!(r, "OK\n2 flows deleted, 2 in table\n");
         dp.revalidate(&mut t, 3, reval());
         let r = run_only(Command::DumpFlows, &mut t, &mut dp, 3);
