@@ -7,9 +7,16 @@
 //! client cannot address). The same pool and container (by label) exist on
 //! every engine ([`DistClient::create`]).
 //!
-//! What this is **not** yet (see docs/obj.md, "Distributed"):
-//! - the pool map lives in the client: there is no replicated pool service
-//!   (no Raft), engines do not know the map, so no stale-map refusal;
+//! **Stale maps** (DAOS): a client built from the pool service's map
+//! ([`DistClient::connect_with_map`]) sends that map's version in every
+//! object RPC; an engine whose pool service replica has applied a newer map
+//! refuses with its version ([`ClientError::StaleMap`]); the client fetches
+//! the map again from its [`MapSource`], re-places and retries
+//! ([`DistClient::refreshes`] counts it). DOWN marks the client makes itself
+//! (transport failures) bump its local copy only; the version it sends stays
+//! the service's.
+//!
+//! What this is **not** yet (see docs/obj-dist.md):
 //! - replication is client-driven, replica by replica, not DAOS's DTX through
 //!   a leader replica: an update that fails half-way can stay visible on the
 //!   replicas that took it (it is not acknowledged, and a retry rewrites it);
@@ -42,7 +49,20 @@ pub enum Error {
     NoEngine,
     #[error("the pool map does not have one single-target domain for each of the {0} engines")]
     MapShape(usize),
+    /// An engine refused the client's map as stale and no newer map could be
+    /// had (no [`MapSource`], or it failed or gave no newer map).
+    #[error("engine {rank} has pool map version {engine} > ours ({ours}): {why}")]
+    StaleMap {
+        rank: usize,
+        engine: u32,
+        ours: u32,
+        why: String,
+    },
 }
+
+/// Where a client gets the current pool map after a stale-map refusal (the
+/// pool service; `obj` cannot depend on `poolsvc`, so the caller wires it).
+pub type MapSource = Box<dyn FnMut() -> std::result::Result<PoolMap, String>>;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -66,6 +86,11 @@ pub struct DistClient {
     map: PoolMap,
     detector: Detector,
     timeout: Duration,
+    /// The version of the map as the pool service gave it (sent in object
+    /// RPCs); `None` for a client that made its own map (nothing sent).
+    svc_version: Option<u32>,
+    source: Option<MapSource>,
+    refreshes: u64,
 }
 
 impl DistClient {
@@ -117,6 +142,7 @@ impl DistClient {
         detector: DetectorConfig,
         map: Option<PoolMap>,
     ) -> Result<DistClient> {
+        let svc_version = map.as_ref().map(PoolMap::version);
         let mut map = map.unwrap_or_else(|| PoolMap::uniform(addrs.len() as u32, 1));
         if map.domains() != addrs.len()
             || map.targets().len() != addrs.len()
@@ -135,6 +161,7 @@ impl DistClient {
             }
             let opened = (|| -> std::result::Result<_, ClientError> {
                 let c = Client::connect_with(a, timeout)?;
+                c.set_map_version(svc_version);
                 let poh = c.pool_connect(pool, None)?.get()?;
                 let coh = c.cont_open(&poh, cont, None)?.get()?;
                 Ok((c, coh))
@@ -167,7 +194,75 @@ impl DistClient {
             map,
             detector: Detector::new(detector, addrs.len(), Instant::now()),
             timeout,
+            svc_version,
+            source: None,
+            refreshes: 0,
         })
+    }
+
+    /// Where to fetch the pool map after a stale-map refusal.
+    pub fn with_map_source(mut self, source: MapSource) -> Self {
+        self.source = Some(source);
+        self
+    }
+
+    /// The map version object RPCs carry (the service's, `None`: none).
+    pub fn sent_map_version(&self) -> Option<u32> {
+        self.svc_version
+    }
+
+    /// Maps fetched after a stale-map refusal so far.
+    pub fn refreshes(&self) -> u64 {
+        self.refreshes
+    }
+
+    /// Engine `rank` refused our map: it has `engine`. Fetches the map from
+    /// the source (it must be at least that new), takes it, and drops the
+    /// connections of engines not serving in it. Engines serving in the new
+    /// map that this client had dropped stay dropped: the next request to
+    /// one marks it DOWN locally again (no reconnect, as before).
+    fn refresh(&mut self, rank: usize, engine: u32) -> Result<()> {
+        let ours = self.svc_version.unwrap_or(0);
+        let stale = |why: String| Error::StaleMap {
+            rank,
+            engine,
+            ours,
+            why,
+        };
+        let Some(src) = self.source.as_mut() else {
+            return Err(stale("no map source to refresh from".into()));
+        };
+        let map = src().map_err(|e| stale(format!("map source: {e}")))?;
+        if map.version() < engine {
+            return Err(stale(format!(
+                "the map source gave version {}",
+                map.version()
+            )));
+        }
+        if map.domains() != self.conns.len()
+            || map.targets().len() != self.conns.len()
+            || map.targets().iter().any(|t| t.id != t.domain)
+        {
+            return Err(Error::MapShape(self.conns.len()));
+        }
+        tracing::info!(
+            rank,
+            from = ours,
+            to = map.version(),
+            "stale pool map refused: refreshed"
+        );
+        self.svc_version = Some(map.version());
+        for (r, c) in self.conns.iter_mut().enumerate() {
+            let serving = map.target(r as u32)?.state.is_serving();
+            if !serving {
+                c.client = None;
+            } else if let Some((cl, _)) = &c.client {
+                cl.set_map_version(self.svc_version);
+            }
+        }
+        self.map = map;
+        self.refreshes += 1;
+        Ok(())
     }
 
     /// The client's pool map.
@@ -232,7 +327,9 @@ impl DistClient {
     /// it; a group with fewer serving replicas than its class (no spare left)
     /// is written degraded, with a warning. Returns the highest replica epoch.
     pub fn kv_put(&mut self, oid: ObjectId, key: &[u8], value: &[u8]) -> Result<Epoch> {
-        'remap: for _ in 0..=self.conns.len() {
+        // each pass either succeeds, fails, or learns something (an engine
+        // DOWN, a newer map): bounded by the engines plus a few refreshes
+        'remap: for _ in 0..=2 * self.conns.len() + 4 {
             let l = layout(oid, &self.map)?;
             let grp = l.groups[crate::placement::group_of(key, l.groups.len())].clone();
             let mut epoch = Epoch::default();
@@ -254,6 +351,12 @@ impl DistClient {
                     }
                     Err(e) if is_transport(&e) => {
                         self.mark_down(rank)?;
+                        continue 'remap;
+                    }
+                    Err(ClientError::StaleMap { version }) => {
+                        // replicas written before the refusal are rewritten
+                        // under the new layout (no DTX: see the module doc)
+                        self.refresh(rank, version)?;
                         continue 'remap;
                     }
                     Err(source) => {
@@ -299,31 +402,38 @@ impl DistClient {
     /// a replica that fails at the transport level is marked DOWN and the next
     /// one is tried. A key no serving replica has is `Engine(NonExist)`.
     pub fn kv_get(&mut self, oid: ObjectId, key: &[u8]) -> Result<Vec<u8>> {
-        let mut last = None;
-        for rank in self.read_order(oid, key)? {
-            let Some((c, kv)) = self.kv(rank, oid) else {
-                self.mark_down(rank)?;
-                continue;
-            };
-            match c.kv_get(&kv, key, None).and_then(|p| p.get()) {
-                Ok(v) => return Ok(v),
-                Err(e) if is_transport(&e) => self.mark_down(rank)?,
-                Err(e) if e.status() == Some(Status::NonExist) => {
-                    last = Some(Error::Engine {
-                        rank,
-                        addr: self.conns[rank].addr.clone(),
-                        source: e,
-                    })
-                }
-                Err(source) => {
-                    return Err(Error::Engine {
-                        rank,
-                        addr: self.conns[rank].addr.clone(),
-                        source,
-                    })
+        'refreshed: for _ in 0..4 {
+            let mut last = None;
+            for rank in self.read_order(oid, key)? {
+                let Some((c, kv)) = self.kv(rank, oid) else {
+                    self.mark_down(rank)?;
+                    continue;
+                };
+                match c.kv_get(&kv, key, None).and_then(|p| p.get()) {
+                    Ok(v) => return Ok(v),
+                    Err(e) if is_transport(&e) => self.mark_down(rank)?,
+                    Err(ClientError::StaleMap { version }) => {
+                        self.refresh(rank, version)?;
+                        continue 'refreshed;
+                    }
+                    Err(e) if e.status() == Some(Status::NonExist) => {
+                        last = Some(Error::Engine {
+                            rank,
+                            addr: self.conns[rank].addr.clone(),
+                            source: e,
+                        })
+                    }
+                    Err(source) => {
+                        return Err(Error::Engine {
+                            rank,
+                            addr: self.conns[rank].addr.clone(),
+                            source,
+                        })
+                    }
                 }
             }
+            return Err(last.unwrap_or(Error::NoReplica));
         }
-        Err(last.unwrap_or(Error::NoReplica))
+        Err(Error::NoReplica)
     }
 }

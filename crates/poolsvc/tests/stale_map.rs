@@ -1,0 +1,253 @@
+//! Engines refuse stale-map requests (DAOS `DER_STALE`), end to end in one
+//! process: three object engines on 127.0.0.74–76, each hosting a pool-service
+//! replica wired to the engine's map versions. Rank 2 is taken out of the
+//! pool (DOWN, then EXCLUDED) through the pool service; clients still holding
+//! the version-1 map are refused by the engines, fetch the map from the
+//! service, re-place and retry: the write lands on the new placement (and
+//! not on the excluded engine), the read returns the new value (not the
+//! excluded engine's old one). A client with no map source gets the typed
+//! refusal. A request without a map version (an old client) is served.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use obj::client::Client;
+use obj::dist::{DistClient, Error as DistError, MapSource};
+use obj::engine::vos_backend::VosBackend;
+use obj::engine::{Engine, EngineConfig};
+use obj::membership::DetectorConfig;
+use obj::placement::{group_of, layout, PoolMap};
+use obj::types::{ObjClass, ObjType, ObjectId, Redundancy};
+use poolsvc::client::BlockingClient;
+use poolsvc::health::MonitorConfig;
+use poolsvc::runner::{Replica, ReplicaConfig};
+use poolsvc::state::{Command, Reply};
+
+const POOL: &str = "sp";
+const CONT: &str = "sc";
+
+fn free_port(ip: &str) -> u16 {
+    TcpListener::bind(format!("{ip}:0"))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn svc(members: &BTreeMap<u64, String>) -> BlockingClient {
+    let mut c = BlockingClient::new(members.clone()).unwrap();
+    c.inner.deadline = Duration::from_secs(10);
+    c
+}
+
+fn svc_map(members: &BTreeMap<u64, String>) -> PoolMap {
+    svc(members).read().unwrap().pools[POOL].map()
+}
+
+fn source(members: &BTreeMap<u64, String>) -> MapSource {
+    let mut c = svc(members);
+    Box::new(move || {
+        let st = c.read().map_err(|e| e.to_string())?;
+        st.pools
+            .get(POOL)
+            .map(|p| p.map())
+            .ok_or_else(|| "no pool".to_string())
+    })
+}
+
+/// `key` of `oid` as engine `addr` has it, asked without a map version.
+fn value_on(addr: &str, oid: ObjectId, key: &[u8]) -> Option<Vec<u8>> {
+    let c = Client::connect(addr).unwrap();
+    let poh = c.pool_connect(POOL, None).unwrap().get().unwrap();
+    let coh = c.cont_open(&poh, CONT, None).unwrap().get().unwrap();
+    let kv = c.kv_open(&coh, oid, None).unwrap().get().unwrap();
+    c.kv_get(&kv, key, None).unwrap().get().ok()
+}
+
+/// Waits until every engine's replica has applied map version `v`.
+fn wait_version(engines: &[Engine], v: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while engines
+        .iter()
+        .any(|e| e.map_versions().get(POOL) != Some(v))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "engines did not reach map version {v}: {:?}",
+            engines
+                .iter()
+                .map(|e| e.map_versions().get(POOL))
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn stale_map_is_refused_and_the_client_refreshes_and_retries() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let ips: Vec<String> = (0..3).map(|i| format!("127.0.0.{}", 74 + i)).collect();
+    let engines: Vec<Engine> = (0..3)
+        .map(|i| {
+            let cfg = EngineConfig {
+                listen: format!("{}:0", ips[i]).parse().unwrap(),
+                data_dir: dirs[i].path().join("engine"),
+                targets: 1,
+                rdma_listen: None,
+                aggregation: Default::default(),
+            };
+            Engine::start(&cfg, Arc::new(VosBackend::default())).unwrap()
+        })
+        .collect();
+    let addrs: Vec<String> = engines.iter().map(|e| e.addr().to_string()).collect();
+    let members: BTreeMap<u64, String> = (0..3)
+        .map(|i| (i as u64, format!("{}:{}", ips[i], free_port(&ips[i]))))
+        .collect();
+    let _replicas: Vec<Replica> = (0..3)
+        .map(|i| {
+            let cfg = ReplicaConfig {
+                id: i as u64,
+                listen: members[&(i as u64)].clone(),
+                members: members.clone(),
+                initialize: i == 0,
+                heartbeat_ms: 30,
+                election_min_ms: 150,
+                election_max_ms: 450,
+                engines: BTreeMap::new(),
+                monitor: MonitorConfig {
+                    detector: Default::default(),
+                    exclude_after: None,
+                },
+                map_versions: Some(engines[i].map_versions()),
+            };
+            Replica::spawn(cfg, &dirs[i].path().join("pool_svc.redb")).unwrap()
+        })
+        .collect();
+
+    // the pool on every engine and in the service (version 1)
+    DistClient::create(&addrs, POOL, 64 << 20, CONT).unwrap();
+    let mut c = svc(&members);
+    assert_eq!(
+        c.write(Command::CreatePool {
+            pool: POOL.into(),
+            domains: 3,
+            per_domain: 1,
+        })
+        .unwrap(),
+        Reply::MapVersion(1)
+    );
+    wait_version(&engines, 1);
+    let v1 = svc_map(&members);
+    assert_eq!(v1.version(), 1);
+
+    // an RP_2 object and a key whose replicas under version 1 include rank 2
+    let class = ObjClass {
+        redundancy: Redundancy::Replicas(2),
+        groups: 1,
+    };
+    let key = b"k".as_slice();
+    let (oid, old_ranks) = (0..1000u64)
+        .find_map(|lo| {
+            let oid = ObjectId::generate(0, lo, ObjType::KvHashed, class).unwrap();
+            let l = layout(oid, &v1).unwrap();
+            let g = l.groups[group_of(key, l.groups.len())].clone();
+            let ranks: Vec<usize> = g
+                .iter()
+                .map(|&t| v1.target(t).unwrap().domain as usize)
+                .collect();
+            ranks.contains(&2).then_some((oid, ranks))
+        })
+        .unwrap();
+
+    // clients built from the version-1 map: A writes, B reads, C has no source
+    let connect = |src: Option<MapSource>| {
+        let dc = DistClient::connect_with_map(
+            &addrs,
+            POOL,
+            CONT,
+            Duration::from_secs(2),
+            DetectorConfig::default(),
+            Some(v1.clone()),
+        )
+        .unwrap();
+        match src {
+            Some(s) => dc.with_map_source(s),
+            None => dc,
+        }
+    };
+    let mut a = connect(Some(source(&members)));
+    let mut b = connect(Some(source(&members)));
+    let mut no_src = connect(None);
+    assert_eq!(a.sent_map_version(), Some(1));
+    a.kv_put(oid, key, b"old").unwrap();
+    assert_eq!(a.refreshes(), 0, "a current map is not refused");
+    for &r in &old_ranks {
+        assert_eq!(value_on(&addrs[r], oid, key).as_deref(), Some(&b"old"[..]));
+    }
+
+    // rank 2 leaves the pool: DOWN (v2), then EXCLUDED (v3)
+    for (state, v) in [("DOWN", 2), ("EXCLUDED", 3)] {
+        assert_eq!(
+            c.write(Command::SetDomainState {
+                pool: POOL.into(),
+                domain: 2,
+                state: state.into(),
+            })
+            .unwrap(),
+            Reply::MapVersion(v)
+        );
+    }
+    wait_version(&engines, 3);
+    let v3 = svc_map(&members);
+    let l3 = layout(oid, &v3).unwrap();
+    let new_ranks: Vec<usize> = l3.groups[group_of(key, l3.groups.len())]
+        .iter()
+        .map(|&t| v3.target(t).unwrap().domain as usize)
+        .collect();
+    assert!(!new_ranks.contains(&2), "{new_ranks:?}");
+    let refused_before: u64 = engines.iter().map(|e| e.map_versions().refused()).sum();
+
+    // A (version 1) writes: refused, refreshes to 3, lands on the new placement
+    a.kv_put(oid, key, b"new").unwrap();
+    assert_eq!(a.refreshes(), 1);
+    assert_eq!(a.sent_map_version(), Some(3));
+    assert_eq!(a.map().version(), 3);
+    for &r in &new_ranks {
+        assert_eq!(
+            value_on(&addrs[r], oid, key).as_deref(),
+            Some(&b"new"[..]),
+            "rank {r} of the new placement {new_ranks:?}"
+        );
+    }
+    // the excluded engine did not take it (it refused, or was not asked)
+    assert_eq!(value_on(&addrs[2], oid, key).as_deref(), Some(&b"old"[..]));
+    let refused_after_a: u64 = engines.iter().map(|e| e.map_versions().refused()).sum();
+    assert!(refused_after_a > refused_before, "an engine refused A");
+
+    // B (version 1) reads: refused, refreshes, reads the new value (with its
+    // old map it would have asked rank 2 first or second: the old value there)
+    assert_eq!(b.kv_get(oid, key).unwrap(), b"new");
+    assert_eq!(b.refreshes(), 1);
+    assert_eq!(b.sent_map_version(), Some(3));
+
+    // C (version 1, no map source): the typed refusal
+    match no_src.kv_put(oid, key, b"lost") {
+        Err(DistError::StaleMap { engine, ours, .. }) => {
+            assert_eq!((engine, ours), (3, 1));
+        }
+        other => panic!("want StaleMap, got {other:?}"),
+    }
+    assert_eq!(value_on(&addrs[new_ranks[0]], oid, key).as_deref(), Some(&b"new"[..]));
+
+    // A again: current now, nothing refused
+    let before = engines.iter().map(|e| e.map_versions().refused()).sum::<u64>();
+    a.kv_put(oid, key, b"newer").unwrap();
+    assert_eq!(b.kv_get(oid, key).unwrap(), b"newer");
+    assert_eq!(
+        engines.iter().map(|e| e.map_versions().refused()).sum::<u64>(),
+        before
+    );
+    assert_eq!((a.refreshes(), b.refreshes()), (1, 1));
+}
