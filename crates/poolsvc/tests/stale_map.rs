@@ -239,14 +239,23 @@ fn stale_map_is_refused_and_the_client_refreshes_and_retries() {
         }
         other => panic!("want StaleMap, got {other:?}"),
     }
-    assert_eq!(value_on(&addrs[new_ranks[0]], oid, key).as_deref(), Some(&b"new"[..]));
+    assert_eq!(
+        value_on(&addrs[new_ranks[0]], oid, key).as_deref(),
+        Some(&b"new"[..])
+    );
 
     // A again: current now, nothing refused
-    let before = engines.iter().map(|e| e.map_versions().refused()).sum::<u64>();
+    let before = engines
+        .iter()
+        .map(|e| e.map_versions().refused())
+        .sum::<u64>();
     a.kv_put(oid, key, b"newer").unwrap();
     assert_eq!(b.kv_get(oid, key).unwrap(), b"newer");
     assert_eq!(
-        engines.iter().map(|e| e.map_versions().refused()).sum::<u64>(),
+        engines
+            .iter()
+            .map(|e| e.map_versions().refused())
+            .sum::<u64>(),
         before
     );
     assert_eq!((a.refreshes(), b.refreshes()), (1, 1));

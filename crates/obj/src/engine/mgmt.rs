@@ -567,8 +567,7 @@ impl Mgmt {
                     pool,
                     cont: cuuid,
                 })?;
-                self.map_versions
-                    .open_coh(coh, &self.meta.pools[i].label);
+                self.map_versions.open_coh(coh, &self.meta.pools[i].label);
                 self.cohs.insert(
                     coh,
                     ContHdl {

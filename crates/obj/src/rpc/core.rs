@@ -494,6 +494,71 @@ impl ServerConn {
 mod tests {
     use super::*;
 
+    /// The map version rides on object I/O only; a `DER_STALE` answer with
+    /// the engine's version completes the RPC with `StaleMap { version }`;
+    /// a `DER_STALE` without a version (not this engine's form) stays a
+    /// plain status.
+    #[test]
+    fn map_version_and_stale_map_refusal() {
+        let now = Instant::now();
+        let mut c = ClientCore::new();
+        c.set_map_version(Some(4));
+        let fetch = Request::ObjFetch {
+            t: super::super::msg::ObjTarget {
+                coh: 7,
+                oid: Default::default(),
+                epoch: 0,
+            },
+            dkey: b"d".to_vec(),
+            iods: Vec::new(),
+        };
+        let f = c.start(now, &fetch, &[], None);
+        c.start(now, &Request::PoolList, &[], None);
+        let g = c.start(now, &fetch, &[], None);
+        let bytes = c.transmit().to_vec();
+        c.transmitted(bytes.len());
+
+        let mut s = ServerConn::new();
+        s.handle_input(&bytes);
+        let mut seen = Vec::new();
+        while let Some(inc) = s.poll_incoming() {
+            let Incoming::Request { hdr, .. } = inc else {
+                panic!("{inc:?}")
+            };
+            seen.push((hdr.opcode, hdr.map_version));
+            match hdr.rpc_id {
+                id if id == f => s.reply_stale_map(&hdr, 6),
+                id if id == g => s.reply_error(&hdr, Status::StaleMap),
+                _ => s.reply(&hdr, Status::Ok, &Reply::Empty, &[]),
+            }
+        }
+        assert_eq!(
+            seen,
+            [
+                (Opcode::ObjFetch, Some(4)),
+                (Opcode::PoolList, None),
+                (Opcode::ObjFetch, Some(4))
+            ]
+        );
+        let back = s.transmit().to_vec();
+        c.handle_input(&back);
+        let mut done = HashMap::new();
+        while let Some(x) = c.poll_completion() {
+            done.insert(x.rpc_id, x.result);
+        }
+        assert_eq!(done[&f], Err(RpcError::StaleMap { version: 6 }));
+        assert_eq!(done[&g], Err(RpcError::Status(Status::StaleMap)));
+        // no version set: none sent
+        c.set_map_version(None);
+        c.start(now, &fetch, &[], None);
+        let mut s = ServerConn::new();
+        s.handle_input(c.transmit());
+        match s.poll_incoming() {
+            Some(Incoming::Request { hdr, .. }) => assert_eq!(hdr.map_version, None),
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn owned_frames_queue_in_order_behind_unsent_bytes() {
         let mut c = ServerConn::new();

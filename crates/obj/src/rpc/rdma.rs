@@ -692,7 +692,10 @@ impl RdmaClient {
             at += b.len();
         }
         let d = desc_bytes(mr.addr(), mr.rkey(), total as u32);
-        let mv = self.core.map_version().filter(|_| req.opcode().is_object_io());
+        let mv = self
+            .core
+            .map_version()
+            .filter(|_| req.opcode().is_object_io());
         let id = self.core.start_with(now, req, timeout, |tx, id, ms| {
             let start = tx.len();
             super::frame::encode_request_at(tx, id, ms, mv, req, &[]);
