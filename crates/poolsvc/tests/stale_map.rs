@@ -7,6 +7,10 @@
 //! not on the excluded engine), the read returns the new value (not the
 //! excluded engine's old one). A client with no map source gets the typed
 //! refusal. A request without a map version (an old client) is served.
+//! Second test: the same through the pool-service leader's health monitor —
+//! engine 2 stopped, marked DOWN then EXCLUDED by the leader; a client still
+//! at version 1 loses rank 2 at the transport level, is refused by a
+//! survivor, refreshes and writes the new placement.
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -67,7 +71,7 @@ fn value_on(addr: &str, oid: ObjectId, key: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Waits until every engine's replica has applied map version `v`.
-fn wait_version(engines: &[Engine], v: u32) {
+fn wait_version(engines: &[&Engine], v: u32) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while engines
         .iter()
@@ -85,10 +89,25 @@ fn wait_version(engines: &[Engine], v: u32) {
     }
 }
 
-#[test]
-fn stale_map_is_refused_and_the_client_refreshes_and_retries() {
+struct System {
+    _dirs: Vec<tempfile::TempDir>,
+    engines: Vec<Option<Engine>>,
+    addrs: Vec<String>,
+    members: BTreeMap<u64, String>,
+    _replicas: Vec<Replica>,
+}
+
+impl System {
+    fn live(&self) -> Vec<&Engine> {
+        self.engines.iter().flatten().collect()
+    }
+}
+
+/// Three engines on 127.0.0.`base`.. each hosting a replica wired to its map
+/// versions; the pool and container on every engine and in the service (v1).
+fn system(base: u8, monitor: Option<MonitorConfig>) -> System {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let ips: Vec<String> = (0..3).map(|i| format!("127.0.0.{}", 74 + i)).collect();
+    let ips: Vec<String> = (0..3).map(|i| format!("127.0.0.{}", base + i)).collect();
     let engines: Vec<Engine> = (0..3)
         .map(|i| {
             let cfg = EngineConfig {
@@ -105,7 +124,7 @@ fn stale_map_is_refused_and_the_client_refreshes_and_retries() {
     let members: BTreeMap<u64, String> = (0..3)
         .map(|i| (i as u64, format!("{}:{}", ips[i], free_port(&ips[i]))))
         .collect();
-    let _replicas: Vec<Replica> = (0..3)
+    let replicas: Vec<Replica> = (0..3)
         .map(|i| {
             let cfg = ReplicaConfig {
                 id: i as u64,
@@ -115,70 +134,94 @@ fn stale_map_is_refused_and_the_client_refreshes_and_retries() {
                 heartbeat_ms: 30,
                 election_min_ms: 150,
                 election_max_ms: 450,
-                engines: BTreeMap::new(),
-                monitor: MonitorConfig {
+                engines: match monitor {
+                    Some(_) => (0..3).map(|r| (r as u64, addrs[r].clone())).collect(),
+                    None => BTreeMap::new(),
+                },
+                monitor: monitor.unwrap_or(MonitorConfig {
                     detector: Default::default(),
                     exclude_after: None,
-                },
+                }),
                 map_versions: Some(engines[i].map_versions()),
             };
             Replica::spawn(cfg, &dirs[i].path().join("pool_svc.redb")).unwrap()
         })
         .collect();
-
-    // the pool on every engine and in the service (version 1)
     DistClient::create(&addrs, POOL, 64 << 20, CONT).unwrap();
-    let mut c = svc(&members);
     assert_eq!(
-        c.write(Command::CreatePool {
-            pool: POOL.into(),
-            domains: 3,
-            per_domain: 1,
-        })
-        .unwrap(),
+        svc(&members)
+            .write(Command::CreatePool {
+                pool: POOL.into(),
+                domains: 3,
+                per_domain: 1,
+            })
+            .unwrap(),
         Reply::MapVersion(1)
     );
-    wait_version(&engines, 1);
-    let v1 = svc_map(&members);
-    assert_eq!(v1.version(), 1);
+    let sys = System {
+        _dirs: dirs,
+        engines: engines.into_iter().map(Some).collect(),
+        addrs,
+        members,
+        _replicas: replicas,
+    };
+    wait_version(&sys.live(), 1);
+    sys
+}
 
-    // an RP_2 object and a key whose replicas under version 1 include rank 2
+fn ranks_of(map: &PoolMap, oid: ObjectId, key: &[u8]) -> Vec<usize> {
+    let l = layout(oid, map).unwrap();
+    l.groups[group_of(key, l.groups.len())]
+        .iter()
+        .map(|&t| map.target(t).unwrap().domain as usize)
+        .collect()
+}
+
+/// An RP_2 object whose replicas of `key` under `map` include rank 2.
+fn object_on_rank2(map: &PoolMap, key: &[u8]) -> (ObjectId, Vec<usize>) {
     let class = ObjClass {
         redundancy: Redundancy::Replicas(2),
         groups: 1,
     };
-    let key = b"k".as_slice();
-    let (oid, old_ranks) = (0..1000u64)
+    (0..1000u64)
         .find_map(|lo| {
             let oid = ObjectId::generate(0, lo, ObjType::KvHashed, class).unwrap();
-            let l = layout(oid, &v1).unwrap();
-            let g = l.groups[group_of(key, l.groups.len())].clone();
-            let ranks: Vec<usize> = g
-                .iter()
-                .map(|&t| v1.target(t).unwrap().domain as usize)
-                .collect();
+            let ranks = ranks_of(map, oid, key);
             ranks.contains(&2).then_some((oid, ranks))
         })
-        .unwrap();
+        .unwrap()
+}
 
+fn client_at(sys: &System, map: &PoolMap, src: Option<MapSource>) -> DistClient {
+    let dc = DistClient::connect_with_map(
+        &sys.addrs,
+        POOL,
+        CONT,
+        Duration::from_secs(2),
+        DetectorConfig::default(),
+        Some(map.clone()),
+    )
+    .unwrap();
+    match src {
+        Some(s) => dc.with_map_source(s),
+        None => dc,
+    }
+}
+
+#[test]
+fn stale_map_is_refused_and_the_client_refreshes_and_retries() {
+    let sys = system(74, None);
+    let (addrs, members) = (&sys.addrs, &sys.members);
+    let engines = sys.live();
+    let mut c = svc(members);
+    let v1 = svc_map(members);
+    assert_eq!(v1.version(), 1);
+    let key = b"k".as_slice();
+    let (oid, old_ranks) = object_on_rank2(&v1, key);
     // clients built from the version-1 map: A writes, B reads, C has no source
-    let connect = |src: Option<MapSource>| {
-        let dc = DistClient::connect_with_map(
-            &addrs,
-            POOL,
-            CONT,
-            Duration::from_secs(2),
-            DetectorConfig::default(),
-            Some(v1.clone()),
-        )
-        .unwrap();
-        match src {
-            Some(s) => dc.with_map_source(s),
-            None => dc,
-        }
-    };
-    let mut a = connect(Some(source(&members)));
-    let mut b = connect(Some(source(&members)));
+    let connect = |src: Option<MapSource>| client_at(&sys, &v1, src);
+    let mut a = connect(Some(source(members)));
+    let mut b = connect(Some(source(members)));
     let mut no_src = connect(None);
     assert_eq!(a.sent_map_version(), Some(1));
     a.kv_put(oid, key, b"old").unwrap();
@@ -200,12 +243,8 @@ fn stale_map_is_refused_and_the_client_refreshes_and_retries() {
         );
     }
     wait_version(&engines, 3);
-    let v3 = svc_map(&members);
-    let l3 = layout(oid, &v3).unwrap();
-    let new_ranks: Vec<usize> = l3.groups[group_of(key, l3.groups.len())]
-        .iter()
-        .map(|&t| v3.target(t).unwrap().domain as usize)
-        .collect();
+    let v3 = svc_map(members);
+    let new_ranks = ranks_of(&v3, oid, key);
     assert!(!new_ranks.contains(&2), "{new_ranks:?}");
     let refused_before: u64 = engines.iter().map(|e| e.map_versions().refused()).sum();
 
@@ -259,4 +298,59 @@ fn stale_map_is_refused_and_the_client_refreshes_and_retries() {
         before
     );
     assert_eq!((a.refreshes(), b.refreshes()), (1, 1));
+}
+
+#[test]
+fn engines_refuse_after_the_monitor_excludes_a_dead_engine() {
+    let monitor = MonitorConfig {
+        detector: DetectorConfig {
+            interval: Duration::from_millis(50),
+            suspect_after: Duration::from_millis(150),
+            dead_after: Duration::from_millis(300),
+        },
+        exclude_after: Some(Duration::from_millis(300)),
+    };
+    let mut sys = system(77, Some(monitor));
+    let v1 = svc_map(&sys.members);
+    let key = b"m".as_slice();
+    let (oid, _) = object_on_rank2(&v1, key);
+    let mut a = client_at(&sys, &v1, Some(source(&sys.members)));
+    a.kv_put(oid, key, b"old").unwrap();
+
+    // engine 2 stops (its replica keeps running): the leader's monitor marks
+    // it DOWN, then EXCLUDED
+    drop(sys.engines[2].take());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let excluded = loop {
+        let m = svc_map(&sys.members);
+        if m.target(2).unwrap().state.name() == "EXCLUDED" {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "rank 2 not excluded: {m:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    wait_version(&sys.live(), excluded.version());
+    let new_ranks = ranks_of(&excluded, oid, key);
+    assert!(!new_ranks.contains(&2));
+
+    // A (version 1): rank 2 gone at the transport level, a survivor refuses
+    // the old map, A refreshes and writes the new placement
+    a.kv_put(oid, key, b"new").unwrap();
+    assert_eq!(a.refreshes(), 1);
+    assert_eq!(a.sent_map_version(), Some(excluded.version()));
+    for &r in &new_ranks {
+        assert_eq!(
+            value_on(&sys.addrs[r], oid, key).as_deref(),
+            Some(&b"new"[..]),
+            "rank {r} of {new_ranks:?}"
+        );
+    }
+    assert_eq!(a.kv_get(oid, key).unwrap(), b"new");
+    assert!(
+        sys.live()
+            .iter()
+            .map(|e| e.map_versions().refused())
+            .sum::<u64>()
+            >= 1
+    );
 }
