@@ -354,3 +354,51 @@ fn engines_refuse_after_the_monitor_excludes_a_dead_engine() {
             >= 1
     );
 }
+
+/// What a refusal costs: a put sent with a map one version old (refused,
+/// map fetched from the service, retried) against the next put with the
+/// current map, same client, same key. Rank 2 is toggled DOWN / UP-IN in the
+/// service to make each new version. Prints median and spread.
+#[test]
+#[ignore]
+fn bench_stale_refresh_cost() {
+    let sys = system(80, None);
+    let mut c = svc(&sys.members);
+    let key = b"b".as_slice();
+    let v1 = svc_map(&sys.members);
+    let (oid, _) = object_on_rank2(&v1, key);
+    let (mut stale, mut fresh) = (Vec::new(), Vec::new());
+    for i in 0..20 {
+        let old = svc_map(&sys.members);
+        let state = if i % 2 == 0 { "DOWN" } else { "UP-IN" };
+        let r = c
+            .write(Command::SetDomainState {
+                pool: POOL.into(),
+                domain: 2,
+                state: state.into(),
+            })
+            .unwrap();
+        assert_eq!(r, Reply::MapVersion(old.version() + 1));
+        wait_version(&sys.live(), old.version() + 1);
+        let mut a = client_at(&sys, &old, Some(source(&sys.members)));
+        let t = Instant::now();
+        a.kv_put(oid, key, b"x").unwrap();
+        stale.push(t.elapsed());
+        assert_eq!(a.refreshes(), 1);
+        let t = Instant::now();
+        a.kv_put(oid, key, b"y").unwrap();
+        fresh.push(t.elapsed());
+        assert_eq!(a.refreshes(), 1);
+    }
+    let stats = |v: &mut Vec<Duration>| {
+        v.sort();
+        (v[v.len() / 2], v[0], v[v.len() - 1])
+    };
+    let (sm, smin, smax) = stats(&mut stale);
+    let (fm, fmin, fmax) = stats(&mut fresh);
+    println!(
+        "put refused+refreshed+retried: median {sm:?} ({smin:?}..{smax:?}); \
+         put with the current map: median {fm:?} ({fmin:?}..{fmax:?}); ratio of medians {:.1}",
+        sm.as_secs_f64() / fm.as_secs_f64()
+    );
+}
