@@ -80,6 +80,22 @@ fn is_transport(e: &ClientError) -> bool {
     )
 }
 
+/// Connects to one engine and opens `pool` / `cont` there; object RPCs will
+/// carry `map_version`.
+fn open(
+    addr: &str,
+    pool: &str,
+    cont: &str,
+    timeout: Duration,
+    map_version: Option<u32>,
+) -> std::result::Result<(Client, ContHandle), ClientError> {
+    let c = Client::connect_with(addr, timeout)?;
+    c.set_map_version(map_version);
+    let poh = c.pool_connect(pool, None)?.get()?;
+    let coh = c.cont_open(&poh, cont, None)?.get()?;
+    Ok((c, coh))
+}
+
 /// A client of a system of engines.
 pub struct DistClient {
     conns: Vec<Conn>,
@@ -91,6 +107,8 @@ pub struct DistClient {
     svc_version: Option<u32>,
     source: Option<MapSource>,
     refreshes: u64,
+    pool: String,
+    cont: String,
 }
 
 impl DistClient {
@@ -159,13 +177,7 @@ impl DistClient {
                 });
                 continue;
             }
-            let opened = (|| -> std::result::Result<_, ClientError> {
-                let c = Client::connect_with(a, timeout)?;
-                c.set_map_version(svc_version);
-                let poh = c.pool_connect(pool, None)?.get()?;
-                let coh = c.cont_open(&poh, cont, None)?.get()?;
-                Ok((c, coh))
-            })();
+            let opened = open(a, pool, cont, timeout, svc_version);
             let client = match opened {
                 Ok(x) => Some(x),
                 Err(e) if is_transport(&e) => {
@@ -197,6 +209,8 @@ impl DistClient {
             svc_version,
             source: None,
             refreshes: 0,
+            pool: pool.to_string(),
+            cont: cont.to_string(),
         })
     }
 
@@ -217,10 +231,10 @@ impl DistClient {
     }
 
     /// Engine `rank` refused our map: it has `engine`. Fetches the map from
-    /// the source (it must be at least that new), takes it, and drops the
-    /// connections of engines not serving in it. Engines serving in the new
-    /// map that this client had dropped stay dropped: the next request to
-    /// one marks it DOWN locally again (no reconnect, as before).
+    /// the source (it must be at least that new), takes it, drops the
+    /// connections of engines not serving in it, and connects to engines
+    /// serving in it that it had none to (one that does not answer is marked
+    /// DOWN locally, as at connect).
     fn refresh(&mut self, rank: usize, engine: u32) -> Result<()> {
         let ours = self.svc_version.unwrap_or(0);
         let stale = |why: String| Error::StaleMap {
@@ -252,16 +266,34 @@ impl DistClient {
             "stale pool map refused: refreshed"
         );
         self.svc_version = Some(map.version());
-        for (r, c) in self.conns.iter_mut().enumerate() {
-            let serving = map.target(r as u32)?.state.is_serving();
+        self.map = map;
+        self.refreshes += 1;
+        for r in 0..self.conns.len() {
+            let serving = self.map.target(r as u32)?.state.is_serving();
+            let c = &mut self.conns[r];
             if !serving {
                 c.client = None;
             } else if let Some((cl, _)) = &c.client {
                 cl.set_map_version(self.svc_version);
+            } else {
+                match open(
+                    &c.addr,
+                    &self.pool,
+                    &self.cont,
+                    self.timeout,
+                    self.svc_version,
+                ) {
+                    Ok(x) => {
+                        tracing::info!(rank = r, addr = %c.addr, "engine serving in the refreshed map: connected");
+                        c.client = Some(x);
+                    }
+                    Err(e) => {
+                        tracing::warn!(rank = r, addr = %c.addr, error = %e, "engine serving in the refreshed map does not open");
+                        self.map.set_domain_state(r as u32, TargetState::Down)?;
+                    }
+                }
             }
         }
-        self.map = map;
-        self.refreshes += 1;
         Ok(())
     }
 

@@ -402,3 +402,40 @@ fn bench_stale_refresh_cost() {
         sm.as_secs_f64() / fm.as_secs_f64()
     );
 }
+
+/// A refreshed map in which an engine the client had no connection to
+/// serves again (set UP-IN in the service): the client connects to it and
+/// the retried write lands on it too.
+#[test]
+fn refresh_connects_to_an_engine_serving_again() {
+    let sys = system(83, None);
+    let mut c = svc(&sys.members);
+    let key = b"u".as_slice();
+    let v1 = svc_map(&sys.members);
+    let (oid, ranks) = object_on_rank2(&v1, key);
+    let set = |c: &mut BlockingClient, state: &str| {
+        c.write(Command::SetDomainState {
+            pool: POOL.into(),
+            domain: 2,
+            state: state.into(),
+        })
+        .unwrap()
+    };
+    assert_eq!(set(&mut c, "DOWN"), Reply::MapVersion(2));
+    wait_version(&sys.live(), 2);
+    let v2 = svc_map(&sys.members);
+    // built from v2: rank 2 is DOWN there, so not connected
+    let mut a = client_at(&sys, &v2, Some(source(&sys.members)));
+    assert_eq!(set(&mut c, "UP-IN"), Reply::MapVersion(3));
+    wait_version(&sys.live(), 3);
+    a.kv_put(oid, key, b"back").unwrap();
+    assert_eq!(a.refreshes(), 1);
+    assert!(a.map().target(2).unwrap().state.is_serving());
+    for &r in &ranks {
+        assert_eq!(
+            value_on(&sys.addrs[r], oid, key).as_deref(),
+            Some(&b"back"[..]),
+            "rank {r} of {ranks:?}"
+        );
+    }
+}
