@@ -7,9 +7,16 @@
 //! client cannot address). The same pool and container (by label) exist on
 //! every engine ([`DistClient::create`]).
 //!
-//! What this is **not** yet (see docs/obj.md, "Distributed"):
-//! - the pool map lives in the client: there is no replicated pool service
-//!   (no Raft), engines do not know the map, so no stale-map refusal;
+//! **Stale maps** (DAOS): a client built from the pool service's map
+//! ([`DistClient::connect_with_map`]) sends that map's version in every
+//! object RPC; an engine whose pool service replica has applied a newer map
+//! refuses with its version ([`ClientError::StaleMap`]); the client fetches
+//! the map again from its [`MapSource`], re-places and retries
+//! ([`DistClient::refreshes`] counts it). DOWN marks the client makes itself
+//! (transport failures) bump its local copy only; the version it sends stays
+//! the service's.
+//!
+//! What this is **not** yet (see docs/obj-dist.md):
 //! - replication is client-driven, replica by replica, not DAOS's DTX through
 //!   a leader replica: an update that fails half-way can stay visible on the
 //!   replicas that took it (it is not acknowledged, and a retry rewrites it);
@@ -42,7 +49,20 @@ pub enum Error {
     NoEngine,
     #[error("the pool map does not have one single-target domain for each of the {0} engines")]
     MapShape(usize),
+    /// An engine refused the client's map as stale and no newer map could be
+    /// had (no [`MapSource`], or it failed or gave no newer map).
+    #[error("engine {rank} has pool map version {engine} > ours ({ours}): {why}")]
+    StaleMap {
+        rank: usize,
+        engine: u32,
+        ours: u32,
+        why: String,
+    },
 }
+
+/// Where a client gets the current pool map after a stale-map refusal (the
+/// pool service; `obj` cannot depend on `poolsvc`, so the caller wires it).
+pub type MapSource = Box<dyn FnMut() -> std::result::Result<PoolMap, String>>;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -60,12 +80,35 @@ fn is_transport(e: &ClientError) -> bool {
     )
 }
 
+/// Connects to one engine and opens `pool` / `cont` there; object RPCs will
+/// carry `map_version`.
+fn open(
+    addr: &str,
+    pool: &str,
+    cont: &str,
+    timeout: Duration,
+    map_version: Option<u32>,
+) -> std::result::Result<(Client, ContHandle), ClientError> {
+    let c = Client::connect_with(addr, timeout)?;
+    c.set_map_version(map_version);
+    let poh = c.pool_connect(pool, None)?.get()?;
+    let coh = c.cont_open(&poh, cont, None)?.get()?;
+    Ok((c, coh))
+}
+
 /// A client of a system of engines.
 pub struct DistClient {
     conns: Vec<Conn>,
     map: PoolMap,
     detector: Detector,
     timeout: Duration,
+    /// The version of the map as the pool service gave it (sent in object
+    /// RPCs); `None` for a client that made its own map (nothing sent).
+    svc_version: Option<u32>,
+    source: Option<MapSource>,
+    refreshes: u64,
+    pool: String,
+    cont: String,
 }
 
 impl DistClient {
@@ -117,6 +160,7 @@ impl DistClient {
         detector: DetectorConfig,
         map: Option<PoolMap>,
     ) -> Result<DistClient> {
+        let svc_version = map.as_ref().map(PoolMap::version);
         let mut map = map.unwrap_or_else(|| PoolMap::uniform(addrs.len() as u32, 1));
         if map.domains() != addrs.len()
             || map.targets().len() != addrs.len()
@@ -133,12 +177,7 @@ impl DistClient {
                 });
                 continue;
             }
-            let opened = (|| -> std::result::Result<_, ClientError> {
-                let c = Client::connect_with(a, timeout)?;
-                let poh = c.pool_connect(pool, None)?.get()?;
-                let coh = c.cont_open(&poh, cont, None)?.get()?;
-                Ok((c, coh))
-            })();
+            let opened = open(a, pool, cont, timeout, svc_version);
             let client = match opened {
                 Ok(x) => Some(x),
                 Err(e) if is_transport(&e) => {
@@ -167,7 +206,95 @@ impl DistClient {
             map,
             detector: Detector::new(detector, addrs.len(), Instant::now()),
             timeout,
+            svc_version,
+            source: None,
+            refreshes: 0,
+            pool: pool.to_string(),
+            cont: cont.to_string(),
         })
+    }
+
+    /// Where to fetch the pool map after a stale-map refusal.
+    pub fn with_map_source(mut self, source: MapSource) -> Self {
+        self.source = Some(source);
+        self
+    }
+
+    /// The map version object RPCs carry (the service's, `None`: none).
+    pub fn sent_map_version(&self) -> Option<u32> {
+        self.svc_version
+    }
+
+    /// Maps fetched after a stale-map refusal so far.
+    pub fn refreshes(&self) -> u64 {
+        self.refreshes
+    }
+
+    /// Engine `rank` refused our map: it has `engine`. Fetches the map from
+    /// the source (it must be at least that new), takes it, drops the
+    /// connections of engines not serving in it, and connects to engines
+    /// serving in it that it had none to (one that does not answer is marked
+    /// DOWN locally, as at connect).
+    fn refresh(&mut self, rank: usize, engine: u32) -> Result<()> {
+        let ours = self.svc_version.unwrap_or(0);
+        let stale = |why: String| Error::StaleMap {
+            rank,
+            engine,
+            ours,
+            why,
+        };
+        let Some(src) = self.source.as_mut() else {
+            return Err(stale("no map source to refresh from".into()));
+        };
+        let map = src().map_err(|e| stale(format!("map source: {e}")))?;
+        if map.version() < engine {
+            return Err(stale(format!(
+                "the map source gave version {}",
+                map.version()
+            )));
+        }
+        if map.domains() != self.conns.len()
+            || map.targets().len() != self.conns.len()
+            || map.targets().iter().any(|t| t.id != t.domain)
+        {
+            return Err(Error::MapShape(self.conns.len()));
+        }
+        tracing::info!(
+            rank,
+            from = ours,
+            to = map.version(),
+            "stale pool map refused: refreshed"
+        );
+        self.svc_version = Some(map.version());
+        self.map = map;
+        self.refreshes += 1;
+        for r in 0..self.conns.len() {
+            let serving = self.map.target(r as u32)?.state.is_serving();
+            let c = &mut self.conns[r];
+            if !serving {
+                c.client = None;
+            } else if let Some((cl, _)) = &c.client {
+                cl.set_map_version(self.svc_version);
+            } else {
+                match open(
+                    &c.addr,
+                    &self.pool,
+                    &self.cont,
+                    self.timeout,
+                    self.svc_version,
+                ) {
+                    Ok(x) => {
+                        tracing::info!(rank = r, addr = %c.addr, "engine serving in the refreshed map: connected");
+                        c.client = Some(x);
+                    }
+                    Err(e) => {
+                        tracing::warn!(rank = r, addr = %c.addr, error = %e, "engine serving in the refreshed map does not open");
+                        self.map.set_domain_state(r as u32, TargetState::Down)?;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The client's pool map.
@@ -232,7 +359,9 @@ impl DistClient {
     /// it; a group with fewer serving replicas than its class (no spare left)
     /// is written degraded, with a warning. Returns the highest replica epoch.
     pub fn kv_put(&mut self, oid: ObjectId, key: &[u8], value: &[u8]) -> Result<Epoch> {
-        'remap: for _ in 0..=self.conns.len() {
+        // each pass either succeeds, fails, or learns something (an engine
+        // DOWN, a newer map): bounded by the engines plus a few refreshes
+        'remap: for _ in 0..=2 * self.conns.len() + 4 {
             let l = layout(oid, &self.map)?;
             let grp = l.groups[crate::placement::group_of(key, l.groups.len())].clone();
             let mut epoch = Epoch::default();
@@ -254,6 +383,12 @@ impl DistClient {
                     }
                     Err(e) if is_transport(&e) => {
                         self.mark_down(rank)?;
+                        continue 'remap;
+                    }
+                    Err(ClientError::StaleMap { version }) => {
+                        // replicas written before the refusal are rewritten
+                        // under the new layout (no DTX: see the module doc)
+                        self.refresh(rank, version)?;
                         continue 'remap;
                     }
                     Err(source) => {
@@ -299,31 +434,38 @@ impl DistClient {
     /// a replica that fails at the transport level is marked DOWN and the next
     /// one is tried. A key no serving replica has is `Engine(NonExist)`.
     pub fn kv_get(&mut self, oid: ObjectId, key: &[u8]) -> Result<Vec<u8>> {
-        let mut last = None;
-        for rank in self.read_order(oid, key)? {
-            let Some((c, kv)) = self.kv(rank, oid) else {
-                self.mark_down(rank)?;
-                continue;
-            };
-            match c.kv_get(&kv, key, None).and_then(|p| p.get()) {
-                Ok(v) => return Ok(v),
-                Err(e) if is_transport(&e) => self.mark_down(rank)?,
-                Err(e) if e.status() == Some(Status::NonExist) => {
-                    last = Some(Error::Engine {
-                        rank,
-                        addr: self.conns[rank].addr.clone(),
-                        source: e,
-                    })
-                }
-                Err(source) => {
-                    return Err(Error::Engine {
-                        rank,
-                        addr: self.conns[rank].addr.clone(),
-                        source,
-                    })
+        'refreshed: for _ in 0..4 {
+            let mut last = None;
+            for rank in self.read_order(oid, key)? {
+                let Some((c, kv)) = self.kv(rank, oid) else {
+                    self.mark_down(rank)?;
+                    continue;
+                };
+                match c.kv_get(&kv, key, None).and_then(|p| p.get()) {
+                    Ok(v) => return Ok(v),
+                    Err(e) if is_transport(&e) => self.mark_down(rank)?,
+                    Err(ClientError::StaleMap { version }) => {
+                        self.refresh(rank, version)?;
+                        continue 'refreshed;
+                    }
+                    Err(e) if e.status() == Some(Status::NonExist) => {
+                        last = Some(Error::Engine {
+                            rank,
+                            addr: self.conns[rank].addr.clone(),
+                            source: e,
+                        })
+                    }
+                    Err(source) => {
+                        return Err(Error::Engine {
+                            rank,
+                            addr: self.conns[rank].addr.clone(),
+                            source,
+                        })
+                    }
                 }
             }
+            return Err(last.unwrap_or(Error::NoReplica));
         }
-        Err(last.unwrap_or(Error::NoReplica))
+        Err(Error::NoReplica)
     }
 }

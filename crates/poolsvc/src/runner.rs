@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::health::{Monitor, MonitorConfig};
@@ -32,6 +33,9 @@ pub struct ReplicaConfig {
     /// ([`crate::health`]). Empty: no monitoring.
     pub engines: BTreeMap<NodeId, String>,
     pub monitor: MonitorConfig,
+    /// The map versions of the engine hosting this replica: raised as map
+    /// changes apply here, so the engine refuses stale-map object I/O.
+    pub map_versions: Option<Arc<obj::engine::MapVersions>>,
 }
 
 /// A replica running on its own thread; dropped or [`Replica::stop`]ped, it
@@ -77,7 +81,10 @@ impl Replica {
                 cfg.members.get(&cfg.id)
             )));
         }
-        let store = Store::open(db_path)?;
+        let mut store = Store::open(db_path)?;
+        if let Some(m) = &cfg.map_versions {
+            store = store.with_map_versions(m.clone());
+        }
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -71,6 +71,9 @@ struct StoredSnapshot {
 pub struct Store {
     db: Arc<Database>,
     sm: Arc<Mutex<Applied>>,
+    /// The hosting engine's map versions, raised as map changes apply (the
+    /// engine refuses object I/O sent with an older map).
+    versions: Option<Arc<obj::engine::MapVersions>>,
 }
 
 impl Store {
@@ -104,7 +107,26 @@ impl Store {
         Ok(Store {
             db,
             sm: Arc::new(Mutex::new(sm)),
+            versions: None,
         })
+    }
+
+    /// Publishes every pool's map version to `m` now and after every apply
+    /// (the engine process hosting this replica checks object I/O against
+    /// them).
+    pub fn with_map_versions(mut self, m: Arc<obj::engine::MapVersions>) -> Self {
+        self.versions = Some(m);
+        let a = self.applied();
+        self.publish(&a);
+        self
+    }
+
+    fn publish(&self, a: &Applied) {
+        if let Some(m) = &self.versions {
+            for (label, p) in &a.state.pools {
+                m.raise(label, p.map().version());
+            }
+        }
     }
 
     /// The database (to reopen it after a simulated crash).
@@ -311,6 +333,7 @@ impl RaftStorage<TypeConfig> for Store {
         // persisted before the replies are returned (and before the in-memory
         // copy changes), so a crash never shows an applied-but-lost command
         self.put_meta(K_SM, &a)?;
+        self.publish(&a);
         *self.sm.lock().unwrap() = a;
         Ok(out)
     }
@@ -340,6 +363,7 @@ impl RaftStorage<TypeConfig> for Store {
             },
         )?;
         self.put_meta(K_SM, &a)?;
+        self.publish(&a);
         *self.sm.lock().unwrap() = a;
         Ok(())
     }

@@ -299,6 +299,8 @@ fn engine(a: &EngineArgs, cfg: &Config) -> Result<()> {
                     exclude_after: (a.pool_svc_exclude_after_ms > 0)
                         .then(|| Duration::from_millis(a.pool_svc_exclude_after_ms)),
                 },
+                // the engine refuses object I/O sent with an older pool map
+                map_versions: Some(eng.map_versions()),
             };
             let r = poolsvc::runner::Replica::spawn(cfg, &ec.data_dir.join("pool_svc.redb"))
                 .context("starting the pool-service replica")?;

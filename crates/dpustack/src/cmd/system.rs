@@ -534,6 +534,20 @@ fn kv(dir: &Path, pool: &str, cont: &str, oid: &str, class: &str, args: &[String
         DetectorConfig::default(),
         known.clone(),
     )?;
+    if use_svc {
+        // an engine whose pool-service replica has a newer map refuses our
+        // requests (DER_STALE): the client fetches the map again from here
+        if let Some(mut src) = svc_client(&ms)? {
+            let pool = pool.to_string();
+            dc = dc.with_map_source(Box::new(move || {
+                let st = src.read().map_err(|e| e.to_string())?;
+                st.pools
+                    .get(&pool)
+                    .map(|p| p.map())
+                    .ok_or_else(|| format!("pool {pool} is not in the pool service"))
+            }));
+        }
+    }
     match args {
         [op, key, value] if op == "put" => {
             dc.kv_put(oid, key.as_bytes(), value.as_bytes())?;
@@ -562,9 +576,18 @@ fn kv(dir: &Path, pool: &str, cont: &str, oid: &str, class: &str, args: &[String
     if known.as_ref() != Some(dc.map()) {
         if use_svc {
             // report the engines this client found DOWN to the pool service
+            // (against the service's map now: the client may have refreshed)
             let c = svc.as_mut().expect("use_svc");
+            let svc_map = c.read()?.pools.get(pool).map(|p| p.map());
+            if dc.refreshes() > 0 {
+                eprintln!(
+                    "pool map refreshed {} time(s) after stale-map refusals (now version {})",
+                    dc.refreshes(),
+                    dc.sent_map_version().unwrap_or(0)
+                );
+            }
             for r in 0..addrs.len() as u32 {
-                let was = known
+                let was = svc_map
                     .as_ref()
                     .and_then(|k| k.target(r).ok())
                     .map(|t| t.state);

@@ -84,6 +84,10 @@ pub enum Error {
     /// [`Pending::get`] before the operation completed.
     #[error("operation still in flight")]
     NotDone,
+    /// The engine refused: its pool map (`version`) is newer than the one
+    /// the request carried ([`Client::set_map_version`]); refresh and retry.
+    #[error("stale pool map: the engine has map version {version}")]
+    StaleMap { version: u32 },
 }
 
 impl Error {
@@ -91,6 +95,7 @@ impl Error {
     pub fn status(&self) -> Option<Status> {
         match self {
             Error::Engine(s) => Some(*s),
+            Error::StaleMap { .. } => Some(Status::StaleMap),
             _ => None,
         }
     }
@@ -103,6 +108,7 @@ impl Error {
             Error::Cancelled => TaskError::Cancelled,
             Error::Unreachable { .. } | Error::Disconnected => TaskError::Code(-1006),
             Error::BadReply(_) => TaskError::Code(Status::Proto.code()),
+            Error::StaleMap { .. } => TaskError::Code(Status::StaleMap.code()),
             Error::ValueTooLarge { .. } => TaskError::Code(Status::RecTooBig.code()),
             Error::BufferTooSmall { .. } => TaskError::Code(Status::Trunc.code()),
             Error::Oid(_) | Error::Invalid(_) | Error::Tse(_) | Error::NotDone => {
@@ -120,6 +126,7 @@ impl From<RpcError> for Error {
             RpcError::Cancelled => Error::Cancelled,
             RpcError::Disconnected => Error::Disconnected,
             RpcError::BadReply(w) => Error::BadReply(w),
+            RpcError::StaleMap { version } => Error::StaleMap { version },
         }
     }
 }
@@ -469,6 +476,13 @@ impl Client {
     // ---- pools -----------------------------------------------------------------
 
     /// Checks the engine answers (an RPC round trip).
+    /// Sets the pool-map version every object I/O request started from now
+    /// on carries (`None`: none, the engine does not check). An engine whose
+    /// map is newer refuses with [`Error::StaleMap`].
+    pub fn set_map_version(&self, v: Option<u32>) {
+        self.net.borrow_mut().link.core().set_map_version(v);
+    }
+
     pub fn ping(&self, ev: Option<&Event>) -> Result<Pending<()>> {
         self.rpc(ev, Request::Ping, Vec::new(), |_| Ok(()))
     }

@@ -204,6 +204,7 @@ pub struct Mgmt {
     pohs: HashMap<u64, PoolHdl>,
     cohs: HashMap<u64, ContHdl>,
     aggregation: AggregationPolicy,
+    map_versions: Arc<super::MapVersions>,
 }
 
 type Answer = Result<Reply, Status>;
@@ -227,7 +228,15 @@ impl Mgmt {
             pohs: HashMap::new(),
             cohs: HashMap::new(),
             aggregation: AggregationPolicy::default(),
+            map_versions: Arc::default(),
         }
+    }
+
+    /// Where open container handles are recorded with their pool's label
+    /// (for the network threads' stale-map check).
+    pub fn with_map_versions(mut self, m: Arc<super::MapVersions>) -> Self {
+        self.map_versions = m;
+        self
     }
 
     /// Sets when the engine aggregates.
@@ -434,6 +443,7 @@ impl Mgmt {
     }
 
     fn close_coh(&mut self, coh: u64) {
+        self.map_versions.close_coh(coh);
         if self.cohs.remove(&coh).is_some() {
             let _ = self.fan_out(|_| CtlOp::CloseHandle { coh });
         }
@@ -557,6 +567,7 @@ impl Mgmt {
                     pool,
                     cont: cuuid,
                 })?;
+                self.map_versions.open_coh(coh, &self.meta.pools[i].label);
                 self.cohs.insert(
                     coh,
                     ContHdl {

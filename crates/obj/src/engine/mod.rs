@@ -21,6 +21,7 @@
 
 pub mod backend;
 pub mod hlc;
+pub mod map_version;
 pub mod mgmt;
 pub mod target;
 pub mod vos_backend;
@@ -43,6 +44,7 @@ use crate::types::StoreError;
 
 pub use backend::StoreBackend;
 use hlc::SharedHlc;
+pub use map_version::MapVersions;
 pub use mgmt::AggregationPolicy;
 use mgmt::{Meta, Mgmt, MgmtMsg};
 use target::{Target, TargetMsg};
@@ -178,6 +180,7 @@ pub struct Engine {
     threads: Vec<JoinHandle<()>>,
     addr: SocketAddr,
     ntargets: usize,
+    map_versions: Arc<MapVersions>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -256,8 +259,10 @@ impl Engine {
             );
             targets.push(tx);
         }
+        let map_versions = Arc::new(MapVersions::new());
         let mut mgmt = Mgmt::new(cfg.data_dir.clone(), meta, targets.clone(), replies, hlc)
-            .with_aggregation(cfg.aggregation);
+            .with_aggregation(cfg.aggregation)
+            .with_map_versions(map_versions.clone());
         let stop_targets = |targets: &[Sender<TargetMsg>], threads: Vec<JoinHandle<()>>| {
             for t in targets {
                 let _ = t.send(TargetMsg::Stop);
@@ -283,6 +288,7 @@ impl Engine {
             mgmt: mtx.clone(),
             held: (0..targets.len()).map(|_| Vec::new()).collect(),
             stats: stats.clone(),
+            map_versions: map_versions.clone(),
         };
         let rdma = match cfg.rdma_listen {
             Some(a) => match RdmaServer::start(a, dispatch.clone(), rdma_rx) {
@@ -306,7 +312,15 @@ impl Engine {
             threads,
             addr,
             ntargets,
+            map_versions,
         })
+    }
+
+    /// The pool-map versions this engine checks object I/O against; the pool
+    /// service replica of the engine process raises them as it applies map
+    /// changes ([`MapVersions::raise`]).
+    pub fn map_versions(&self) -> Arc<MapVersions> {
+        self.map_versions.clone()
     }
 
     /// Requests received by opcode (management plane).
@@ -360,6 +374,7 @@ struct EngineDispatch {
     mgmt: Sender<MgmtMsg>,
     held: Vec<Vec<TargetMsg>>,
     stats: Arc<OpCounters>,
+    map_versions: Arc<MapVersions>,
 }
 
 impl Clone for EngineDispatch {
@@ -370,6 +385,7 @@ impl Clone for EngineDispatch {
             mgmt: self.mgmt.clone(),
             held: (0..self.targets.len()).map(|_| Vec::new()).collect(),
             stats: self.stats.clone(),
+            map_versions: self.map_versions.clone(),
         }
     }
 }
@@ -383,7 +399,16 @@ impl Dispatch for EngineDispatch {
             op if op.is_object_io() => {
                 let args = &body[..body.len() - (hdr.bulk_len as usize).min(body.len())];
                 match route_prefix(args) {
-                    Ok((_, oid)) => {
+                    Ok((coh, oid)) => {
+                        // DAOS: a request sent with an older pool map than
+                        // the engine's is refused with the engine's version
+                        if let Some(v) = hdr
+                            .map_version
+                            .and_then(|cv| self.map_versions.check(coh, cv))
+                        {
+                            io.reply_stale_map(&hdr, v);
+                            return;
+                        }
                         let t = route(oid, self.targets.len());
                         self.held[t].push(TargetMsg::Io {
                             conn,

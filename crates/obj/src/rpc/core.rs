@@ -12,7 +12,9 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::frame::{encode_reply, encode_request, split_body, Decoded, FrameDecoder};
+use super::frame::{
+    encode_reply, encode_request_at, encode_stale_map, split_body, Decoded, FrameDecoder,
+};
 use super::header::{HeaderRepr, Opcode};
 use super::msg::{Reply, Request};
 use super::status::Status;
@@ -33,6 +35,10 @@ pub enum RpcError {
     /// The connection closed before the reply came.
     #[error("connection to the engine lost")]
     Disconnected,
+    /// The engine refused the request: its pool map (`version`) is newer
+    /// than the one the request carried (`DER_STALE`).
+    #[error("stale pool map: the engine has map version {version}")]
+    StaleMap { version: u32 },
     /// The reply could not be parsed.
     #[error("malformed reply: {0}")]
     BadReply(WireError),
@@ -79,6 +85,9 @@ pub struct ClientCore {
     closed: bool,
     /// Replies that matched no pending RPC (late, after a timeout or cancel).
     pub stray_replies: u64,
+    /// The pool-map version object I/O requests carry (`None`: none sent,
+    /// the engine does not check).
+    map_version: Option<u32>,
 }
 
 impl Default for ClientCore {
@@ -99,6 +108,7 @@ impl ClientCore {
             done: VecDeque::new(),
             closed: false,
             stray_replies: 0,
+            map_version: None,
         }
     }
 
@@ -112,9 +122,21 @@ impl ClientCore {
         bulk: &[&[u8]],
         timeout: Option<Duration>,
     ) -> u64 {
+        let mv = self.map_version.filter(|_| req.opcode().is_object_io());
         self.start_with(now, req, timeout, |tx, id, ms| {
-            encode_request(tx, id, ms, req, bulk)
+            encode_request_at(tx, id, ms, mv, req, bulk)
         })
+    }
+
+    /// Sets the pool-map version that object I/O requests started from now
+    /// on carry (DAOS: the client's map version in every object RPC).
+    pub fn set_map_version(&mut self, v: Option<u32>) {
+        self.map_version = v;
+    }
+
+    /// The pool-map version object I/O requests carry.
+    pub fn map_version(&self) -> Option<u32> {
+        self.map_version
     }
 
     /// [`ClientCore::start`] with the frame written by `encode(tx, rpc_id,
@@ -246,7 +268,10 @@ impl ClientCore {
                 hdr.opcode,
             ))))
         } else if hdr.status != 0 {
-            Err(RpcError::Status(Status::from_code(hdr.status)))
+            match (Status::from_code(hdr.status), hdr.map_version) {
+                (Status::StaleMap, Some(version)) => Err(RpcError::StaleMap { version }),
+                (s, _) => Err(RpcError::Status(s)),
+            }
         } else {
             let (args, bulk) = split_body(&hdr, &body);
             match Reply::parse(hdr.opcode, args, bulk.len()) {
@@ -418,6 +443,12 @@ impl ServerConn {
         );
     }
 
+    /// Refuses `hdr`'s request: the engine's pool map (`engine_version`) is
+    /// newer than the request's (`DER_STALE` with the engine's version).
+    pub fn reply_stale_map(&mut self, hdr: &HeaderRepr, engine_version: u32) {
+        encode_stale_map(&mut self.tx, hdr.rpc_id, hdr.opcode, engine_version);
+    }
+
     /// Queues a reply frame built elsewhere (by a target).
     pub fn queue_frame(&mut self, frame: &[u8]) {
         self.tx.extend_from_slice(frame);
@@ -462,6 +493,71 @@ impl ServerConn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The map version rides on object I/O only; a `DER_STALE` answer with
+    /// the engine's version completes the RPC with `StaleMap { version }`;
+    /// a `DER_STALE` without a version (not this engine's form) stays a
+    /// plain status.
+    #[test]
+    fn map_version_and_stale_map_refusal() {
+        let now = Instant::now();
+        let mut c = ClientCore::new();
+        c.set_map_version(Some(4));
+        let fetch = Request::ObjFetch {
+            t: super::super::msg::ObjTarget {
+                coh: 7,
+                oid: Default::default(),
+                epoch: 0,
+            },
+            dkey: b"d".to_vec(),
+            iods: Vec::new(),
+        };
+        let f = c.start(now, &fetch, &[], None);
+        c.start(now, &Request::PoolList, &[], None);
+        let g = c.start(now, &fetch, &[], None);
+        let bytes = c.transmit().to_vec();
+        c.transmitted(bytes.len());
+
+        let mut s = ServerConn::new();
+        s.handle_input(&bytes);
+        let mut seen = Vec::new();
+        while let Some(inc) = s.poll_incoming() {
+            let Incoming::Request { hdr, .. } = inc else {
+                panic!("{inc:?}")
+            };
+            seen.push((hdr.opcode, hdr.map_version));
+            match hdr.rpc_id {
+                id if id == f => s.reply_stale_map(&hdr, 6),
+                id if id == g => s.reply_error(&hdr, Status::StaleMap),
+                _ => s.reply(&hdr, Status::Ok, &Reply::Empty, &[]),
+            }
+        }
+        assert_eq!(
+            seen,
+            [
+                (Opcode::ObjFetch, Some(4)),
+                (Opcode::PoolList, None),
+                (Opcode::ObjFetch, Some(4))
+            ]
+        );
+        let back = s.transmit().to_vec();
+        c.handle_input(&back);
+        let mut done = HashMap::new();
+        while let Some(x) = c.poll_completion() {
+            done.insert(x.rpc_id, x.result);
+        }
+        assert_eq!(done[&f], Err(RpcError::StaleMap { version: 6 }));
+        assert_eq!(done[&g], Err(RpcError::Status(Status::StaleMap)));
+        // no version set: none sent
+        c.set_map_version(None);
+        c.start(now, &fetch, &[], None);
+        let mut s = ServerConn::new();
+        s.handle_input(c.transmit());
+        match s.poll_incoming() {
+            Some(Incoming::Request { hdr, .. }) => assert_eq!(hdr.map_version, None),
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn owned_frames_queue_in_order_behind_unsent_bytes() {

@@ -144,6 +144,18 @@ pub fn encode_request(
     req: &Request,
     bulk: &[&[u8]],
 ) {
+    encode_request_at(out, rpc_id, timeout_ms, None, req, bulk)
+}
+
+/// [`encode_request`] carrying the client's pool-map version (object I/O).
+pub fn encode_request_at(
+    out: &mut Vec<u8>,
+    rpc_id: u64,
+    timeout_ms: u32,
+    map_version: Option<u32>,
+    req: &Request,
+    bulk: &[&[u8]],
+) {
     encode(
         out,
         false,
@@ -151,8 +163,24 @@ pub fn encode_request(
         rpc_id,
         0,
         timeout_ms,
+        map_version,
         |o| req.emit(o),
         bulk,
+    )
+}
+
+/// Appends a `DER_STALE` refusal carrying the engine's map version.
+pub fn encode_stale_map(out: &mut Vec<u8>, rpc_id: u64, op: Opcode, engine_version: u32) {
+    encode(
+        out,
+        true,
+        op,
+        rpc_id,
+        Status::StaleMap.code(),
+        0,
+        Some(engine_version),
+        |_| {},
+        &[],
     )
 }
 
@@ -173,11 +201,12 @@ pub fn encode_reply(
             rpc_id,
             status.code(),
             0,
+            None,
             |o| rep.emit(o),
             bulk,
         )
     } else {
-        encode(out, true, op, rpc_id, status.code(), 0, |_| {}, &[])
+        encode(out, true, op, rpc_id, status.code(), 0, None, |_| {}, &[])
     }
 }
 
@@ -188,6 +217,7 @@ fn encode(
     rpc_id: u64,
     status: i32,
     timeout_ms: u32,
+    map_version: Option<u32>,
     args: impl FnOnce(&mut Vec<u8>),
     bulk: &[&[u8]],
 ) {
@@ -208,6 +238,7 @@ fn encode(
         timeout_ms,
         body_len: body_len as u32,
         bulk_len: bulk_len as u32,
+        map_version,
     }
     .emit(&mut Header::new_unchecked(&mut out[at..at + HEADER_LEN]));
 }

@@ -14,6 +14,22 @@
 //! ranges of the bulk region (the TCP stand-in for a registered buffer).
 //! `flags` bit 0 marks a response; `status` is meaningful in responses,
 //! `timeout_ms` in requests (0 = none).
+//!
+//! **Pool-map version** (DAOS: every object RPC carries the client's map
+//! version). `flags` bit 4 ([`FLAG_MAP_VERSION`]) says a map version is in
+//! the header (bits 1–3 belong to the RDMA transport, `rpc::rdma`), in a field the frame's direction leaves unused:
+//! - in a request, bytes 16..20 (`status`, meaningless in requests) hold the
+//!   client's map version;
+//! - in a response, bytes 20..24 (`timeout`, meaningless in responses) hold
+//!   the engine's map version (sent with `DER_STALE`: the client's map is
+//!   older than the engine's).
+//!
+//! Compatibility, explicitly: the protocol version stays 1. A frame without
+//! the flag has no map version (an old client's request: the engine does not
+//! check it). An engine built before this field ignores the flag (it never
+//! looked at `flags` bit 4 nor at a request's `status`), so a new client is
+//! served without the check there. The flag on a request with a non-zero
+//! status, or a response with status 0, cannot be emitted by `HeaderRepr`.
 
 use std::fmt;
 use std::ops::Range;
@@ -38,6 +54,8 @@ pub const HEADER_LEN: usize = field::BULK_LEN.end;
 pub const MAGIC: [u8; 4] = *b"DOBJ";
 pub const VERSION: u8 = 1;
 pub const FLAG_RESPONSE: u8 = 0x01;
+/// A pool-map version is in the header (see the module doc).
+pub const FLAG_MAP_VERSION: u8 = 0x10;
 
 macro_rules! opcodes {
     ($( $(#[$m:meta])* $name:ident = $v:literal, $text:literal; )*) => {
@@ -182,10 +200,35 @@ impl<B: AsRef<[u8]>> Header<B> {
         a.copy_from_slice(&self.b()[field::RPC_ID]);
         u64::from_le_bytes(a)
     }
+    pub fn has_map_version(&self) -> bool {
+        self.flags() & FLAG_MAP_VERSION != 0
+    }
+    /// The status of a response; a request's status is 0 (its bytes hold the
+    /// map version when [`Self::has_map_version`]).
     pub fn status(&self) -> i32 {
+        if !self.is_response() {
+            return 0;
+        }
         self.u32_at(field::STATUS) as i32
     }
+    /// The pool-map version: the client's in a request, the engine's in a
+    /// response (`None` without [`FLAG_MAP_VERSION`]).
+    pub fn map_version(&self) -> Option<u32> {
+        if !self.has_map_version() {
+            return None;
+        }
+        Some(if self.is_response() {
+            self.u32_at(field::TIMEOUT)
+        } else {
+            self.u32_at(field::STATUS)
+        })
+    }
+    /// A request's deadline; 0 in a response (its bytes may hold the
+    /// engine's map version).
     pub fn timeout_ms(&self) -> u32 {
+        if self.is_response() {
+            return 0;
+        }
         self.u32_at(field::TIMEOUT)
     }
     pub fn body_len(&self) -> u32 {
@@ -237,6 +280,9 @@ pub struct HeaderRepr {
     pub timeout_ms: u32,
     pub body_len: u32,
     pub bulk_len: u32,
+    /// The pool-map version (see the module doc): the client's in a
+    /// request, the engine's in a response.
+    pub map_version: Option<u32>,
 }
 
 impl HeaderRepr {
@@ -250,6 +296,7 @@ impl HeaderRepr {
             timeout_ms: h.timeout_ms(),
             body_len: h.body_len(),
             bulk_len: h.bulk_len(),
+            map_version: h.map_version(),
         })
     }
 
@@ -257,14 +304,25 @@ impl HeaderRepr {
         HEADER_LEN
     }
 
-    /// Writes the header into `h` (at least `HEADER_LEN` bytes).
+    /// Writes the header into `h` (at least `HEADER_LEN` bytes). A request
+    /// carries `timeout_ms` and no status, a response a status and no
+    /// timeout; the map version goes in the field the direction leaves free.
     pub fn emit<B: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut Header<B>) {
         h.set_magic_version();
-        h.set_flags(if self.response { FLAG_RESPONSE } else { 0 });
+        let mut flags = if self.response { FLAG_RESPONSE } else { 0 };
+        if self.map_version.is_some() {
+            flags |= FLAG_MAP_VERSION;
+        }
+        h.set_flags(flags);
         h.set_opcode(self.opcode);
         h.set_rpc_id(self.rpc_id);
-        h.set_status(self.status);
-        h.set_timeout_ms(self.timeout_ms);
+        if self.response {
+            h.set_status(self.status);
+            h.set_timeout_ms(self.map_version.unwrap_or(0));
+        } else {
+            h.set_status(self.map_version.unwrap_or(0) as i32);
+            h.set_timeout_ms(self.timeout_ms);
+        }
         h.set_body_len(self.body_len);
         h.set_bulk_len(self.bulk_len);
     }
@@ -322,6 +380,7 @@ mod tests {
             timeout_ms: 1000,
             body_len: 0,
             bulk_len: 0,
+            map_version: None,
         };
         let mut out = Vec::new();
         r.emit_to(&mut out);
@@ -350,6 +409,10 @@ mod tests {
             Header::new_checked(&b[..]).unwrap_err(),
             WireError::BadVersion(9)
         );
+        // a request's status bytes are not a status
+        let mut b = PING;
+        b[16] = 0xff;
+        assert_eq!(Header::new_checked(&b[..]).unwrap().status(), 0);
         let mut b = PING;
         b[28] = 1; // bulk longer than body
         assert!(matches!(
@@ -362,5 +425,66 @@ mod tests {
             Header::new_checked(&b[..]).unwrap().opcode(),
             Opcode::Unknown(0xee)
         );
+    }
+
+    #[test]
+    fn map_version_in_request_and_response() {
+        // request: version 7 in bytes 16..20, flag bit 1, timeout kept
+        let req = HeaderRepr {
+            response: false,
+            opcode: Opcode::ObjUpdate,
+            rpc_id: 9,
+            status: 0,
+            timeout_ms: 1000,
+            body_len: 40,
+            bulk_len: 8,
+            map_version: Some(7),
+        };
+        let mut out = Vec::new();
+        req.emit_to(&mut out);
+        assert_eq!(out[5], FLAG_MAP_VERSION);
+        assert_eq!(&out[16..20], &7u32.to_le_bytes());
+        assert_eq!(&out[20..24], &1000u32.to_le_bytes());
+        let h = Header::new_checked(&out[..]).unwrap();
+        assert_eq!(h.status(), 0);
+        assert_eq!(HeaderRepr::parse(&h).unwrap(), req);
+
+        // refusal: DER_STALE with the engine's version 9 in bytes 20..24
+        let rep = HeaderRepr {
+            response: true,
+            opcode: Opcode::ObjUpdate,
+            rpc_id: 9,
+            status: crate::rpc::Status::StaleMap.code(),
+            timeout_ms: 0,
+            body_len: 0,
+            bulk_len: 0,
+            map_version: Some(9),
+        };
+        let mut out = Vec::new();
+        rep.emit_to(&mut out);
+        assert_eq!(out[5], FLAG_RESPONSE | FLAG_MAP_VERSION);
+        assert_eq!(&out[16..20], &(-2007i32).to_le_bytes());
+        assert_eq!(&out[20..24], &9u32.to_le_bytes());
+        assert_eq!(
+            HeaderRepr::parse(&Header::new_checked(&out[..]).unwrap()).unwrap(),
+            rep
+        );
+    }
+
+    #[test]
+    fn old_frames_have_no_map_version() {
+        // an old client's request: flag clear, so bytes 16..20 are ignored
+        let h = Header::new_checked(&PING[..]).unwrap();
+        assert_eq!(h.map_version(), None);
+        let mut b = PING;
+        b[16] = 5; // garbage in the unused status field of an old request
+        let r = HeaderRepr::parse(&Header::new_checked(&b[..]).unwrap()).unwrap();
+        assert_eq!(r.map_version, None);
+        assert_eq!(r.status, 0);
+        // the same bytes with the flag set: version 5
+        b[5] = FLAG_MAP_VERSION;
+        let r = HeaderRepr::parse(&Header::new_checked(&b[..]).unwrap()).unwrap();
+        assert_eq!(r.map_version, Some(5));
+        assert_eq!(r.timeout_ms, 1000);
     }
 }

@@ -692,9 +692,13 @@ impl RdmaClient {
             at += b.len();
         }
         let d = desc_bytes(mr.addr(), mr.rkey(), total as u32);
+        let mv = self
+            .core
+            .map_version()
+            .filter(|_| req.opcode().is_object_io());
         let id = self.core.start_with(now, req, timeout, |tx, id, ms| {
             let start = tx.len();
-            super::frame::encode_request(tx, id, ms, req, &[]);
+            super::frame::encode_request_at(tx, id, ms, mv, req, &[]);
             tx.extend_from_slice(&d);
             let body_len = (tx.len() - start - HEADER_LEN) as u32;
             let f = &mut tx[start..];
@@ -851,6 +855,7 @@ impl RdmaClient {
                 timeout_ms: 0,
                 body_len: 0,
                 bulk_len: 0,
+                map_version: None,
             }
             .emit_to(&mut rel);
             set_flags(&mut rel, FLAG_RELEASE);

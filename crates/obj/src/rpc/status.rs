@@ -69,6 +69,9 @@ statuses! {
     Misc = -1025, "internal engine error";
     /// `DER_IO`: the store failed to read or write.
     Io = -2001, "I/O error in the store";
+    /// `DER_STALE`: the request's pool-map version is older than the engine's
+    /// (the reply header carries the engine's version: refresh and retry).
+    StaleMap = -2007, "stale pool map version";
     /// `DER_KEY2BIG`: a key is longer than the engine accepts.
     KeyTooBig = -2012, "key too large";
     /// `DER_REC2BIG`: a value or the whole request exceeds the engine's limit.
