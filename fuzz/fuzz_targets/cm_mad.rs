@@ -47,12 +47,14 @@ fuzz_target!(|data: &[u8]| {
     let mut ids = Vec::new();
     for (ps, port) in [(PortSpace::Tcp, 7174u16), (PortSpace::Udp, 7174)] {
         let l = ep.create_id(None, ps, 0);
-        ep.bind_addr(l, SocketAddr::new(ip("10.99.1.2"), port)).unwrap();
+        ep.bind_addr(l, SocketAddr::new(ip("10.99.1.2"), port))
+            .unwrap();
         ep.listen(l, 4).unwrap();
         ids.push(l);
     }
     let c = ep.create_id(None, PortSpace::Tcp, 0);
-    ep.resolve_addr(c, None, "10.99.1.2:7174".parse().unwrap(), Duration::ZERO).unwrap();
+    ep.resolve_addr(c, None, "10.99.1.2:7174".parse().unwrap(), Duration::ZERO)
+        .unwrap();
     ep.resolve_route(c, Duration::ZERO).unwrap();
     ep.connect(now, c, &ConnParam::default()).unwrap();
     ids.push(c);
@@ -158,10 +160,17 @@ fuzz_target!(|data: &[u8]| {
         while ep.poll_qp_action().is_some() {}
         let s = ep.stats;
         assert_eq!(s.mads_in, fed, "mads_in");
-        assert!(s.dropped_malformed + s.dropped_unmatched <= s.mads_in, "{s:?}");
+        assert!(
+            s.dropped_malformed + s.dropped_unmatched <= s.mads_in,
+            "{s:?}"
+        );
         if removed {
             // removal discards what was queued and not yet taken
-            assert!(sent <= s.mads_out, "polled {sent} > mads_out {}", s.mads_out);
+            assert!(
+                sent <= s.mads_out,
+                "polled {sent} > mads_out {}",
+                s.mads_out
+            );
         } else {
             assert_eq!(s.mads_out, sent, "mads_out vs MADs polled");
         }
@@ -177,7 +186,10 @@ fuzz_target!(|data: &[u8]| {
         while ep.poll_transmit().is_some() {}
         while ep.poll_any_event().is_some() {}
     }
-    assert!(ep.poll_timeout().is_none(), "a timer is still armed after all retries");
+    assert!(
+        ep.poll_timeout().is_none(),
+        "a timer is still armed after all retries"
+    );
 });
 
 /// The fuzz input, consumed front to back.

@@ -27,7 +27,9 @@ pub fn allowed(method: &str, params: Option<&Value>) -> bool {
 
 /// Whether an SPDK JSON config only holds allowed entries.
 pub fn config_allowed(cfg: &Value) -> bool {
-    let Some(subs) = cfg.get("subsystems").and_then(Value::as_array) else { return true };
+    let Some(subs) = cfg.get("subsystems").and_then(Value::as_array) else {
+        return true;
+    };
     let mut n = 0;
     for s in subs {
         if let Some(Value::Array(es)) = s.get("config") {
@@ -52,7 +54,9 @@ impl Dispatch for Guard {
             return Err(RpcError::new(-1, "refused by the fuzz guard"));
         }
         if method == "load_config" {
-            let ok = params.and_then(|p| p.get("config")).map_or(true, config_allowed)
+            let ok = params
+                .and_then(|p| p.get("config"))
+                .map_or(true, config_allowed)
                 && params.map_or(true, config_allowed);
             if !ok {
                 return Err(RpcError::new(-1, "refused by the fuzz guard"));

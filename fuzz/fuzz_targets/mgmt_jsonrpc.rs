@@ -28,10 +28,15 @@ impl Dispatch for Echo {
 }
 
 fn check_response(v: &Value) {
-    let o = v.as_object().unwrap_or_else(|| panic!("response is not an object: {v}"));
+    let o = v
+        .as_object()
+        .unwrap_or_else(|| panic!("response is not an object: {v}"));
     assert_eq!(o.get("jsonrpc"), Some(&json!("2.0")), "{v}");
     assert!(o.contains_key("id"), "no id: {v}");
-    assert!(o.contains_key("result") ^ o.contains_key("error"), "result xor error: {v}");
+    assert!(
+        o.contains_key("result") ^ o.contains_key("error"),
+        "result xor error: {v}"
+    );
 }
 
 fn answers(out: &[u8]) {
@@ -62,7 +67,9 @@ fn feed(d: &dyn Dispatch, parts: &[&[u8]]) -> (Vec<u8>, Vec<Next>) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&cut, s)) = data.split_first() else { return };
+    let Some((&cut, s)) = data.split_first() else {
+        return;
+    };
     let at = usize::from(cut) * s.len() / 256;
     let (a, b) = s.split_at(at);
     // the real methods, behind the guard
@@ -76,6 +83,9 @@ fuzz_target!(|data: &[u8]| {
     let closed1 = n1.last() == Some(&Next::Close);
     let closed2 = n2.contains(&Next::Close);
     if !closed1 && !closed2 {
-        assert_eq!(o1, o2, "answers depend on where the stream was split ({at})");
+        assert_eq!(
+            o1, o2,
+            "answers depend on where the stream was split ({at})"
+        );
     }
 });

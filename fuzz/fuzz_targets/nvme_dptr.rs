@@ -35,9 +35,16 @@ fuzz_target!(|data: &[u8]| {
     let m = SliceMemory(mem);
     if let Ok(entries) = dptr::walk(&sqe, len, page, &m, MAX_DESC) {
         let total: u64 = entries.iter().map(|e| e.len()).sum();
-        assert_eq!(total, len, "walk covers {total} bytes of {len}: {entries:?}");
+        assert_eq!(
+            total, len,
+            "walk covers {total} bytes of {len}: {entries:?}"
+        );
         if sqe.psdt() != Psdt::Prp {
-            assert!(entries.len() <= MAX_DESC, "{} entries > {MAX_DESC} descriptors", entries.len());
+            assert!(
+                entries.len() <= MAX_DESC,
+                "{} entries > {MAX_DESC} descriptors",
+                entries.len()
+            );
         }
         if let Ok(iov) = dptr::walk_iovecs(&sqe, len, page, &m, MAX_DESC) {
             assert!(iov.iter().map(|v| v.len).sum::<u64>() <= len);

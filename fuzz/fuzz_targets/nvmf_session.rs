@@ -1,15 +1,29 @@
 //! A canonical NVMe/TCP session (shared by the two nvmf fuzz targets): a host
 //! and a target joined in memory run ICReq/ICResp and four commands (a read,
-//! an in-capsule write, a write by R2T + H2CData, a read larger than one
-//! C2HData). What each side sent becomes the other side's fuzzed input: the
+//! an in-capsule write, a write by R2T + H2CData PDUs, a read in several
+//! C2HData PDUs). What each side sent becomes the other side's fuzzed input: the
 //! fuzz bytes are XORed onto it, so an all-zero input replays the valid session
 //! and every mutation is a corruption of a real stream.
 use nvme::{Cqe, Sqe};
 use nvmf::tcp::{HostConn, HostEvent, HostParams, TargetConn, TargetEvent, TargetParams};
 
 /// (cid, opcode, write length, read length)
-pub const CMDS: [(u16, u8, usize, u32); 4] =
-    [(0, 0x02, 0, 512), (1, 0x01, 100, 0), (2, 0x01, 20_000, 0), (3, 0x02, 0, 140_000)];
+pub const CMDS: [(u16, u8, usize, u32); 4] = [
+    (0, 0x02, 0, 512),
+    (1, 0x01, 100, 0),
+    (2, 0x01, 9_000, 0),
+    (3, 0x02, 0, 10_000),
+];
+
+/// Small PDUs so that the session stays short (fast runs) yet has several
+/// H2CData and C2HData PDUs per command.
+pub fn target_params() -> TargetParams {
+    TargetParams {
+        maxh2cdata: 4096,
+        c2h_chunk: 4096,
+        ..TargetParams::default()
+    }
+}
 
 #[allow(dead_code)] // each target reads one side
 pub struct Session {
@@ -18,7 +32,11 @@ pub struct Session {
 }
 
 pub fn host_params(dig: bool) -> HostParams {
-    HostParams { hdgst: dig, ddgst: dig, ..Default::default() }
+    HostParams {
+        hdgst: dig,
+        ddgst: dig,
+        ..Default::default()
+    }
 }
 
 pub fn sqe(opc: u8, cid: u16) -> Sqe {
@@ -54,7 +72,7 @@ pub fn complete(t: &mut TargetConn, ev: TargetEvent) {
 
 pub fn session(dig: bool) -> Session {
     let mut h = HostConn::new(host_params(dig));
-    let mut t = TargetConn::new(TargetParams::default());
+    let mut t = TargetConn::new(target_params());
     let (mut host_tx, mut target_tx) = (Vec::new(), Vec::new());
     let mut submitted = false;
     for _ in 0..16 {
@@ -78,7 +96,10 @@ pub fn session(dig: bool) -> Session {
             submitted = true;
         }
     }
-    assert!(submitted && h.in_flight() == 0, "canonical session did not finish");
+    assert!(
+        submitted && h.in_flight() == 0,
+        "canonical session did not finish"
+    );
     Session { host_tx, target_tx }
 }
 

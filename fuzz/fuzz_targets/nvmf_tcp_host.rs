@@ -50,13 +50,27 @@ fn run(dig: bool, stream: &[u8], chunk: usize) -> (Vec<String>, Vec<u8>) {
                     assert!(submitted, "completion before any submit");
                     assert!(!done[k], "CID {cid} completed twice");
                     done[k] = true;
-                    assert_eq!(data.len(), CMDS[k].3 as usize, "read data length of CID {cid}");
+                    assert_eq!(
+                        data.len(),
+                        CMDS[k].3 as usize,
+                        "read data length of CID {cid}"
+                    );
                 }
                 HostEvent::Terminated { .. } => terminated = true,
             }
             evs.push(match ev {
-                HostEvent::Completion { cqe, data, ddgst_error } => {
-                    format!("C {} {:x} {} {}", cqe.cid(), cqe.status_raw(), ddgst_error, data.iter().map(|&b| u64::from(b)).sum::<u64>())
+                HostEvent::Completion {
+                    cqe,
+                    data,
+                    ddgst_error,
+                } => {
+                    format!(
+                        "C {} {:x} {} {}",
+                        cqe.cid(),
+                        cqe.status_raw(),
+                        ddgst_error,
+                        data.iter().map(|&b| u64::from(b)).sum::<u64>()
+                    )
                 }
                 ev => format!("{ev:?}"),
             });
@@ -74,7 +88,9 @@ fn run(dig: bool, stream: &[u8], chunk: usize) -> (Vec<String>, Vec<u8>) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&ctl, fuzz)) = data.split_first() else { return };
+    let Some((&ctl, fuzz)) = data.split_first() else {
+        return;
+    };
     let dig = ctl & 1 == 1;
     let s = &sessions()[usize::from(dig)];
     let stream = session::xor_onto(&s.target_tx, fuzz);

@@ -8,7 +8,7 @@
 //! - after `Terminated` no command is delivered.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use nvmf::tcp::{TargetConn, TargetEvent, TargetParams};
+use nvmf::tcp::{TargetConn, TargetEvent};
 use std::sync::OnceLock;
 
 #[path = "nvmf_session.rs"]
@@ -22,12 +22,17 @@ fn sessions() -> &'static [session::Session; 2] {
 #[derive(Debug, PartialEq)]
 enum Ev {
     Established,
-    Command { cid: u16, data: Vec<u8>, c2h_len: u32, error: bool },
+    Command {
+        cid: u16,
+        data: Vec<u8>,
+        c2h_len: u32,
+        error: bool,
+    },
     Terminated(String),
 }
 
 fn run(stream: &[u8], chunk: usize) -> (Vec<Ev>, Vec<u8>, TargetConn) {
-    let p = TargetParams::default();
+    let p = session::target_params();
     let mut t = TargetConn::new(p);
     let mut evs = Vec::new();
     let mut tx = Vec::new();
@@ -39,7 +44,10 @@ fn run(stream: &[u8], chunk: usize) -> (Vec<Ev>, Vec<u8>, TargetConn) {
                 TargetEvent::Established => Ev::Established,
                 TargetEvent::Command(req) => {
                     assert!(!terminated, "command after Terminated");
-                    assert!(req.data.len() as u64 <= u64::from(p.max_xfer), "data beyond MDTS");
+                    assert!(
+                        req.data.len() as u64 <= u64::from(p.max_xfer),
+                        "data beyond MDTS"
+                    );
                     assert!(req.c2h_len <= p.max_xfer, "c2h_len beyond MDTS");
                     Ev::Command {
                         cid: req.cid(),
@@ -48,7 +56,9 @@ fn run(stream: &[u8], chunk: usize) -> (Vec<Ev>, Vec<u8>, TargetConn) {
                         error: req.error.is_some(),
                     }
                 }
-                TargetEvent::Terminated { fes, by_peer } => Ev::Terminated(format!("{fes:?} {by_peer}")),
+                TargetEvent::Terminated { fes, by_peer } => {
+                    Ev::Terminated(format!("{fes:?} {by_peer}"))
+                }
             });
         }
         tx.extend_from_slice(&t.drain_tx());
@@ -58,7 +68,9 @@ fn run(stream: &[u8], chunk: usize) -> (Vec<Ev>, Vec<u8>, TargetConn) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&ctl, fuzz)) = data.split_first() else { return };
+    let Some((&ctl, fuzz)) = data.split_first() else {
+        return;
+    };
     let s = &sessions()[usize::from(ctl & 1)];
     let stream = session::xor_onto(&s.host_tx, fuzz);
     let chunk = 1 + usize::from(ctl >> 1) * 37;
@@ -68,9 +80,18 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(tx1, tx2, "transmit depends on segmentation (chunk {chunk})");
     // complete whatever was delivered: completions must not panic either
     for e in ev2 {
-        if let Ev::Command { cid, c2h_len, error, .. } = e {
+        if let Ev::Command {
+            cid,
+            c2h_len,
+            error,
+            ..
+        } = e
+        {
             let status = if error { 0x04 } else { 0 };
-            t.complete(&session::cqe(cid, status), bdev::IoBuf::from(vec![0u8; c2h_len as usize]));
+            t.complete(
+                &session::cqe(cid, status),
+                bdev::IoBuf::from(vec![0u8; c2h_len as usize]),
+            );
         }
     }
     let _ = t.drain_tx();

@@ -14,15 +14,21 @@ use verbs::soft::{DeviceOptions, IoMode};
 use verbs::*;
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&ctl, rest)) = data.split_first() else { return };
+    let Some((&ctl, rest)) = data.split_first() else {
+        return;
+    };
     let mut o = DeviceOptions::new(Ipv4Addr::new(10, 0, 0, 1));
     o.mode = IoMode::External;
     let ctx = o.open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64, None).unwrap();
     let mr = pd.reg_mr(4096, AccessFlags::all()).unwrap();
-    let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq)).unwrap();
-    let ud = pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq, &cq)).unwrap();
+    let qp = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
+        .unwrap();
+    let ud = pd
+        .create_qp(&QpInitAttr::new(QpType::Ud, &cq, &cq))
+        .unwrap();
     let mut a = QpAttr {
         qp_state: QpState::Init,
         port_num: 1,
@@ -30,16 +36,30 @@ fuzz_target!(|data: &[u8]| {
         qkey: 0x1111_1111,
         ..Default::default()
     };
-    qp.modify(&a, QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS)
-        .unwrap();
-    ud.modify(&a, QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY)
-        .unwrap();
+    qp.modify(
+        &a,
+        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
+    )
+    .unwrap();
+    ud.modify(
+        &a,
+        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
+    )
+    .unwrap();
     a.qp_state = QpState::Rtr;
     ud.modify(&a, QpAttrMask::STATE).unwrap();
     let r = [mr.sge(0, 1024)];
     let mut posted = 0u64;
-    qp.post_recv(&[RecvWr { wr_id: 1, sg_list: &r }]).unwrap();
-    ud.post_recv(&[RecvWr { wr_id: 2, sg_list: &r }]).unwrap();
+    qp.post_recv(&[RecvWr {
+        wr_id: 1,
+        sg_list: &r,
+    }])
+    .unwrap();
+    ud.post_recv(&[RecvWr {
+        wr_id: 2,
+        sg_list: &r,
+    }])
+    .unwrap();
     posted += 2;
     let state = ctl % 3; // 0 Init, 1 RTR, 2 RTS
     if state >= 1 {
@@ -112,7 +132,10 @@ fuzz_target!(|data: &[u8]| {
         now += Duration::from_millis(1);
         while dev.poll_transmit(now, &mut buf).is_some() {
             tx += 1;
-            assert!(tx < 64 + 8 * n_dgrams as usize, "transmit storm: {tx} packets");
+            assert!(
+                tx < 64 + 8 * n_dgrams as usize,
+                "transmit storm: {tx} packets"
+            );
         }
     }
     let c = dev.counters();
@@ -131,7 +154,10 @@ fuzz_target!(|data: &[u8]| {
             + c.drop_qkey
             + c.drop_src
     };
-    assert!(drops(&c) - drops(&before) <= n_dgrams, "more drops than datagrams: {c:?}");
+    assert!(
+        drops(&c) - drops(&before) <= n_dgrams,
+        "more drops than datagrams: {c:?}"
+    );
     let mut wc = [Wc::default(); 16];
     let mut done = 0u64;
     while let Ok(n) = cq.poll(&mut wc) {
@@ -140,5 +166,8 @@ fuzz_target!(|data: &[u8]| {
         }
         done += n as u64;
     }
-    assert!(done <= posted, "{done} completions for {posted} work requests");
+    assert!(
+        done <= posted,
+        "{done} completions for {posted} work requests"
+    );
 });

@@ -16,7 +16,10 @@ fuzz_target!(|data: &[u8]| {
         let mut canon = r;
         canon.bth.pad_cnt = ((4 - r.payload_len % 4) % 4) as u8;
         let mut buf = vec![0u8; r.buffer_len()];
-        assert!(buf.len() <= data.len() + 3, "re-emitted packet is longer than the input");
+        assert!(
+            buf.len() <= data.len() + 3,
+            "re-emitted packet is longer than the input"
+        );
         r.emit(&mut buf);
         buf[r.payload_range()].copy_from_slice(payload);
         assert_eq!(buf.len() % 4, 0, "emitted packet not 4-byte aligned");
@@ -30,7 +33,10 @@ fuzz_target!(|data: &[u8]| {
         // the ICRC masks some fields to ones (the variant fields); flipping their
         // bits legitimately keeps the ICRC valid, so only invariant bytes are checked
         if !icrc_masked(i) {
-            assert!(icrc::check_icrc_ipv4(&ip, &buf).is_err(), "bit flip at {i} not caught by ICRC");
+            assert!(
+                icrc::check_icrc_ipv4(&ip, &buf).is_err(),
+                "bit flip at {i} not caught by ICRC"
+            );
         }
     }
 });

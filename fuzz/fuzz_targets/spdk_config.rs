@@ -10,7 +10,9 @@ use serde_json::Value;
 mod guard;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(cfg) = serde_json::from_slice::<Value>(data) else { return };
+    let Ok(cfg) = serde_json::from_slice::<Value>(data) else {
+        return;
+    };
     if !guard::config_allowed(&cfg) {
         return;
     }
@@ -18,7 +20,9 @@ fuzz_target!(|data: &[u8]| {
     if m.load_config(&cfg).is_err() {
         return;
     }
-    let saved = m.call("save_config", None).expect("save_config after a load");
+    let saved = m
+        .call("save_config", None)
+        .expect("save_config after a load");
     let m2 = mgmt::Mgmt::new();
     m2.load_config(&saved)
         .unwrap_or_else(|e| panic!("our own saved config does not load: {e}\n{saved}"));
