@@ -56,8 +56,8 @@ impl Dispatch for Guard {
         if method == "load_config" {
             let ok = params
                 .and_then(|p| p.get("config"))
-                .map_or(true, config_allowed)
-                && params.map_or(true, config_allowed);
+                .is_none_or(config_allowed)
+                && params.is_none_or(config_allowed);
             if !ok {
                 return Err(RpcError::new(-1, "refused by the fuzz guard"));
             }

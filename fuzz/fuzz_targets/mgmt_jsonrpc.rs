@@ -19,7 +19,7 @@ const LIMIT: usize = 16 * 1024;
 struct Echo;
 impl Dispatch for Echo {
     fn call(&self, method: &str, params: Option<&Value>) -> Result<Value, RpcError> {
-        if method.len() % 3 == 0 {
+        if method.len().is_multiple_of(3) {
             Err(RpcError::new(-22, method))
         } else {
             Ok(json!({"m": method, "p": params}))
