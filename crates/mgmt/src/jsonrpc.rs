@@ -162,6 +162,9 @@ impl Framer {
                         consumed = it.byte_offset();
                         break;
                     }
+                    // a number that ends the buffer may go on in the next read
+                    // ("8" then "8" is 88, not 8 and 8): wait for a delimiter
+                    Some(Ok(v)) if v.is_number() && it.byte_offset() == self.buf.len() => break,
                     Some(Ok(v)) => {
                         consumed = it.byte_offset();
                         if let Some(r) = handle_value(&v, d) {
@@ -214,6 +217,29 @@ mod tests {
                 _ => Err(RpcError::method_not_found()),
             }
         }
+    }
+
+    /// Fuzz regression (fuzz/artifacts/mgmt_jsonrpc, input `b"88 "` split after
+    /// one byte): a top-level number at the end of a read was answered at once,
+    /// so `8|8 ` got two answers where `88 ` gets one.
+    #[test]
+    fn number_split_across_reads_is_one_value() {
+        let feed = |parts: &[&[u8]]| {
+            let mut f = Framer::new(4096);
+            let mut out = Vec::new();
+            for p in parts {
+                f.feed(p, &Echo, &mut out);
+            }
+            out
+        };
+        let whole = feed(&[b"88 "]);
+        assert_eq!(feed(&[b"8", b"8 "]), whole);
+        assert_eq!(
+            serde_json::Deserializer::from_slice(&whole)
+                .into_iter::<Value>()
+                .count(),
+            1
+        );
     }
 
     fn run(input: &[u8]) -> (Vec<Value>, Next) {

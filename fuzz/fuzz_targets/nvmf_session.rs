@@ -1,0 +1,116 @@
+//! A canonical NVMe/TCP session (shared by the two nvmf fuzz targets): a host
+//! and a target joined in memory run ICReq/ICResp and four commands (a read,
+//! an in-capsule write, a write by R2T + H2CData PDUs, a read in several
+//! C2HData PDUs). What each side sent becomes the other side's fuzzed input: the
+//! fuzz bytes are XORed onto it, so an all-zero input replays the valid session
+//! and every mutation is a corruption of a real stream.
+use nvme::{Cqe, Sqe};
+use nvmf::tcp::{HostConn, HostEvent, HostParams, TargetConn, TargetEvent, TargetParams};
+
+/// (cid, opcode, write length, read length)
+pub const CMDS: [(u16, u8, usize, u32); 4] = [
+    (0, 0x02, 0, 512),
+    (1, 0x01, 100, 0),
+    (2, 0x01, 9_000, 0),
+    (3, 0x02, 0, 10_000),
+];
+
+/// Small PDUs so that the session stays short (fast runs) yet has several
+/// H2CData and C2HData PDUs per command.
+pub fn target_params() -> TargetParams {
+    TargetParams {
+        maxh2cdata: 4096,
+        c2h_chunk: 4096,
+        ..TargetParams::default()
+    }
+}
+
+#[allow(dead_code)] // each target reads one side
+pub struct Session {
+    pub host_tx: Vec<u8>,
+    pub target_tx: Vec<u8>,
+}
+
+pub fn host_params(dig: bool) -> HostParams {
+    HostParams {
+        hdgst: dig,
+        ddgst: dig,
+        ..Default::default()
+    }
+}
+
+pub fn sqe(opc: u8, cid: u16) -> Sqe {
+    let mut s = Sqe::zeroed();
+    s.set_opcode(opc);
+    s.set_cid(cid);
+    s
+}
+
+pub fn cqe(cid: u16, status: u16) -> Cqe {
+    let mut c = Cqe::zeroed();
+    c.set_cid(cid);
+    c.set_status_raw(status << 1);
+    c
+}
+
+/// Submits [`CMDS`] (write data is a pattern of the cid).
+pub fn submit_all(h: &mut HostConn) {
+    for (cid, opc, wlen, rlen) in CMDS {
+        let w = vec![cid as u8 ^ 0xa5; wlen];
+        h.submit(sqe(opc, cid), &w, rlen, 8192).expect("submit");
+    }
+}
+
+/// Completes a target command: success, with `c2h_len` bytes of data.
+pub fn complete(t: &mut TargetConn, ev: TargetEvent) {
+    if let TargetEvent::Command(req) = ev {
+        let status = if req.error.is_some() { 0x04 } else { 0 };
+        let data = vec![req.cid() as u8; req.c2h_len as usize];
+        t.complete(&cqe(req.cid(), status), bdev::IoBuf::from(data));
+    }
+}
+
+pub fn session(dig: bool) -> Session {
+    let mut h = HostConn::new(host_params(dig));
+    let mut t = TargetConn::new(target_params());
+    let (mut host_tx, mut target_tx) = (Vec::new(), Vec::new());
+    let mut submitted = false;
+    for _ in 0..16 {
+        let b = h.poll_transmit().to_vec();
+        h.advance_tx(b.len());
+        host_tx.extend_from_slice(&b);
+        t.handle_bytes(&b);
+        while let Some(ev) = t.poll_event() {
+            complete(&mut t, ev);
+        }
+        let b = t.drain_tx();
+        target_tx.extend_from_slice(&b);
+        h.handle_bytes(&b);
+        while let Some(ev) = h.poll_event() {
+            if let HostEvent::Terminated { .. } = ev {
+                panic!("canonical session terminated: {ev:?}");
+            }
+        }
+        if h.is_established() && !submitted {
+            submit_all(&mut h);
+            submitted = true;
+        }
+    }
+    assert!(
+        submitted && h.in_flight() == 0,
+        "canonical session did not finish"
+    );
+    Session { host_tx, target_tx }
+}
+
+/// `base` with `fuzz` XORed onto it, then the rest of `fuzz` appended.
+pub fn xor_onto(base: &[u8], fuzz: &[u8]) -> Vec<u8> {
+    let mut v = base.to_vec();
+    for (i, b) in fuzz.iter().enumerate() {
+        match v.get_mut(i) {
+            Some(x) => *x ^= b,
+            None => v.push(*b),
+        }
+    }
+    v
+}
