@@ -62,6 +62,16 @@ fi
 ignored -p dpustack --test rpc_spdk
 # Prometheus's promtool and server scrape the metrics endpoint (installed in step 1)
 ignored -p dpustack --test metrics_prom
+# fuzz smoke: every fuzz/ target builds and runs 2 s with its invariants (docs/fuzzing.md);
+# each target that ran without a crash counts as one pass
+command -v cargo-fuzz >/dev/null || cargo install --locked -q cargo-fuzz
+if scripts/fuzz.sh --secs 2 2>&1 | tee $log/fuzz-smoke.txt; then
+  nf=$(scripts/fuzz.sh --list | wc -l)
+  echo "test result: ok. $nf passed; 0 failed;" >> $log/cargo-test.txt
+else
+  echo "fuzz smoke failed (scripts/fuzz.sh --secs 2)"
+  echo "test result: FAILED. 0 passed; 1 failed;" >> $log/cargo-test.txt; cargo_rc=1
+fi
 if [ -n "${DPUSTACK_SKIP_INTEROP:-}" ]; then
   if command -v ovs-vswitchd >/dev/null; then ignored -p flow --test ovs_oracle --test ovs_rules
   else echo "openvswitch-switch missing: the OVS oracle tests (#[ignore]d) do not run"; fi
