@@ -39,6 +39,7 @@ done
 command -v cargo-fuzz >/dev/null || { echo "fuzz.sh: cargo-fuzz missing: cargo install cargo-fuzz" >&2; exit 2; }
 
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+mkdir -p "$CARGO_TARGET_DIR"   # a fresh clone has none yet (the build log goes there)
 TRIPLE=$(rustc -vV | sed -n 's/^host: //p')
 echo "fuzz.sh: building ${#TARGETS[@]} target(s) (sanitizer: $SAN)" >&2
 build_args=(build -O -a -s "$SAN")
