@@ -254,8 +254,14 @@ fn netns_normal_vlans_ping_and_fdb_ages() {
         std::thread::sleep(Duration::from_millis(50));
         fdb = ctl.text(Ctl::FdbShow).unwrap();
     }
-    assert!(has(&fdb, 1, 10, &m1), "h1 not learned again within 3 s:\n{fdb}");
-    eprintln!("h1 learned again {:.2} s after the ping", t0.elapsed().as_secs_f64());
+    assert!(
+        has(&fdb, 1, 10, &m1),
+        "h1 not learned again within 3 s:\n{fdb}"
+    );
+    eprintln!(
+        "h1 learned again {:.2} s after the ping",
+        t0.elapsed().as_secs_f64()
+    );
     let stats = ctl.text(Ctl::DumpRules(String::new())).unwrap();
     eprintln!("{stats}");
     sw.stop().unwrap();
