@@ -14,20 +14,11 @@ const BIN: &str = env!("CARGO_BIN_EXE_dpustack");
 const FRAME: &str = "020000000002020000000001080045000068000000004006aed8c0a801070a0000099c40005000000000000000005000000063580000000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f";
 
 fn pcap(frames: &[Vec<u8>]) -> Vec<u8> {
-    let mut b = Vec::new();
-    b.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
-    b.extend_from_slice(&2u16.to_le_bytes());
-    b.extend_from_slice(&4u16.to_le_bytes());
-    for v in [0u32, 0, 65535, 1] {
-        b.extend_from_slice(&v.to_le_bytes());
-    }
+    let mut w = wire::pcap::PcapWriter::new(Vec::new(), wire::pcap::LinkType::Ethernet).unwrap();
     for f in frames {
-        for v in [0u32, 0, f.len() as u32, f.len() as u32] {
-            b.extend_from_slice(&v.to_le_bytes());
-        }
-        b.extend_from_slice(f);
+        w.write(Duration::ZERO, f).unwrap();
     }
-    b
+    w.into_inner()
 }
 
 fn sw(sock: &Path, args: &[&str]) -> Output {

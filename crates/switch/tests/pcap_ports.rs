@@ -18,20 +18,11 @@ fn frame() -> Vec<u8> {
 
 /// A classic pcap (microsecond, Ethernet) holding `frames`.
 fn pcap(frames: &[Vec<u8>]) -> Vec<u8> {
-    let mut b = Vec::new();
-    b.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
-    b.extend_from_slice(&2u16.to_le_bytes());
-    b.extend_from_slice(&4u16.to_le_bytes());
-    for v in [0u32, 0, 65535, 1] {
-        b.extend_from_slice(&v.to_le_bytes());
-    }
+    let mut w = wire::pcap::PcapWriter::new(Vec::new(), wire::pcap::LinkType::Ethernet).unwrap();
     for f in frames {
-        for v in [0u32, 0, f.len() as u32, f.len() as u32] {
-            b.extend_from_slice(&v.to_le_bytes());
-        }
-        b.extend_from_slice(f);
+        w.write(Duration::ZERO, f).unwrap();
     }
-    b
+    w.into_inner()
 }
 
 /// Frames of a classic pcap file.
