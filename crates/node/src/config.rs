@@ -72,11 +72,38 @@ pub struct RdmaConfig {
     /// Verbs provider of the tools and the node's device: auto, soft, rdma-core
     /// (`--provider`).
     pub provider: verbs_tools::ProviderChoice,
+    /// Bounds of the soft device on objects held at once (`ibv_query_device`
+    /// reports them; past one a creation fails with EINVAL and is counted in
+    /// `dpustack_rdma_refused_resources_total`). A kernel device keeps its own.
+    pub max_qp: u32,
+    pub max_cq: u32,
+    pub max_mr: u32,
+    pub max_pd: u32,
+    pub max_srq: u32,
+}
+
+impl RdmaConfig {
+    /// The soft device's bounds from this section.
+    pub fn limits(&self) -> verbs::soft::DeviceLimits {
+        verbs::soft::DeviceLimits {
+            max_qp: self.max_qp,
+            max_cq: self.max_cq,
+            max_mr: self.max_mr,
+            max_pd: self.max_pd,
+            max_srq: self.max_srq,
+        }
+    }
 }
 
 impl Default for RdmaConfig {
     fn default() -> Self {
+        let l = verbs::soft::DeviceLimits::default();
         RdmaConfig {
+            max_qp: l.max_qp,
+            max_cq: l.max_cq,
+            max_mr: l.max_mr,
+            max_pd: l.max_pd,
+            max_srq: l.max_srq,
             enabled: true,
             device: String::new(),
             provider: Default::default(),

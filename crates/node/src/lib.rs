@@ -204,10 +204,11 @@ impl Node {
             return Ok(Status::Disabled("[rdma] enabled = false"));
         }
         // the section's device, else the node's listen address (as the other services)
-        let ctx = verbs_tools::open_device(
+        let ctx = verbs_tools::open_device_with(
             cfg.device_spec(),
             verbs::soft::IoMode::Threaded,
             cfg.rdma.provider,
+            cfg.rdma.limits(),
         )?;
         let attr = ctx.query_port(1)?;
         let what = match ctx.soft() {

@@ -56,6 +56,12 @@ impl Collector for RoceCollector {
         );
         ctr(
             e,
+            "dpustack_roce_refused_resources_total",
+            "PD/CQ/SRQ/QP/MR creations refused at the device's bounds ([rdma] max_qp ...).",
+            c.refused_resources,
+        );
+        ctr(
+            e,
             "dpustack_roce_icrc_drops_total",
             "Received packets dropped for a bad ICRC.",
             c.drop_bad_icrc,
@@ -758,7 +764,13 @@ impl Dispatch for NodeMethods {
                     let c = dev.counters();
                     let (q, nqp) = dev.with_engine(|en| (en.qp_counter_totals(), en.qp_count()));
                     d["qps"] = json!(nqp);
+                    let l = dev.with_engine(|en| en.limits);
+                    d["limits"] = json!({
+                        "max_qp": l.max_qp, "max_cq": l.max_cq, "max_mr": l.max_mr,
+                        "max_pd": l.max_pd, "max_srq": l.max_srq
+                    });
                     d["counters"] = json!({
+                        "refused_resources": c.refused_resources,
                         "rx_packets": c.rx_packets, "tx_packets": c.tx_packets,
                         "rx_bytes": c.rx_bytes, "tx_bytes": c.tx_bytes,
                         "drop_bad_icrc": c.drop_bad_icrc, "drop_no_qp": c.drop_no_qp,

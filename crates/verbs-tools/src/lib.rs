@@ -133,6 +133,17 @@ pub fn open_kernel(provider: ProviderChoice, spec: Option<&str>) -> Result<Optio
 /// address), or the default device (the first kernel device, else the host's
 /// default IPv4 address), with soft device progress `mode`.
 pub fn open_device(spec: Option<&str>, mode: IoMode, provider: ProviderChoice) -> Result<Context> {
+    open_device_with(spec, mode, provider, Default::default())
+}
+
+/// [`open_device`] with the bounds of a soft device (a kernel device keeps
+/// its own: `limits` does not apply to it).
+pub fn open_device_with(
+    spec: Option<&str>,
+    mode: IoMode,
+    provider: ProviderChoice,
+    limits: verbs::soft::DeviceLimits,
+) -> Result<Context> {
     if let Some(ctx) = open_kernel(provider, spec)? {
         return Ok(ctx);
     }
@@ -144,5 +155,6 @@ pub fn open_device(spec: Option<&str>, mode: IoMode, provider: ProviderChoice) -
     };
     let mut o = DeviceOptions::new(ip);
     o.mode = mode;
+    o.limits = limits;
     o.open().map_err(|source| Error::Open { ip, source })
 }

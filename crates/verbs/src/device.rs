@@ -154,7 +154,7 @@ impl Context {
     /// `ibv_alloc_pd`.
     pub fn alloc_pd(&self) -> Result<Pd> {
         let imp = match &self.imp {
-            DeviceImpl::Soft(d) => PdImpl::Soft(sp::alloc_pd(d)),
+            DeviceImpl::Soft(d) => PdImpl::Soft(sp::alloc_pd(d)?),
             #[cfg(feature = "rdma-core")]
             DeviceImpl::RdmaCore(d) => PdImpl::RdmaCore(rp::alloc_pd(d)?),
         };

@@ -45,6 +45,8 @@ pub struct DeviceOptions {
     /// `bench roce`, same machine, 3 alternating runs: WRITE 64 KiB 0.60 -> 0.90
     /// of UDP-GSO loopback, WRITE 4 KiB 0.24 -> 0.51; 2-byte latency +5 %.
     pub gro: bool,
+    /// Bounds on PDs, CQs, SRQs, QPs and MRs held at once.
+    pub limits: super::engine::DeviceLimits,
 }
 
 impl DeviceOptions {
@@ -60,6 +62,7 @@ impl DeviceOptions {
             // check ICRCs arriving through UDP sockets. See docs/roce.md.
             gso: ip.is_loopback(),
             gro: std::env::var_os("DPUSTACK_NO_GRO").is_none_or(|v| v == "0"),
+            limits: Default::default(),
         }
     }
 }

@@ -36,6 +36,32 @@ pub struct Caps {
     pub tx_icrc: bool,
 }
 
+/// Bounds on the objects a soft device holds at once, reported by
+/// `ibv_query_device` (`max_qp`, ...). Past a bound a creation fails with
+/// EINVAL, as rxe's object pools refuse (`__rxe_add_to_pool`), and
+/// [`Counters::refused_resources`] counts it. The defaults are the values the
+/// device always reported; a node serving untrusted peers lowers them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceLimits {
+    pub max_qp: u32,
+    pub max_cq: u32,
+    pub max_mr: u32,
+    pub max_pd: u32,
+    pub max_srq: u32,
+}
+
+impl Default for DeviceLimits {
+    fn default() -> Self {
+        DeviceLimits {
+            max_qp: 1 << 16,
+            max_cq: 1 << 16,
+            max_mr: 1 << 20,
+            max_pd: 1 << 16,
+            max_srq: 1 << 16,
+        }
+    }
+}
+
 /// One software RoCE device, sans-IO.
 pub struct Engine {
     pub(crate) ip: [u8; 4],
@@ -48,6 +74,9 @@ pub struct Engine {
     qpn_map: HashMap<u32, usize>,
     next_qpn: u32,
     pub(crate) next_pd: u32,
+    /// PDs allocated and not yet deallocated.
+    pub(crate) live_pds: u32,
+    pub limits: DeviceLimits,
     pub(crate) events: VecDeque<AsyncEvent>,
     pub counters: Counters,
     /// Counters of destroyed QPs (for device totals that never go down).
@@ -81,6 +110,8 @@ impl Engine {
             // rxe's first QPN; start per-device at a distinct value so logs differ
             next_qpn: 0x11 + (ip[3] as u32) * 0x100,
             next_pd: 1,
+            live_pds: 0,
+            limits: DeviceLimits::default(),
             events: VecDeque::new(),
             counters: Counters::default(),
             retired_qp_counters: QpCounters::default(),
@@ -120,6 +151,30 @@ impl Engine {
     }
 
     // ------------------------------------------------------------ objects
+    /// Refuses a creation when `live` objects of `kind` already reach `max`.
+    fn admit(&mut self, kind: &'static str, live: usize, max: u32) -> crate::Result<()> {
+        if live >= max as usize {
+            self.counters.refused_resources += 1;
+            tracing::warn!(kind, max, "soft device: creation refused, the device holds its bound");
+            return Err(Error::Inval);
+        }
+        Ok(())
+    }
+
+    /// `ibv_alloc_pd`: a new PD id.
+    pub(crate) fn alloc_pd(&mut self) -> crate::Result<u32> {
+        self.admit("pd", self.live_pds as usize, self.limits.max_pd)?;
+        let id = self.next_pd;
+        self.next_pd = self.next_pd.wrapping_add(1);
+        self.live_pds += 1;
+        Ok(id)
+    }
+
+    /// `ibv_dealloc_pd`.
+    pub(crate) fn dealloc_pd(&mut self) {
+        self.live_pds = self.live_pds.saturating_sub(1);
+    }
+
     pub(crate) fn reg_mr(
         &mut self,
         pd: u32,
@@ -131,6 +186,7 @@ impl Engine {
         {
             return Err(Error::Inval); // as ibv_reg_mr
         }
+        self.admit("mr", self.mrs.live(), self.limits.max_mr)?;
         let mem = MrMem::new(len).ok_or(Error::NoMem)?;
         let key = self.mrs.alloc_key();
         let mr = Arc::new(MrInner {
@@ -153,6 +209,8 @@ impl Engine {
         if depth == 0 || depth > 1 << 20 {
             return Err(Error::Inval);
         }
+        let live = self.cqs.iter().flatten().count();
+        self.admit("cq", live, self.limits.max_cq)?;
         let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let c = CqState {
             depth,
@@ -175,6 +233,8 @@ impl Engine {
         if max_wr == 0 || max_sge == 0 || max_sge > super::sgl::MAX_SGE {
             return Err(Error::Inval);
         }
+        let live = self.srqs.iter().flatten().count();
+        self.admit("srq", live, self.limits.max_srq)?;
         Ok(insert(
             &mut self.srqs,
             SrqState {
@@ -236,6 +296,7 @@ impl Engine {
         if cap.max_inline_data as usize > super::sgl::MAX_INLINE {
             return Err(Error::Inval);
         }
+        self.admit("qp", self.qpn_map.len(), self.limits.max_qp)?;
         let qpn = if gsi {
             if self.qpn_map.contains_key(&1) || qp_type != QpType::Ud {
                 return Err(Error::Busy);

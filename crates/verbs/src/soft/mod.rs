@@ -41,7 +41,7 @@ mod transmit;
 mod xdp;
 
 pub use device::{device_list, device_name, parse_device, Device, DeviceOptions, IoMode};
-pub use engine::{Counters, Engine, Transmit};
+pub use engine::{Counters, DeviceLimits, Engine, Transmit};
 pub use qp::QpCounters;
 
 /// Provider limits.

@@ -37,6 +37,10 @@ impl MrTable {
         let i = ((key >> 8) as usize).checked_sub(1)?;
         self.slots.get(i)?.as_ref().filter(|m| m.lkey == key)
     }
+    /// Registrations in the table.
+    pub(crate) fn live(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
     pub(crate) fn remove(&mut self, key: u32) {
         if self.get(key).is_some() {
             let i = (key >> 8) as usize - 1;

@@ -38,6 +38,7 @@ pub(crate) fn open(o: DeviceOptions) -> Result<Arc<Device>> {
         mtu
     };
     let mut engine = Engine::new(o.ip.octets(), mtu);
+    engine.limits = o.limits;
     let io = if o.mode == IoMode::External {
         None
     } else {
@@ -138,21 +139,22 @@ impl Device {
     // ---- verbs on the device
     pub(crate) fn query_device(&self) -> DeviceAttr {
         let o = self.ip.octets();
+        let lim = self.lock().engine.limits;
         DeviceAttr {
             fw_ver: env!("CARGO_PKG_VERSION"),
             node_guid: u64::from_be_bytes([0x02, 0, 0, 0, o[0], o[1], o[2], o[3]]),
             vendor_id: 0xffffff,
             max_mr_size: u32::MAX as u64,
-            max_qp: 1 << 16,
+            max_qp: lim.max_qp,
             max_qp_wr: 16384,
             max_sge: super::sgl::MAX_SGE as u32,
-            max_cq: 1 << 16,
+            max_cq: lim.max_cq,
             max_cqe: 1 << 20,
-            max_mr: 1 << 20,
-            max_pd: 1 << 16,
+            max_mr: lim.max_mr,
+            max_pd: lim.max_pd,
             max_qp_rd_atom: 128,
             max_qp_init_rd_atom: 128,
-            max_srq: 1 << 16,
+            max_srq: lim.max_srq,
             max_srq_wr: 16384,
             max_inline_data: super::sgl::MAX_INLINE as u32,
             atomic_cap_hca: true,
@@ -205,13 +207,17 @@ pub(crate) struct SoftPd {
     pub(crate) id: u32,
 }
 
-pub(crate) fn alloc_pd(dev: &Arc<Device>) -> SoftPd {
-    let mut g = dev.lock();
-    let id = g.engine.next_pd;
-    g.engine.next_pd += 1;
-    SoftPd {
+pub(crate) fn alloc_pd(dev: &Arc<Device>) -> Result<SoftPd> {
+    let id = dev.lock().engine.alloc_pd()?;
+    Ok(SoftPd {
         dev: dev.clone(),
         id,
+    })
+}
+
+impl Drop for SoftPd {
+    fn drop(&mut self) {
+        self.dev.lock().engine.dealloc_pd();
     }
 }
 

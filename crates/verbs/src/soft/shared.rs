@@ -31,6 +31,9 @@ pub struct Counters {
     pub drop_src: u64,
     pub cq_overflow: u64,
     pub local_sgl_errors: u64,
+    /// PD/CQ/SRQ/QP/MR creations refused because the device held its bound
+    /// of that kind ([`DeviceLimits`](super::engine::DeviceLimits)).
+    pub refused_resources: u64,
 }
 
 /// A posted receive WQE (on a QP's receive queue or an SRQ).
