@@ -20,7 +20,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use tracing::{debug, trace};
+use tracing::{debug, trace, warn};
 use wire::mad::{
     gid_from_ip, parse_service_id, service_id, CmMadRepr, CmMsgRepr, CmPathRepr, CmaHdr,
     CmaHdrRepr, DrepRepr, DreqRepr, Mad, MraRepr, MsgResponse, PortSpace, RejReason, RejRepr,
@@ -77,6 +77,11 @@ pub struct CmConfig {
     pub hop_limit: u8,
     /// Seed for comm IDs, transaction IDs, PSNs and ephemeral ports.
     pub seed: u64,
+    /// Most ids held at once. A REQ (or SIDR_REQ) from a peer that would make
+    /// one more is refused with REJ "no resources" (SIDR_REP "no QP") and
+    /// counted in [`CmStats::refused_ids`]; ids the application creates itself
+    /// are not bounded here.
+    pub max_ids: usize,
 }
 
 impl Default for CmConfig {
@@ -94,6 +99,7 @@ impl Default for CmConfig {
             path_mtu: 3,
             hop_limit: 64,
             seed: 0x5eed,
+            max_ids: 16384,
         }
     }
 }
@@ -175,6 +181,8 @@ pub struct CmStats {
     pub retransmits: u64,
     /// Operations that ran out of retries.
     pub timeouts: u64,
+    /// Connection requests refused because the endpoint held `max_ids` ids.
+    pub refused_ids: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -463,6 +471,17 @@ impl CmEndpoint {
 
     fn id_mut(&mut self, idx: usize) -> &mut Id {
         self.slots[idx].id.as_mut().expect("live slot")
+    }
+
+    /// Live ids reach `max_ids`: count the refusal of a peer's request.
+    fn at_id_bound(&mut self) -> bool {
+        let live = self.slots.len() - self.free.len();
+        if live >= self.cfg.max_ids {
+            self.stats.refused_ids += 1;
+            warn!(live, max = self.cfg.max_ids, "CM: connection request refused, id table full");
+            return true;
+        }
+        false
     }
 
     fn alloc(&mut self, id: Id) -> usize {
@@ -1737,6 +1756,10 @@ impl CmEndpoint {
             self.reject_stray_req(src, dst, tid, r.local_comm_id, RejReason::ConsumerDefined);
             return;
         }
+        if self.at_id_bound() {
+            self.reject_stray_req(src, dst, tid, r.local_comm_id, RejReason::NoResources);
+            return;
+        }
         // Stale: the peer reuses a QPN we still think is connected.
         let stale = self.slots.iter().filter_map(|s| s.id.as_ref()).any(|id| {
             matches!(id.state, CmState::Established | CmState::RepSent)
@@ -2075,7 +2098,7 @@ impl CmEndpoint {
             Ok(c) => c,
             Err(_) => return stray(self, SidrStatus::Reject),
         };
-        if self.pending_children(lidx) >= self.id(lidx).backlog {
+        if self.pending_children(lidx) >= self.id(lidx).backlog || self.at_id_bound() {
             return stray(self, SidrStatus::NoQp);
         }
         let (channel, context) = {

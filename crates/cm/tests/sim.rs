@@ -1158,3 +1158,41 @@ fn received_dreq_leaves_qp_until_own_disconnect() {
     assert!(n.drive(Duration::from_secs(5)));
     assert_eq!(n.kinds(0), vec![Established, Disconnected, TimewaitExit]);
 }
+
+#[test]
+fn requests_past_max_ids_are_refused_with_no_resources() {
+    let mut n = Net::new(LinkConfig::default(), 31);
+    n.s[1].ep = CmEndpoint::new(CmConfig {
+        max_ids: 3,
+        ..cfg(B, 64)
+    });
+    n.listen(PortSpace::Tcp);
+    // listener + two children fill the table
+    n.connect(PortSpace::Tcp, b"");
+    n.connect(PortSpace::Tcp, b"");
+    assert!(n.drive(Duration::from_secs(5)));
+    assert_eq!(n.kinds(0), vec![Established, Established]);
+    n.connect(PortSpace::Tcp, b"");
+    assert!(n.drive(Duration::from_secs(5)));
+    assert_eq!(n.kinds(0), vec![Established, Established, Rejected]);
+    assert_eq!(n.s[0].events[2].status, 3, "REJ reason: no resources");
+    assert_eq!(n.s[1].ep.stats.refused_ids, 1);
+    let rej = n
+        .sent(1)
+        .into_iter()
+        .find_map(|m| match m.msg {
+            CmMsgRepr::Rej(r) => Some(r),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(rej.reason, RejReason::NoResources);
+    // one child gone: the next request is admitted
+    let child = n.s[1].events[0].id;
+    let now = n.clock.now();
+    n.s[1].ep.destroy_id(now, child).unwrap();
+    assert!(n.drive(Duration::from_secs(5)));
+    n.connect(PortSpace::Tcp, b"");
+    assert!(n.drive(Duration::from_secs(5)));
+    assert_eq!(n.kinds(0).last(), Some(&Established));
+    assert_eq!(n.s[1].ep.stats.refused_ids, 1);
+}

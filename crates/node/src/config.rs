@@ -138,6 +138,9 @@ pub struct CmConfig {
     /// `dpustack up`: port of the rping-compatible echo server on the node's
     /// address (0 = off; 7174 is rping's default).
     pub rping_port: u16,
+    /// Most CM ids held at once; peers' connection requests past it are
+    /// refused (REJ "no resources") and counted in `dpustack_cm_refused_requests_total`.
+    pub max_ids: usize,
 }
 
 impl Default for CmConfig {
@@ -148,6 +151,7 @@ impl Default for CmConfig {
             max_cm_retries: 15,
             timewait_ms: 1000,
             rping_port: 7174,
+            max_ids: cm::CmConfig::default().max_ids,
         }
     }
 }
@@ -159,6 +163,7 @@ impl CmConfig {
             cm_response_timeout: self.cm_response_timeout.min(31),
             max_cm_retries: self.max_cm_retries.min(15),
             timewait: Duration::from_millis(self.timewait_ms),
+            max_ids: self.max_ids,
             ..cm::CmConfig::default()
         }
     }

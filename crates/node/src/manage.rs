@@ -191,6 +191,11 @@ impl Collector for CmCollector {
                 st.dropped_malformed + st.dropped_unmatched,
             ),
             (
+                "dpustack_cm_refused_requests_total",
+                "Peers' connection requests refused at [cm] max_ids.",
+                st.refused_ids,
+            ),
+            (
                 "dpustack_cm_retransmits_total",
                 "CM MAD retransmissions.",
                 st.retransmits,
