@@ -1303,7 +1303,20 @@ impl Mgmt {
                 })
             })
             .collect();
-        Ok(json!({"tick_rate": 1_000_000_000u64, "poll_groups": groups}))
+        let r = tgt.refusals();
+        Ok(json!({
+            "tick_rate": 1_000_000_000u64,
+            "poll_groups": groups,
+            // not in SPDK: the target's bounds and what they refused
+            "dpustack_limits": {
+                "connections": tgt.connections(),
+                "max_connections": tgt.params.max_connections,
+                "refused_connections": r.connections,
+                "controllers": tgt.ctrlr_count(),
+                "max_controllers": tgt.params.max_controllers,
+                "refused_controllers": r.controllers,
+            }
+        }))
     }
 
     fn save_config(&self) -> Result<Value, RpcError> {
@@ -1616,6 +1629,21 @@ pub fn collect_nvmf(tgt: &Tgt, e: &mut crate::metrics::Exposition) {
         }
     }
     use std::sync::atomic::Ordering::Relaxed;
+    let r = tgt.refusals();
+    e.gauge(
+        "dpustack_nvmf_connections",
+        "Transport connections held by the target ([nvmf] max_connections bounds them).",
+        &[],
+        tgt.connections() as f64,
+    );
+    for (what, v) in [("connection", r.connections), ("controller", r.controllers)] {
+        e.counter(
+            "dpustack_nvmf_refused_total",
+            "Connections closed at accept ([nvmf] max_connections) and admin Connects answered Controller Busy ([nvmf] max_controllers).",
+            &[("what", what)],
+            v,
+        );
+    }
     for pg in tgt.poll_group_stats() {
         let name = poll_group_name(pg.id);
         for (ty, v) in [

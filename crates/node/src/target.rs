@@ -77,6 +77,12 @@ pub struct TargetFile {
     /// Accept header/data digests when hosts ask (default true).
     #[serde(default)]
     pub digests: Option<bool>,
+    /// Most transport connections held at once (default 4096); more are closed at accept.
+    #[serde(default)]
+    pub max_connections: Option<usize>,
+    /// Most controllers at once (default 1024); more get "Connect Controller Busy".
+    #[serde(default)]
+    pub max_controllers: Option<usize>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -356,6 +362,12 @@ impl TargetFile {
         let mut params = TgtParams::default();
         if let Some(d) = self.digests {
             params.digests = d;
+        }
+        if let Some(n) = self.max_connections {
+            params.max_connections = n;
+        }
+        if let Some(n) = self.max_controllers {
+            params.max_controllers = n;
         }
         let mut tgt = Tgt::new(params);
         let mut bdevs = std::collections::HashMap::new();

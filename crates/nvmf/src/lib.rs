@@ -49,7 +49,7 @@ pub mod transport;
 #[cfg(feature = "driver")]
 pub use poll_group::{Listen, ListenSpec, ListenerHandle, NvmfServer};
 pub use subsystem::{Subsystem, DISCOVERY_NQN};
-pub use tgt::{Tgt, TgtParams};
+pub use tgt::{Refusals, Tgt, TgtParams};
 pub use transport::{
     HostQueue, HostTransport, Request, Transport, TransportId, TransportPollGroup, TransportQpair,
 };

@@ -281,6 +281,11 @@ fn acceptor<T: Transport>(
             debug!(%e, "accept");
         }
         for a in new.drain(..) {
+            if !tgt.admit_connection() {
+                // closed here: the peer sees its connection end at once
+                drop(a);
+                continue;
+            }
             let portid = portids.get(a.listener).copied().unwrap_or(0);
             if txs.is_empty() || txs[rr % txs.len()].send((a.qpair, portid)).is_err() {
                 return;
@@ -344,6 +349,7 @@ fn poll_group_loop<G: TransportPollGroup>(
                 qp.teardown(&tgt);
                 debug!(peer = %qp.peer, "qpair closed");
                 group.remove(qp.into_transport());
+                tgt.connection_closed();
             } else {
                 i += 1;
             }
@@ -366,6 +372,7 @@ fn poll_group_loop<G: TransportPollGroup>(
     for mut qp in qpairs {
         qp.teardown(&tgt);
         group.remove(qp.into_transport());
+        tgt.connection_closed();
     }
     debug!(id, "poll group stopped");
 }

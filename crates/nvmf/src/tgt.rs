@@ -1,7 +1,7 @@
 //! The target (SPDK `spdk_nvmf_tgt`): subsystems, listeners, the controller
 //! registry (dynamic cntlid), Fabrics Connect, and the discovery log page.
 
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
@@ -25,6 +25,12 @@ pub struct TgtParams {
     /// Idle passes a poll group spins before sleeping in poll(2); 0 = sleep at once
     /// (event driven, for CPU-starved machines such as an emulated guest).
     pub idle_spins: u32,
+    /// Most transport connections (queue pairs, connected or not yet) held at
+    /// once; one more is closed at accept and counted ([`Tgt::refusals`]).
+    pub max_connections: usize,
+    /// Most controllers at once; an admin-queue Connect past it is answered
+    /// "Connect Controller Busy" and counted.
+    pub max_controllers: usize,
 }
 
 impl Default for TgtParams {
@@ -33,6 +39,8 @@ impl Default for TgtParams {
             digests: true,
             max_io_queues: 16,
             idle_spins: 200,
+            max_connections: 4096,
+            max_controllers: 1024,
         }
     }
 }
@@ -98,6 +106,18 @@ pub struct Tgt {
     /// Count I/O per namespace (and time it) on qpairs opened from now on.
     io_stats: AtomicBool,
     poll_groups: Mutex<Vec<Arc<crate::stats::PollGroupStats>>>,
+    /// Transport connections accepted and not yet closed.
+    live_connections: AtomicUsize,
+    refused_connections: AtomicU64,
+    refused_controllers: AtomicU64,
+}
+
+/// What the target refused at its bounds ([`TgtParams::max_connections`],
+/// [`TgtParams::max_controllers`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Refusals {
+    pub connections: u64,
+    pub controllers: u64,
 }
 
 impl Tgt {
@@ -113,6 +133,9 @@ impl Tgt {
             epoch: Instant::now(),
             io_stats: AtomicBool::new(false),
             poll_groups: Mutex::new(Vec::new()),
+            live_connections: AtomicUsize::new(0),
+            refused_connections: AtomicU64::new(0),
+            refused_controllers: AtomicU64::new(0),
         }
     }
 
@@ -252,6 +275,44 @@ impl Tgt {
             .unwrap_or_default()
     }
     /// Live controllers (admin queue connected).
+    /// A transport connection was accepted: false (and counted) when the
+    /// target already holds `max_connections`; the caller closes it then.
+    pub fn admit_connection(&self) -> bool {
+        let r = self
+            .live_connections
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.params.max_connections).then_some(n + 1)
+            });
+        if r.is_err() {
+            self.refused_connections.fetch_add(1, Ordering::Relaxed);
+            warn!(
+                max = self.params.max_connections,
+                "nvmf: connection refused, the target holds max_connections"
+            );
+        }
+        r.is_ok()
+    }
+
+    /// An admitted connection closed.
+    pub fn connection_closed(&self) {
+        let _ = self
+            .live_connections
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// Transport connections held now.
+    pub fn connections(&self) -> usize {
+        self.live_connections.load(Ordering::Relaxed)
+    }
+
+    /// Refusals at the target's bounds since start.
+    pub fn refusals(&self) -> Refusals {
+        Refusals {
+            connections: self.refused_connections.load(Ordering::Relaxed),
+            controllers: self.refused_controllers.load(Ordering::Relaxed),
+        }
+    }
+
     pub fn ctrlrs(&self) -> Vec<Arc<Ctrlr>> {
         self.ctrlrs.lock().map(|r| r.clone()).unwrap_or_default()
     }
@@ -390,6 +451,19 @@ impl Tgt {
             let Ok(mut reg) = self.ctrlrs.lock() else {
                 return Err(generic(GenericStatus::InternalError));
             };
+            if reg.len() >= self.params.max_controllers {
+                self.refused_controllers.fetch_add(1, Ordering::Relaxed);
+                warn!(
+                    subnqn,
+                    hostnqn,
+                    max = self.params.max_controllers,
+                    "connect: controller refused, the target holds max_controllers"
+                );
+                return Err(ConnectRefused {
+                    status: Status::fabrics(FabricsStatus::ControllerBusy),
+                    dw0: 0,
+                });
+            }
             let cntlid = self.alloc_cntlid(&reg);
             let ctrlr = Arc::new(
                 Ctrlr::new(
