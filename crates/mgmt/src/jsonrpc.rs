@@ -12,6 +12,7 @@ pub const INVALID_PARAMS: i32 = -32602;
 pub const INTERNAL_ERROR: i32 = -32603;
 /// SPDK's domain errors are negative errnos with `spdk_strerror` text.
 pub const EEXIST: i32 = -17;
+pub const ENOMEM: i32 = -12;
 pub const ENODEV: i32 = -19;
 pub const EINVAL: i32 = -22;
 pub const ENOTSUP: i32 = -95;

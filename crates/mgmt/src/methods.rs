@@ -10,7 +10,7 @@ use tracing::{info, warn};
 use nvmf::subsystem::{Subsystem, SubsystemType};
 use nvmf::{Listen, ListenerHandle, Tgt, TransportId};
 
-use crate::jsonrpc::{params_object, Dispatch, RpcError, EINVAL, ENOTSUP};
+use crate::jsonrpc::{params_object, Dispatch, RpcError, EINVAL, ENOMEM, ENOTSUP};
 
 /// The methods served, in `rpc_get_methods` order.
 pub const METHODS: &[&str] = &[
@@ -85,6 +85,25 @@ struct State {
     next_malloc: u32,
     /// When the management plane started (`ticks` of `bdev_get_iostat`, ns).
     epoch: Option<std::time::Instant>,
+    /// Bytes all malloc bdevs made over RPC may hold together.
+    malloc_budget: u64,
+    /// `bdev_malloc_create` calls refused by the budget.
+    malloc_refused: u64,
+}
+
+/// The default malloc budget: half of the machine's memory (`MemTotal`),
+/// 1 GiB when /proc/meminfo cannot be read. A bigger request would abort the
+/// process when the allocation fails, or starve the node.
+fn default_malloc_budget() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map(|kib| kib * 1024 / 2)
+        .unwrap_or(1 << 30)
 }
 
 /// Methods served by another part of the node (`dpustack_*`).
@@ -293,10 +312,24 @@ impl Mgmt {
         Mgmt {
             state: Mutex::new(State {
                 epoch: Some(std::time::Instant::now()),
+                malloc_budget: default_malloc_budget(),
                 ..State::default()
             }),
             extra: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Bytes all malloc bdevs made over RPC may hold together (default: half of
+    /// MemTotal); `bdev_malloc_create` past it fails with ENOMEM and is counted.
+    pub fn set_malloc_budget(&self, bytes: u64) {
+        if let Ok(mut st) = self.state.lock() {
+            st.malloc_budget = bytes;
+        }
+    }
+
+    /// `bdev_malloc_create` calls refused by the budget since start.
+    pub fn malloc_refused(&self) -> u64 {
+        self.state.lock().map(|st| st.malloc_refused).unwrap_or(0)
     }
 
     /// Serves `names` through `d` as well (the node's `dpustack_*` methods).
@@ -469,6 +502,25 @@ impl Mgmt {
             .checked_mul(bs)
             .filter(|b| *b > 0)
             .ok_or_else(|| RpcError::params("Invalid parameters: size is zero or overflows"))?;
+        if kind == BdevKind::Malloc {
+            let held: u64 = st
+                .bdevs
+                .iter()
+                .filter(|b| b.kind == BdevKind::Malloc)
+                .map(|b| b.dev.num_blocks() * u64::from(b.dev.block_size()))
+                .sum();
+            if held.saturating_add(bytes) > st.malloc_budget {
+                st.malloc_refused += 1;
+                warn!(%name, bytes, held, budget = st.malloc_budget, "bdev_malloc_create refused: over the malloc budget");
+                return Err(RpcError::new(
+                    ENOMEM,
+                    format!(
+                        "Could not create malloc bdev: {bytes} bytes with {held} held would pass the budget of {} bytes: Cannot allocate memory",
+                        st.malloc_budget
+                    ),
+                ));
+            }
+        }
         let spec = match kind {
             BdevKind::Malloc => format!("malloc:{bytes}"),
             _ => format!("null:{bytes}"),
@@ -1489,6 +1541,12 @@ impl crate::metrics::Collector for Mgmt {
         let Ok(st) = self.st() else {
             return;
         };
+        e.counter(
+            "dpustack_bdev_malloc_refused_total",
+            "bdev_malloc_create calls refused by the malloc budget (ENOMEM).",
+            &[],
+            st.malloc_refused,
+        );
         e.declare(
             "dpustack_bdev_ops_total",
             Kind::Counter,

@@ -1,13 +1,14 @@
 //! The JSON-RPC server on a Unix socket: an accept thread and a thread per
 //! connection (control plane: few clients, no hot path). A connection that never
-//! sends holds only its own thread; connections beyond [`MAX_CONNECTIONS`] are
-//! closed at once; a connection idle for [`IDLE_TIMEOUT`] is closed.
+//! sends holds only its own thread; connections beyond the bound
+//! ([`MAX_CONNECTIONS`] by default) are closed at once and counted
+//! ([`RpcServer::refused`]); a connection idle for [`IDLE_TIMEOUT`] is closed.
 
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -19,7 +20,8 @@ use crate::Error;
 
 /// SPDK apps use /var/tmp/spdk.sock; ours.
 pub const DEFAULT_SOCKET: &str = "/var/tmp/dpustack.sock";
-/// Concurrent connections served; more are closed at once.
+/// Concurrent connections served by default ([`RpcServer::start_with`] sets
+/// another bound); more are closed at once.
 pub const MAX_CONNECTIONS: usize = 4096;
 /// A connection without a byte for this long is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -30,6 +32,7 @@ pub struct RpcServer {
     stop: Arc<AtomicBool>,
     accept: Option<JoinHandle<()>>,
     live: Arc<AtomicUsize>,
+    refused: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for RpcServer {
@@ -44,6 +47,15 @@ impl RpcServer {
     /// Binds `path` (mode 0600; a stale socket nobody listens on is replaced, a live
     /// one is [`Error::InUse`]) and serves `d`.
     pub fn start(path: &Path, d: Arc<dyn Dispatch + Send + Sync>) -> Result<RpcServer, Error> {
+        Self::start_with(path, d, MAX_CONNECTIONS)
+    }
+
+    /// [`start`](Self::start) serving at most `max_connections` clients at once.
+    pub fn start_with(
+        path: &Path,
+        d: Arc<dyn Dispatch + Send + Sync>,
+        max_connections: usize,
+    ) -> Result<RpcServer, Error> {
         let name = path.display().to_string();
         let sock_err = |source| Error::Socket {
             path: name.clone(),
@@ -61,16 +73,23 @@ impl RpcServer {
         info!(path = %name, "JSON-RPC server listening");
         let stop = Arc::new(AtomicBool::new(false));
         let live = Arc::new(AtomicUsize::new(0));
-        let (stop2, live2) = (stop.clone(), live.clone());
+        let refused = Arc::new(AtomicU64::new(0));
+        let bound = Bound {
+            max: max_connections,
+            live: live.clone(),
+            refused: refused.clone(),
+        };
+        let stop2 = stop.clone();
         let accept = std::thread::Builder::new()
             .name("rpc-accept".into())
-            .spawn(move || accept_loop(l, d, stop2, live2))
+            .spawn(move || accept_loop(l, d, stop2, bound))
             .map_err(sock_err)?;
         Ok(RpcServer {
             path: path.to_path_buf(),
             stop,
             accept: Some(accept),
             live,
+            refused,
         })
     }
 
@@ -80,6 +99,10 @@ impl RpcServer {
     /// Connections being served now.
     pub fn connections(&self) -> usize {
         self.live.load(Ordering::Relaxed)
+    }
+    /// Connections closed at accept because the bound was reached.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     pub fn stop(mut self) {
@@ -100,18 +123,28 @@ impl Drop for RpcServer {
     }
 }
 
+/// The accept thread's bound on live connections.
+struct Bound {
+    max: usize,
+    live: Arc<AtomicUsize>,
+    refused: Arc<AtomicU64>,
+}
+
 fn accept_loop(
     l: UnixListener,
     d: Arc<dyn Dispatch + Send + Sync>,
     stop: Arc<AtomicBool>,
-    live: Arc<AtomicUsize>,
+    bound: Bound,
 ) {
+    let Bound { max, live, refused } = bound;
     let mut conns: Vec<JoinHandle<()>> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         match l.accept() {
             Ok((s, _)) => {
-                if live.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
-                    warn!("RPC: too many connections, closing a new one");
+                if live.load(Ordering::Relaxed) >= max {
+                    refused.fetch_add(1, Ordering::Relaxed);
+                    warn!(max, "RPC: too many connections, closing a new one");
+                    drop(s);
                     continue;
                 }
                 live.fetch_add(1, Ordering::Relaxed);

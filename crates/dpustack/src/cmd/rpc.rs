@@ -53,6 +53,13 @@ pub struct ServerArgs {
     /// Prometheus endpoint IP:PORT (`GET /metrics`), 0 = off; default `[metrics] listen`.
     #[arg(long = "metrics-listen", value_name = "ADDR")]
     pub metrics_listen: Option<String>,
+    /// JSON-RPC clients served at once; more are closed at accept and counted.
+    #[arg(long = "rpc-max-clients", default_value_t = mgmt::server::MAX_CONNECTIONS)]
+    pub rpc_max_clients: usize,
+    /// Bytes all malloc bdevs made over RPC may hold (default: half of MemTotal);
+    /// bdev_malloc_create past it fails with ENOMEM.
+    #[arg(long = "malloc-budget", value_name = "BYTES")]
+    pub malloc_budget: Option<u64>,
 }
 
 /// The management plane of a running node: the JSON-RPC server and the metrics
@@ -183,6 +190,9 @@ fn start_server(
         m.attach_nvmf(s.tgt().clone(), s.listener_handle(), kinds)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
+    if let Some(b) = a.malloc_budget {
+        m.set_malloc_budget(b);
+    }
     if let Some(f) = &a.json {
         let text =
             std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
@@ -200,7 +210,7 @@ fn start_server(
         .rpc_socket
         .clone()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET));
-    match RpcServer::start(&path, m) {
+    match RpcServer::start_with(&path, m, a.rpc_max_clients) {
         Ok(s) => {
             println!("JSON-RPC on {}", path.display());
             Ok(Some(s))
