@@ -247,7 +247,18 @@ pub struct DpStats {
     pub hw_forwarded: u64,
     /// Packets software ran by the NIC's mark (partial offload: no classifier lookup).
     pub mark_hits: u64,
+    /// Upcalls whose megaflow was not installed because the datapath held
+    /// [`Datapath::flow_limit`] flows (OVS coverage `upcall_flow_limit_hit`): the
+    /// packet was executed by the slow path.
+    pub flow_limit_hits: u64,
+    /// Slow-path packets not credited to their rules because too many waited for
+    /// the next stats push ([`MAX_SLOW_CREDITS`]).
+    pub uncredited: u64,
 }
+
+/// Slow-path packets (over the flow limit) kept for crediting their rules at the
+/// next [`Datapath::push_stats`]; more are counted in [`DpStats::uncredited`].
+pub const MAX_SLOW_CREDITS: usize = 4096;
 
 /// dpif-netdev's `MAX_RECIRC_DEPTH`.
 pub const MAX_RECIRC_DEPTH: usize = 6;
@@ -310,6 +321,11 @@ pub struct Datapath {
     /// The table changed since the last revalidation: every megaflow is translated
     /// again at the next [`Self::revalidate`].
     need_revalidate: bool,
+    /// Most megaflows an upcall installs into (OVS `flow_limit`, kept by the
+    /// revalidator); past it upcalls run in the slow path without installing.
+    pub flow_limit: usize,
+    /// The last slow-path translation (its actions are what `process` returns).
+    slow: Option<Megaflow>,
 }
 
 impl Default for Datapath {
@@ -342,6 +358,8 @@ impl Datapath {
             by_mark: HashMap::new(),
             offload: None,
             need_revalidate: false,
+            flow_limit: crate::revalidator::RevalidatorConfig::default().flow_limit,
+            slow: None,
         }
     }
 
@@ -884,7 +902,23 @@ impl Datapath {
         self.clock = now;
         let (id, hit) = match self.lookup(k, hash) {
             Some(x) => x,
-            None => (self.upcall(table, k, hash), Hit::Upcall),
+            None => match self.upcall(table, k, hash) {
+                Some(id) => (id, Hit::Upcall),
+                None => {
+                    // over the flow limit: executed, not installed; its packet is
+                    // credited to the rules at the next push (bounded)
+                    let Some(fl) = self.slow.as_mut() else {
+                        return (&[], Hit::Upcall);
+                    };
+                    fl.upcall_credit = (1, len as u64);
+                    if self.orphans.len() < MAX_SLOW_CREDITS {
+                        self.orphans.push(fl.clone());
+                    } else {
+                        self.stats.uncredited += 1;
+                    }
+                    return (&fl.actions, Hit::Upcall);
+                }
+            },
         };
         let fl = &mut self.flows[id as usize];
         // OVS: the packet that caused the upcall is executed by the upcall handler and
@@ -902,8 +936,11 @@ impl Datapath {
     }
 
     /// A miss: translate `k` through the OpenFlow table (OVS megaflow semantics) and
-    /// install the resulting megaflow (and an EMC entry). Returns the megaflow index.
-    pub fn upcall(&mut self, table: &FlowTable, k: &FlowKey, hash: u64) -> u32 {
+    /// install the resulting megaflow (and an EMC entry). Returns the megaflow index,
+    /// or None when the datapath holds [`Self::flow_limit`] flows: then nothing is
+    /// installed (OVS `should_install_flow`) and the translation is kept for the
+    /// caller to execute (see [`Self::process`]).
+    pub fn upcall(&mut self, table: &FlowTable, k: &FlowKey, hash: u64) -> Option<u32> {
         self.stats.upcalls += 1;
         let mut x = table.xlate_upcall(k, self.clock);
         // OVS's datapath key tells tagged from untagged frames by its structure
@@ -917,6 +954,37 @@ impl Datapath {
             // stale; no revalidator, so they go (their stats first).
             self.flush_after_fdb_change(table);
         }
+        if self.flows.len() >= self.flow_limit {
+            self.stats.flow_limit_hits += 1;
+            if self.stats.flow_limit_hits.is_power_of_two() {
+                tracing::warn!(
+                    limit = self.flow_limit,
+                    hits = self.stats.flow_limit_hits,
+                    "upcall: datapath flow limit reached, packets run in the slow path"
+                );
+            }
+            let mk = k.and(&x.wc);
+            self.slow = Some(Megaflow {
+                key: mk,
+                mask: x.wc,
+                actions: x.actions,
+                stats: FlowStats::default(),
+                created: self.clock,
+                rule: x.rules.first().copied(),
+                later_rules: x.rules.get(1..).unwrap_or_default().into(),
+                groups: x.groups.into(),
+                learned: x.learned.into(),
+                ufid: 0,
+                orig_key: *k,
+                hw: HwStats::default(),
+                offload: OffloadState::None,
+                pushed: (0, 0),
+                upcall_credit: (0, 0),
+                subtable: 0,
+                alive: false,
+            });
+            return None;
+        }
         let id = self.install_rules(k, &x.wc, x.actions, &x.rules);
         if !x.learned.is_empty() {
             self.flows[id as usize].learned = x.learned.into();
@@ -927,7 +995,7 @@ impl Datapath {
         if self.emc_enabled {
             self.emc_insert(k, hash, id);
         }
-        id
+        Some(id)
     }
 
     /// Parses and processes a packet received on `in_port`.

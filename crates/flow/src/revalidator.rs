@@ -92,6 +92,8 @@ impl Revalidator {
 
     /// Runs one round now (whether due or not).
     pub fn run(&mut self, dp: &mut Datapath, table: &mut FlowTable, now: u64) -> Sweep {
+        // upcalls install up to the current (dynamic) limit, as OVS's handlers read it
+        dp.flow_limit = self.flow_limit;
         let p = self.params(now, dp.n_flows());
         if p.query_hw {
             self.last_hw_query = Some(now);

@@ -473,3 +473,36 @@ fn forwarding_never_waits_for_the_offload_thread() {
         .count();
     assert!(pending > 700, "{pending}");
 }
+
+/// OVS's handlers install no datapath flow once the datapath holds flow_limit
+/// flows (`upcall_flow_limit_hit`): the packet is still executed (slow path) and
+/// credited to its rule; the revalidator hands its (dynamic) limit to the datapath.
+#[test]
+fn upcalls_past_the_flow_limit_run_in_the_slow_path() {
+    let mut t = table("priority=10,udp,actions=output:2\n");
+    let udp_rule = *t.rules.iter().find(|(_, r)| r.priority == 10).unwrap().0;
+    let mut dp = Datapath::new();
+    let mut rv = Revalidator::new(RevalidatorConfig {
+        flow_limit: 1000,
+        ..Default::default()
+    });
+    rv.run(&mut dp, &mut t, 0);
+    assert_eq!(dp.flow_limit, 1000);
+    // the rule looks at no port or address: one megaflow per in_port
+    let mut outputs = 0;
+    for i in 0..1200u32 {
+        let mut f = frame(false, 1000, 53, [10, 0, 0, 2]);
+        let ex = dp.receive_execute(&t, 3 + i, &mut f, 10); // not port 2 (output to in_port is dropped)
+        outputs += ex.outputs.len();
+    }
+    assert_eq!(outputs, 1200, "every packet forwarded, installed or not");
+    assert_eq!(dp.n_flows(), 1000, "nothing installed past the limit");
+    assert_eq!(dp.stats.flow_limit_hits, 200);
+    rv.run(&mut dp, &mut t, 20);
+    assert_eq!(
+        t.rule_stats(udp_rule).unwrap().packets,
+        1200,
+        "slow-path packets are credited to their rule"
+    );
+    assert_eq!(dp.stats.uncredited, 0);
+}

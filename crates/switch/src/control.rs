@@ -80,11 +80,13 @@ pub struct Stats {
     pub dropped_no_port: u64,
     /// OpenFlow rules removed by their idle/hard timeout.
     pub rules_expired: u64,
+    /// Upcalls not installed because the datapath held its flow limit (slow path).
+    pub flow_limit_hits: u64,
 }
 
 impl Stats {
     /// `(name, value)` pairs, in a fixed order (the JSON-RPC answer's keys).
-    pub fn fields(&self) -> [(&'static str, u64); 11] {
+    pub fn fields(&self) -> [(&'static str, u64); 12] {
         [
             ("emc_hits", self.emc_hits),
             ("megaflow_hits", self.megaflow_hits),
@@ -97,6 +99,7 @@ impl Stats {
             ("tx_packets", self.tx_packets),
             ("dropped_no_port", self.dropped_no_port),
             ("rules_expired", self.rules_expired),
+            ("flow_limit_hits", self.flow_limit_hits),
         ]
     }
 }
@@ -414,6 +417,7 @@ pub fn handle(
                 megaflows: dp.n_flows() as u64,
                 rules: table.len() as u64,
                 groups: table.groups.len() as u64,
+                flow_limit_hits: st.flow_limit_hits,
                 ..Stats::default()
             }));
         }

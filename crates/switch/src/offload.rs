@@ -114,8 +114,8 @@ pub fn offload_stats(dp: &Datapath, rv: &Revalidator) -> String {
         dp.n_flows()
     );
     s += &format!(
-        "packets: hw-forwarded {}, mark hits {}, upcalls {}\n",
-        dp.stats.hw_forwarded, dp.stats.mark_hits, dp.stats.upcalls
+        "packets: hw-forwarded {}, mark hits {}, upcalls {}, flow-limit hits {}\n",
+        dp.stats.hw_forwarded, dp.stats.mark_hits, dp.stats.upcalls, dp.stats.flow_limit_hits
     );
     s += &format!(
         "revalidator: flow-limit {} (configured {}), max-idle {} ms, rounds {}, last round {} ms\n",
