@@ -478,7 +478,11 @@ impl CmEndpoint {
         let live = self.slots.len() - self.free.len();
         if live >= self.cfg.max_ids {
             self.stats.refused_ids += 1;
-            warn!(live, max = self.cfg.max_ids, "CM: connection request refused, id table full");
+            warn!(
+                live,
+                max = self.cfg.max_ids,
+                "CM: connection request refused, id table full"
+            );
             return true;
         }
         false

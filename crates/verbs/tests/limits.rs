@@ -74,7 +74,10 @@ fn each_bound_refuses_cleanly_and_frees_on_destroy() {
     assert_eq!(refused(&ctx), 4);
     // QPs
     let mut qps: Vec<_> = (0..3)
-        .map(|_| pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq)).unwrap())
+        .map(|_| {
+            pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
+                .unwrap()
+        })
         .collect();
     assert!(matches!(
         pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq, &cq)),
@@ -84,7 +87,10 @@ fn each_bound_refuses_cleanly_and_frees_on_destroy() {
     let n = ctx.soft().unwrap().with_engine(|e| e.qp_count());
     assert_eq!(n, 3, "a refused QP must not be left in the device");
     qps.pop();
-    qps.push(pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq, &cq)).unwrap());
+    qps.push(
+        pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq, &cq))
+            .unwrap(),
+    );
     drop(srq);
     assert!(pd.create_srq(&a).is_ok());
     assert_eq!(refused(&ctx), 5, "admissions after a free are not refusals");

@@ -155,7 +155,11 @@ impl Engine {
     fn admit(&mut self, kind: &'static str, live: usize, max: u32) -> crate::Result<()> {
         if live >= max as usize {
             self.counters.refused_resources += 1;
-            tracing::warn!(kind, max, "soft device: creation refused, the device holds its bound");
+            tracing::warn!(
+                kind,
+                max,
+                "soft device: creation refused, the device holds its bound"
+            );
             return Err(Error::Inval);
         }
         Ok(())
