@@ -24,6 +24,7 @@
 //! keyed descriptors (MSDBD 1: rejected with SGL Descriptor Type Invalid), SRQ,
 //! a completion channel for sleeping (the poll group naps 50 µs instead).
 
+pub mod capsule;
 pub mod host;
 pub mod pool;
 pub mod target;

@@ -13,8 +13,6 @@ use cm::driver::{CmDevice, CmId, EventChannel};
 use cm::{CmIdHandle, ConnParam, EventType, PortSpace};
 use nvme::log::{DiscoveryEntry, TrType};
 use nvme::opcode::DataDirection;
-use nvme::sgl::{SglDescriptor, SglSubtype, SglType, SGL_DESC_LEN};
-use nvme::Psdt;
 use nvme::{Cqe, Sqe};
 use tracing::{debug, info, warn};
 use verbs::{
@@ -24,56 +22,13 @@ use wire::nvme_rdma::{CmRej, CmRejStatus, CmRep, CmReq, RECFMT_1_0};
 
 use super::pool::{BufPool, RdmaBuf};
 use super::{discovery_entry, wrid, RdmaCounters, CQE_LEN, SQE_LEN};
-use crate::tcp::{data_direction, SGL_IN_CAPSULE};
 use crate::transport::{
     Accepted, DataError, QpairEvent, Request, Transport, TransportId, TransportLimits,
     TransportPollGroup, TransportQpair,
 };
 
-/// Keyed SGL data block, subtype Address (0x40) and Invalidate Key (0x4f).
-const SGL_KEYED: u8 = 0x40;
-const SGL_KEYED_INV: u8 = 0x4f;
-
-/// Most keyed data block descriptors in one command (Identify MSDBD; SPDK's default
-/// for its RDMA transport is 16). Several come as a Last Segment list in the capsule.
-pub const MAX_KEYED: usize = 16;
-
-/// One keyed data block of the host's memory.
-#[derive(Debug, Clone, Copy, Default)]
-struct Keyed {
-    addr: u64,
-    key: u32,
-    len: u32,
-}
-
-/// The keyed data blocks of one command, in order (no allocation per I/O).
-#[derive(Debug, Clone, Copy, Default)]
-struct KeyedList {
-    n: u8,
-    d: [Keyed; MAX_KEYED],
-    /// The R_Key the host asked to invalidate (Invalidate Key subtype).
-    invalidate: Option<u32>,
-    /// Blocks asked to invalidate different keys.
-    several_inv: bool,
-}
-
-impl KeyedList {
-    fn one(addr: u64, key: u32, len: u32, invalidate: bool) -> Self {
-        let mut l = KeyedList {
-            invalidate: invalidate.then_some(key),
-            ..Default::default()
-        };
-        l.d[0] = Keyed { addr, key, len };
-        l.n = 1;
-        l
-    }
-    fn blocks(&self) -> &[Keyed] {
-        &self.d[..self.n as usize]
-    }
-    fn total(&self) -> u64 {
-        self.blocks().iter().map(|k| k.len as u64).sum()
-    }
-}
+pub use super::capsule::MAX_KEYED;
+use super::capsule::{CapsuleData, KeyedList};
 
 /// Fault injection for tests: make the target behave as if the provider refused
 /// some of its work requests at post time (no provider can be made to do so on
@@ -606,140 +561,57 @@ impl RdmaQpair {
             self.fail_qp("capsule shorter than an SQE");
             return;
         };
-        let dir = data_direction(&sqe);
-        let sgl = sqe.sgl1();
-        let sgl_id = sgl.id();
-        let dlen = sgl.data_length();
-        let psdt_sgl = sqe.psdt() == Psdt::SglMptrContig;
-        match dir {
-            DataDirection::None => {}
-            _ if dlen == 0 => {}
-            _ if !psdt_sgl => req.error = Some(DataError::SglTypeInvalid),
-            DataDirection::HostToController if sgl_id == SGL_IN_CAPSULE => {
-                if sgl.address() != 0 {
-                    req.error = Some(DataError::SglOffsetInvalid);
-                } else if dlen as usize > icd_len || dlen > self.icd {
-                    req.error = Some(DataError::SglLengthInvalid);
-                } else {
-                    match self.pool.get(dlen as usize) {
-                        Some(mut b) => {
-                            // copy out of the receive slot into the command's buffer
-                            let dst = bdev::ExternalBuf::as_mut_slice(&mut *b);
-                            self.recv_mr.read(off + SQE_LEN, dst);
-                            self.stats.in_capsule += 1;
-                            req.data = IoBuf::External(b);
-                        }
-                        None => {
-                            repost(self);
-                            self.fail_qp("buffer pool exhausted");
-                            return;
-                        }
-                    }
+        let (recv_mr, icd_at) = (&self.recv_mr, off + SQE_LEN);
+        let decoded = super::capsule::decode(&sqe, icd_len, self.icd, |at, buf| {
+            at.checked_add(buf.len()).is_some_and(|end| end <= icd_len)
+                && recv_mr.read(icd_at + at, buf)
+        });
+        match decoded {
+            Err(e) => req.error = Some(e),
+            Ok(CapsuleData::None) => {}
+            Ok(CapsuleData::InCapsule { len }) => match self.pool.get(len as usize) {
+                Some(mut b) => {
+                    // copy out of the receive slot into the command's buffer
+                    let dst = bdev::ExternalBuf::as_mut_slice(&mut *b);
+                    self.recv_mr.read(icd_at, dst);
+                    self.stats.in_capsule += 1;
+                    req.data = IoBuf::External(b);
                 }
-            }
-            DataDirection::HostToController | DataDirection::ControllerToHost
-                if (sgl.sgl_type() == SglType::KeyedDataBlock
-                    && (sgl_id == SGL_KEYED || sgl_id == SGL_KEYED_INV))
-                    || (sgl.sgl_type() == SglType::LastSegment
-                        && sgl.subtype() == SglSubtype::Offset) =>
-            {
-                // one keyed block, or a Last Segment list of them in the capsule
-                let list = if sgl.sgl_type() == SglType::KeyedDataBlock {
-                    Ok(KeyedList::one(
-                        sgl.address(),
-                        sgl.key(),
-                        dlen,
-                        sgl_id == SGL_KEYED_INV,
-                    ))
-                } else {
-                    self.keyed_list(off, icd_len, &sgl)
-                };
+                None => {
+                    repost(self);
+                    self.fail_qp("buffer pool exhausted");
+                    return;
+                }
+            },
+            Ok(CapsuleData::Keyed { list, dir, segment }) => {
+                if segment {
+                    self.stats.keyed_lists += 1;
+                }
                 // the response goes as SEND with Invalidate of the host's key when it
                 // asked (Linux nvme-rdma does for its fast-registered MRs), one key
                 self.inv.retain(|(c, _)| *c != sqe.cid());
-                if let Ok(Some(key)) = list.as_ref().map(|l| l.invalidate) {
+                if let Some(key) = list.invalidate {
                     self.stats.invalidate_asked += 1;
                     self.inv.push((sqe.cid(), key));
                 }
-                match list {
-                    Err(e) => req.error = Some(e),
-                    Ok(l) if l.total() > self.max_xfer as u64 => {
-                        req.error = Some(DataError::SglLengthInvalid)
-                    }
-                    Ok(l) if dir == DataDirection::HostToController => {
-                        self.start_read(sqe, &l);
-                        repost(self);
-                        return;
-                    }
-                    Ok(l) => {
-                        self.c2h.retain(|d| d.cid != sqe.cid());
-                        self.c2h.push(C2hDest {
-                            cid: sqe.cid(),
-                            dest: l,
-                        });
-                        req.c2h_len = l.total() as u32;
-                    }
+                if list.total() > self.max_xfer as u64 {
+                    req.error = Some(DataError::SglLengthInvalid);
+                } else if dir == DataDirection::HostToController {
+                    self.start_read(sqe, &list);
+                    repost(self);
+                    return;
+                } else {
+                    self.c2h.retain(|d| d.cid != sqe.cid());
+                    self.c2h.push(C2hDest {
+                        cid: sqe.cid(),
+                        dest: list,
+                    });
+                    req.c2h_len = list.total() as u32;
                 }
             }
-            _ => req.error = Some(DataError::SglTypeInvalid),
-        }
-        if dir != DataDirection::HostToController
-            && icd_len > 0
-            && dlen > 0
-            && sgl_id == SGL_IN_CAPSULE
-            && req.error.is_none()
-        {
-            req.error = Some(DataError::SglTypeInvalid);
         }
         repost(self);
         self.events.push_back(QpairEvent::Command(req));
-    }
-
-    /// The keyed descriptors of a Last Segment (Offset) list in the capsule at receive
-    /// slot offset `off` (`icd_len` bytes of in-capsule data arrived).
-    fn keyed_list(
-        &mut self,
-        off: usize,
-        icd_len: usize,
-        seg: &SglDescriptor,
-    ) -> Result<KeyedList, DataError> {
-        let (start, len) = (seg.address(), seg.length() as usize);
-        if len == 0 || len % SGL_DESC_LEN != 0 || len / SGL_DESC_LEN > MAX_KEYED {
-            return Err(DataError::SglCountInvalid);
-        }
-        if start > icd_len as u64 || start as usize + len > icd_len {
-            return Err(DataError::SglOffsetInvalid);
-        }
-        let mut l = KeyedList::default();
-        let mut raw = [0u8; SGL_DESC_LEN];
-        for i in 0..len / SGL_DESC_LEN {
-            let at = off + SQE_LEN + start as usize + i * SGL_DESC_LEN;
-            if !self.recv_mr.read(at, &mut raw) {
-                return Err(DataError::SglOffsetInvalid);
-            }
-            let d = SglDescriptor::from_bytes(&raw).map_err(|_| DataError::SglTypeInvalid)?;
-            match d.id() {
-                SGL_KEYED => {}
-                // one key to invalidate per response: a list naming several is
-                // answered with a plain SEND (the host then invalidates its keys)
-                SGL_KEYED_INV if l.invalidate.is_none() || l.invalidate == Some(d.key()) => {
-                    l.invalidate = Some(d.key())
-                }
-                SGL_KEYED_INV => l.several_inv = true,
-                _ => return Err(DataError::SglTypeInvalid),
-            }
-            l.d[i] = Keyed {
-                addr: d.address(),
-                key: d.key(),
-                len: d.keyed_length(),
-            };
-            l.n += 1;
-        }
-        self.stats.keyed_lists += 1;
-        if l.several_inv {
-            l.invalidate = None;
-        }
-        Ok(l)
     }
 
     /// Sends the response of a completed command (and a read's data before it) from a
