@@ -486,8 +486,10 @@ impl Message<'_> {
             } => {
                 buf.put_u16(*err_type);
                 buf.put_u16(*code);
-                // At most 64 bytes of the offending request (the spec's minimum).
-                buf.extend_from_slice(&data[..data.len().min(64)]);
+                // The offending request (the spec asks for at least 64 bytes; OVS sends
+                // it whole), cut to what fits a message.
+                let room = header::MAX_MESSAGE_LEN - header::HEADER_LEN - 4;
+                buf.extend_from_slice(&data[..data.len().min(room)]);
             }
             Message::EchoRequest(d) | Message::EchoReply(d) => buf.extend_from_slice(d),
             Message::Experimenter {

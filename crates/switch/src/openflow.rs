@@ -126,6 +126,11 @@ impl Conn {
         self.state == State::Up
     }
 
+    /// Marks the connection closed (the socket ended or failed).
+    pub fn set_closed(&mut self) {
+        self.state = State::Closed;
+    }
+
     pub fn is_closed(&self) -> bool {
         self.state == State::Closed
     }

@@ -388,6 +388,7 @@ impl OfAgent {
                         // Flush what is queued (an error, a HELLO_FAILED) best-effort.
                         let out = p.conn.take_output();
                         let _ = p.stream.write(&out);
+                        p.conn.set_closed();
                         break;
                     }
                 }
