@@ -313,14 +313,15 @@ pub fn emit_match(buf: &mut Vec<u8>, fields: &[Oxm<'_>]) {
 mod tests {
     use super::*;
 
-    /// Bytes ovs-ofctl 3.1 sends for `tcp,in_port=1,nw_dst=10.0.0.0/8,tp_dst=80`
-    /// (OpenFlow 1.3 FLOW_MOD's match, captured on loopback).
+    /// The match of the FLOW_MOD ovs-ofctl 3.1 sends for
+    /// `add-flow -O OpenFlow13 tcp,in_port=1,nw_dst=10.0.0.0/8,tp_dst=80,...`
+    /// (captured with tshark on loopback against `dpustack switch run`).
     const MATCH: &[u8] = &[
         0x00, 0x01, 0x00, 0x29, // OXM, length 41
         0x80, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00, 0x01, // in_port=1
         0x80, 0x00, 0x0a, 0x02, 0x08, 0x00, // eth_type=0x0800
-        0x80, 0x00, 0x14, 0x01, 0x06, // ip_proto=6
         0x80, 0x00, 0x19, 0x08, 0x0a, 0x00, 0x00, 0x00, 0xff, 0x00, 0x00, 0x00, // ipv4_dst/8
+        0x80, 0x00, 0x14, 0x01, 0x06, // ip_proto=6
         0x80, 0x00, 0x1c, 0x02, 0x00, 0x50, // tcp_dst=80
         0, 0, 0, 0, 0, 0, 0, // padding
     ];
@@ -332,8 +333,8 @@ mod tests {
         assert_eq!(r.remaining(), 0);
         assert_eq!(f.len(), 5);
         assert_eq!((f[0].field, f[0].value_u128()), (basic::IN_PORT, 1));
-        assert_eq!(f[3].field, basic::IPV4_DST);
-        assert_eq!(f[3].mask_u128(), 0xff00_0000);
+        assert_eq!(f[2].field, basic::IPV4_DST);
+        assert_eq!(f[2].mask_u128(), 0xff00_0000);
         assert_eq!(f[4].value_u128(), 80);
         let mut out = Vec::new();
         emit_match(&mut out, &f);
