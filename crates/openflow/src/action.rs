@@ -53,7 +53,7 @@ fn bad_len(t: u16) -> Error {
 pub fn parse_one<'a>(r: &mut Reader<'a>) -> Result<Action<'a>> {
     let ty = r.u16()?;
     let len = r.u16()? as usize;
-    if len < 8 || len % 8 != 0 || len - 4 > r.remaining() {
+    if len < 8 || !len.is_multiple_of(8) || len - 4 > r.remaining() {
         return Err(bad_len(ty));
     }
     let mut b = Reader::new(r.bytes(len - 4)?, "action");
@@ -298,7 +298,7 @@ pub fn parse_instructions(buf: &[u8]) -> Result<Vec<Instruction<'_>>> {
     while r.remaining() > 0 {
         let ty = r.u16()?;
         let len = r.u16()? as usize;
-        if len < 8 || len % 8 != 0 || len - 4 > r.remaining() {
+        if len < 8 || !len.is_multiple_of(8) || len - 4 > r.remaining() {
             return Err(Error::BadInstructionLen(ty));
         }
         let mut b = Reader::new(r.bytes(len - 4)?, "instruction");

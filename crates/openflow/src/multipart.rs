@@ -362,7 +362,7 @@ pub fn emit_port_desc(buf: &mut Vec<u8>, ports: &[Port]) {
 
 /// Parses a PORT_DESC reply body.
 pub fn parse_port_desc(body: &[u8]) -> Result<Vec<Port>> {
-    if body.len() % crate::msg::PORT_LEN != 0 {
+    if !body.len().is_multiple_of(crate::msg::PORT_LEN) {
         return Err(Error::BadLength {
             what: "port desc",
             len: body.len(),

@@ -239,7 +239,7 @@ pub fn parse_one<'a>(r: &mut Reader<'a>) -> Result<Oxm<'a>> {
     }
     let body = r.bytes(len).map_err(|_| Error::BadOxmLen(h))?;
     let vlen = if has_mask {
-        if len % 2 != 0 || len == 0 {
+        if !len.is_multiple_of(2) || len == 0 {
             return Err(Error::BadOxmLen(h));
         }
         len / 2

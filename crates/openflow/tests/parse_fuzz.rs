@@ -74,14 +74,12 @@ fn seeds() -> Vec<Vec<u8>> {
 }
 
 fn all_parsers(b: &[u8]) {
-    if let Ok((_, m)) = msg::parse(b) {
-        if let Message::MultipartRequest(mp) | Message::MultipartReply(mp) = m {
-            let _ = FlowStatsRequest::parse(mp.body);
-            let _ = FlowStats::parse_all(mp.body);
-            let _ = multipart::Desc::parse(mp.body);
-            let _ = multipart::parse_port_desc(mp.body);
-            let _ = multipart::parse_port_stats_request(mp.body);
-        }
+    if let Ok((_, Message::MultipartRequest(mp) | Message::MultipartReply(mp))) = msg::parse(b) {
+        let _ = FlowStatsRequest::parse(mp.body);
+        let _ = FlowStats::parse_all(mp.body);
+        let _ = multipart::Desc::parse(mp.body);
+        let _ = multipart::parse_port_desc(mp.body);
+        let _ = multipart::parse_port_stats_request(mp.body);
     }
     let _ = openflow::action::parse_actions(b);
     let _ = openflow::action::parse_instructions(b);

@@ -68,7 +68,7 @@ pub fn port_from_of13(p: u32) -> Option<u32> {
 
 /// The table's port number to OpenFlow 1.3.
 pub fn port_to_of13(p: u32) -> u32 {
-    if p >= 0xff00 && p <= 0xffff {
+    if (0xff00..=0xffff).contains(&p) {
         p + 0xffff_0000
     } else {
         p

@@ -14,7 +14,7 @@ use flow::key::FlowKey;
 use flow::ofctl::{Action, Match, Rule};
 use flow::ofproto::{ExpireReason, RuleStats};
 use flow::FlowTable;
-use openflow::consts::{self as c, cap, err, fc, ff, mp, pir, port, rr, t, OFP13_VERSION};
+use openflow::consts::{self as c, cap, err, fc, ff, mp, pir, port, rr, OFP13_VERSION};
 use openflow::msg::{self, FeaturesReply, Message, Multipart, Port, SwitchConfig};
 use openflow::multipart::{
     self as mpb, Aggregate, Desc, FlowStats, FlowStatsRequest, PortStats, TableFeatures, TableStats,
@@ -350,7 +350,7 @@ impl OfSwitch {
         let groups = |g: u32| table.groups.contains_key(&g);
         match fm.command {
             fc::ADD | fc::MODIFY | fc::MODIFY_STRICT => {
-                if fm.table_id >= N_TABLES {
+                if fm.table_id > flow::ofctl::MAX_TABLE {
                     return Err(OfError::new(
                         err::FLOW_MOD_FAILED,
                         err::FMFC_BAD_TABLE_ID,
@@ -817,13 +817,4 @@ fn table_features_template() -> TableFeatures {
         match_fields: fields,
         set_fields: set,
     }
-}
-
-/// Message types a slave may not send (OpenFlow 1.3 §6.3.6), for the I/O layer's
-/// logs.
-pub fn is_controller_to_switch_change(ty: u8) -> bool {
-    matches!(
-        ty,
-        t::FLOW_MOD | t::GROUP_MOD | t::PORT_MOD | t::TABLE_MOD | t::PACKET_OUT | t::SET_CONFIG
-    )
 }
