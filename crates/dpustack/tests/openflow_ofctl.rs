@@ -294,3 +294,127 @@ fn ovs_ofctl_show_ports_tables_packet_out() {
     );
     let _ = sw.dir.clone();
 }
+
+/// A minimal OpenFlow 1.3 client over any stream (TCP to dpustack, the Unix
+/// management socket to OVS): HELLO, then FLOW_MODs and a BARRIER.
+struct Client<S: std::io::Read + std::io::Write> {
+    s: S,
+    buf: Vec<u8>,
+}
+
+impl<S: std::io::Read + std::io::Write> Client<S> {
+    fn new(mut s: S) -> Client<S> {
+        use openflow::msg::Message;
+        s.write_all(&Message::Hello { bitmap: Some(1 << 4) }.to_vec(4, 1))
+            .unwrap();
+        let mut c = Client { s, buf: Vec::new() };
+        let (t, _) = c.recv();
+        assert_eq!(t, openflow::consts::t::HELLO);
+        c
+    }
+    /// The next message: (type, xid).
+    fn recv(&mut self) -> (u8, u32) {
+        loop {
+            if let Ok(Some(n)) = openflow::header::frame_len(&self.buf) {
+                let h = openflow::Header::parse(&self.buf).unwrap();
+                self.buf.drain(..n);
+                return (h.msg_type, h.xid);
+            }
+            let mut b = [0u8; 65536];
+            let n = self.s.read(&mut b).unwrap();
+            assert!(n > 0, "peer closed");
+            self.buf.extend_from_slice(&b[..n]);
+        }
+    }
+    /// Adds `n` distinct flows (one write of all FLOW_MODs + a BARRIER), waits for
+    /// the BARRIER reply; returns the seconds it took.
+    fn add_flows(&mut self, base: u32, n: u32) -> f64 {
+        use openflow::action::{Action, Instruction};
+        use openflow::msg::{FlowMod, Message};
+        use openflow::oxm::{basic, Oxm};
+        let mut out = Vec::new();
+        for i in 0..n {
+            let ip = (10u32 << 24) | (base + i);
+            Message::FlowMod(FlowMod {
+                cookie: 0,
+                cookie_mask: 0,
+                table_id: 0,
+                command: openflow::consts::fc::ADD,
+                idle_timeout: 0,
+                hard_timeout: 0,
+                priority: 100,
+                buffer_id: u32::MAX,
+                out_port: u32::MAX,
+                out_group: u32::MAX,
+                flags: 0,
+                matches: vec![
+                    Oxm::basic(basic::ETH_TYPE, &[8, 0]),
+                    Oxm::basic(basic::IPV4_DST, &ip.to_be_bytes()),
+                ],
+                instructions: vec![Instruction::ApplyActions(vec![Action::Output {
+                    port: 2,
+                    max_len: 0,
+                }])],
+            })
+            .emit(4, 100 + i, &mut out);
+        }
+        Message::BarrierRequest.emit(4, 7, &mut out);
+        let t0 = Instant::now();
+        self.s.write_all(&out).unwrap();
+        loop {
+            let (t, x) = self.recv();
+            assert_ne!(t, openflow::consts::t::ERROR, "flow mod refused");
+            if t == openflow::consts::t::BARRIER_REPLY && x == 7 {
+                return t0.elapsed().as_secs_f64();
+            }
+        }
+    }
+}
+
+fn median_spread(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    (v[v.len() / 2], v[0], v[v.len() - 1])
+}
+
+/// FLOW_MOD add rate with a BARRIER (flows/s), dpustack and OVS in the same run:
+/// `RUNS` rounds of `N` new flows each (distinct nw_dst), alternating the two.
+/// Prints median and spread (min..max) and the ratio dpustack / OVS.
+#[test]
+#[ignore]
+fn flow_mod_rate_vs_ovs() {
+    const N: u32 = 2000;
+    let runs: usize = std::env::var("DPUSTACK_OF_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    let dir = std::env::temp_dir().join(format!("dpustack-of13c-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sw = Sw::start(&dir);
+    let ovs = Oracle::start();
+    let o = ofctl(&ovs.target(), &["del-flows"]);
+    assert!(o.status.success());
+    let port: u16 = sw.target.rsplit(':').next().unwrap().parse().unwrap();
+    let mut a = Client::new(TcpStream::connect(("127.0.0.1", port)).unwrap());
+    let mut b = Client::new(
+        std::os::unix::net::UnixStream::connect(ovs.dir.join("br0.mgmt")).unwrap(),
+    );
+    let (mut ra, mut rb) = (Vec::new(), Vec::new());
+    for r in 0..runs {
+        let base = (r as u32 + 1) * 100_000;
+        ra.push(N as f64 / a.add_flows(base, N));
+        rb.push(N as f64 / b.add_flows(base, N));
+    }
+    let (ma, la, ha) = median_spread(ra);
+    let (mb, lb, hb) = median_spread(rb);
+    println!(
+        "FLOW_MOD add + BARRIER, {N} flows per round, {runs} rounds (table growing to {} flows):",
+        N as usize * runs
+    );
+    println!("  dpustack: median {ma:.0} flows/s (min {la:.0}, max {ha:.0})");
+    println!("  OVS 3.1 : median {mb:.0} flows/s (min {lb:.0}, max {hb:.0})");
+    println!("  ratio dpustack/OVS: {:.2}", ma / mb);
+    // Both tables hold every flow.
+    let agg = text(&ofctl(&sw.target, &["dump-aggregate"]));
+    assert!(agg.contains(&format!("flow_count={}", N as usize * runs)), "{agg}");
+}
