@@ -305,8 +305,13 @@ struct Client<S: std::io::Read + std::io::Write> {
 impl<S: std::io::Read + std::io::Write> Client<S> {
     fn new(mut s: S) -> Client<S> {
         use openflow::msg::Message;
-        s.write_all(&Message::Hello { bitmap: Some(1 << 4) }.to_vec(4, 1))
-            .unwrap();
+        s.write_all(
+            &Message::Hello {
+                bitmap: Some(1 << 4),
+            }
+            .to_vec(4, 1),
+        )
+        .unwrap();
         let mut c = Client { s, buf: Vec::new() };
         let (t, _) = c.recv();
         assert_eq!(t, openflow::consts::t::HELLO);
@@ -396,9 +401,8 @@ fn flow_mod_rate_vs_ovs() {
     assert!(o.status.success());
     let port: u16 = sw.target.rsplit(':').next().unwrap().parse().unwrap();
     let mut a = Client::new(TcpStream::connect(("127.0.0.1", port)).unwrap());
-    let mut b = Client::new(
-        std::os::unix::net::UnixStream::connect(ovs.dir.join("br0.mgmt")).unwrap(),
-    );
+    let mut b =
+        Client::new(std::os::unix::net::UnixStream::connect(ovs.dir.join("br0.mgmt")).unwrap());
     let (mut ra, mut rb) = (Vec::new(), Vec::new());
     for r in 0..runs {
         let base = (r as u32 + 1) * 100_000;
@@ -416,5 +420,8 @@ fn flow_mod_rate_vs_ovs() {
     println!("  ratio dpustack/OVS: {:.2}", ma / mb);
     // Both tables hold every flow.
     let agg = text(&ofctl(&sw.target, &["dump-aggregate"]));
-    assert!(agg.contains(&format!("flow_count={}", N as usize * runs)), "{agg}");
+    assert!(
+        agg.contains(&format!("flow_count={}", N as usize * runs)),
+        "{agg}"
+    );
 }

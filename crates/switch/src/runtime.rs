@@ -297,8 +297,15 @@ fn run_loop(
             ),
             _ => None,
         };
+        let down_before = of.as_ref().map(|_| table.ports_down.clone());
         if ctl.serve(table, &mut dp, now_ms, &fill, &mut own) {
             stop.stop();
+        }
+        // port-down / port-up: PORT_STATUS to the controllers.
+        if let (Some(ag), Some(before)) = (of.as_mut(), down_before) {
+            for p in before.symmetric_difference(&table.ports_down) {
+                ag.port_changed(table, *p);
+            }
         }
         // Offload results (states, marks); cheap when none is ready.
         dp.offload_poll();
