@@ -426,6 +426,19 @@ impl OfSwitch {
         table: &FlowTable,
         delete: bool,
     ) -> Vec<u32> {
+        if strict && fm.table_id != c::TABLE_ALL {
+            // One table: the classifier finds the rule without a scan.
+            return table
+                .table_cls(fm.table_id)
+                .and_then(|cl| cl.find(m, fm.priority))
+                .filter(|id| {
+                    let r = &table.rules[id];
+                    (r.cookie ^ fm.cookie) & fm.cookie_mask == 0
+                        && (!delete || (outputs_to(r, fm.out_port) && uses_group(r, fm.out_group)))
+                })
+                .into_iter()
+                .collect();
+        }
         let mut ids: Vec<u32> = table
             .rules
             .iter()
@@ -455,10 +468,8 @@ impl OfSwitch {
         now: u64,
     ) -> Result<(), OfError> {
         let same = table
-            .rules
-            .iter()
-            .find(|(_, r)| r.table == fm.table_id && r.m == m && r.priority == fm.priority)
-            .map(|(&id, _)| id);
+            .table_cls(fm.table_id)
+            .and_then(|c| c.find(&m, fm.priority));
         if fm.flags & ff::CHECK_OVERLAP != 0 {
             let clash = table
                 .rules
