@@ -50,8 +50,8 @@ pub struct PortInfo {
 pub struct Effects {
     /// Frames a PACKET_OUT sends: (port, frame).
     pub outputs: Vec<(u32, Vec<u8>)>,
-    /// Messages for every other connection that wants them (FLOW_REMOVED of a
-    /// delete): (for slaves too?, bytes).
+    /// Asynchronous messages for every connection that is not a slave (FLOW_REMOVED
+    /// of a delete).
     pub async_msgs: Vec<Vec<u8>>,
     /// PACKET_INs raised by a PACKET_OUT's controller action.
     pub packet_ins: Vec<flow::exec::ToController>,
