@@ -233,3 +233,36 @@ proptest! {
         let _ = c.take_output();
     }
 }
+
+/// A rule added with SEND_FLOW_REM and a hard timeout: its expiry (the table's sweep,
+/// as the switch loop's revalidator runs it) gives a FLOW_REMOVED with reason
+/// HARD_TIMEOUT, its duration and counters; a rule without the flag gives none.
+#[test]
+fn expiry_sends_flow_removed_when_asked() {
+    let mut c = up();
+    let mut sw = OfSwitch::new(1);
+    let mut table = FlowTable::new();
+    let mut dp = Datapath::new();
+    for (prio, flags) in [(100u16, ff::SEND_FLOW_REM), (90, 0)] {
+        let raw = flow_mod(fc::ADD, prio, flags, 2);
+        let Ok((_, Message::FlowMod(mut fm))) = msg::parse(&raw) else {
+            panic!()
+        };
+        fm.hard_timeout = 2;
+        let b = Message::FlowMod(fm).to_vec(4, 8);
+        handle(&mut sw, &mut c, &b, &mut table, &mut dp);
+    }
+    assert!(replies(&mut c).is_empty());
+    assert_eq!(table.len(), 2);
+    // Added at 1000 ms (handle's clock); hard timeout 2 s: gone after 3000 ms.
+    assert!(table.expire(3000).is_empty());
+    let gone = table.expire(3001);
+    assert_eq!(gone.len(), 2);
+    let msgs: Vec<Vec<u8>> = gone.iter().filter_map(|e| sw.expired(e, 3001)).collect();
+    assert_eq!(msgs.len(), 1, "only the rule with SEND_FLOW_REM");
+    let Ok((_, Message::FlowRemoved(fr))) = msg::parse(&msgs[0]) else {
+        panic!()
+    };
+    assert_eq!(fr.reason, openflow::consts::rr::HARD_TIMEOUT);
+    assert_eq!((fr.priority, fr.hard_timeout, fr.duration_sec), (100, 2, 2));
+}
