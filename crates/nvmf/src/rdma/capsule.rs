@@ -57,6 +57,8 @@ impl KeyedList {
 }
 
 /// Where a command's data is.
+// returned by value once per capsule: boxing the keyed list would allocate per I/O
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Copy)]
 pub enum CapsuleData {
     /// No data (no direction, or a zero length).
