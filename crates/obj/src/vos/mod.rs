@@ -76,6 +76,11 @@ pub struct VosConfig {
     pub cache_bytes: usize,
     /// Largest value one iod may carry (bytes).
     pub max_value: u64,
+    /// The latest-value cache in front of the index (bytes; 0 = none): the
+    /// newest single value of akeys read at the latest epoch, so a repeated
+    /// read needs no index range scan. Filled by [`ObjectStore::fetch_owned`]
+    /// (the engine's fetch), dropped whole when it is full.
+    pub value_cache_bytes: usize,
 }
 
 impl Default for VosConfig {
@@ -85,6 +90,7 @@ impl Default for VosConfig {
             auto_commit: true,
             cache_bytes: 64 << 20,
             max_value: 64 << 20,
+            value_cache_bytes: 64 << 20,
         }
     }
 }
@@ -323,6 +329,59 @@ pub(crate) struct St {
     /// Highest epoch of any change (persisted: restarts an HLC above it).
     pub(crate) max_epoch: u64,
     pub(crate) inline_bytes: u64,
+    /// The latest-value cache ([`VosConfig::value_cache_bytes`]).
+    pub(crate) svc: SvCache,
+}
+
+/// The newest single value of recently read akeys: akey prefix → (epoch of
+/// that version, where its bytes are). DAOS keeps its VOS trees in memory;
+/// this keeps just what the engine's latest reads need. Rules that keep it
+/// true: an entry is only made by a read at the latest epoch of a container
+/// that never held a punch (so no punch hides it), used only by reads of
+/// such containers at or above its epoch; an update drops the entries of the
+/// akeys it writes; any other change of the index (punch, aggregation,
+/// container create/destroy) and any rollback (abort, a failed commit)
+/// drops them all.
+#[derive(Debug, Default)]
+pub(crate) struct SvCache {
+    map: HashMap<Vec<u8>, (u64, Loc)>,
+    bytes: usize,
+    limit: usize,
+}
+
+impl SvCache {
+    fn cost(ap: &[u8], loc: &Loc) -> usize {
+        ap.len() + loc.inline_len() as usize + 64
+    }
+    /// The cached newest version of `ap` if a read at `e` sees it.
+    fn get(&self, ap: &[u8], e: u64) -> Option<&Loc> {
+        self.map
+            .get(ap)
+            .filter(|(epoch, _)| *epoch <= e)
+            .map(|(_, l)| l)
+    }
+    fn put(&mut self, ap: &[u8], epoch: u64, loc: &Loc) {
+        let cost = Self::cost(ap, loc);
+        if cost > self.limit {
+            return;
+        }
+        if self.bytes + cost > self.limit {
+            self.clear();
+        }
+        if let Some((_, old)) = self.map.insert(ap.to_vec(), (epoch, loc.clone())) {
+            self.bytes -= Self::cost(ap, &old);
+        }
+        self.bytes += cost;
+    }
+    fn remove(&mut self, ap: &[u8]) {
+        if let Some((_, old)) = self.map.remove(ap) {
+            self.bytes -= Self::cost(ap, &old);
+        }
+    }
+    fn clear(&mut self) {
+        self.map.clear();
+        self.bytes = 0;
+    }
 }
 
 impl St {
@@ -497,6 +556,16 @@ pub(crate) fn newest_punch(r: &dyn Reader, prefix: &[u8], e: u64) -> StoreResult
 
 /// The newest single value at `ap` with epoch ≤ `e` and newer than `floor`.
 fn sv_at(r: &dyn Reader, ap: &[u8], e: u64, floor: Option<Ver>) -> StoreResult<Option<Loc>> {
+    Ok(sv_ver_at(r, ap, e, floor)?.map(|(_, l)| l))
+}
+
+/// [`sv_at`] with the version found.
+fn sv_ver_at(
+    r: &dyn Reader,
+    ap: &[u8],
+    e: u64,
+    floor: Option<Ver>,
+) -> StoreResult<Option<(Ver, Loc)>> {
     let lo = keys::ver_key(ap, T_SV, Ver::top(e));
     let hi = keys::with_tag(ap, T_SV + 1);
     let mut found = None;
@@ -505,7 +574,7 @@ fn sv_at(r: &dyn Reader, ap: &[u8], e: u64, floor: Option<Ver>) -> StoreResult<O
         false
     })?;
     match found {
-        Some((Some(ver), v)) if Some(ver) > floor => Ok(Some(Loc::decode(&v)?)),
+        Some((Some(ver), v)) if Some(ver) > floor => Ok(Some((ver, Loc::decode(&v)?))),
         _ => Ok(None),
     }
 }
@@ -776,6 +845,10 @@ impl Vos {
             seq: 0,
             max_epoch: 0,
             inline_bytes: 0,
+            svc: SvCache {
+                limit: cfg.value_cache_bytes,
+                ..SvCache::default()
+            },
         };
         let txn = db.begin_write().map_err(ix)?;
         {
@@ -893,6 +966,8 @@ impl Vos {
     }
 
     fn reload_state(&mut self) -> StoreResult<()> {
+        // a rollback: cached entries may name versions that are gone
+        self.st.svc.clear();
         let rt = self.db.begin_read().map_err(ix)?;
         let meta = rt.open_table(META).map_err(ix)?;
         let free = rt.open_table(FREE).map_err(ix)?;
@@ -959,6 +1034,16 @@ impl Vos {
     /// validate before it changes anything: an error from it aborts the whole
     /// transaction only if it is an internal one (index, bdev, corruption).
     pub(crate) fn with_write<R>(
+        &mut self,
+        f: impl FnOnce(&mut W<'_>) -> StoreResult<R>,
+    ) -> StoreResult<R> {
+        // a change other than an update's (which drops its own akeys' entries)
+        self.st.svc.clear();
+        self.with_write_keep_cache(f)
+    }
+
+    /// [`Vos::with_write`] that leaves the latest-value cache to the caller.
+    fn with_write_keep_cache<R>(
         &mut self,
         f: impl FnOnce(&mut W<'_>) -> StoreResult<R>,
     ) -> StoreResult<R> {
@@ -1487,7 +1572,10 @@ impl ObjectStore for Vos {
                 }
             }
         }
-        self.with_write(|w| {
+        for p in placed.iter().filter(|p| p.extmax.is_none()) {
+            self.st.svc.remove(&p.key);
+        }
+        self.with_write_keep_cache(|w| {
             for p in placed {
                 let ver = w.next_ver(epoch)?;
                 let key = match &p.extmax {
@@ -1666,7 +1754,27 @@ impl ObjectStore for Vos {
                         if iod.rec_size != 0 {
                             budget(iod.rec_size)?;
                         }
-                        let Some(loc) = sv_at(r, &ap, e, floor)? else {
+                        // the latest-value cache holds only never-punched
+                        // containers' newest versions (floor is None there)
+                        let cacheable = r.never_punched(&op);
+                        let hit = if cacheable {
+                            st.svc.get(&ap, e).cloned()
+                        } else {
+                            None
+                        };
+                        let loc = match hit {
+                            Some(l) => Some(l),
+                            None => match sv_ver_at(r, &ap, e, floor)? {
+                                Some((ver, l)) => {
+                                    if cacheable && e == EPOCH_MAX.0 {
+                                        st.svc.put(&ap, ver.epoch, &l);
+                                    }
+                                    Some(l)
+                                }
+                                None => None,
+                            },
+                        };
+                        let Some(loc) = loc else {
                             out.sizes.push(0);
                             bufs.push(Vec::new());
                             continue;
@@ -1681,7 +1789,10 @@ impl ObjectStore for Vos {
                                 have: iod.rec_size,
                             });
                         }
-                        bufs.push(st.load(&loc)?);
+                        bufs.push(match loc {
+                            Loc::Inline(d) => d,
+                            l => st.load(&l)?,
+                        });
                     }
                     IodType::Array => {
                         let (recs_all, pieces_all, size) = array_pieces(r, &ap, e, floor, iod)?;
