@@ -336,7 +336,10 @@ fn compare(h: &mut Harness, m: &Model, clock: u64, limit: usize) -> Result<(), T
                                     u64::MAX,
                                 )
                                 .unwrap();
-                            prop_assert_eq!(fo.sizes[0], want.as_ref().map_or(0, |v| v.len() as u64));
+                            prop_assert_eq!(
+                                fo.sizes[0],
+                                want.as_ref().map_or(0, |v| v.len() as u64)
+                            );
                             prop_assert_eq!(&bufs[0], &want.unwrap_or_default());
                         }
                         Some(rs) => {
@@ -383,13 +386,23 @@ fn compare(h: &mut Harness, m: &Model, clock: u64, limit: usize) -> Result<(), T
                             let whole: Vec<u8> = if any {
                                 cells
                                     .iter()
-                                    .flat_map(|c| c.clone().unwrap_or_else(|| vec![0; *rs as usize]))
+                                    .flat_map(|c| {
+                                        c.clone().unwrap_or_else(|| vec![0; *rs as usize])
+                                    })
                                     .collect()
                             } else {
                                 Vec::new()
                             };
                             prop_assert_eq!(fo.sizes[0], if any { *rs } else { 0 });
-                            prop_assert_eq!(&bufs[0], &whole, "fetch_owned span o{} d{} a{} at {}", o, d, a, e);
+                            prop_assert_eq!(
+                                &bufs[0],
+                                &whole,
+                                "fetch_owned span o{} d{} a{} at {}",
+                                o,
+                                d,
+                                a,
+                                e
+                            );
                             for run in &want {
                                 let iod = Iod::array(AKEYS[a].0, *rs, vec![*run]);
                                 let (_, bufs) = vos
@@ -397,10 +410,17 @@ fn compare(h: &mut Harness, m: &Model, clock: u64, limit: usize) -> Result<(), T
                                     .unwrap();
                                 let lo = (run.idx * rs) as usize;
                                 let hi = (run.end() * rs) as usize;
-                                prop_assert_eq!(&bufs[0][..], &whole[lo..hi], "fetch_owned run {:?}", run);
+                                prop_assert_eq!(
+                                    &bufs[0][..],
+                                    &whole[lo..hi],
+                                    "fetch_owned run {:?}",
+                                    run
+                                );
                             }
-                            let too_big = Iod::array(AKEYS[a].0, *rs, vec![Recx { idx: 0, nr: SPAN }]);
-                            let r = vos.fetch_owned(CONT, oid(o), ep, &dk, &[too_big], SPAN * rs - 1);
+                            let too_big =
+                                Iod::array(AKEYS[a].0, *rs, vec![Recx { idx: 0, nr: SPAN }]);
+                            let r =
+                                vos.fetch_owned(CONT, oid(o), ep, &dk, &[too_big], SPAN * rs - 1);
                             let too_large = matches!(r, Err(StoreError::TooLarge { .. }));
                             prop_assert!(too_large, "one byte over the limit: {:?}", r.map(|_| ()));
                             prop_assert_eq!(

@@ -66,8 +66,7 @@ impl Client {
                 return Err(Error::Engine(Status::NonExist));
             }
             // decode_fetch made one buffer per iod: taken as it is, not concatenated
-            Ok(f
-                .sgls
+            Ok(f.sgls
                 .pop()
                 .and_then(|s| s.iovs.into_iter().next())
                 .unwrap_or_default())

@@ -1819,10 +1819,16 @@ impl ObjectStore for Vos {
                             continue;
                         }
                         // one extent read whole covers the request: its bytes are the reply
-                        if let ([rx], [pieces], [recs]) = (&iod.recxs[..], &pieces_all[..], &recs_all[..]) {
+                        if let ([rx], [pieces], [recs]) =
+                            (&iod.recxs[..], &pieces_all[..], &recs_all[..])
+                        {
                             if let [p] = &pieces[..] {
                                 let x = &recs[p.src];
-                                if p.idx == rx.idx && p.nr == rx.nr && x.ext.idx == rx.idx && x.ext.nr == rx.nr {
+                                if p.idx == rx.idx
+                                    && p.nr == rx.nr
+                                    && x.ext.idx == rx.idx
+                                    && x.ext.nr == rx.nr
+                                {
                                     let mut d = st.load(&x.loc)?;
                                     if (d.len() as u64) < want {
                                         return Err(StoreError::Corrupt(
@@ -1838,7 +1844,8 @@ impl ObjectStore for Vos {
                         let mut buf = vec![0u8; want as usize];
                         let mut base = 0u64;
                         let mut cache: HashMap<usize, Vec<u8>> = HashMap::new();
-                        for ((rx, pieces), recs) in iod.recxs.iter().zip(&pieces_all).zip(&recs_all) {
+                        for ((rx, pieces), recs) in iod.recxs.iter().zip(&pieces_all).zip(&recs_all)
+                        {
                             cache.clear();
                             for p in pieces {
                                 let x = &recs[p.src];

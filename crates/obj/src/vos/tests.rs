@@ -419,10 +419,24 @@ fn fetch_owned_whole_extents_overwrites_and_punch() {
             .unwrap()
     };
     // [0, 300) of 'a' on the bdev (above inline_max), then [10, 20) of 'b' inline
-    v.update(C, oid(), Epoch(5), &dk, &[arr(0, 300, 1)], &[SgList::one(vec![b'a'; 300])])
-        .unwrap();
-    v.update(C, oid(), Epoch(6), &dk, &[arr(10, 10, 1)], &[SgList::one(vec![b'b'; 10])])
-        .unwrap();
+    v.update(
+        C,
+        oid(),
+        Epoch(5),
+        &dk,
+        &[arr(0, 300, 1)],
+        &[SgList::one(vec![b'a'; 300])],
+    )
+    .unwrap();
+    v.update(
+        C,
+        oid(),
+        Epoch(6),
+        &dk,
+        &[arr(10, 10, 1)],
+        &[SgList::one(vec![b'b'; 10])],
+    )
+    .unwrap();
     put(&mut v, 6, "d", b"single").unwrap();
     let mut want = vec![b'a'; 300];
     want[10..20].fill(b'b');
@@ -433,7 +447,10 @@ fn fetch_owned_whole_extents_overwrites_and_punch() {
     assert_eq!(owned(&mut v, 7, &[arr(10, 10, 1)]).1[0], vec![b'b'; 10]);
     assert_eq!(owned(&mut v, 5, &[arr(0, 300, 1)]).1[0], vec![b'a'; 300]);
     // part of an extent, and a range reaching past the end (a hole)
-    assert_eq!(owned(&mut v, 7, &[arr(5, 10, 1)]).1[0], want[5..15].to_vec());
+    assert_eq!(
+        owned(&mut v, 7, &[arr(5, 10, 1)]).1[0],
+        want[5..15].to_vec()
+    );
     let mut tail = vec![b'a'; 20];
     tail.extend_from_slice(&[0; 30]);
     assert_eq!(owned(&mut v, 7, &[arr(280, 50, 1)]).1[0], tail);
@@ -452,12 +469,19 @@ fn fetch_owned_whole_extents_overwrites_and_punch() {
     ));
     assert!(matches!(
         v.fetch_owned(C, oid(), Epoch(7), &dk, &[arr(0, 300, 1)], 299),
-        Err(StoreError::TooLarge { size: 300, limit: 299 })
+        Err(StoreError::TooLarge {
+            size: 300,
+            limit: 299
+        })
     ));
     // after a dkey punch: nothing visible; with a record size, zeroes
-    v.punch_dkeys(C, oid(), Epoch(8), &[dk.clone()]).unwrap();
+    v.punch_dkeys(C, oid(), Epoch(8), std::slice::from_ref(&dk))
+        .unwrap();
     let (o, b) = owned(&mut v, 9, &[arr(0, 300, 0), Iod::single("a", 0)]);
-    assert_eq!((o.sizes.clone(), b), (vec![0, 0], vec![Vec::new(), Vec::new()]));
+    assert_eq!(
+        (o.sizes.clone(), b),
+        (vec![0, 0], vec![Vec::new(), Vec::new()])
+    );
     assert_eq!(owned(&mut v, 9, &[arr(0, 300, 1)]).1[0], vec![0; 300]);
     // the same answers from the two-pass fetch the engine used before
     let mut s = [SgList::one(vec![0xee; 300])];
@@ -474,13 +498,27 @@ fn latest_value_cache_follows_updates_punches_and_rollback() {
     let (_d, _b, mut v) = setup(1024, false);
     let get_latest = |v: &mut Vos, k: &str| -> Option<Vec<u8>> {
         let (o, mut b) = v
-            .fetch_owned(C, oid(), EPOCH_MAX, &DKey::from(k), &[Iod::single("a", 0)], u64::MAX)
+            .fetch_owned(
+                C,
+                oid(),
+                EPOCH_MAX,
+                &DKey::from(k),
+                &[Iod::single("a", 0)],
+                u64::MAX,
+            )
             .unwrap();
         (o.sizes[0] > 0).then(|| b.remove(0))
     };
     let get_at = |v: &mut Vos, e: u64, k: &str| -> Option<Vec<u8>> {
         let (o, mut b) = v
-            .fetch_owned(C, oid(), Epoch(e), &DKey::from(k), &[Iod::single("a", 0)], u64::MAX)
+            .fetch_owned(
+                C,
+                oid(),
+                Epoch(e),
+                &DKey::from(k),
+                &[Iod::single("a", 0)],
+                u64::MAX,
+            )
             .unwrap();
         (o.sizes[0] > 0).then(|| b.remove(0))
     };
@@ -490,7 +528,14 @@ fn latest_value_cache_follows_updates_punches_and_rollback() {
     // fill, then hit (twice the same answer), older epoch misses the entry
     assert_eq!(get_latest(&mut v, "k").as_deref(), Some(&b"one"[..]));
     assert_eq!(get_latest(&mut v, "big"), Some(vec![9; 500]));
-    assert!(v.st.svc.get(&keys::akey_prefix(&keys::dkey_prefix(C, oid(), b"k"), b"a"), u64::MAX).is_some());
+    assert!(v
+        .st
+        .svc
+        .get(
+            &keys::akey_prefix(&keys::dkey_prefix(C, oid(), b"k"), b"a"),
+            u64::MAX
+        )
+        .is_some());
     assert_eq!(get_latest(&mut v, "k").as_deref(), Some(&b"one"[..]));
     assert_eq!(get_latest(&mut v, "big"), Some(vec![9; 500]));
     assert_eq!(get_at(&mut v, 4, "k"), None);
@@ -506,7 +551,8 @@ fn latest_value_cache_follows_updates_punches_and_rollback() {
     v.abort().unwrap();
     assert_eq!(get_latest(&mut v, "k").as_deref(), Some(&b"two"[..]));
     // a punch hides it
-    v.punch_dkeys(C, oid(), Epoch(9), &[DKey::from("k")]).unwrap();
+    v.punch_dkeys(C, oid(), Epoch(9), &[DKey::from("k")])
+        .unwrap();
     v.commit().unwrap();
     assert_eq!(get_latest(&mut v, "k"), None);
     assert_eq!(get_at(&mut v, 8, "k").as_deref(), Some(&b"two"[..]));
