@@ -79,7 +79,7 @@ pub struct VosConfig {
     /// The latest-value cache in front of the index (bytes; 0 = none): the
     /// newest single value of akeys read at the latest epoch, so a repeated
     /// read needs no index range scan. Filled by [`ObjectStore::fetch_owned`]
-    /// (the engine's fetch), dropped whole when it is full.
+    /// (the engine's fetch); when full, about a quarter of it is dropped.
     pub value_cache_bytes: usize,
 }
 
@@ -366,7 +366,7 @@ impl SvCache {
             return;
         }
         if self.bytes + cost > self.limit {
-            self.clear();
+            self.shed(cost);
         }
         if let Some((_, old)) = self.map.insert(ap.to_vec(), (epoch, loc.clone())) {
             self.bytes -= Self::cost(ap, &old);
@@ -376,6 +376,20 @@ impl SvCache {
     fn remove(&mut self, ap: &[u8]) {
         if let Some((_, old)) = self.map.remove(ap) {
             self.bytes -= Self::cost(ap, &old);
+        }
+    }
+    /// Makes room for `cost` bytes: drops about a quarter of the entries
+    /// (in the map's arbitrary order), all of them if that is not enough.
+    /// (Dropping everything at once would make a cyclic read of more keys
+    /// than fit miss every time.)
+    fn shed(&mut self, cost: usize) {
+        let n = (self.map.len() / 4).max(1);
+        let victims: Vec<Vec<u8>> = self.map.keys().take(n).cloned().collect();
+        for k in victims {
+            self.remove(&k);
+        }
+        if self.bytes + cost > self.limit {
+            self.clear();
         }
     }
     fn clear(&mut self) {

@@ -573,3 +573,31 @@ fn latest_value_cache_follows_updates_punches_and_rollback() {
     assert_eq!(get_latest(&mut w, "k").as_deref(), Some(&b"x"[..]));
     assert!(w.st.svc.map.is_empty());
 }
+
+/// A full latest-value cache sheds part of its entries, stays within its
+/// byte budget, and what it keeps still reads right.
+#[test]
+fn latest_value_cache_sheds_within_its_budget() {
+    let mut c = SvCache {
+        limit: 10_000,
+        ..SvCache::default()
+    };
+    for i in 0..200u32 {
+        let ap = i.to_be_bytes().to_vec();
+        c.put(&ap, 5, &Loc::Inline(vec![i as u8; 100]));
+        assert!(c.bytes <= c.limit, "{} > {}", c.bytes, c.limit);
+        // the entry just made is there
+        assert_eq!(c.get(&ap, 5), Some(&Loc::Inline(vec![i as u8; 100])));
+    }
+    // bytes agree with the entries; kept ones are intact; not all were dropped
+    let total: usize = c.map.iter().map(|(k, (_, l))| SvCache::cost(k, l)).sum();
+    assert_eq!(total, c.bytes);
+    assert!(c.map.len() > 10, "{} entries kept", c.map.len());
+    for (k, (e, l)) in &c.map {
+        let i = u32::from_be_bytes(k[..].try_into().unwrap());
+        assert_eq!((*e, l), (5, &Loc::Inline(vec![i as u8; 100])));
+    }
+    // one entry larger than the whole budget is not kept
+    c.put(b"huge", 5, &Loc::Inline(vec![0; 20_000]));
+    assert!(c.get(b"huge", 5).is_none());
+}
