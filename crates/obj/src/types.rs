@@ -662,6 +662,57 @@ pub trait ObjectStore {
         sgls: &mut [SgList],
     ) -> StoreResult<FetchOut>;
 
+    /// A fetch that hands back what it found, one buffer per iod (the RPC
+    /// server's form: no caller buffers to fill). An iod with record size 0
+    /// takes the stored size; a single value's buffer is exactly the value
+    /// (empty when nothing is visible); an array's is its records, holes as
+    /// zeroes. More than `limit` bytes in all fails with [`StoreError::TooLarge`]
+    /// before anything is read. The default runs [`ObjectStore::fetch`] twice
+    /// when a size is open (sizes, then data); a store may do it in one pass.
+    fn fetch_owned(
+        &mut self,
+        cont: ContId,
+        oid: ObjectId,
+        epoch: Epoch,
+        dkey: &DKey,
+        iods: &[Iod],
+        limit: u64,
+    ) -> StoreResult<(FetchOut, Vec<Vec<u8>>)> {
+        let mut iods = iods.to_vec();
+        if iods.iter().any(|i| i.rec_size == 0) {
+            let mut empty = vec![SgList::default(); iods.len()];
+            let sizes = self.fetch(cont, oid, epoch, dkey, &iods, &mut empty)?;
+            for (i, s) in iods.iter_mut().zip(sizes.sizes) {
+                if i.rec_size == 0 {
+                    i.rec_size = s;
+                }
+            }
+        }
+        let mut total = 0u64;
+        let mut sgls = Vec::with_capacity(iods.len());
+        for i in &iods {
+            total = total.saturating_add(i.data_len());
+            if total > limit {
+                return Err(StoreError::TooLarge { size: total, limit });
+            }
+            sgls.push(SgList::one(vec![0u8; i.data_len() as usize]));
+        }
+        let out = self.fetch(cont, oid, epoch, dkey, &iods, &mut sgls)?;
+        let bufs = iods
+            .iter()
+            .zip(sgls)
+            .zip(&out.sizes)
+            .map(|((iod, sgl), &size)| {
+                let mut buf = sgl.iovs.into_iter().next().unwrap_or_default();
+                if iod.iod_type == IodType::Single {
+                    buf.truncate(size as usize);
+                }
+                buf
+            })
+            .collect();
+        Ok((out, bufs))
+    }
+
     /// `daos_obj_punch`: the whole object reads as empty from `epoch` on.
     fn punch_obj(&mut self, cont: ContId, oid: ObjectId, epoch: Epoch) -> StoreResult<()>;
     /// `daos_obj_punch_dkeys`.

@@ -322,9 +322,25 @@ fn compare(h: &mut Harness, m: &Model, clock: u64, limit: usize) -> Result<(), T
                                 out.sizes[a],
                                 want.as_ref().map_or(0, |v| v.len() as u64)
                             );
-                            if let Some(v) = want {
+                            if let Some(v) = &want {
                                 prop_assert_eq!(&sgls[a].concat()[..v.len()], &v[..]);
                             }
+                            // the server's one-pass fetch, size left open
+                            let (fo, bufs) = vos
+                                .fetch_owned(
+                                    CONT,
+                                    oid(o),
+                                    ep,
+                                    &dk,
+                                    &[Iod::single(AKEYS[a].0, 0)],
+                                    u64::MAX,
+                                )
+                                .unwrap();
+                            prop_assert_eq!(
+                                fo.sizes[0],
+                                want.as_ref().map_or(0, |v| v.len() as u64)
+                            );
+                            prop_assert_eq!(&bufs[0], &want.unwrap_or_default());
                         }
                         Some(rs) => {
                             let cells = m.array(o, d, a, e, *rs);
@@ -360,6 +376,53 @@ fn compare(h: &mut Harness, m: &Model, clock: u64, limit: usize) -> Result<(), T
                             }
                             let want = runs(&cells);
                             prop_assert_eq!(&got, &want, "list_recx o{} d{} a{} at {}", o, d, a, e);
+                            // the server's one-pass fetch: the whole span with the
+                            // record size left open, then each visible run alone
+                            // (an extent read whole becomes the reply buffer)
+                            let span = Iod::array(AKEYS[a].0, 0, vec![Recx { idx: 0, nr: SPAN }]);
+                            let (fo, bufs) = vos
+                                .fetch_owned(CONT, oid(o), ep, &dk, &[span], u64::MAX)
+                                .unwrap();
+                            let whole: Vec<u8> = if any {
+                                cells
+                                    .iter()
+                                    .flat_map(|c| {
+                                        c.clone().unwrap_or_else(|| vec![0; *rs as usize])
+                                    })
+                                    .collect()
+                            } else {
+                                Vec::new()
+                            };
+                            prop_assert_eq!(fo.sizes[0], if any { *rs } else { 0 });
+                            prop_assert_eq!(
+                                &bufs[0],
+                                &whole,
+                                "fetch_owned span o{} d{} a{} at {}",
+                                o,
+                                d,
+                                a,
+                                e
+                            );
+                            for run in &want {
+                                let iod = Iod::array(AKEYS[a].0, *rs, vec![*run]);
+                                let (_, bufs) = vos
+                                    .fetch_owned(CONT, oid(o), ep, &dk, &[iod], u64::MAX)
+                                    .unwrap();
+                                let lo = (run.idx * rs) as usize;
+                                let hi = (run.end() * rs) as usize;
+                                prop_assert_eq!(
+                                    &bufs[0][..],
+                                    &whole[lo..hi],
+                                    "fetch_owned run {:?}",
+                                    run
+                                );
+                            }
+                            let too_big =
+                                Iod::array(AKEYS[a].0, *rs, vec![Recx { idx: 0, nr: SPAN }]);
+                            let r =
+                                vos.fetch_owned(CONT, oid(o), ep, &dk, &[too_big], SPAN * rs - 1);
+                            let too_large = matches!(r, Err(StoreError::TooLarge { .. }));
+                            prop_assert!(too_large, "one byte over the limit: {:?}", r.map(|_| ()));
                             prop_assert_eq!(
                                 vos.query_max_recx(CONT, oid(o), ep, &dk, &ak).unwrap(),
                                 want.last().copied()

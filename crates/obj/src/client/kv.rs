@@ -65,7 +65,11 @@ impl Client {
             if f.sizes.first().copied().unwrap_or(0) == 0 {
                 return Err(Error::Engine(Status::NonExist));
             }
-            Ok(f.sgls.pop().map(|s| s.concat()).unwrap_or_default())
+            // decode_fetch made one buffer per iod: taken as it is, not concatenated
+            Ok(f.sgls
+                .pop()
+                .and_then(|s| s.iovs.into_iter().next())
+                .unwrap_or_default())
         })
     }
 

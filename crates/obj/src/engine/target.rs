@@ -20,7 +20,7 @@ use tracing::{debug, warn};
 use super::backend::StoreBackend;
 use super::hlc::SharedHlc;
 use super::status_of;
-use crate::rpc::frame::{encode_reply, split_body};
+use crate::rpc::frame::{encode_reply, encode_reply_head, split_body};
 use crate::rpc::msg::{
     BulkSeg, FetchedIod, IodType as WireIodType, PunchWhat, Reply, Request, WireIod, WireRecx,
     MAX_LIST, QUERY_MAX_DKEY, QUERY_MAX_RECX,
@@ -248,14 +248,20 @@ impl Target {
                 (_, r) => r,
             };
             frame.clear();
-            match &result {
+            match result {
                 Ok((rep, bulk)) => {
-                    let parts: Vec<&[u8]> = bulk.iter().map(Vec::as_slice).collect();
-                    encode_reply(frame, o.hdr.rpc_id, o.hdr.opcode, Status::Ok, rep, &parts);
+                    // the bulk leaves from the buffers the store filled
+                    let n = bulk.iter().map(Vec::len).sum();
+                    encode_reply_head(frame, o.hdr.rpc_id, o.hdr.opcode, &rep, n);
+                    owe_wake |= self
+                        .replies
+                        .send_parts_quiet(o.conn, std::mem::take(frame), bulk);
                 }
-                Err(st) => encode_reply(frame, o.hdr.rpc_id, o.hdr.opcode, *st, &Reply::Empty, &[]),
+                Err(st) => {
+                    encode_reply(frame, o.hdr.rpc_id, o.hdr.opcode, st, &Reply::Empty, &[]);
+                    owe_wake |= self.replies.send_quiet(o.conn, std::mem::take(frame));
+                }
             }
-            owe_wake |= self.replies.send_quiet(o.conn, std::mem::take(frame));
         }
         if owe_wake {
             self.replies.wake();
@@ -678,8 +684,8 @@ fn update_iods(w: &[WireIod], bulk: &[u8]) -> Result<(Vec<Iod>, Vec<SgList>), St
     Ok((iods, sgls))
 }
 
-/// A fetch: sizes first when the caller left them open (record size 0),
-/// then the data, one buffer per iod, returned in the reply's bulk region.
+/// A fetch: the store hands back one buffer per iod (sizes taken from the
+/// store where the caller left them open), returned in the reply's bulk region.
 fn fetch(
     store: &mut dyn ObjectStore,
     cont: ContId,
@@ -688,50 +694,24 @@ fn fetch(
     dkey: &DKey,
     w: &[WireIod],
 ) -> Result<(Reply, Vec<Vec<u8>>), Status> {
-    let st = |e: StoreError| status_of(&e);
     if w.is_empty() {
         return Err(Status::Invalid);
     }
-    let mut iods: Vec<Iod> = w.iter().map(to_iod).collect::<Result<_, _>>()?;
-    if iods.iter().any(|i| i.rec_size == 0) {
-        let mut empty: Vec<SgList> = vec![SgList::default(); iods.len()];
-        let sizes = store
-            .fetch(cont, oid, epoch, dkey, &iods, &mut empty)
-            .map_err(st)?;
-        for (i, s) in iods.iter_mut().zip(sizes.sizes) {
-            if i.rec_size == 0 {
-                i.rec_size = s;
-            }
-        }
-    }
-    let mut total = 0u64;
-    let mut sgls = Vec::with_capacity(iods.len());
-    for i in &iods {
-        let n = i.data_len();
-        total = total.saturating_add(n);
-        if total > (crate::rpc::MAX_BODY - 64 * 1024) as u64 {
-            return Err(Status::RecTooBig);
-        }
-        sgls.push(SgList::one(vec![0u8; n as usize]));
-    }
-    let out = store
-        .fetch(cont, oid, epoch, dkey, &iods, &mut sgls)
-        .map_err(st)?;
-    let mut bufs = Vec::with_capacity(iods.len());
+    let iods: Vec<Iod> = w.iter().map(to_iod).collect::<Result<_, _>>()?;
+    // the reply must fit in one frame with its header and descriptors
+    let limit = (crate::rpc::MAX_BODY - 64 * 1024) as u64;
+    let (out, bufs) = store
+        .fetch_owned(cont, oid, epoch, dkey, &iods, limit)
+        .map_err(|e| status_of(&e))?;
     let mut fetched = Vec::with_capacity(iods.len());
     let mut off = 0u32;
-    for ((iod, sgl), size) in iods.iter().zip(sgls).zip(out.sizes) {
-        let mut buf = sgl.iovs.into_iter().next().unwrap_or_default();
-        if iod.iod_type == IodType::Single {
-            buf.truncate(size as usize);
-        }
+    for (buf, size) in bufs.iter().zip(out.sizes) {
         let len = buf.len() as u32;
         fetched.push(FetchedIod {
             size,
             seg: BulkSeg { off, len },
         });
         off += len;
-        bufs.push(buf);
     }
     Ok((Reply::Fetched(fetched), bufs))
 }

@@ -354,8 +354,17 @@ pub enum Incoming {
 #[derive(Debug)]
 pub struct ServerConn {
     dec: FrameDecoder,
+    /// The buffer being sent (from `tx_off`), then `queue`'s in order: large
+    /// frames and bulk segments handed over by their owners are queued as
+    /// they are (no copy), small ones are appended to the last buffer.
     tx: Vec<u8>,
     tx_off: usize,
+    queue: std::collections::VecDeque<Vec<u8>>,
+    /// Bytes in `queue`.
+    queued: usize,
+    /// The last buffer (`queue`'s, else `tx`) was handed over by its owner:
+    /// small bytes go into a new buffer behind it, not into it.
+    last_owned: bool,
     closing: bool,
     /// Requests refused (oversized, replies sent by a client, ...).
     pub rejected: u64,
@@ -373,8 +382,29 @@ impl ServerConn {
             dec: FrameDecoder::new(MAX_BODY),
             tx: Vec::new(),
             tx_off: 0,
+            queue: Default::default(),
+            queued: 0,
+            last_owned: false,
             closing: false,
             rejected: 0,
+        }
+    }
+
+    /// Encodes small bytes behind everything queued: into the last buffer,
+    /// unless that is a large one someone handed over (appending could
+    /// reallocate and copy it), then into a new one.
+    fn encode_tail(&mut self, f: impl FnOnce(&mut Vec<u8>)) {
+        if self.last_owned {
+            self.queue.push_back(Vec::new());
+            self.last_owned = false;
+        }
+        match self.queue.back_mut() {
+            Some(b) => {
+                let before = b.len();
+                f(b);
+                self.queued += b.len() - before;
+            }
+            None => f(&mut self.tx),
         }
     }
 
@@ -417,14 +447,9 @@ impl ServerConn {
             Err(e) => {
                 tracing::debug!(error = %e, "undecodable stream from client: closing it");
                 self.rejected += 1;
-                encode_reply(
-                    &mut self.tx,
-                    0,
-                    Opcode::Ping,
-                    Status::Proto,
-                    &Reply::Empty,
-                    &[],
-                );
+                self.encode_tail(|t| {
+                    encode_reply(t, 0, Opcode::Ping, Status::Proto, &Reply::Empty, &[])
+                });
                 self.closing = true;
                 None
             }
@@ -433,43 +458,66 @@ impl ServerConn {
 
     /// Queues an error reply to `hdr`'s request.
     pub fn reply_error(&mut self, hdr: &HeaderRepr, status: Status) {
-        encode_reply(
-            &mut self.tx,
-            hdr.rpc_id,
-            hdr.opcode,
-            status,
-            &Reply::Empty,
-            &[],
-        );
+        self.encode_tail(|t| encode_reply(t, hdr.rpc_id, hdr.opcode, status, &Reply::Empty, &[]));
     }
 
     /// Refuses `hdr`'s request: the engine's pool map (`engine_version`) is
     /// newer than the request's (`DER_STALE` with the engine's version).
     pub fn reply_stale_map(&mut self, hdr: &HeaderRepr, engine_version: u32) {
-        encode_stale_map(&mut self.tx, hdr.rpc_id, hdr.opcode, engine_version);
+        self.encode_tail(|t| encode_stale_map(t, hdr.rpc_id, hdr.opcode, engine_version));
     }
 
     /// Queues a reply frame built elsewhere (by a target).
     pub fn queue_frame(&mut self, frame: &[u8]) {
-        self.tx.extend_from_slice(frame);
+        self.encode_tail(|t| t.extend_from_slice(frame));
     }
 
-    /// Queues an encoded frame it takes over: a large one with nothing else
-    /// queued becomes the transmit buffer without a copy (small ones are
-    /// copied into the buffer, which keeps its capacity between frames).
+    /// Buffers at least this long are queued as they are, not copied.
+    const OWN_MIN: usize = 16 * 1024;
+
+    /// Queues bytes it takes over (a frame, or a part of one: a reply's bulk
+    /// segments follow its head): a large buffer is queued without a copy
+    /// (or becomes the transmit buffer when nothing is waiting); small ones
+    /// are copied behind what is queued (buffers keep their capacity).
     pub fn queue_owned(&mut self, frame: Vec<u8>) {
-        const OWN_MIN: usize = 64 * 1024;
-        if self.tx_off == self.tx.len() && frame.len() >= OWN_MIN {
+        if frame.len() < Self::OWN_MIN {
+            self.encode_tail(|t| t.extend_from_slice(&frame));
+        } else if self.tx_off == self.tx.len() && self.queue.is_empty() {
             self.tx = frame;
             self.tx_off = 0;
+            self.last_owned = true;
         } else {
-            self.tx.extend_from_slice(&frame);
+            self.queued += frame.len();
+            self.queue.push_back(frame);
+            self.last_owned = true;
         }
     }
 
     /// Queues a reply.
     pub fn reply(&mut self, hdr: &HeaderRepr, status: Status, rep: &Reply, bulk: &[&[u8]]) {
-        encode_reply(&mut self.tx, hdr.rpc_id, hdr.opcode, status, rep, bulk);
+        self.encode_tail(|t| encode_reply(t, hdr.rpc_id, hdr.opcode, status, rep, bulk));
+    }
+
+    /// Bytes queued and not yet sent.
+    pub fn backlog(&self) -> usize {
+        self.tx.len() - self.tx_off + self.queued
+    }
+
+    /// The unsent bytes as slices in order (at most `out.len()` of them;
+    /// returns how many were filled), for one `writev(2)`.
+    pub fn transmit_vectored<'a>(&'a self, out: &mut [std::io::IoSlice<'a>]) -> usize {
+        let mut n = 0;
+        let first = std::iter::once(&self.tx[self.tx_off..]);
+        for b in first.chain(self.queue.iter().map(Vec::as_slice)) {
+            if n == out.len() {
+                break;
+            }
+            if !b.is_empty() {
+                out[n] = std::io::IoSlice::new(b);
+                n += 1;
+            }
+        }
+        n
     }
 
     /// The connection should close once its queued bytes are sent.
@@ -477,15 +525,38 @@ impl ServerConn {
         self.closing
     }
 
+    /// The unsent bytes of the first buffer (empty only when nothing is
+    /// queued at all).
     #[must_use]
     pub fn transmit(&self) -> &[u8] {
         &self.tx[self.tx_off..]
     }
+    /// `n` bytes were sent (they may span several buffers).
     pub fn transmitted(&mut self, n: usize) {
-        self.tx_off = (self.tx_off + n).min(self.tx.len());
-        if self.tx_off == self.tx.len() {
-            self.tx.clear();
-            self.tx_off = 0;
+        let mut n = n;
+        loop {
+            let here = n.min(self.tx.len() - self.tx_off);
+            self.tx_off += here;
+            n -= here;
+            if self.tx_off < self.tx.len() {
+                return;
+            }
+            match self.queue.pop_front() {
+                Some(next) => {
+                    self.queued -= next.len();
+                    self.tx = next;
+                    self.tx_off = 0;
+                }
+                None => {
+                    self.tx.clear();
+                    self.tx_off = 0;
+                    self.last_owned = false;
+                    return;
+                }
+            }
+            if n == 0 && !self.tx.is_empty() {
+                return;
+            }
         }
     }
 }
@@ -559,6 +630,56 @@ mod tests {
         }
     }
 
+    /// Everything queued, sent by `writev`-sized steps of at most `step` bytes.
+    fn drain(c: &mut ServerConn, step: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        while c.backlog() > 0 {
+            let mut sl = [std::io::IoSlice::new(&[]); 4];
+            let n = c.transmit_vectored(&mut sl);
+            assert!(n > 0, "bytes queued but nothing to send");
+            let mut took = 0;
+            for s in &sl[..n] {
+                let k = s.len().min(step - took);
+                out.extend_from_slice(&s[..k]);
+                took += k;
+                if took == step {
+                    break;
+                }
+            }
+            c.transmitted(took);
+        }
+        assert!(c.transmit().is_empty());
+        out
+    }
+
+    #[test]
+    fn owned_buffers_and_small_replies_leave_in_queue_order() {
+        for step in [1usize, 7, 16 * 1024 + 3, usize::MAX / 2] {
+            let mut c = ServerConn::new();
+            let mut want = Vec::new();
+            let big = vec![7u8; 100 * 1024];
+            c.queue_owned(big.clone());
+            want.extend_from_slice(&big);
+            c.transmitted(5);
+            want.drain(..5);
+            // a reply's head, then its large bulk segment, then small ones
+            c.queue_owned(b"head".to_vec());
+            want.extend_from_slice(b"head");
+            let seg: Vec<u8> = (0..40_000u32).map(|i| i as u8).collect();
+            c.queue_owned(seg.clone());
+            want.extend_from_slice(&seg);
+            c.queue_frame(b"f1");
+            want.extend_from_slice(b"f1");
+            c.queue_owned(b"f2".to_vec());
+            want.extend_from_slice(b"f2");
+            assert_eq!(c.backlog(), want.len());
+            assert_eq!(drain(&mut c, step), want, "step {step}");
+            // nothing left; a small frame starts the buffer again
+            c.queue_owned(b"g".to_vec());
+            assert_eq!(c.transmit(), b"g");
+        }
+    }
+
     #[test]
     fn owned_frames_queue_in_order_behind_unsent_bytes() {
         let mut c = ServerConn::new();
@@ -566,8 +687,11 @@ mod tests {
         c.queue_owned(big.clone());
         c.transmitted(big.len() - 1);
         c.queue_owned(b"x".to_vec());
-        assert_eq!(c.transmit(), &[7, b'x']);
-        c.transmitted(2);
+        // the large buffer is not appended to: its last byte, then "x"
+        assert_eq!(c.transmit(), &[7]);
+        c.transmitted(1);
+        assert_eq!(c.transmit(), b"x");
+        c.transmitted(1);
         c.queue_owned(b"abc".to_vec());
         assert_eq!(c.transmit(), b"abc");
         c.transmitted(1);

@@ -210,6 +210,25 @@ pub fn encode_reply(
     }
 }
 
+/// Appends the head of an OK reply whose bulk region (`bulk_len` bytes)
+/// the caller sends right behind it from its own buffers (no copy into the
+/// frame; `writev`).
+pub fn encode_reply_head(out: &mut Vec<u8>, rpc_id: u64, op: Opcode, rep: &Reply, bulk_len: usize) {
+    encode_with(
+        out,
+        true,
+        op,
+        rpc_id,
+        Status::Ok.code(),
+        0,
+        None,
+        |o| rep.emit(o),
+        &[],
+        bulk_len,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
 fn encode(
     out: &mut Vec<u8>,
     response: bool,
@@ -221,15 +240,43 @@ fn encode(
     args: impl FnOnce(&mut Vec<u8>),
     bulk: &[&[u8]],
 ) {
+    encode_with(
+        out,
+        response,
+        opcode,
+        rpc_id,
+        status,
+        timeout_ms,
+        map_version,
+        args,
+        bulk,
+        0,
+    )
+}
+
+/// `encode`, with `trailing` bulk bytes that follow outside `out`.
+#[allow(clippy::too_many_arguments)]
+fn encode_with(
+    out: &mut Vec<u8>,
+    response: bool,
+    opcode: Opcode,
+    rpc_id: u64,
+    status: i32,
+    timeout_ms: u32,
+    map_version: Option<u32>,
+    args: impl FnOnce(&mut Vec<u8>),
+    bulk: &[&[u8]],
+    trailing: usize,
+) {
     let at = out.len();
     out.resize(at + HEADER_LEN, 0);
     args(out);
-    let mut bulk_len = 0usize;
+    let mut bulk_len = trailing;
     for b in bulk {
         out.extend_from_slice(b);
         bulk_len += b.len();
     }
-    let body_len = out.len() - at - HEADER_LEN;
+    let body_len = out.len() - at - HEADER_LEN + trailing;
     HeaderRepr {
         response,
         opcode,

@@ -183,7 +183,8 @@ pub trait Dispatch: Send + 'static {
 /// Sends reply frames to the network thread from any thread.
 #[derive(Debug, Clone)]
 pub struct ReplySender {
-    tx: Sender<(ConnId, Vec<u8>)>,
+    /// (connection, frame or a reply's head, the reply's bulk segments)
+    tx: Sender<(ConnId, Vec<u8>, Vec<Vec<u8>>)>,
     wake: Arc<UnixStream>,
     rdma: Option<Sender<(ConnId, Vec<u8>)>>,
 }
@@ -208,13 +209,25 @@ impl ReplySender {
     /// true if a [`ReplySender::wake`] is owed (a batch of replies then costs
     /// one wake-up, not one each).
     pub fn send_quiet(&self, conn: ConnId, frame: Vec<u8>) -> bool {
+        self.send_parts_quiet(conn, frame, Vec::new())
+    }
+
+    /// [`ReplySender::send_quiet`] for a reply in parts: `head` (from
+    /// [`super::frame::encode_reply_head`]) and the bulk segments that follow
+    /// it on the wire. TCP sends the segments from these buffers (`writev`,
+    /// no copy into a frame); RDMA gets one frame.
+    pub fn send_parts_quiet(&self, conn: ConnId, head: Vec<u8>, bulk: Vec<Vec<u8>>) -> bool {
         if conn & super::RDMA_CONN_BIT != 0 {
             if let Some(r) = &self.rdma {
+                let mut frame = head;
+                for b in &bulk {
+                    frame.extend_from_slice(b);
+                }
                 let _ = r.send((conn, frame));
             }
             return false;
         }
-        self.tx.send((conn, frame)).is_ok()
+        self.tx.send((conn, head, bulk)).is_ok()
     }
 
     /// Wakes the TCP network thread (a full pipe already means "wake up").
@@ -300,7 +313,7 @@ impl Drop for TcpServer {
 pub struct TcpServerBuilder {
     listener: TcpListener,
     wake_rx: UnixStream,
-    rx: Receiver<(ConnId, Vec<u8>)>,
+    rx: Receiver<(ConnId, Vec<u8>, Vec<Vec<u8>>)>,
     wake: Arc<UnixStream>,
 }
 
@@ -354,7 +367,7 @@ fn net_loop(b: TcpServerBuilder, mut dispatch: impl Dispatch, stop: Arc<AtomicBo
             revents: 0,
         });
         for (id, c) in &conns {
-            let backlog = c.io.transmit().len();
+            let backlog = c.io.backlog();
             let mut ev = 0;
             if backlog < TX_HIGH_WATER {
                 ev |= libc::POLLIN;
@@ -407,9 +420,12 @@ fn net_loop(b: TcpServerBuilder, mut dispatch: impl Dispatch, stop: Arc<AtomicBo
                 break;
             }
         }
-        while let Ok((id, frame)) = rx.try_recv() {
+        while let Ok((id, head, bulk)) = rx.try_recv() {
             if let Some(c) = conns.get_mut(&id) {
-                c.io.queue_owned(frame);
+                c.io.queue_owned(head);
+                for b in bulk {
+                    c.io.queue_owned(b);
+                }
             }
         }
         // requests and replies on each connection
@@ -483,8 +499,10 @@ fn read_conn(c: &mut Conn) {
 }
 
 fn write_conn(c: &mut Conn) {
-    while !c.dead && !c.io.transmit().is_empty() {
-        match c.sock.write(c.io.transmit()) {
+    while !c.dead && c.io.backlog() > 0 {
+        let mut slices = [io::IoSlice::new(&[]); 16];
+        let n = c.io.transmit_vectored(&mut slices);
+        match c.sock.write_vectored(&slices[..n]) {
             Ok(0) => c.dead = true,
             Ok(n) => c.io.transmitted(n),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,

@@ -76,6 +76,11 @@ pub struct VosConfig {
     pub cache_bytes: usize,
     /// Largest value one iod may carry (bytes).
     pub max_value: u64,
+    /// The latest-value cache in front of the index (bytes; 0 = none): the
+    /// newest single value of akeys read at the latest epoch, so a repeated
+    /// read needs no index range scan. Filled by [`ObjectStore::fetch_owned`]
+    /// (the engine's fetch); when full, about a quarter of it is dropped.
+    pub value_cache_bytes: usize,
 }
 
 impl Default for VosConfig {
@@ -85,6 +90,7 @@ impl Default for VosConfig {
             auto_commit: true,
             cache_bytes: 64 << 20,
             max_value: 64 << 20,
+            value_cache_bytes: 64 << 20,
         }
     }
 }
@@ -323,6 +329,73 @@ pub(crate) struct St {
     /// Highest epoch of any change (persisted: restarts an HLC above it).
     pub(crate) max_epoch: u64,
     pub(crate) inline_bytes: u64,
+    /// The latest-value cache ([`VosConfig::value_cache_bytes`]).
+    pub(crate) svc: SvCache,
+}
+
+/// The newest single value of recently read akeys: akey prefix → (epoch of
+/// that version, where its bytes are). DAOS keeps its VOS trees in memory;
+/// this keeps just what the engine's latest reads need. Rules that keep it
+/// true: an entry is only made by a read at the latest epoch of a container
+/// that never held a punch (so no punch hides it), used only by reads of
+/// such containers at or above its epoch; an update drops the entries of the
+/// akeys it writes; any other change of the index (punch, aggregation,
+/// container create/destroy) and any rollback (abort, a failed commit)
+/// drops them all.
+#[derive(Debug, Default)]
+pub(crate) struct SvCache {
+    map: HashMap<Vec<u8>, (u64, Loc)>,
+    bytes: usize,
+    limit: usize,
+}
+
+impl SvCache {
+    fn cost(ap: &[u8], loc: &Loc) -> usize {
+        ap.len() + loc.inline_len() as usize + 64
+    }
+    /// The cached newest version of `ap` if a read at `e` sees it.
+    fn get(&self, ap: &[u8], e: u64) -> Option<&Loc> {
+        self.map
+            .get(ap)
+            .filter(|(epoch, _)| *epoch <= e)
+            .map(|(_, l)| l)
+    }
+    fn put(&mut self, ap: &[u8], epoch: u64, loc: &Loc) {
+        let cost = Self::cost(ap, loc);
+        if cost > self.limit {
+            return;
+        }
+        if self.bytes + cost > self.limit {
+            self.shed(cost);
+        }
+        if let Some((_, old)) = self.map.insert(ap.to_vec(), (epoch, loc.clone())) {
+            self.bytes -= Self::cost(ap, &old);
+        }
+        self.bytes += cost;
+    }
+    fn remove(&mut self, ap: &[u8]) {
+        if let Some((_, old)) = self.map.remove(ap) {
+            self.bytes -= Self::cost(ap, &old);
+        }
+    }
+    /// Makes room for `cost` bytes: drops about a quarter of the entries
+    /// (in the map's arbitrary order), all of them if that is not enough.
+    /// (Dropping everything at once would make a cyclic read of more keys
+    /// than fit miss every time.)
+    fn shed(&mut self, cost: usize) {
+        let n = (self.map.len() / 4).max(1);
+        let victims: Vec<Vec<u8>> = self.map.keys().take(n).cloned().collect();
+        for k in victims {
+            self.remove(&k);
+        }
+        if self.bytes + cost > self.limit {
+            self.clear();
+        }
+    }
+    fn clear(&mut self) {
+        self.map.clear();
+        self.bytes = 0;
+    }
 }
 
 impl St {
@@ -497,6 +570,16 @@ pub(crate) fn newest_punch(r: &dyn Reader, prefix: &[u8], e: u64) -> StoreResult
 
 /// The newest single value at `ap` with epoch ≤ `e` and newer than `floor`.
 fn sv_at(r: &dyn Reader, ap: &[u8], e: u64, floor: Option<Ver>) -> StoreResult<Option<Loc>> {
+    Ok(sv_ver_at(r, ap, e, floor)?.map(|(_, l)| l))
+}
+
+/// [`sv_at`] with the version found.
+fn sv_ver_at(
+    r: &dyn Reader,
+    ap: &[u8],
+    e: u64,
+    floor: Option<Ver>,
+) -> StoreResult<Option<(Ver, Loc)>> {
     let lo = keys::ver_key(ap, T_SV, Ver::top(e));
     let hi = keys::with_tag(ap, T_SV + 1);
     let mut found = None;
@@ -505,7 +588,7 @@ fn sv_at(r: &dyn Reader, ap: &[u8], e: u64, floor: Option<Ver>) -> StoreResult<O
         false
     })?;
     match found {
-        Some((Some(ver), v)) if Some(ver) > floor => Ok(Some(Loc::decode(&v)?)),
+        Some((Some(ver), v)) if Some(ver) > floor => Ok(Some((ver, Loc::decode(&v)?))),
         _ => Ok(None),
     }
 }
@@ -691,6 +774,45 @@ fn list_children(
     Ok(out)
 }
 
+/// Per recx of an array iod: the visible candidate extents and the pieces
+/// that resolve it (newest wins), and the record size found (0 = nothing
+/// visible). Extents of different record sizes are an error.
+#[allow(clippy::type_complexity)]
+fn array_pieces(
+    r: &dyn Reader,
+    ap: &[u8],
+    e: u64,
+    floor: Option<Ver>,
+    iod: &Iod,
+) -> StoreResult<(Vec<Vec<ExtRec>>, Vec<Vec<extent::Piece>>, u64)> {
+    let mut size = 0u64;
+    let mut recs_all = Vec::with_capacity(iod.recxs.len());
+    let mut pieces_all = Vec::with_capacity(iod.recxs.len());
+    for rx in &iod.recxs {
+        if rx.nr == 0 {
+            pieces_all.push(Vec::new());
+            recs_all.push(Vec::new());
+            continue;
+        }
+        let recs = extents_in(r, ap, e, floor, rx.idx, rx.end())?;
+        let exts: Vec<Ext> = recs.iter().map(|x| x.ext).collect();
+        let pieces = extent::resolve(&exts, rx.idx, rx.end());
+        for p in &pieces {
+            let rs = recs[p.src].rec_size;
+            if size == 0 {
+                size = rs;
+            } else if size != rs {
+                return Err(StoreError::InvalidArg(
+                    "extents of different record sizes".into(),
+                ));
+            }
+        }
+        pieces_all.push(pieces);
+        recs_all.push(recs);
+    }
+    Ok((recs_all, pieces_all, size))
+}
+
 /// Visible runs of an array at `e` and the newest visible extent's record size.
 fn visible_runs(
     r: &dyn Reader,
@@ -737,6 +859,10 @@ impl Vos {
             seq: 0,
             max_epoch: 0,
             inline_bytes: 0,
+            svc: SvCache {
+                limit: cfg.value_cache_bytes,
+                ..SvCache::default()
+            },
         };
         let txn = db.begin_write().map_err(ix)?;
         {
@@ -854,6 +980,8 @@ impl Vos {
     }
 
     fn reload_state(&mut self) -> StoreResult<()> {
+        // a rollback: cached entries may name versions that are gone
+        self.st.svc.clear();
         let rt = self.db.begin_read().map_err(ix)?;
         let meta = rt.open_table(META).map_err(ix)?;
         let free = rt.open_table(FREE).map_err(ix)?;
@@ -920,6 +1048,16 @@ impl Vos {
     /// validate before it changes anything: an error from it aborts the whole
     /// transaction only if it is an internal one (index, bdev, corruption).
     pub(crate) fn with_write<R>(
+        &mut self,
+        f: impl FnOnce(&mut W<'_>) -> StoreResult<R>,
+    ) -> StoreResult<R> {
+        // a change other than an update's (which drops its own akeys' entries)
+        self.st.svc.clear();
+        self.with_write_keep_cache(f)
+    }
+
+    /// [`Vos::with_write`] that leaves the latest-value cache to the caller.
+    fn with_write_keep_cache<R>(
         &mut self,
         f: impl FnOnce(&mut W<'_>) -> StoreResult<R>,
     ) -> StoreResult<R> {
@@ -1338,7 +1476,8 @@ impl ObjectStore for Vos {
         // (key prefix, data) per stored value; extents carry their recx
         let mut vals: Vec<(Vec<u8>, &[u8])> = Vec::new();
         let mut metas: Vec<(Vec<u8>, IodType, u64, Recx)> = Vec::new();
-        let mut datas: Vec<Vec<u8>> = Vec::with_capacity(iods.len());
+        // an sgl of one buffer is used in place (no concatenated copy)
+        let mut datas: Vec<std::borrow::Cow<'_, [u8]>> = Vec::with_capacity(iods.len());
         for (iod, sgl) in iods.iter().zip(sgls) {
             key_ok(&iod.akey.0, "akey")?;
             let n = iod.data_len();
@@ -1376,13 +1515,16 @@ impl ObjectStore for Vos {
                     }
                 }
             }
-            datas.push(sgl.concat());
+            datas.push(match &sgl.iovs[..] {
+                [one] => std::borrow::Cow::Borrowed(one.as_slice()),
+                _ => std::borrow::Cow::Owned(sgl.concat()),
+            });
         }
         for (iod, data) in iods.iter().zip(&datas) {
             let ap = keys::akey_prefix(&dp, &iod.akey.0);
             match iod.iod_type {
                 IodType::Single => {
-                    vals.push((ap.clone(), data.as_slice()));
+                    vals.push((ap.clone(), &data[..]));
                     metas.push((ap, IodType::Single, iod.rec_size, Recx::default()));
                 }
                 IodType::Array => {
@@ -1444,7 +1586,10 @@ impl ObjectStore for Vos {
                 }
             }
         }
-        self.with_write(|w| {
+        for p in placed.iter().filter(|p| p.extmax.is_none()) {
+            self.st.svc.remove(&p.key);
+        }
+        self.with_write_keep_cache(|w| {
             for p in placed {
                 let ver = w.next_ver(epoch)?;
                 let key = match &p.extmax {
@@ -1525,33 +1670,9 @@ impl ObjectStore for Vos {
                     }
                     IodType::Array => {
                         let cap = sgl.len();
-                        let mut size = 0u64;
                         let mut buf: Vec<u8> = Vec::new();
                         let mut cache: HashMap<usize, Vec<u8>> = HashMap::new();
-                        let mut recs_all: Vec<Vec<ExtRec>> = Vec::new();
-                        let mut pieces_all = Vec::new();
-                        for rx in &iod.recxs {
-                            if rx.nr == 0 {
-                                pieces_all.push(Vec::new());
-                                recs_all.push(Vec::new());
-                                continue;
-                            }
-                            let recs = extents_in(r, &ap, e, floor, rx.idx, rx.end())?;
-                            let exts: Vec<Ext> = recs.iter().map(|x| x.ext).collect();
-                            let pieces = extent::resolve(&exts, rx.idx, rx.end());
-                            for p in &pieces {
-                                let rs = recs[p.src].rec_size;
-                                if size == 0 {
-                                    size = rs;
-                                } else if size != rs {
-                                    return Err(StoreError::InvalidArg(
-                                        "extents of different record sizes".into(),
-                                    ));
-                                }
-                            }
-                            pieces_all.push(pieces);
-                            recs_all.push(recs);
-                        }
+                        let (recs_all, pieces_all, size) = array_pieces(r, &ap, e, floor, iod)?;
                         if iod.rec_size != 0 && size != 0 && iod.rec_size != size {
                             return Err(StoreError::InvalidArg(format!(
                                 "record size {} asked, {} stored",
@@ -1602,6 +1723,167 @@ impl ObjectStore for Vos {
                 }
             }
             Ok(out)
+        })
+    }
+
+    /// One pass over the index (the default looks a value up twice when its
+    /// size is open), and the bytes read from the bdev or the index become the
+    /// reply buffer itself when one extent (or one single value) covers the
+    /// whole request: no zeroed buffer, no copy.
+    fn fetch_owned(
+        &mut self,
+        cont: ContId,
+        oid: ObjectId,
+        epoch: Epoch,
+        dkey: &DKey,
+        iods: &[Iod],
+        limit: u64,
+    ) -> StoreResult<(FetchOut, Vec<Vec<u8>>)> {
+        oid.validate()?;
+        key_ok(&dkey.0, "dkey")?;
+        let e = read_epoch(epoch)?;
+        for iod in iods {
+            key_ok(&iod.akey.0, "akey")?;
+        }
+        let dp = keys::dkey_prefix(cont, oid, &dkey.0);
+        self.with_view(|r, st| {
+            r.cont(cont)?.ok_or(StoreError::NoContainer(cont))?;
+            let op = keys::obj_prefix(cont, oid);
+            let dfloor = newest_punch(r, &op, e)?.max(newest_punch(r, &dp, e)?);
+            let mut out = FetchOut::default();
+            let mut bufs = Vec::with_capacity(iods.len());
+            let mut total = 0u64;
+            let mut budget = |n: u64| -> StoreResult<()> {
+                total = total.saturating_add(n);
+                if total > limit {
+                    return Err(StoreError::TooLarge { size: total, limit });
+                }
+                Ok(())
+            };
+            for iod in iods {
+                let ap = keys::akey_prefix(&dp, &iod.akey.0);
+                let floor = dfloor.max(newest_punch(r, &ap, e)?);
+                match iod.iod_type {
+                    IodType::Single => {
+                        if iod.rec_size != 0 {
+                            budget(iod.rec_size)?;
+                        }
+                        // the latest-value cache holds only never-punched
+                        // containers' newest versions (floor is None there)
+                        let cacheable = r.never_punched(&op);
+                        let hit = if cacheable {
+                            st.svc.get(&ap, e).cloned()
+                        } else {
+                            None
+                        };
+                        let loc = match hit {
+                            Some(l) => Some(l),
+                            None => match sv_ver_at(r, &ap, e, floor)? {
+                                Some((ver, l)) => {
+                                    if cacheable && e == EPOCH_MAX.0 {
+                                        st.svc.put(&ap, ver.epoch, &l);
+                                    }
+                                    Some(l)
+                                }
+                                None => None,
+                            },
+                        };
+                        let Some(loc) = loc else {
+                            out.sizes.push(0);
+                            bufs.push(Vec::new());
+                            continue;
+                        };
+                        let size = loc.len();
+                        out.sizes.push(size);
+                        if iod.rec_size == 0 {
+                            budget(size)?;
+                        } else if iod.rec_size < size {
+                            return Err(StoreError::BufferTooSmall {
+                                need: size,
+                                have: iod.rec_size,
+                            });
+                        }
+                        bufs.push(match loc {
+                            Loc::Inline(d) => d,
+                            l => st.load(&l)?,
+                        });
+                    }
+                    IodType::Array => {
+                        let (recs_all, pieces_all, size) = array_pieces(r, &ap, e, floor, iod)?;
+                        if iod.rec_size != 0 && size != 0 && iod.rec_size != size {
+                            return Err(StoreError::InvalidArg(format!(
+                                "record size {} asked, {} stored",
+                                iod.rec_size, size
+                            )));
+                        }
+                        out.sizes.push(size);
+                        let rs = if iod.rec_size != 0 {
+                            iod.rec_size
+                        } else {
+                            size
+                        };
+                        let want = iod
+                            .recxs
+                            .iter()
+                            .map(|x| x.nr.saturating_mul(rs))
+                            .fold(0u64, u64::saturating_add);
+                        budget(want)?;
+                        if want == 0 {
+                            bufs.push(Vec::new());
+                            continue;
+                        }
+                        // one extent read whole covers the request: its bytes are the reply
+                        if let ([rx], [pieces], [recs]) =
+                            (&iod.recxs[..], &pieces_all[..], &recs_all[..])
+                        {
+                            if let [p] = &pieces[..] {
+                                let x = &recs[p.src];
+                                if p.idx == rx.idx
+                                    && p.nr == rx.nr
+                                    && x.ext.idx == rx.idx
+                                    && x.ext.nr == rx.nr
+                                {
+                                    let mut d = st.load(&x.loc)?;
+                                    if (d.len() as u64) < want {
+                                        return Err(StoreError::Corrupt(
+                                            "extent shorter than its records".into(),
+                                        ));
+                                    }
+                                    d.truncate(want as usize);
+                                    bufs.push(d);
+                                    continue;
+                                }
+                            }
+                        }
+                        let mut buf = vec![0u8; want as usize];
+                        let mut base = 0u64;
+                        let mut cache: HashMap<usize, Vec<u8>> = HashMap::new();
+                        for ((rx, pieces), recs) in iod.recxs.iter().zip(&pieces_all).zip(&recs_all)
+                        {
+                            cache.clear();
+                            for p in pieces {
+                                let x = &recs[p.src];
+                                if let std::collections::hash_map::Entry::Vacant(slot) =
+                                    cache.entry(p.src)
+                                {
+                                    slot.insert(st.load(&x.loc)?);
+                                }
+                                let d = &cache[&p.src];
+                                let so = ((p.idx - x.ext.idx) * rs) as usize;
+                                let dofs = (base + (p.idx - rx.idx) * rs) as usize;
+                                let n = (p.nr * rs) as usize;
+                                let src = d.get(so..so + n).ok_or_else(|| {
+                                    StoreError::Corrupt("extent shorter than its records".into())
+                                })?;
+                                buf[dofs..dofs + n].copy_from_slice(src);
+                            }
+                            base += rx.nr * rs;
+                        }
+                        bufs.push(buf);
+                    }
+                }
+            }
+            Ok((out, bufs))
         })
     }
 
