@@ -143,6 +143,50 @@ fn fix_icmp_checksum(pkt: &mut [u8], l3off: usize, et: u16, l4: usize) {
     pkt[l4 + 2..l4 + 4].copy_from_slice(&c.to_be_bytes());
 }
 
+/// CRC32c (Castagnoli, reflected), as SCTP uses; returns the value as the checksum
+/// field's 4 bytes (OVS `crc32c`: `~crc` stored in host = little-endian order).
+fn crc32c(data: &[u8]) -> [u8; 4] {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= b as u32;
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82f6_3b78
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    (!crc).to_le_bytes()
+}
+
+/// OVS `packet_set_sctp_port`: new ports, and the CRC32c updated so that a wrong
+/// checksum stays exactly as wrong (old ^ correct(old) ^ correct(new)).
+fn set_sctp_ports(pkt: &mut [u8], l3off: usize, et: u16, l4: usize, sp: u16, dp: u16) {
+    let end = match et {
+        ethertype::IPV4 => match Ipv4Packet::new_checked(&pkt[l3off..]) {
+            Ok(ip) => l3off + ip.total_len() as usize,
+            Err(_) => return,
+        },
+        _ => match Ipv6Packet::new_checked(&pkt[l3off..]) {
+            Ok(ip) => l3off + 40 + ip.payload_len() as usize,
+            Err(_) => return,
+        },
+    };
+    if end > pkt.len() || end < l4 + 12 {
+        return;
+    }
+    let old: [u8; 4] = pkt[l4 + 8..l4 + 12].try_into().expect("4 bytes");
+    pkt[l4 + 8..l4 + 12].fill(0);
+    let old_ok = crc32c(&pkt[l4..end]);
+    pkt[l4..l4 + 2].copy_from_slice(&sp.to_be_bytes());
+    pkt[l4 + 2..l4 + 4].copy_from_slice(&dp.to_be_bytes());
+    let new_ok = crc32c(&pkt[l4..end]);
+    for i in 0..4 {
+        pkt[l4 + 8 + i] = old[i] ^ old_ok[i] ^ new_ok[i];
+    }
+}
+
 /// Recomputes the IPv4 header checksum and the TCP/UDP checksum of a frame (what tc's
 /// `csum iph and tcp and udp` does after a pedit).
 pub fn fix_checksums(pkt: &mut [u8]) {
@@ -341,6 +385,10 @@ pub fn execute(actions: &[OdpAction], pkt: &mut Vec<u8>) -> Executed {
                 let dp = u16::from_be_bytes([pkt[l4off + 2], pkt[l4off + 3]]);
                 let sp = (sp & !src.1) | (src.0 & src.1);
                 let dp = (dp & !dst.1) | (dst.0 & dst.1);
+                if proto == ipproto::SCTP {
+                    set_sctp_ports(pkt, off, et, l4off, sp, dp);
+                    continue;
+                }
                 pkt[l4off..l4off + 2].copy_from_slice(&sp.to_be_bytes());
                 pkt[l4off + 2..l4off + 4].copy_from_slice(&dp.to_be_bytes());
                 fix_l4_checksum(pkt, off, et);
@@ -366,6 +414,13 @@ mod tests {
         ip.fill_checksum();
         fix_l4_checksum(&mut p, 14, ethertype::IPV4);
         p
+    }
+
+    #[test]
+    fn crc32c_known_value() {
+        // RFC 3720 B.4: 32 bytes of zeros -> 0x8a9136aa.
+        assert_eq!(u32::from_le_bytes(crc32c(&[0u8; 32])), 0x8a91_36aa);
+        assert_eq!(u32::from_le_bytes(crc32c(b"123456789")), 0xe306_9283);
     }
 
     #[test]

@@ -701,9 +701,9 @@ impl Field {
             self,
             Field::ArpOp | Field::ArpSha | Field::ArpTha | Field::ArpSpa | Field::ArpTpa
         );
-        if flow.is_ip_any() && l3 {
-            wc.full(f::NW_PROTO);
-        } else if flow.dl_type() == ethertype::ARP && arp {
+        // (OVS: the ARP op lives in nw_proto, so ARP rewrites need it too; only ARP,
+        // not RARP)
+        if (flow.is_ip_any() && l3) || (flow.dl_type() == ethertype::ARP && arp) {
             wc.full(f::NW_PROTO);
         }
     }
@@ -744,7 +744,7 @@ pub fn prereq_ok(p: Prereq, flow: &FlowKey, mut wc: Option<&mut FlowKey>) -> boo
             if flow.tp_dst() != 0 {
                 return false;
             }
-            if let Some(w) = wc.as_deref_mut() {
+            if let Some(w) = wc {
                 w.full(f::TP_SRC);
             }
             let t = flow.tp_src();

@@ -1867,6 +1867,159 @@ mod tests {
         assert!(parse_rule("dl_vlan=5,actions=push_vlan:0x8100,push_vlan:0x8100").is_err());
     }
 
+    /// Every ovs-fields(7) alias (and OVS's other accepted spellings) parses to the
+    /// same rule as the canonical name.
+    #[test]
+    fn match_and_action_aliases_are_the_same_rule() {
+        let pairs = [
+            ("ip,nw_src=1.2.3.4", "ip,ip_src=1.2.3.4"),
+            ("ip,nw_dst=1.2.3.0/24", "ip,ip_dst=1.2.3.0/24"),
+            ("dl_src=02:00:00:00:00:01", "eth_src=02:00:00:00:00:01"),
+            (
+                "dl_dst=02:00:00:00:00:00/01:00:00:00:00:00",
+                "eth_dst=02:00:00:00:00:00/01:00:00:00:00:00",
+            ),
+            ("dl_type=0x0800", "eth_type=0x0800"),
+            ("dl_type=0x0800", "ip"),
+            ("ip", "ipv4"),
+            ("ipv6", "ip6"),
+            ("ip", "eth,ip"),
+            ("ip,nw_proto=6", "ip,ip_proto=6"),
+            ("ip,nw_proto=6", "tcp"),
+            ("ip,nw_ecn=1", "ip,ip_ecn=1"),
+            ("ip,nw_frag=later", "ip,ip_frag=later"),
+            ("ip,nw_tos=184", "ip,ip_dscp=46"),
+            ("ip,nw_tos=184", "ip,nw_tos=187"),
+            ("tcp,tp_src=1", "tcp,tcp_src=1"),
+            ("tcp,tp_dst=0x50/0xfff0", "tcp,tcp_dst=0x50/0xfff0"),
+            ("udp,tp_dst=53", "udp,udp_dst=53"),
+            ("udp6,tp_src=53", "udp6,udp_src=53"),
+            ("sctp,tp_dst=9", "sctp,sctp_dst=9"),
+            ("in_port=3", "in_port_oxm=3"),
+            ("arp,nw_src=10.0.0.1", "arp,arp_spa=10.0.0.1"),
+            ("arp,nw_dst=10.0.0.0/8", "arp,arp_tpa=10.0.0.0/8"),
+            ("arp,nw_proto=2", "arp,arp_op=2"),
+            ("icmp6,icmp_type=135", "icmp6,icmpv6_type=135"),
+            ("icmp6,icmp_code=0", "icmp6,icmpv6_code=0"),
+            ("dl_vlan=5,dl_vlan_pcp=3", "dl_vlan=5,vlan_pcp=3"),
+            ("dl_vlan=5", "dl_vlan=0x1005"),
+            ("dl_vlan=5", "vlan_vid=0x1005/0x1fff"),
+            (
+                "tcp,actions=set_field:1->tcp_dst",
+                "tcp,actions=set_field:1->tp_dst",
+            ),
+            (
+                "tcp,actions=set_field:1->tcp_src",
+                "tcp,actions=mod_tp_src:1",
+            ),
+            (
+                "ip,actions=set_field:1.2.3.4->ip_src",
+                "ip,actions=set_field:1.2.3.4->nw_src",
+            ),
+            (
+                "actions=set_field:02:00:00:00:00:01->eth_src",
+                "actions=set_field:02:00:00:00:00:01->dl_src",
+            ),
+            (
+                "ip,actions=set_field:1->nw_ecn",
+                "ip,actions=set_field:1->ip_ecn",
+            ),
+            (
+                "tcp,actions=load:80->NXM_OF_TCP_DST[]",
+                "tcp,actions=load:80->OXM_OF_TCP_DST[]",
+            ),
+            (
+                "tcp,actions=load:80->NXM_OF_TCP_DST[]",
+                "tcp,actions=load:80->tcp_dst[]",
+            ),
+            (
+                "tcp,actions=load:80->NXM_OF_TCP_DST[]",
+                "tcp,actions=load:80->tp_dst",
+            ),
+            (
+                "arp,actions=load:2->NXM_OF_ARP_OP[]",
+                "arp,actions=load:2->arp_op[]",
+            ),
+            (
+                "ip,actions=move:NXM_OF_IP_SRC[]->NXM_OF_IP_DST[]",
+                "ip,actions=move:nw_src[]->OXM_OF_IPV4_DST[]",
+            ),
+            (
+                "ip,actions=move:NXM_NX_IP_TTL[]->NXM_NX_REG0[0..7]",
+                "ip,actions=move:nw_ttl->reg0[0..7]",
+            ),
+        ];
+        for (a, b) in pairs {
+            let with = |s: &str| {
+                if s.contains("actions=") {
+                    s.to_string()
+                } else {
+                    format!("{s},actions=drop")
+                }
+            };
+            let ra = parse_rule(&with(a)).unwrap_or_else(|e| panic!("{a}: {e}"));
+            let rb = parse_rule(&with(b)).unwrap_or_else(|e| panic!("{b}: {e}"));
+            assert_eq!(ra, rb, "{a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn field_writes_parse_to_field_actions() {
+        let r = parse_rule("udp,actions=set_field:5/0xf->udp_src").unwrap();
+        assert_eq!(
+            r.actions,
+            vec![Action::LoadField {
+                dst: Field::UdpSrc,
+                value: 5,
+                mask: 0xf,
+                as_load: false
+            }]
+        );
+        let r = parse_rule("ipv6,actions=set_field:0x12345->ipv6_label").unwrap();
+        assert_eq!(
+            r.actions[0],
+            Action::LoadField {
+                dst: Field::Ipv6Label,
+                value: 0x12345,
+                mask: 0xfffff,
+                as_load: false
+            }
+        );
+        let r = parse_rule("tcp,actions=load:1->tp_src[3]").unwrap();
+        assert_eq!(
+            r.actions[0],
+            Action::LoadField {
+                dst: Field::TcpSrc,
+                value: 8,
+                mask: 8,
+                as_load: true
+            }
+        );
+        // What OVS refuses, we refuse (and say why).
+        for bad in [
+            "udp,actions=set_field:80->tp_dst",
+            "tcp,actions=set_field:80->NXM_OF_TCP_DST",
+            "ip,actions=set_field:5->nw_ecn",
+            "ip,actions=set_field:0xff->nw_tos",
+            "arp,actions=set_field:300->arp_op",
+            "icmp6,actions=set_field:fe80::1->nd_target",
+            "ip,actions=set_field:6->nw_proto",
+            "ip,actions=load:5->NXM_NX_IP_ECN[]",
+            "ip,actions=move:NXM_NX_REG0[0..8]->NXM_NX_IP_TTL[]",
+            "actions=move:NXM_NX_REG0[0..15]->NXM_OF_ETH_TYPE[]",
+        ] {
+            assert!(parse_rule(bad).is_err(), "{bad}");
+        }
+        // What OVS takes but dpustack does not do: refused loudly, never ignored.
+        for gap in [
+            "actions=set_field:3->in_port",
+            "actions=set_field:0x1005->vlan_tci",
+        ] {
+            let e = parse_rule(gap).unwrap_err();
+            assert!(e.msg.contains("not supported by dpustack"), "{gap}: {e}");
+        }
+    }
+
     #[test]
     fn frag_values() {
         let r = parse_rule("ip,nw_frag=later,actions=drop").unwrap();
