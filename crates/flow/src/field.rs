@@ -664,10 +664,14 @@ impl Field {
         }
     }
 
-    /// Writes the bits of `mask` (OVS `mf_set_flow_value_masked`).
+    /// Writes the bits of `mask` into a packet's flow (OVS `mf_set_flow_value_masked`;
+    /// a `vlan_tci` that gains a tag gets TPID 0x8100, OVS `flow_fix_vlan_tpid`).
     pub fn set_masked(self, k: &mut FlowKey, v: u128, mask: u128) {
         let old = self.get(k);
         self.set(k, (old & !mask) | (v & mask));
+        if self == Field::VlanTci && k.vlan0_tci() & VLAN_CFI != 0 && k.get(f::VLAN0_TPID) == 0 {
+            k.set(f::VLAN0_TPID, ethertype::VLAN as u64);
+        }
     }
 
     /// Un-wildcards the bits of `mask` in `wc` (OVS `mf_mask_field_masked`).

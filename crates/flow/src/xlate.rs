@@ -909,8 +909,10 @@ impl FlowTable {
     /// OVS `do_xlate_actions` over `actions`; `miss`: they are a table-miss rule's
     /// (packet-in reason no_match).
     fn do_actions(&self, x: &mut Ctx, actions: &[Action], miss: bool) {
-        let in_port = x.flow.in_port();
         for (i, a) in actions.iter().enumerate() {
+            // The flow's in_port (OVS `ctx->xin->flow.in_port`): a set_field/load/move
+            // may have changed it; outputs to it are skipped, IN_PORT outputs to it.
+            let in_port = x.flow.in_port();
             if x.error.is_some() {
                 return;
             }

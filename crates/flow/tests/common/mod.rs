@@ -152,10 +152,16 @@ priority=84,in_port=4,eth_src=02:00:00:00:00:01,eth_dst=02:00:00:00:00:02/ff:ff:
 priority=83,in_port=4,arp,arp_op=1,arp_spa=10.0.0.0/24,arp_tha=00:00:00:00:00:00,actions=set_field:02:00:00:00:00:99->arp_tha,set_field:2->arp_op,output:1
 priority=82,in_port=4,icmp6,icmpv6_type=135,icmpv6_code=0,nd_sll=02:00:00:00:00:01,actions=set_field:02:00:00:00:00:77->nd_sll,output:1
 priority=81,in_port=4,icmp,icmp_type=8,icmp_code=0,actions=set_field:0->icmp_type,dec_ttl,output:1
+priority=96,in_port=3,dl_vlan=5,actions=load:7->NXM_OF_VLAN_TCI[0..11],output:4
+priority=86,in_port=4,dl_vlan=9,actions=set_field:0->vlan_tci,output:1
+priority=87,in_port=4,udp,actions=set_field:0x3064->vlan_tci,output:1
+priority=80,in_port=1,ip,nw_proto=50,actions=set_field:2->in_port,output:2,output:1,in_port
+priority=99,in_port=2,ip,nw_proto=50,actions=move:NXM_OF_IN_PORT[]->NXM_NX_REG0[0..15],set_field:4->in_port,resubmit(,1),output:2
+table=1,priority=10,in_port=4,reg0=2,actions=output:1,output:4
 priority=1,actions=drop
 ";
 
-pub const FIELD_PACKETS: [&str; 22] = [
+pub const FIELD_PACKETS: [&str; 27] = [
     "in_port=1,tcp,nw_src=10.0.0.1,nw_dst=10.0.0.2,nw_ttl=64,tcp_src=1000,tcp_dst=80",
     "in_port=1,udp,nw_src=10.0.0.1,nw_dst=10.0.0.2,nw_ttl=64,udp_src=1,udp_dst=2",
     "in_port=1,sctp,nw_src=10.0.0.1,nw_dst=10.0.0.2,nw_ttl=64,sctp_src=5,sctp_dst=6",
@@ -178,4 +184,9 @@ pub const FIELD_PACKETS: [&str; 22] = [
     "in_port=4,arp,arp_op=1,arp_spa=10.0.0.7,arp_tpa=10.0.0.2,arp_sha=02:00:00:00:00:01",
     "in_port=4,icmp6,ipv6_src=fd00::1,ipv6_dst=ff02::1:ff00:9,nw_ttl=255,icmpv6_type=135,icmpv6_code=0,nd_target=fe80::9,nd_sll=02:00:00:00:00:01",
     "in_port=4,icmp,nw_src=10.0.0.1,nw_dst=10.0.0.2,nw_ttl=64,icmp_type=8,icmp_code=0",
+    "in_port=3,dl_vlan=5,dl_vlan_pcp=3,ip,nw_src=10.0.0.1,nw_dst=10.0.0.2,nw_proto=50",
+    "in_port=4,dl_vlan=9,ip,nw_src=10.0.0.1,nw_dst=10.0.0.2,nw_proto=50",
+    "in_port=4,udp,nw_src=10.0.0.1,nw_dst=10.0.0.2,udp_src=1,udp_dst=2",
+    "in_port=1,ip,nw_src=10.0.0.1,nw_dst=10.0.0.2,nw_proto=50",
+    "in_port=2,ip,nw_src=10.0.0.1,nw_dst=10.0.0.2,nw_proto=50",
 ];
