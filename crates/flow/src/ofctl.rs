@@ -109,6 +109,8 @@ pub enum Action {
     PushVlan(u16),
     SetField(SetField, u128),
     DecTtl,
+    /// `mod_nw_ttl:V` (OpenFlow 1.1+ set-nw-ttl; OVS keeps it, unlike the other `mod_*`).
+    ModNwTtl(u8),
     /// Send to the controller (`controller`, `controller:max_len`).
     Controller(u16),
     /// `resubmit(PORT,TABLE)` / `resubmit(,TABLE)` / `resubmit:PORT` (Nicira extension):
@@ -215,6 +217,10 @@ impl Bucket {
             let class = match a {
                 Action::StripVlan => {
                     strip = Some(a);
+                    continue;
+                }
+                Action::ModNwTtl(_) => {
+                    sets.push(a.clone());
                     continue;
                 }
                 Action::PushVlan(_) => {
@@ -1453,6 +1459,22 @@ fn parse_actions_in(s: &str, m: &Match, any: bool) -> Result<Vec<Action>, ParseE
                     return Err(perr(name, "low 2 bits (ECN) must be zero"));
                 }
                 out.push(Action::SetField(SetField::IpDscp, v as u128));
+            }
+            "mod_nw_ttl" | "mod_nw_ecn" => {
+                if !matches!(cf.dl_type, Some(ethertype::IPV4) | Some(ethertype::IPV6)) && !cf.any {
+                    return Err(perr(name, "needs an `ip` or `ipv6` match"));
+                }
+                if name == "mod_nw_ttl" {
+                    out.push(Action::ModNwTtl(num_max(name, argv(name)?, 0xff)? as u8));
+                } else {
+                    // OVS holds it as set_field:V->nw_ecn after its OpenFlow 1.3 round trip.
+                    out.push(Action::LoadField {
+                        dst: Field::NwEcn,
+                        value: num_max(name, argv(name)?, 3)? as u128,
+                        mask: 3,
+                        as_load: false,
+                    });
+                }
             }
             "mod_tp_src" | "mod_tp_dst" => {
                 let v = num_max(name, argv(name)?, 0xffff)?;

@@ -205,6 +205,7 @@ pub fn format_ofpacts(actions: &[Action]) -> String {
             Action::StripVlan => "pop_vlan".into(),
             Action::PushVlan(t) => format!("push_vlan:{t:#x}"),
             Action::DecTtl => "dec_ttl".into(),
+            Action::ModNwTtl(t) => format!("mod_nw_ttl:{t}"),
             Action::Controller(ml) => format!("CONTROLLER:{ml}"),
             Action::GotoTable(t) => format!("goto_table:{t}"),
             Action::Group(g) => format!("group:{g}"),

@@ -1008,6 +1008,14 @@ impl FlowTable {
                     x.flow.set(f::VLAN0_TCI, VLAN_CFI as u64);
                 }
                 Action::SetField(sf, v) => self.set_field(x, sf, v),
+                Action::ModNwTtl(t) => {
+                    // OVS OFPACT_SET_IP_TTL.
+                    if x.flow.is_ip_any() {
+                        x.wc.full(f::NW_PROTO);
+                        x.wc.full(f::NW_TTL);
+                        x.flow.set(f::NW_TTL, t as u64);
+                    }
+                }
                 Action::DecTtl => {
                     x.wc.full(f::NW_TTL);
                     x.wc.full(f::NW_PROTO);

@@ -158,10 +158,12 @@ priority=87,in_port=4,udp,actions=set_field:0x3064->vlan_tci,output:1
 priority=80,in_port=1,ip,nw_proto=50,actions=set_field:2->in_port,output:2,output:1,in_port
 priority=99,in_port=2,ip,nw_proto=50,actions=move:NXM_OF_IN_PORT[]->NXM_NX_REG0[0..15],set_field:4->in_port,resubmit(,1),output:2
 table=1,priority=10,in_port=4,reg0=2,actions=output:1,output:4
+priority=79,in_port=1,ip6,nw_proto=50,actions=mod_nw_ttl:7,mod_nw_ecn:2,dec_ttl,output:3
+priority=79,in_port=3,ip,nw_proto=50,actions=mod_nw_ecn:1,mod_nw_ttl:5,output:2
 priority=1,actions=drop
 ";
 
-pub const FIELD_PACKETS: [&str; 27] = [
+pub const FIELD_PACKETS: [&str; 29] = [
     "in_port=1,tcp,nw_src=10.0.0.1,nw_dst=10.0.0.2,nw_ttl=64,tcp_src=1000,tcp_dst=80",
     "in_port=1,udp,nw_src=10.0.0.1,nw_dst=10.0.0.2,nw_ttl=64,udp_src=1,udp_dst=2",
     "in_port=1,sctp,nw_src=10.0.0.1,nw_dst=10.0.0.2,nw_ttl=64,sctp_src=5,sctp_dst=6",
@@ -189,4 +191,6 @@ pub const FIELD_PACKETS: [&str; 27] = [
     "in_port=4,udp,nw_src=10.0.0.1,nw_dst=10.0.0.2,udp_src=1,udp_dst=2",
     "in_port=1,ip,nw_src=10.0.0.1,nw_dst=10.0.0.2,nw_proto=50",
     "in_port=2,ip,nw_src=10.0.0.1,nw_dst=10.0.0.2,nw_proto=50",
+    "in_port=1,ipv6,ipv6_src=fd00::1,ipv6_dst=fd00::2,nw_ttl=64,nw_proto=50",
+    "in_port=3,ip,nw_src=10.0.0.1,nw_dst=10.0.0.2,nw_ttl=64,nw_proto=50",
 ];
