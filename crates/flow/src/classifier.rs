@@ -356,6 +356,16 @@ impl Classifier {
         None
     }
 
+    /// The id of the rule with exactly this match and priority (an OpenFlow strict
+    /// lookup), without a scan of the rules.
+    pub fn find(&self, m: &Match, priority: u16) -> Option<u32> {
+        let si = *self.by_mask.get(&m.mask)?;
+        let list = self.subtables[si].rules.get(&m.key.and(&m.mask))?;
+        list.iter()
+            .find(|&&(p, _)| p == priority)
+            .map(|&(_, id)| id)
+    }
+
     /// Removes the rule with exactly this match and priority; returns its id.
     pub fn remove(&mut self, m: &Match, priority: u16) -> Option<u32> {
         let si = *self.by_mask.get(&m.mask)?;

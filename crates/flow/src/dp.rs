@@ -1009,6 +1009,7 @@ impl Datapath {
             let ex = crate::exec::execute(acts, &mut fr);
             all.outputs.extend(ex.outputs);
             all.packet_ins += ex.packet_ins;
+            all.to_controller.extend(ex.to_controller);
             queue.extend(ex.recircs.into_iter().map(|(i, h, f)| (i, h, f, depth + 1)));
         }
         all

@@ -12,12 +12,27 @@ use wire::ethernet::{
 pub struct Executed {
     /// (port, frame) for every output action, in order.
     pub outputs: Vec<(u32, Vec<u8>)>,
-    /// Packet-ins (controller/userspace actions); there is no controller, they are counted.
+    /// Packet-ins (controller/userspace actions), counted.
     pub packet_ins: usize,
+    /// The packet-ins to send (not those of a trace, `dont_send`): the frame as it
+    /// was at the controller action, with the action's reason, cookie, table, max_len.
+    pub to_controller: Vec<ToController>,
     /// Every `recirc(ID)`: (recirc_id, dp_hash, the packet as it was then) to look up
     /// again (each is a clone, as dpif-netdev forks a recirculation that is not the
     /// last action); dp_hash is 0 unless a `hash()` action computed it.
     pub recircs: Vec<(u32, u32, Vec<u8>)>,
+}
+
+/// A packet for the controller (OpenFlow packet-in), from a `userspace(controller)`
+/// datapath action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToController {
+    /// OVS's reason: 1 action, 2 invalid TTL, 3 table-miss rule (OpenFlow NO_MATCH).
+    pub reason: u8,
+    pub cookie: u64,
+    pub table_id: u8,
+    pub max_len: u16,
+    pub frame: Vec<u8>,
 }
 
 /// Offset of the L3 header and its EtherType (after at most two VLAN tags).
@@ -212,7 +227,25 @@ pub fn execute(actions: &[OdpAction], pkt: &mut Vec<u8>) -> Executed {
                 dp_hash = crate::group::hash_sym_l4(&crate::FlowKey::from_packet(0, pkt), basis);
             }
             OdpAction::Recirc(id) => ex.recircs.push((id, dp_hash, pkt.clone())),
-            OdpAction::Controller { .. } => ex.packet_ins += 1,
+            OdpAction::Controller {
+                reason,
+                dont_send,
+                cookie,
+                max_len,
+                table_id,
+                ..
+            } => {
+                ex.packet_ins += 1;
+                if !dont_send {
+                    ex.to_controller.push(ToController {
+                        reason,
+                        cookie,
+                        table_id,
+                        max_len,
+                        frame: pkt.clone(),
+                    });
+                }
+            }
             OdpAction::PushVlan { tpid, tci } => {
                 if pkt.len() >= 12 {
                     // The CFI bit is OVS's "tag present" marker, not sent (eth_push_vlan).

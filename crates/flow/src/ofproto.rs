@@ -46,6 +46,24 @@ impl FlowTable {
         self.life.get(&id)
     }
 
+    /// Removes rule `id` (an OpenFlow strict delete or a modify's replacement);
+    /// returns it with its statistics. A caller must mark its megaflows for
+    /// revalidation.
+    pub fn remove_rule(&mut self, id: u32) -> Option<(Rule, RuleStats)> {
+        let rule = self.rules.remove(&id)?;
+        self.cls_mut(rule.table).remove(&rule.m, rule.priority);
+        let stats = self.life.remove(&id).unwrap_or_default();
+        self.clear_frozen();
+        Some((rule, stats))
+    }
+
+    /// Sets the lifetime and counters of rule `id` (an OpenFlow modify keeps them).
+    pub fn set_rule_stats(&mut self, id: u32, s: RuleStats) {
+        if let Some(l) = self.life.get_mut(&id) {
+            *l = s;
+        }
+    }
+
     /// Credits `packets`/`bytes` used at `used` to rule `id` (OVS
     /// `rule_dpif_credit_stats`: counters add up, `used` only moves forward). A rule
     /// that no longer exists is ignored. Does not allocate.

@@ -76,6 +76,9 @@ pub enum OdpAction {
         recirc_id: u32,
         cookie: u64,
         max_len: u16,
+        /// The table of the rule whose action this is (OpenFlow packet-in `table_id`;
+        /// not part of OVS's datapath action text).
+        table_id: u8,
     },
 }
 
@@ -128,6 +131,7 @@ impl std::fmt::Display for OdpAction {
                 recirc_id,
                 cookie,
                 max_len,
+                ..
             } => {
                 write!(
                     fm,
@@ -564,16 +568,29 @@ impl FlowTable {
     /// [`Self::xlate`]; `dont_send` marks packet-ins as not to be sent (what OVS does
     /// when tracing a flow without packet bytes).
     pub fn xlate_with(&self, flow: &FlowKey, dont_send: bool) -> Xlated {
-        self.xlate_full(flow, dont_send, None)
+        self.xlate_full(flow, dont_send, None, None)
+    }
+
+    /// Translates the actions of an OpenFlow PACKET_OUT for the packet `flow` at `now`
+    /// (ms): `actions` run as if a rule in table 0 had matched (resubmit / groups see
+    /// the real tables), packet-ins are sent (reason action).
+    pub fn xlate_packet_out(&self, flow: &FlowKey, actions: &[Action], now: u64) -> Xlated {
+        self.xlate_full(flow, false, Some(now), Some(actions))
     }
 
     /// Translates an upcall at `now` (ms): like [`Self::xlate`], and `NORMAL` learns
     /// source MACs (a trace does not, as OVS's `ofproto/trace`).
     pub fn xlate_upcall(&self, flow: &FlowKey, now: u64) -> Xlated {
-        self.xlate_full(flow, false, Some(now))
+        self.xlate_full(flow, false, Some(now), None)
     }
 
-    fn xlate_full(&self, flow: &FlowKey, dont_send: bool, learn_now: Option<u64>) -> Xlated {
+    fn xlate_full(
+        &self,
+        flow: &FlowKey,
+        dont_send: bool,
+        learn_now: Option<u64>,
+        packet_out: Option<&[Action]>,
+    ) -> Xlated {
         let mut wc = FlowKey::ZERO;
         // xlate_wc_init
         wc.full(f::IN_PORT);
@@ -619,6 +636,8 @@ impl FlowTable {
                     self.do_actions(&mut x, &fz.actions, false);
                 }
             }
+        } else if let Some(acts) = packet_out {
+            self.do_actions(&mut x, acts, false);
         } else {
             rule = self.lookup_in(&mut x, 0, flow.in_port());
             if let Some(id) = rule {
@@ -1156,6 +1175,7 @@ impl FlowTable {
             recirc_id: id,
             cookie,
             max_len,
+            table_id: x.table_id,
         });
     }
 

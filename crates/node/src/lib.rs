@@ -347,6 +347,7 @@ impl Node {
             ports: c.ports.clone(),
             duration: None,
             max_idle_ms: c.max_idle,
+            openflow: Default::default(),
             dp: switch::DatapathOpts {
                 hw_offload: c.hw_offload,
                 offload_priority: c.offload_priority.clone(),

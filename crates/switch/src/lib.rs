@@ -10,18 +10,25 @@
 //! stop), applied by the loop and sent to it in-process through a
 //! [`control::Control`] (other processes reach them as the node's
 //! `dpustack_switch_*` JSON-RPC methods, node::manage). [`trace`] parses the packet
-//! lines of `switch trace`.
+//! lines of `switch trace`. The OpenFlow 1.3 channel (listeners, controllers):
+//! [`openflow`] (connection state machine), [`openflow_switch`] (messages applied to
+//! the table), [`openflow_conv`] (OXM/actions <-> rules), [`openflow_io`] (sockets).
 //!
 //! Does not own: classification, translation, megaflows (`flow`); argument
 //! parsing (the CLI). The loop's own lines ("switch running", expired rules,
 //! "switch stopped") go to the `std::io::Write` it is given.
 //!
-//! Depends on `flow` (with its `driver` feature: AF_PACKET, pcap, poll).
+//! Depends on `flow` (with its `driver` feature: AF_PACKET, pcap, poll) and
+//! `openflow` (the wire format).
 
 #![forbid(unsafe_code)]
 
 pub mod control;
 pub mod offload;
+pub mod openflow;
+pub mod openflow_conv;
+pub mod openflow_io;
+pub mod openflow_switch;
 pub mod port;
 mod runtime;
 pub mod trace;

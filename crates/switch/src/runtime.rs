@@ -41,6 +41,9 @@ pub struct SwitchOpts {
     pub mac_table_size: usize,
     /// hw-offload, offload providers/threads, flow limit ([`crate::offload`]).
     pub dp: crate::offload::DatapathOpts,
+    /// The OpenFlow channel: listeners, controllers, fail mode
+    /// ([`crate::openflow_io`]; none configured: no channel).
+    pub openflow: crate::openflow_io::OfOpts,
 }
 
 /// Stops a running switch loop (from a signal handler, another thread, or `up`'s stop).
@@ -207,6 +210,30 @@ fn run_loop(
             }
         }
     }
+    let mut of = if a.openflow.enabled() {
+        let names: BTreeMap<u32, String> = a
+            .ports
+            .iter()
+            .filter_map(|s| {
+                let (n, rest) = s.split_once('=')?;
+                let n: u32 = n.trim().parse().ok()?;
+                let name = match rest.split_once(':') {
+                    Some(("afpacket", ifname)) => ifname.to_string(),
+                    _ => format!("p{n}"),
+                };
+                Some((n, name))
+            })
+            .collect();
+        let ag = crate::openflow_io::OfAgent::start(&a.openflow, &names, 1)?;
+        writeln!(
+            log,
+            "openflow: listening on {:?}, controllers {:?}, fail mode {}",
+            a.openflow.listen, a.openflow.controllers, a.openflow.fail_mode
+        )?;
+        Some(ag)
+    } else {
+        None
+    };
     writeln!(
         log,
         "switch running: {} ports, {} rules, {} groups",
@@ -230,20 +257,26 @@ fn run_loop(
         // Switch.
         for (in_port, mut frame) in pending.drain(..) {
             c.rx += 1;
+            if let Some(ag) = of.as_mut() {
+                ag.count_rx(in_port, frame.len());
+            }
             let ex = dp.receive_execute(table, in_port, &mut frame, now_ms);
             c.packet_ins += ex.packet_ins as u64;
+            if let Some(ag) = of.as_mut() {
+                ag.packet_ins(in_port, &ex.to_controller);
+            }
             for (out, fr) in ex.outputs {
-                match ports.get_mut(&out) {
-                    Some(Port::Af(s)) => {
-                        s.send(&fr)?;
-                        c.tx += 1;
-                    }
-                    Some(Port::PcapTx(w)) => {
-                        w.write(start.elapsed(), &fr)?;
-                        c.tx += 1;
-                    }
-                    _ => c.dropped_no_port += 1,
-                }
+                send_out(ports, &mut of, &mut c, start, out, &fr)?;
+            }
+        }
+        // OpenFlow: connections, FLOW_MODs, PACKET_OUTs (their frames go out here).
+        if let Some(ag) = of.as_mut() {
+            let outs = ag.run(table, &mut dp, now_ms);
+            for l in ag.log.drain(..) {
+                writeln!(log, "{l}")?;
+            }
+            for (out, fr) in outs {
+                send_out(ports, &mut of, &mut c, start, out, &fr)?;
             }
         }
         // Control commands.
@@ -264,8 +297,15 @@ fn run_loop(
             ),
             _ => None,
         };
+        let down_before = of.as_ref().map(|_| table.ports_down.clone());
         if ctl.serve(table, &mut dp, now_ms, &fill, &mut own) {
             stop.stop();
+        }
+        // port-down / port-up: PORT_STATUS to the controllers.
+        if let (Some(ag), Some(before)) = (of.as_mut(), down_before) {
+            for p in before.symmetric_difference(&table.ports_down) {
+                ag.port_changed(table, *p);
+            }
         }
         // Offload results (states, marks); cheap when none is ready.
         dp.offload_poll();
@@ -281,6 +321,9 @@ fn run_loop(
             rv.update_flow_limit(t0.elapsed().as_millis() as u64, dp.n_flows());
             for e in &sw.rules_expired {
                 c.rules_expired += 1;
+                if let Some(ag) = of.as_mut() {
+                    ag.expired(e, now_ms);
+                }
                 writeln!(
                     log,
                     "rule expired ({:?} timeout): {}",
@@ -298,8 +341,12 @@ fn run_loop(
             })
             .collect();
         fds.push(ctl.fd());
+        if let Some(ag) = of.as_ref() {
+            fds.extend(ag.fds());
+        }
         poll_readable(&fds, 10);
     }
+    drop(of);
     writeln!(
         log,
         "switch stopped: rx {} tx {} dropped(no port) {} packet-ins {} upcalls {} recirculations {} megaflows {} rules expired {} hw-forwarded {} mark hits {}",
@@ -314,5 +361,29 @@ fn run_loop(
         dp.stats.hw_forwarded,
         dp.stats.mark_hits
     )?;
+    Ok(())
+}
+
+/// Sends a frame to port `out` (AF_PACKET or pcap), counting it.
+fn send_out(
+    ports: &mut BTreeMap<u32, Port>,
+    of: &mut Option<crate::openflow_io::OfAgent>,
+    c: &mut Counters,
+    start: Instant,
+    out: u32,
+    fr: &[u8],
+) -> Result<()> {
+    match ports.get_mut(&out) {
+        Some(Port::Af(s)) => s.send(fr)?,
+        Some(Port::PcapTx(w)) => w.write(start.elapsed(), fr)?,
+        _ => {
+            c.dropped_no_port += 1;
+            return Ok(());
+        }
+    }
+    c.tx += 1;
+    if let Some(ag) = of.as_mut() {
+        ag.count_tx(out, fr.len());
+    }
     Ok(())
 }

@@ -142,6 +142,7 @@ fn netns_normal_vlans_ping_and_fdb_ages() {
             .collect(),
         duration: Some(Duration::from_secs(120)),
         max_idle_ms: 10_000,
+        openflow: Default::default(),
         dp: Default::default(),
         vlans: vec![
             "1:tag=10".into(),

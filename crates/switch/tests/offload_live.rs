@@ -76,6 +76,7 @@ fn live_switch_offloads_and_shows_it() {
         ],
         duration: Some(Duration::from_secs(30)),
         max_idle_ms: 10_000,
+        openflow: Default::default(),
         dp: DatapathOpts {
             hw_offload: true,
             offload_priority: "tc,rte".into(),

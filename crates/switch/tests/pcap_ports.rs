@@ -64,6 +64,7 @@ fn pcap_replay_through_the_table_and_ctl_stop() {
         ],
         duration: Some(Duration::from_secs(20)),
         max_idle_ms: 10_000,
+        openflow: Default::default(),
         dp: Default::default(),
     };
     let (ctl, crx) = channel().unwrap();
@@ -115,6 +116,7 @@ fn pcap_replay_through_the_table_and_ctl_stop() {
         ports: vec![format!("1=pcap-rx:{}", dir.join("missing.pcap").display())],
         duration: None,
         max_idle_ms: 10_000,
+        openflow: Default::default(),
         dp: Default::default(),
     };
     let e = Switch::start(bad).err().expect("start fails");

@@ -112,6 +112,24 @@ pub struct RunArgs {
     /// Stop after this many seconds (default: until Ctrl-C or `switch stop`).
     #[arg(long)]
     pub duration: Option<f64>,
+    /// OpenFlow 1.3 listener (ovs-ofctl, controllers connect here): `ptcp:[PORT][:IP]`
+    /// (default 6653 on 127.0.0.1) or `punix:PATH`. Repeatable.
+    #[arg(long = "listen", value_name = "TARGET")]
+    pub of_listen: Vec<String>,
+    /// OpenFlow 1.3 controller to connect to: `tcp:IP[:PORT]` (reconnects with
+    /// back-off 1..8 s). Repeatable.
+    #[arg(long = "controller", value_name = "tcp:IP[:PORT]")]
+    pub of_controllers: Vec<String>,
+    /// OVS fail mode with controllers: `secure` (table as it is) or `standalone`
+    /// (NORMAL forwarding while no controller is connected).
+    #[arg(long, default_value = "secure")]
+    pub fail_mode: String,
+    /// OpenFlow inactivity probe in seconds (0: off; OVS's default 5).
+    #[arg(long, default_value_t = 5.0)]
+    pub inactivity_probe: f64,
+    /// OpenFlow datapath id (FEATURES_REPLY).
+    #[arg(long, default_value_t = 1)]
+    pub datapath_id: u64,
     /// Megaflows idle this long are removed (OVS other_config:max-idle).
     #[arg(long, default_value_t = 10_000)]
     pub max_idle_ms: u64,
@@ -434,6 +452,13 @@ fn run_switch(a: &RunArgs) -> Result<()> {
         vlans: a.vlans.clone(),
         mac_aging_s: a.mac_aging,
         mac_table_size: a.mac_table_size,
+        openflow: switch::openflow_io::OfOpts {
+            listen: a.of_listen.clone(),
+            controllers: a.of_controllers.clone(),
+            fail_mode: a.fail_mode.clone(),
+            probe_ms: (a.inactivity_probe * 1000.0) as u64,
+            datapath_id: a.datapath_id,
+        },
         dp: switch::DatapathOpts {
             hw_offload: a.hw_offload,
             offload_priority: a.offload_priority.clone(),

@@ -147,6 +147,7 @@ fn rte_partial_offload_when_actions_do_not_translate() {
             recirc_id: 0,
             cookie: 0,
             max_len: 65535,
+            table_id: 0,
         }],
         vec![
             OdpAction::SetIpv4 {
