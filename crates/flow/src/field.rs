@@ -541,6 +541,103 @@ impl Field {
             _ => self.info().2.is_some() || self.info().3.is_some(),
         }
     }
+    /// The NXM header (class, field, bytes) OVS uses for the field (class 0 =
+    /// `NXM_OF_*`, 1 = `NXM_NX_*`), if it has one.
+    pub fn nxm_header(self) -> Option<(u16, u8, u8)> {
+        let h = |c: u16, f: u8, n: u8| Some((c, f, n));
+        match self {
+            Field::Meta(MetaField::Reg(i)) => h(1, i, 4),
+            Field::Meta(_) => None,
+            Field::InPort => h(0, 0, 2),
+            Field::EthDst => h(0, 1, 6),
+            Field::EthSrc => h(0, 2, 6),
+            Field::EthType => h(0, 3, 2),
+            Field::VlanTci => h(0, 4, 2),
+            Field::NwTos => h(0, 5, 1),
+            Field::NwProto => h(0, 6, 1),
+            Field::IpSrc => h(0, 7, 4),
+            Field::IpDst => h(0, 8, 4),
+            Field::TcpSrc => h(0, 9, 2),
+            Field::TcpDst => h(0, 10, 2),
+            Field::UdpSrc => h(0, 11, 2),
+            Field::UdpDst => h(0, 12, 2),
+            Field::IcmpType => h(0, 13, 1),
+            Field::IcmpCode => h(0, 14, 1),
+            Field::ArpOp => h(0, 15, 2),
+            Field::ArpSpa => h(0, 16, 4),
+            Field::ArpTpa => h(0, 17, 4),
+            Field::ArpSha => h(1, 17, 6),
+            Field::ArpTha => h(1, 18, 6),
+            Field::Ipv6Src => h(1, 19, 16),
+            Field::Ipv6Dst => h(1, 20, 16),
+            Field::Icmpv6Type => h(1, 21, 1),
+            Field::Icmpv6Code => h(1, 22, 1),
+            Field::NdTarget => h(1, 23, 16),
+            Field::NdSll => h(1, 24, 6),
+            Field::NdTll => h(1, 25, 6),
+            Field::IpFrag => h(1, 26, 1),
+            Field::Ipv6Label => h(1, 27, 4),
+            Field::NwEcn => h(1, 28, 1),
+            Field::NwTtl => h(1, 29, 1),
+            Field::TcpFlags => h(1, 34, 2),
+            Field::InPortOxm | Field::IpDscp | Field::SctpSrc | Field::SctpDst => None,
+        }
+    }
+
+    /// The OpenFlow basic OXM header (class 0x8000, or 0x8001 for `xregN`), if any.
+    pub fn oxm_header(self) -> Option<(u16, u8, u8)> {
+        let h = |f: u8, n: u8| Some((0x8000, f, n));
+        match self {
+            Field::Meta(MetaField::Xreg(i)) => Some((0x8001, i, 8)),
+            Field::Meta(MetaField::Metadata) => h(2, 8),
+            Field::Meta(MetaField::Reg(_)) => None,
+            Field::InPortOxm => h(0, 4),
+            Field::EthDst => h(3, 6),
+            Field::EthSrc => h(4, 6),
+            Field::EthType => h(5, 2),
+            Field::IpDscp => h(8, 1),
+            Field::NwEcn => h(9, 1),
+            Field::NwProto => h(10, 1),
+            Field::IpSrc => h(11, 4),
+            Field::IpDst => h(12, 4),
+            Field::TcpSrc => h(13, 2),
+            Field::TcpDst => h(14, 2),
+            Field::UdpSrc => h(15, 2),
+            Field::UdpDst => h(16, 2),
+            Field::SctpSrc => h(17, 2),
+            Field::SctpDst => h(18, 2),
+            Field::IcmpType => h(19, 1),
+            Field::IcmpCode => h(20, 1),
+            Field::ArpOp => h(21, 2),
+            Field::ArpSpa => h(22, 4),
+            Field::ArpTpa => h(23, 4),
+            Field::ArpSha => h(24, 6),
+            Field::ArpTha => h(25, 6),
+            Field::Ipv6Src => h(26, 16),
+            Field::Ipv6Dst => h(27, 16),
+            Field::Ipv6Label => h(28, 4),
+            Field::Icmpv6Type => h(29, 1),
+            Field::Icmpv6Code => h(30, 1),
+            Field::NdTarget => h(31, 16),
+            Field::NdSll => h(32, 6),
+            Field::NdTll => h(33, 6),
+            _ => None,
+        }
+    }
+
+    /// The field an NXM or basic OXM header (class, field) names.
+    pub fn from_header(class: u16, field: u8) -> Option<Field> {
+        let metas = (0..16)
+            .map(|i| Field::Meta(MetaField::Reg(i)))
+            .chain((0..8).map(|i| Field::Meta(MetaField::Xreg(i))))
+            .chain([Field::Meta(MetaField::Metadata)]);
+        metas.chain(PACKET_FIELDS).find(|fl| {
+            let hit =
+                |h: Option<(u16, u8, u8)>| h.is_some_and(|(c, f, _)| c == class && f == field);
+            hit(fl.nxm_header()) || hit(fl.oxm_header())
+        })
+    }
+
     /// Width in bits.
     pub fn bits(self) -> u8 {
         self.info().4
@@ -798,6 +895,28 @@ mod tests {
             Some(Field::Meta(MetaField::Reg(3)))
         );
         assert_eq!(Field::from_name("ipv4_src"), None);
+    }
+
+    #[test]
+    fn headers_name_their_field() {
+        for fl in PACKET_FIELDS {
+            for h in [fl.nxm_header(), fl.oxm_header()].into_iter().flatten() {
+                assert_eq!(Field::from_header(h.0, h.1), Some(fl), "{fl:?} {h:?}");
+                assert!(h.2 as u32 * 8 >= fl.bits() as u32, "{fl:?}");
+            }
+            assert!(
+                fl.nxm_header().is_some() || fl.oxm_header().is_some(),
+                "{fl:?}"
+            );
+        }
+        assert_eq!(
+            Field::from_header(1, 3),
+            Some(Field::Meta(MetaField::Reg(3)))
+        );
+        assert_eq!(
+            Field::from_header(0x8001, 2),
+            Some(Field::Meta(MetaField::Xreg(2)))
+        );
     }
 
     #[test]

@@ -1705,7 +1705,9 @@ fn parse_actions_in(s: &str, m: &Match, any: bool) -> Result<Vec<Action>, ParseE
                         dst: fl,
                         value: v & mk,
                         mask: mk,
-                        as_load: false,
+                        // OVS sends a partial set_field as NXAST_REG_LOAD: it is a load
+                        // from then on.
+                        as_load: mk != fl.ones(),
                     });
                     continue;
                 };
@@ -1992,7 +1994,7 @@ mod tests {
                 dst: Field::UdpSrc,
                 value: 5,
                 mask: 0xf,
-                as_load: false
+                as_load: true
             }]
         );
         let r = parse_rule("ipv6,actions=set_field:0x12345->ipv6_label").unwrap();
