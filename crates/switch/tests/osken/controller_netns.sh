@@ -86,13 +86,19 @@ start_controller() {
 wait_for() {
     local end=$((SECONDS + $4))
     while [ $SECONDS -lt $end ]; do
-        [ "$(grep -c "$2" "$1" 2>/dev/null || true)" -ge "$3" ] && return 0
+        local n
+        n=$(grep -c "$2" "$1" 2>/dev/null) || n=${n:-0}
+        [ "${n:-0}" -ge "$3" ] && return 0
         sleep 0.2
     done
     return 1
 }
 
-n_packet_ins() { grep -c packet_in "$PI" 2>/dev/null || true; }
+n_packet_ins() {
+    local n
+    n=$(grep -c packet_in "$PI" 2>/dev/null) || n=${n:-0}
+    echo "${n:-0}"
+}
 
 ping_all() {
     local bad=0
