@@ -425,3 +425,75 @@ fn flow_mod_rate_vs_ovs() {
         "{agg}"
     );
 }
+
+/// Issue 17 (field syntax): rules written with ovs-fields(7) aliases and writes to every
+/// writable field, sent by ovs-ofctl over OpenFlow 1.3 (set-field, NXAST_REG_LOAD,
+/// NXAST_REG_MOVE, set_nw_ttl) to dpustack and to OVS: the same dump-flows, and the same
+/// refusals (a set_field whose prerequisites the match does not meet, a write to a
+/// read-only field).
+const FIELD_FLOWS: &str = "\
+priority=100,in_port=1,tcp,actions=set_field:8080->tp_dst,set_field:81->tp_src,output:2
+priority=100,in_port=1,udp,actions=set_field:53->udp_dst,load:0x35->NXM_OF_UDP_SRC[],set_field:5/0xf->udp_src,output:2
+priority=100,in_port=1,sctp,actions=set_field:99->sctp_dst,set_field:0x5/0xf->sctp_src,move:OXM_OF_SCTP_DST[0..7]->OXM_OF_SCTP_SRC[8..15],output:2
+priority=100,in_port=1,icmp,actions=set_field:0->icmp_type,move:NXM_OF_ICMP_TYPE[]->NXM_OF_ICMP_CODE[],output:2
+priority=100,in_port=1,arp,actions=set_field:2->arp_op,set_field:1.1.1.1->arp_spa,move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],output:2
+priority=90,in_port=2,ipv4,actions=set_field:7->nw_ttl,set_field:1->ip_ecn,mod_nw_ttl:5,load:0x3f->NXM_OF_IP_TOS[2..7],set_field:1.2.3.4/255.255.0.0->ip_src,output:3
+priority=90,in_port=2,ip6,ipv6_label=0x5,actions=set_field:0x12345->ipv6_label,move:NXM_NX_IPV6_SRC[]->NXM_NX_IPV6_DST[],output:3
+priority=95,in_port=2,icmp6,icmpv6_type=135,icmpv6_code=0,actions=set_field:fe80::1->nd_target,set_field:00:11:22:33:44:55->nd_sll,output:3
+priority=80,in_port_oxm=3,eth_type=0x0800,ip_proto=17,ip_frag=no,tp_dst=53,actions=move:NXM_OF_IN_PORT[]->NXM_NX_REG0[0..15],set_field:4->in_port,output:1
+priority=80,in_port=4,dl_vlan=5,actions=load:7->NXM_OF_VLAN_TCI[0..11],output:1
+";
+
+#[test]
+#[ignore]
+fn field_writes_over_openflow_against_dpustack_and_ovs() {
+    let dir = std::env::temp_dir().join(format!("dpustack-of17-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let flows = dir.join("flows.txt");
+    std::fs::write(&flows, FIELD_FLOWS).unwrap();
+    let sw = Sw::start(&dir);
+    let ovs = Oracle::start();
+    for t in [sw.target.clone(), ovs.target()] {
+        let o = ofctl(&t, &["del-flows"]);
+        assert!(o.status.success(), "{t}: {}", text(&o));
+    }
+    let f = flows.to_str().unwrap();
+    let steps: Vec<Vec<&str>> = vec![
+        vec!["add-flows", f],
+        // refused by both: tp_dst is TCP's; nw_proto is read-only
+        vec!["add-flow", "priority=7,udp,actions=set_field:80->tp_dst"],
+        vec![
+            "add-flow",
+            "priority=7,ip,actions=move:NXM_NX_REG0[0..7]->NXM_OF_IP_PROTO[]",
+        ],
+        vec![
+            "mod-flows",
+            "in_port=2,ipv4,actions=set_field:9->nw_ttl,output:1",
+        ],
+    ];
+    for st in &steps {
+        let a = ofctl(&sw.target, st);
+        let b = ofctl(&ovs.target(), st);
+        assert_eq!(
+            a.status.success(),
+            b.status.success(),
+            "{st:?}: dpustack {} / OVS {}",
+            text(&a),
+            text(&b)
+        );
+        let da = ofctl(&sw.target, &["dump-flows", "--sort"]);
+        let db = ofctl(&ovs.target(), &["dump-flows", "--sort"]);
+        assert!(da.status.success(), "{}", text(&da));
+        let (na, nb) = (
+            sorted(&normalise(&text(&da))),
+            sorted(&normalise(&text(&db))),
+        );
+        println!("after {st:?}:\n{na}");
+        assert_eq!(
+            na, nb,
+            "dump-flows after {st:?}: dpustack (left) vs OVS (right)"
+        );
+    }
+    drop(sw);
+}

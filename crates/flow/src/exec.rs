@@ -113,6 +113,95 @@ fn fix_l4_checksum(pkt: &mut [u8], l3off: usize, et: u16) {
     pkt[csum_at..csum_at + 2].copy_from_slice(&c.to_be_bytes());
 }
 
+/// Offset of the L4 header when the packet's (IPv4 protocol / IPv6 next header) is
+/// `proto` (IPv6: no extension headers).
+fn l4_offset(pkt: &[u8], off: usize, et: u16, proto: u8) -> Option<usize> {
+    match et {
+        ethertype::IPV4 => match Ipv4Packet::new_checked(&pkt[off..]) {
+            Ok(ip) if ip.protocol() == proto && !ip.is_fragment() => Some(off + ip.header_len()),
+            _ => None,
+        },
+        ethertype::IPV6 => match Ipv6Packet::new_checked(&pkt[off..]) {
+            Ok(ip) if ip.next_header() == proto => Some(off + 40),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Recomputes the ICMP (IPv4: over the message) or ICMPv6 (with the pseudo-header)
+/// checksum of the message at `l4`.
+fn fix_icmp_checksum(pkt: &mut [u8], l3off: usize, et: u16, l4: usize) {
+    let end = match et {
+        ethertype::IPV4 => match Ipv4Packet::new_checked(&pkt[l3off..]) {
+            Ok(ip) => l3off + ip.total_len() as usize,
+            Err(_) => return,
+        },
+        _ => match Ipv6Packet::new_checked(&pkt[l3off..]) {
+            Ok(ip) => l3off + 40 + ip.payload_len() as usize,
+            Err(_) => return,
+        },
+    };
+    if end > pkt.len() || end < l4 + 4 {
+        return;
+    }
+    pkt[l4 + 2] = 0;
+    pkt[l4 + 3] = 0;
+    let mut buf = Vec::with_capacity(end - l4 + 40);
+    if et == ethertype::IPV6 {
+        buf.extend_from_slice(&pkt[l3off + 8..l3off + 40]);
+        buf.extend_from_slice(&((end - l4) as u32).to_be_bytes());
+        buf.extend_from_slice(&[0, 0, 0, ipproto::ICMPV6]);
+    }
+    buf.extend_from_slice(&pkt[l4..end]);
+    let c = wire::ethernet::checksum(&buf);
+    pkt[l4 + 2..l4 + 4].copy_from_slice(&c.to_be_bytes());
+}
+
+/// CRC32c (Castagnoli, reflected), as SCTP uses; returns the value as the checksum
+/// field's 4 bytes (OVS `crc32c`: `~crc` stored in host = little-endian order).
+fn crc32c(data: &[u8]) -> [u8; 4] {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= b as u32;
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82f6_3b78
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    (!crc).to_le_bytes()
+}
+
+/// OVS `packet_set_sctp_port`: new ports, and the CRC32c updated so that a wrong
+/// checksum stays exactly as wrong (old ^ correct(old) ^ correct(new)).
+fn set_sctp_ports(pkt: &mut [u8], l3off: usize, et: u16, l4: usize, sp: u16, dp: u16) {
+    let end = match et {
+        ethertype::IPV4 => match Ipv4Packet::new_checked(&pkt[l3off..]) {
+            Ok(ip) => l3off + ip.total_len() as usize,
+            Err(_) => return,
+        },
+        _ => match Ipv6Packet::new_checked(&pkt[l3off..]) {
+            Ok(ip) => l3off + 40 + ip.payload_len() as usize,
+            Err(_) => return,
+        },
+    };
+    if end > pkt.len() || end < l4 + 12 {
+        return;
+    }
+    let old: [u8; 4] = pkt[l4 + 8..l4 + 12].try_into().expect("4 bytes");
+    pkt[l4 + 8..l4 + 12].fill(0);
+    let old_ok = crc32c(&pkt[l4..end]);
+    pkt[l4..l4 + 2].copy_from_slice(&sp.to_be_bytes());
+    pkt[l4 + 2..l4 + 4].copy_from_slice(&dp.to_be_bytes());
+    let new_ok = crc32c(&pkt[l4..end]);
+    for i in 0..4 {
+        pkt[l4 + 8 + i] = old[i] ^ old_ok[i] ^ new_ok[i];
+    }
+}
+
 /// Recomputes the IPv4 header checksum and the TCP/UDP checksum of a frame (what tc's
 /// `csum iph and tcp and udp` does after a pedit).
 pub fn fix_checksums(pkt: &mut [u8]) {
@@ -207,6 +296,7 @@ pub fn execute(actions: &[OdpAction], pkt: &mut Vec<u8>) -> Executed {
             OdpAction::SetIpv6 {
                 src,
                 dst,
+                label,
                 tclass,
                 hlimit,
             } => {
@@ -226,9 +316,87 @@ pub fn execute(actions: &[OdpAction], pkt: &mut Vec<u8>) -> Executed {
                 } else {
                     continue;
                 }
+                if label.1 != 0 {
+                    // The flow label: the low 20 bits of the first word.
+                    let w = &mut pkt[off..off + 4];
+                    let old = u32::from_be_bytes([w[0], w[1], w[2], w[3]]);
+                    let m = label.1 & 0xfffff;
+                    w.copy_from_slice(&((old & !m) | (label.0 & m)).to_be_bytes());
+                }
                 if src.1 != 0 || dst.1 != 0 {
                     fix_l4_checksum(pkt, off, et);
                 }
+            }
+            OdpAction::SetArp {
+                sip,
+                tip,
+                op,
+                sha,
+                tha,
+            } => {
+                let Some((off, et)) = l3(pkt) else { continue };
+                if et != ethertype::ARP || pkt.len() < off + 28 {
+                    continue;
+                }
+                // Ethernet/IPv4 ARP: op at 6, sha 8, spa 14, tha 18, tpa 24.
+                let a = &mut pkt[off..off + 28];
+                let o = u16::from_be_bytes([a[6], a[7]]);
+                a[6..8].copy_from_slice(&((o & !op.1) | (op.0 & op.1)).to_be_bytes());
+                put_mac(a, 8, sha.0, sha.1);
+                put_mac(a, 18, tha.0, tha.1);
+                for (at, (v, m)) in [(14usize, sip), (24, tip)] {
+                    let old = u32::from_be_bytes([a[at], a[at + 1], a[at + 2], a[at + 3]]);
+                    a[at..at + 4].copy_from_slice(&((old & !m) | (v & m)).to_be_bytes());
+                }
+            }
+            OdpAction::SetIcmp {
+                v6,
+                icmp_type,
+                code,
+            } => {
+                let Some((off, et)) = l3(pkt) else { continue };
+                let Some(l4) = l4_offset(
+                    pkt,
+                    off,
+                    et,
+                    if v6 { ipproto::ICMPV6 } else { ipproto::ICMP },
+                ) else {
+                    continue;
+                };
+                if pkt.len() < l4 + 4 {
+                    continue;
+                }
+                pkt[l4] = icmp_type;
+                pkt[l4 + 1] = code;
+                fix_icmp_checksum(pkt, off, et, l4);
+            }
+            OdpAction::SetNd { target, sll, tll } => {
+                let Some((off, et)) = l3(pkt) else { continue };
+                let Some(l4) = l4_offset(pkt, off, ethertype::IPV6, ipproto::ICMPV6) else {
+                    continue;
+                };
+                if et != ethertype::IPV6 || pkt.len() < l4 + 24 {
+                    continue;
+                }
+                let ty = pkt[l4];
+                let t = &mut pkt[l4 + 8..l4 + 24];
+                let old = u128::from_be_bytes(t.try_into().expect("16 bytes"));
+                t.copy_from_slice(&((old & !target.1) | (target.0 & target.1)).to_be_bytes());
+                // The link-layer address option: source (1) in a solicitation, target (2)
+                // in an advertisement (OVS packet_set_nd).
+                let (want, (v, m)) = if ty == 135 { (1u8, sll) } else { (2u8, tll) };
+                let mut o = l4 + 24;
+                while pkt.len() >= o + 8 {
+                    let (ot, ol) = (pkt[o], pkt[o + 1] as usize * 8);
+                    if ol == 0 || pkt.len() < o + ol {
+                        break;
+                    }
+                    if ot == want && ol == 8 && m != 0 {
+                        put_mac(pkt, o + 2, v, m);
+                    }
+                    o += ol;
+                }
+                fix_icmp_checksum(pkt, off, et, l4);
             }
             OdpAction::SetL4 { proto, src, dst } => {
                 let Some((off, et)) = l3(pkt) else { continue };
@@ -250,6 +418,10 @@ pub fn execute(actions: &[OdpAction], pkt: &mut Vec<u8>) -> Executed {
                 let dp = u16::from_be_bytes([pkt[l4off + 2], pkt[l4off + 3]]);
                 let sp = (sp & !src.1) | (src.0 & src.1);
                 let dp = (dp & !dst.1) | (dst.0 & dst.1);
+                if proto == ipproto::SCTP {
+                    set_sctp_ports(pkt, off, et, l4off, sp, dp);
+                    continue;
+                }
                 pkt[l4off..l4off + 2].copy_from_slice(&sp.to_be_bytes());
                 pkt[l4off + 2..l4off + 4].copy_from_slice(&dp.to_be_bytes());
                 fix_l4_checksum(pkt, off, et);
@@ -275,6 +447,13 @@ mod tests {
         ip.fill_checksum();
         fix_l4_checksum(&mut p, 14, ethertype::IPV4);
         p
+    }
+
+    #[test]
+    fn crc32c_known_value() {
+        // RFC 3720 B.4: 32 bytes of zeros -> 0x8a9136aa.
+        assert_eq!(u32::from_le_bytes(crc32c(&[0u8; 32])), 0x8a91_36aa);
+        assert_eq!(u32::from_le_bytes(crc32c(b"123456789")), 0xe306_9283);
     }
 
     #[test]

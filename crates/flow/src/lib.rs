@@ -22,6 +22,7 @@ pub mod dp;
 #[cfg(feature = "driver")]
 pub mod driver;
 pub mod exec;
+pub mod field;
 pub mod group;
 pub mod key;
 pub mod normal;

@@ -7,6 +7,7 @@
 //! `push_vlan:0x8100` (unless the match guarantees a tag) + `set_field:V->vlan_vid`,
 //! `mod_dl_*`/`mod_nw_*`/`mod_tp_*`/`mod_nw_tos` become `set_field`.
 
+pub use crate::field::{Field, MetaField};
 use crate::key::{f, Fd, FlowKey, FRAG_ANY, FRAG_LATER, FRAG_MASK, VLAN_CFI};
 use std::net::{Ipv4Addr, Ipv6Addr};
 use wire::ethernet::{ethertype, ipproto};
@@ -108,6 +109,8 @@ pub enum Action {
     PushVlan(u16),
     SetField(SetField, u128),
     DecTtl,
+    /// `mod_nw_ttl:V` (OpenFlow 1.1+ set-nw-ttl; OVS keeps it, unlike the other `mod_*`).
+    ModNwTtl(u8),
     /// Send to the controller (`controller`, `controller:max_len`).
     Controller(u16),
     /// `resubmit(PORT,TABLE)` / `resubmit(,TABLE)` / `resubmit:PORT` (Nicira extension):
@@ -132,13 +135,24 @@ pub enum Action {
         value: u64,
         mask: u64,
     },
-    /// `move:SRC[a..b]->DST[c..d]` into a register or `metadata`.
+    /// `move:SRC[a..b]->DST[c..d]`: any readable field into any writable one.
     Move {
-        src: SrcField,
+        src: Field,
         src_ofs: u8,
-        dst: MetaField,
+        dst: Field,
         dst_ofs: u8,
         n_bits: u8,
+    },
+    /// A write to a packet field that [`SetField`] does not cover: `set_field:V[/M]->F`
+    /// on the other writable fields, and `load:V->F[a..b]` on any writable packet field.
+    /// The bits of `mask` (in the field's width, see [`Field`]) become those of
+    /// `value`. `as_load`: written as `load` (OVS keeps it an NXM `reg_load` and prints
+    /// it back as `load`).
+    LoadField {
+        dst: Field,
+        value: u128,
+        mask: u128,
+        as_load: bool,
     },
     /// `group:N`: execute group N (see [`Group`]).
     Group(u32),
@@ -205,6 +219,10 @@ impl Bucket {
                     strip = Some(a);
                     continue;
                 }
+                Action::ModNwTtl(_) => {
+                    sets.push(a.clone());
+                    continue;
+                }
                 Action::PushVlan(_) => {
                     push = Some(a);
                     continue;
@@ -213,7 +231,10 @@ impl Bucket {
                     dec = Some(a);
                     continue;
                 }
-                Action::SetField(..) | Action::Load { .. } | Action::Move { .. } => {
+                Action::SetField(..)
+                | Action::Load { .. }
+                | Action::LoadField { .. }
+                | Action::Move { .. } => {
                     sets.push(a.clone());
                     continue;
                 }
@@ -423,117 +444,6 @@ pub fn parse_bucket_actions(s: &str) -> Result<Vec<Action>, ParseError> {
     Ok(acts)
 }
 
-/// A pipeline field (not part of any packet): `reg0`–`reg15`, `xreg0`–`xreg7`,
-/// `metadata`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MetaField {
-    Reg(u8),
-    Xreg(u8),
-    Metadata,
-}
-
-impl MetaField {
-    pub fn fd(self) -> Fd {
-        match self {
-            MetaField::Reg(i) => f::REGS[i as usize],
-            MetaField::Xreg(i) => f::XREGS[i as usize],
-            MetaField::Metadata => f::METADATA,
-        }
-    }
-    /// OVS's NXM/OXM name (as `load` / `move` print it).
-    pub fn nxm_name(self) -> String {
-        match self {
-            MetaField::Reg(i) => format!("NXM_NX_REG{i}"),
-            MetaField::Xreg(i) => format!("OXM_OF_PKT_REG{i}"),
-            MetaField::Metadata => "OXM_OF_METADATA".into(),
-        }
-    }
-    /// OVS's (OpenFlow 1.3 dump) name.
-    pub fn name(self) -> String {
-        match self {
-            MetaField::Reg(i) => format!("reg{i}"),
-            MetaField::Xreg(i) => format!("xreg{i}"),
-            MetaField::Metadata => "metadata".into(),
-        }
-    }
-    fn parse(s: &str) -> Option<MetaField> {
-        let idx = |p: &str, n: u8| s.strip_prefix(p)?.parse::<u8>().ok().filter(|&i| i < n);
-        if s == "metadata" || s == "OXM_OF_METADATA" {
-            return Some(MetaField::Metadata);
-        }
-        if let Some(i) = idx("reg", 16).or_else(|| idx("NXM_NX_REG", 16)) {
-            return Some(MetaField::Reg(i));
-        }
-        idx("xreg", 8)
-            .or_else(|| idx("OXM_OF_PKT_REG", 8))
-            .map(MetaField::Xreg)
-    }
-}
-
-/// A source field of `move`: a pipeline field or one of the packet fields below
-/// (with their OVS prerequisites).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SrcField {
-    Meta(MetaField),
-    InPort,
-    EthSrc,
-    EthDst,
-    IpSrc,
-    IpDst,
-    TcpSrc,
-    TcpDst,
-    UdpSrc,
-    UdpDst,
-}
-
-impl SrcField {
-    /// (field, width in OVS: `in_port` is 16 bits in NXM).
-    pub fn fd(self) -> (Fd, u8) {
-        match self {
-            SrcField::Meta(m) => (m.fd(), m.fd().bits),
-            SrcField::InPort => (f::IN_PORT, 16),
-            SrcField::EthSrc => (f::DL_SRC, 48),
-            SrcField::EthDst => (f::DL_DST, 48),
-            SrcField::IpSrc => (f::NW_SRC, 32),
-            SrcField::IpDst => (f::NW_DST, 32),
-            SrcField::TcpSrc | SrcField::UdpSrc => (f::TP_SRC, 16),
-            SrcField::TcpDst | SrcField::UdpDst => (f::TP_DST, 16),
-        }
-    }
-    /// OVS's NXM name (as `move` prints it).
-    pub fn nxm_name(self) -> String {
-        match self {
-            SrcField::Meta(m) => m.nxm_name(),
-            SrcField::InPort => "NXM_OF_IN_PORT".into(),
-            SrcField::EthSrc => "NXM_OF_ETH_SRC".into(),
-            SrcField::EthDst => "NXM_OF_ETH_DST".into(),
-            SrcField::IpSrc => "NXM_OF_IP_SRC".into(),
-            SrcField::IpDst => "NXM_OF_IP_DST".into(),
-            SrcField::TcpSrc => "NXM_OF_TCP_SRC".into(),
-            SrcField::TcpDst => "NXM_OF_TCP_DST".into(),
-            SrcField::UdpSrc => "NXM_OF_UDP_SRC".into(),
-            SrcField::UdpDst => "NXM_OF_UDP_DST".into(),
-        }
-    }
-    fn parse(s: &str) -> Option<SrcField> {
-        if let Some(m) = MetaField::parse(s) {
-            return Some(SrcField::Meta(m));
-        }
-        Some(match s {
-            "in_port" | "NXM_OF_IN_PORT" => SrcField::InPort,
-            "eth_src" | "dl_src" | "NXM_OF_ETH_SRC" => SrcField::EthSrc,
-            "eth_dst" | "dl_dst" | "NXM_OF_ETH_DST" => SrcField::EthDst,
-            "ip_src" | "nw_src" | "NXM_OF_IP_SRC" => SrcField::IpSrc,
-            "ip_dst" | "nw_dst" | "NXM_OF_IP_DST" => SrcField::IpDst,
-            "tcp_src" | "NXM_OF_TCP_SRC" => SrcField::TcpSrc,
-            "tcp_dst" | "NXM_OF_TCP_DST" => SrcField::TcpDst,
-            "udp_src" | "NXM_OF_UDP_SRC" => SrcField::UdpSrc,
-            "udp_dst" | "NXM_OF_UDP_DST" => SrcField::UdpDst,
-            _ => return None,
-        })
-    }
-}
-
 /// `NAME[]`, `NAME[a..b]`, `NAME[a]` or `NAME` → (name, offset, n_bits) within `width`.
 fn subfield(
     what: &str,
@@ -551,12 +461,8 @@ fn subfield(
         ),
         None => (s, None),
     };
-    let w = width(name).ok_or_else(|| {
-        perr(
-            what,
-            format!("`{name}`: unknown or unsupported field (reg0-15, xreg0-7, metadata)"),
-        )
-    })?;
+    let w = width(name)
+        .ok_or_else(|| perr(what, format!("`{name}`: unknown field (see ovs-fields(7))")))?;
     let (ofs, end) = match range {
         None | Some("") => (0u64, w as u64 - 1),
         Some(r) => match r.split_once("..") {
@@ -574,6 +480,74 @@ fn subfield(
         ));
     }
     Ok((name.to_string(), ofs as u8, (end - ofs + 1) as u8))
+}
+
+fn ones128(n: u8) -> u128 {
+    if n >= 128 {
+        u128::MAX
+    } else {
+        (1u128 << n) - 1
+    }
+}
+
+/// Refuses writes to read-only fields (OVS: OFPBAC_BAD_SET_ARGUMENT).
+fn check_writable(what: &str, fl: Field) -> Result<(), ParseError> {
+    if !fl.writable() {
+        return Err(perr(what, format!("{} is read-only", fl.name())));
+    }
+    if fl == Field::InPortOxm {
+        // ovs-fields(7) says read/write, but OVS refuses the OpenFlow 1.3 set-field of
+        // OXM_OF_IN_PORT that ovs-ofctl sends for it (OFPBAC_BAD_SET_ARGUMENT).
+        return Err(perr(
+            what,
+            "in_port_oxm cannot be written over OpenFlow 1.3 (OVS: OFPBAC_BAD_SET_ARGUMENT); write in_port",
+        ));
+    }
+    Ok(())
+}
+
+/// A `set_field` value `V[/M]` for `fl`, in the field's width, checked like OVS's
+/// `mf_is_value_valid`.
+fn field_value_masked(what: &str, fl: Field, s: &str) -> Result<(u128, u128), ParseError> {
+    let (v, m) = match fl {
+        Field::EthSrc
+        | Field::EthDst
+        | Field::ArpSha
+        | Field::ArpTha
+        | Field::NdSll
+        | Field::NdTll => {
+            let (v, m) = mac_masked(what, s)?;
+            (v as u128, m as u128)
+        }
+        Field::IpSrc | Field::IpDst | Field::ArpSpa | Field::ArpTpa => {
+            let (v, m) = ipv4_masked(what, s)?;
+            (v as u128, m as u128)
+        }
+        Field::Ipv6Src | Field::Ipv6Dst | Field::NdTarget => ipv6_masked(what, s)?,
+        _ => {
+            let (v, m) = num128_masked(what, s)?;
+            let ones = fl.ones();
+            if v & !ones != 0 || (m != u128::MAX && m & !ones != 0) {
+                return Err(perr(
+                    what,
+                    format!("{s} is not a valid value for field {}", fl.name()),
+                ));
+            }
+            (v, m & ones)
+        }
+    };
+    let bad = match fl {
+        Field::NwTos => v & 0x03 != 0,
+        Field::ArpOp => v & 0xff00 != 0,
+        _ => false,
+    };
+    if bad {
+        return Err(perr(
+            what,
+            format!("{s} is not a valid value for field {}", fl.name()),
+        ));
+    }
+    Ok((v & m, m))
 }
 
 fn bits_mask(ofs: u8, n: u8) -> u64 {
@@ -859,8 +833,8 @@ fn match_item(m: &mut Match, name: &str, val: Option<&str>) -> Result<bool, Pars
         ));
     }
     let shorthand: Option<(u16, Option<u8>)> = match name {
-        "ip" => Some((ethertype::IPV4, None)),
-        "ipv6" => Some((ethertype::IPV6, None)),
+        "ip" | "ipv4" => Some((ethertype::IPV4, None)),
+        "ipv6" | "ip6" => Some((ethertype::IPV6, None)),
         "arp" => Some((ethertype::ARP, None)),
         "rarp" => Some((ethertype::RARP, None)),
         "tcp" => Some((ethertype::IPV4, Some(ipproto::TCP))),
@@ -873,6 +847,13 @@ fn match_item(m: &mut Match, name: &str, val: Option<&str>) -> Result<bool, Pars
         "icmp6" => Some((ethertype::IPV6, Some(ipproto::ICMPV6))),
         _ => None,
     };
+    if name == "eth" {
+        // packet_type=(0,0): every packet here is Ethernet; OVS prints nothing for it.
+        if val.is_some() {
+            return Err(perr(name, "takes no value"));
+        }
+        return Ok(true);
+    }
     if let Some((dt, proto)) = shorthand {
         if val.is_some() {
             return Err(perr(name, "takes no value"));
@@ -886,6 +867,7 @@ fn match_item(m: &mut Match, name: &str, val: Option<&str>) -> Result<bool, Pars
     let known = matches!(
         name,
         "in_port"
+            | "in_port_oxm"
             | "dl_src"
             | "eth_src"
             | "dl_dst"
@@ -945,7 +927,7 @@ fn match_item(m: &mut Match, name: &str, val: Option<&str>) -> Result<bool, Pars
     let is_arp = dt == Some(ethertype::ARP) || dt == Some(ethertype::RARP);
     let proto = m.nw_proto();
     match name {
-        "in_port" => {
+        "in_port" | "in_port_oxm" => {
             let p = match v {
                 "LOCAL" | "local" => 0xfffe,
                 _ => num_max(name, v, 0xffff_ff00)?,
@@ -967,10 +949,9 @@ fn match_item(m: &mut Match, name: &str, val: Option<&str>) -> Result<bool, Pars
             let vid = num_max(name, v, 0xffff)?;
             if vid == 0xffff {
                 m.set_exact(f::VLAN0_TCI, 0);
-            } else if vid > 0x0fff {
-                return Err(perr(name, format!("{vid} is not a valid VLAN id")));
             } else {
-                m.or_masked(f::VLAN0_TCI, vid | VLAN_CFI as u64, 0x1fff);
+                // OVS flow_set_dl_vlan: only the low 12 bits count (0x1005 is VLAN 5).
+                m.or_masked(f::VLAN0_TCI, (vid & 0x0fff) | VLAN_CFI as u64, 0x1fff);
             }
         }
         "dl_vlan_pcp" | "vlan_pcp" => {
@@ -1022,6 +1003,8 @@ fn match_item(m: &mut Match, name: &str, val: Option<&str>) -> Result<bool, Pars
         "ipv6_label" => {
             need(m, name, is_ip6, "ipv6")?;
             let (a, b) = num_masked(name, v, 0xfffff)?;
+            // OVS match_set_ipv6_label: an exact label is an all-ones 32-bit mask.
+            let b = if v.contains('/') { b } else { 0xffff_ffff };
             m.set_masked(f::IPV6_LABEL, a, b);
         }
         "nw_proto" | "ip_proto" | "arp_op" => {
@@ -1034,15 +1017,14 @@ fn match_item(m: &mut Match, name: &str, val: Option<&str>) -> Result<bool, Pars
         }
         "nw_tos" => {
             need(m, name, is_ip || is_ip6, "ip or ipv6")?;
+            // OVS match_set_nw_tos keeps the DSCP bits (nw_tos=0xff is 252).
             let t = num_max(name, v, 0xff)?;
-            if t & 3 != 0 {
-                return Err(perr(name, "low 2 bits (ECN) must be zero"));
-            }
-            m.or_masked(f::NW_TOS, t, 0xfc);
+            m.or_masked(f::NW_TOS, t & 0xfc, 0xfc);
         }
         "ip_dscp" => {
             need(m, name, is_ip || is_ip6, "ip or ipv6")?;
-            m.or_masked(f::NW_TOS, num_max(name, v, 63)? << 2, 0xfc);
+            // OVS match_set_nw_dscp: the value shifted into the TOS byte (64 is 0).
+            m.or_masked(f::NW_TOS, (num_max(name, v, 0xff)? << 2) & 0xfc, 0xfc);
         }
         "nw_ecn" | "ip_ecn" => {
             need(m, name, is_ip || is_ip6, "ip or ipv6")?;
@@ -1351,6 +1333,8 @@ fn find_actions(line: &str) -> Option<usize> {
 struct CheckFlow {
     /// Group bucket: no match, prerequisites are checked per packet.
     any: bool,
+    /// The match's values (OVS checks prerequisites on them: `mf_are_match_prereqs_ok`).
+    key: FlowKey,
     dl_type: Option<u16>,
     proto: Option<u8>,
     vlans: u8,
@@ -1364,6 +1348,7 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Action>, ParseError> {
 fn parse_actions_in(s: &str, m: &Match, any: bool) -> Result<Vec<Action>, ParseError> {
     let mut cf = CheckFlow {
         any,
+        key: m.key,
         dl_type: m.dl_type(),
         proto: m.nw_proto(),
         vlans: if m.key.get(f::VLAN0_TCI) as u16 & VLAN_CFI != 0 {
@@ -1475,6 +1460,22 @@ fn parse_actions_in(s: &str, m: &Match, any: bool) -> Result<Vec<Action>, ParseE
                 }
                 out.push(Action::SetField(SetField::IpDscp, v as u128));
             }
+            "mod_nw_ttl" | "mod_nw_ecn" => {
+                if !matches!(cf.dl_type, Some(ethertype::IPV4) | Some(ethertype::IPV6)) && !cf.any {
+                    return Err(perr(name, "needs an `ip` or `ipv6` match"));
+                }
+                if name == "mod_nw_ttl" {
+                    out.push(Action::ModNwTtl(num_max(name, argv(name)?, 0xff)? as u8));
+                } else {
+                    // OVS holds it as set_field:V->nw_ecn after its OpenFlow 1.3 round trip.
+                    out.push(Action::LoadField {
+                        dst: Field::NwEcn,
+                        value: num_max(name, argv(name)?, 3)? as u128,
+                        mask: 3,
+                        as_load: false,
+                    });
+                }
+            }
             "mod_tp_src" | "mod_tp_dst" => {
                 let v = num_max(name, argv(name)?, 0xffff)?;
                 let src = name == "mod_tp_src";
@@ -1545,18 +1546,41 @@ fn parse_actions_in(s: &str, m: &Match, any: bool) -> Result<Vec<Action>, ParseE
                 let (val, dst) = a
                     .split_once("->")
                     .ok_or_else(|| perr(name, "expected VALUE->DST[a..b]"))?;
-                let (dname, ofs, n) =
-                    subfield(name, dst, |s| MetaField::parse(s).map(|m| m.fd().bits))?;
-                let dst = MetaField::parse(&dname).expect("checked by subfield");
-                let v = num(name, val)?;
-                if n < 64 && v >> n != 0 {
+                let dname = dst.split('[').next().unwrap_or(dst).trim();
+                if let Some(mf) = MetaField::parse(dname) {
+                    let (_, ofs, n) = subfield(name, dst, |_| Some(mf.fd().bits))?;
+                    let v = num(name, val)?;
+                    if n < 64 && v >> n != 0 {
+                        return Err(perr(name, format!("value {v:#x} does not fit in {n} bits")));
+                    }
+                    let mask = bits_mask(ofs, n);
+                    out.push(Action::Load {
+                        dst: mf,
+                        value: (v << ofs) & mask,
+                        mask,
+                    });
+                    continue;
+                }
+                let (_, ofs, n) =
+                    subfield(name, dst, |s| Field::from_any_name(s).map(|f| f.bits()))?;
+                let fl = Field::from_any_name(dname).expect("checked by subfield");
+                check_writable(name, fl)?;
+                let v = num128(name, val)?;
+                if n < 128 && v >> n != 0 {
                     return Err(perr(name, format!("value {v:#x} does not fit in {n} bits")));
                 }
-                let mask = bits_mask(ofs, n);
-                out.push(Action::Load {
-                    dst,
+                if !cf.any && !fl.prereqs_ok(&cf.key, None) {
+                    return Err(perr(
+                        name,
+                        format!("{} prerequisites not met by the match", fl.name()),
+                    ));
+                }
+                let mask = ones128(n) << ofs;
+                out.push(Action::LoadField {
+                    dst: fl,
                     value: (v << ofs) & mask,
                     mask,
+                    as_load: true,
                 });
             }
             "move" => {
@@ -1567,35 +1591,36 @@ fn parse_actions_in(s: &str, m: &Match, any: bool) -> Result<Vec<Action>, ParseE
                 let (src_x, dst_x) = (xxreg_half(name, src)?, xxreg_half(name, dst)?);
                 let src = src_x.as_deref().unwrap_or(src);
                 let dst = dst_x.as_deref().unwrap_or(dst);
-                let (sname, sofs, sn) =
-                    subfield(name, src, |s| SrcField::parse(s).map(|f| f.fd().1))?;
-                let (dname, dofs, dn) =
-                    subfield(name, dst, |s| MetaField::parse(s).map(|m| m.fd().bits))?;
+                let width = |s: &str| Field::from_any_name(s).map(|f| f.bits());
+                let (sname, sofs, sn) = subfield(name, src, width)?;
+                let (dname, dofs, dn) = subfield(name, dst, width)?;
                 if sn != dn {
                     return Err(perr(
                         name,
                         format!("source has {sn} bits, destination {dn} bits"),
                     ));
                 }
-                let src = SrcField::parse(&sname).expect("checked by subfield");
-                let ip4 = cf.dl_type == Some(ethertype::IPV4);
-                let ip = ip4 || cf.dl_type == Some(ethertype::IPV6);
-                let ok = match src {
-                    SrcField::IpSrc | SrcField::IpDst => ip4,
-                    SrcField::TcpSrc | SrcField::TcpDst => ip && cf.proto == Some(ipproto::TCP),
-                    SrcField::UdpSrc | SrcField::UdpDst => ip && cf.proto == Some(ipproto::UDP),
-                    _ => true,
-                };
-                if !ok && !cf.any {
+                let src = Field::from_any_name(&sname).expect("checked by subfield");
+                let dst = Field::from_any_name(&dname).expect("checked by subfield");
+                check_writable(name, dst)?;
+                if sn > 64 && (sofs % 64 != 0 || dofs % 64 != 0) && sn != 128 {
                     return Err(perr(
                         name,
-                        "source field prerequisites not met by the match",
+                        "a move of more than 64 bits must be 64-bit aligned or whole (dpustack)",
                     ));
+                }
+                for fl in [src, dst] {
+                    if !cf.any && !fl.prereqs_ok(&cf.key, None) {
+                        return Err(perr(
+                            name,
+                            format!("{} prerequisites not met by the match", fl.name()),
+                        ));
+                    }
                 }
                 out.push(Action::Move {
                     src,
                     src_ofs: sofs,
-                    dst: MetaField::parse(&dname).expect("checked by subfield"),
+                    dst,
                     dst_ofs: dofs,
                     n_bits: sn,
                 });
@@ -1621,38 +1646,70 @@ fn parse_actions_in(s: &str, m: &Match, any: bool) -> Result<Vec<Action>, ParseE
                     });
                     continue;
                 }
-                let (sf, v): (SetField, u128) = match field {
-                    "eth_src" | "dl_src" => (SetField::EthSrc, parse_mac(field, val)? as u128),
-                    "eth_dst" | "dl_dst" => (SetField::EthDst, parse_mac(field, val)? as u128),
-                    "ip_src" | "nw_src" | "ipv4_src" => {
-                        (SetField::Ipv4Src, parse_ipv4(field, val)? as u128)
-                    }
-                    "ip_dst" | "nw_dst" | "ipv4_dst" => {
-                        (SetField::Ipv4Dst, parse_ipv4(field, val)? as u128)
-                    }
-                    "ipv6_src" => (SetField::Ipv6Src, parse_ipv6(field, val)?),
-                    "ipv6_dst" => (SetField::Ipv6Dst, parse_ipv6(field, val)?),
-                    "ip_dscp" => (SetField::IpDscp, (num_max(field, val, 63)? << 2) as u128),
-                    "nw_tos" => {
-                        let t = num_max(field, val, 0xff)?;
-                        if t & 3 != 0 {
-                            return Err(perr(field, "low 2 bits (ECN) must be zero"));
+                // vlan_vid / vlan_pcp are OXM-only fields (OpenFlow 1.2+ VLAN model).
+                let canon = match field {
+                    "vlan_vid" | "vlan_pcp" => field.to_string(),
+                    _ => Field::from_name(field)
+                        .ok_or_else(|| perr(field, "unknown field (see ovs-fields(7))"))?
+                        .name(),
+                };
+                let special = matches!(
+                    canon.as_str(),
+                    "vlan_vid" | "vlan_pcp" | "ip_dscp" | "nw_tos"
+                );
+                let plain = !val.contains('/') || special;
+                let sf: Option<(SetField, u128)> = if !plain {
+                    None
+                } else {
+                    match canon.as_str() {
+                        "eth_src" => Some((SetField::EthSrc, parse_mac(field, val)? as u128)),
+                        "eth_dst" => Some((SetField::EthDst, parse_mac(field, val)? as u128)),
+                        "ip_src" => Some((SetField::Ipv4Src, parse_ipv4(field, val)? as u128)),
+                        "ip_dst" => Some((SetField::Ipv4Dst, parse_ipv4(field, val)? as u128)),
+                        "ipv6_src" => Some((SetField::Ipv6Src, parse_ipv6(field, val)?)),
+                        "ipv6_dst" => Some((SetField::Ipv6Dst, parse_ipv6(field, val)?)),
+                        "ip_dscp" => {
+                            Some((SetField::IpDscp, (num_max(field, val, 63)? << 2) as u128))
                         }
-                        (SetField::NwTos, t as u128)
+                        "nw_tos" => {
+                            let t = num_max(field, val, 0xff)?;
+                            if t & 3 != 0 {
+                                return Err(perr(field, "low 2 bits (ECN) must be zero"));
+                            }
+                            Some((SetField::NwTos, t as u128))
+                        }
+                        "tcp_src" => Some((SetField::TcpSrc, num_max(field, val, 0xffff)? as u128)),
+                        "tcp_dst" => Some((SetField::TcpDst, num_max(field, val, 0xffff)? as u128)),
+                        "udp_src" => Some((SetField::UdpSrc, num_max(field, val, 0xffff)? as u128)),
+                        "udp_dst" => Some((SetField::UdpDst, num_max(field, val, 0xffff)? as u128)),
+                        "vlan_vid" => {
+                            // OpenFlow 1.2+ form: 0x1000 (OFPVID_PRESENT) may be included.
+                            Some((
+                                SetField::VlanVid,
+                                (num_max(field, val, 0x1fff)? & 0x0fff) as u128,
+                            ))
+                        }
+                        "vlan_pcp" => Some((SetField::VlanPcp, num_max(field, val, 7)? as u128)),
+                        _ => None,
                     }
-                    "tcp_src" => (SetField::TcpSrc, num_max(field, val, 0xffff)? as u128),
-                    "tcp_dst" => (SetField::TcpDst, num_max(field, val, 0xffff)? as u128),
-                    "udp_src" => (SetField::UdpSrc, num_max(field, val, 0xffff)? as u128),
-                    "udp_dst" => (SetField::UdpDst, num_max(field, val, 0xffff)? as u128),
-                    "vlan_vid" => {
-                        // OpenFlow 1.2+ form: 0x1000 (OFPVID_PRESENT) may be included.
-                        (
-                            SetField::VlanVid,
-                            (num_max(field, val, 0x1fff)? & 0x0fff) as u128,
-                        )
+                };
+                let Some((sf, v)) = sf else {
+                    // Every other writable field, and masked writes: a generic field write.
+                    let fl = Field::from_name(field).expect("resolved above");
+                    check_writable(field, fl)?;
+                    let (v, mk) = field_value_masked(field, fl, val)?;
+                    if !cf.any && !fl.prereqs_ok(&cf.key, None) {
+                        return Err(perr(field, "set_field prerequisites not met by the match"));
                     }
-                    "vlan_pcp" => (SetField::VlanPcp, num_max(field, val, 7)? as u128),
-                    _ => return Err(perr(field, "set_field to this field is not supported")),
+                    out.push(Action::LoadField {
+                        dst: fl,
+                        value: v & mk,
+                        mask: mk,
+                        // OVS sends a partial set_field as NXAST_REG_LOAD: it is a load
+                        // from then on.
+                        as_load: mk != fl.ones(),
+                    });
+                    continue;
                 };
                 let ok = match sf {
                     SetField::EthSrc | SetField::EthDst => true,
@@ -1830,6 +1887,158 @@ mod tests {
         assert_eq!(r.actions[0], Action::SetField(SetField::VlanVid, 7));
         assert!(parse_rule("ip,actions=strip_vlan").is_err());
         assert!(parse_rule("dl_vlan=5,actions=push_vlan:0x8100,push_vlan:0x8100").is_err());
+    }
+
+    /// Every ovs-fields(7) alias (and OVS's other accepted spellings) parses to the
+    /// same rule as the canonical name.
+    #[test]
+    fn match_and_action_aliases_are_the_same_rule() {
+        let pairs = [
+            ("ip,nw_src=1.2.3.4", "ip,ip_src=1.2.3.4"),
+            ("ip,nw_dst=1.2.3.0/24", "ip,ip_dst=1.2.3.0/24"),
+            ("dl_src=02:00:00:00:00:01", "eth_src=02:00:00:00:00:01"),
+            (
+                "dl_dst=02:00:00:00:00:00/01:00:00:00:00:00",
+                "eth_dst=02:00:00:00:00:00/01:00:00:00:00:00",
+            ),
+            ("dl_type=0x0800", "eth_type=0x0800"),
+            ("dl_type=0x0800", "ip"),
+            ("ip", "ipv4"),
+            ("ipv6", "ip6"),
+            ("ip", "eth,ip"),
+            ("ip,nw_proto=6", "ip,ip_proto=6"),
+            ("ip,nw_proto=6", "tcp"),
+            ("ip,nw_ecn=1", "ip,ip_ecn=1"),
+            ("ip,nw_frag=later", "ip,ip_frag=later"),
+            ("ip,nw_tos=184", "ip,ip_dscp=46"),
+            ("ip,nw_tos=184", "ip,nw_tos=187"),
+            ("tcp,tp_src=1", "tcp,tcp_src=1"),
+            ("tcp,tp_dst=0x50/0xfff0", "tcp,tcp_dst=0x50/0xfff0"),
+            ("udp,tp_dst=53", "udp,udp_dst=53"),
+            ("udp6,tp_src=53", "udp6,udp_src=53"),
+            ("sctp,tp_dst=9", "sctp,sctp_dst=9"),
+            ("in_port=3", "in_port_oxm=3"),
+            ("arp,nw_src=10.0.0.1", "arp,arp_spa=10.0.0.1"),
+            ("arp,nw_dst=10.0.0.0/8", "arp,arp_tpa=10.0.0.0/8"),
+            ("arp,nw_proto=2", "arp,arp_op=2"),
+            ("icmp6,icmp_type=135", "icmp6,icmpv6_type=135"),
+            ("icmp6,icmp_code=0", "icmp6,icmpv6_code=0"),
+            ("dl_vlan=5,dl_vlan_pcp=3", "dl_vlan=5,vlan_pcp=3"),
+            ("dl_vlan=5", "dl_vlan=0x1005"),
+            ("dl_vlan=5", "vlan_vid=0x1005/0x1fff"),
+            (
+                "tcp,actions=set_field:1->tcp_dst",
+                "tcp,actions=set_field:1->tp_dst",
+            ),
+            (
+                "tcp,actions=set_field:1->tcp_src",
+                "tcp,actions=mod_tp_src:1",
+            ),
+            (
+                "ip,actions=set_field:1.2.3.4->ip_src",
+                "ip,actions=set_field:1.2.3.4->nw_src",
+            ),
+            (
+                "actions=set_field:02:00:00:00:00:01->eth_src",
+                "actions=set_field:02:00:00:00:00:01->dl_src",
+            ),
+            (
+                "ip,actions=set_field:1->nw_ecn",
+                "ip,actions=set_field:1->ip_ecn",
+            ),
+            (
+                "tcp,actions=load:80->NXM_OF_TCP_DST[]",
+                "tcp,actions=load:80->OXM_OF_TCP_DST[]",
+            ),
+            (
+                "tcp,actions=load:80->NXM_OF_TCP_DST[]",
+                "tcp,actions=load:80->tcp_dst[]",
+            ),
+            (
+                "tcp,actions=load:80->NXM_OF_TCP_DST[]",
+                "tcp,actions=load:80->tp_dst",
+            ),
+            (
+                "arp,actions=load:2->NXM_OF_ARP_OP[]",
+                "arp,actions=load:2->arp_op[]",
+            ),
+            (
+                "ip,actions=move:NXM_OF_IP_SRC[]->NXM_OF_IP_DST[]",
+                "ip,actions=move:nw_src[]->OXM_OF_IPV4_DST[]",
+            ),
+            (
+                "ip,actions=move:NXM_NX_IP_TTL[]->NXM_NX_REG0[0..7]",
+                "ip,actions=move:nw_ttl->reg0[0..7]",
+            ),
+        ];
+        for (a, b) in pairs {
+            let with = |s: &str| {
+                if s.contains("actions=") {
+                    s.to_string()
+                } else {
+                    format!("{s},actions=drop")
+                }
+            };
+            let ra = parse_rule(&with(a)).unwrap_or_else(|e| panic!("{a}: {e}"));
+            let rb = parse_rule(&with(b)).unwrap_or_else(|e| panic!("{b}: {e}"));
+            assert_eq!(ra, rb, "{a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn field_writes_parse_to_field_actions() {
+        let r = parse_rule("udp,actions=set_field:5/0xf->udp_src").unwrap();
+        assert_eq!(
+            r.actions,
+            vec![Action::LoadField {
+                dst: Field::UdpSrc,
+                value: 5,
+                mask: 0xf,
+                as_load: true
+            }]
+        );
+        let r = parse_rule("ipv6,actions=set_field:0x12345->ipv6_label").unwrap();
+        assert_eq!(
+            r.actions[0],
+            Action::LoadField {
+                dst: Field::Ipv6Label,
+                value: 0x12345,
+                mask: 0xfffff,
+                as_load: false
+            }
+        );
+        let r = parse_rule("tcp,actions=load:1->tp_src[3]").unwrap();
+        assert_eq!(
+            r.actions[0],
+            Action::LoadField {
+                dst: Field::TcpSrc,
+                value: 8,
+                mask: 8,
+                as_load: true
+            }
+        );
+        // What OVS refuses, we refuse (and say why).
+        for bad in [
+            "udp,actions=set_field:80->tp_dst",
+            "tcp,actions=set_field:80->NXM_OF_TCP_DST",
+            "ip,actions=set_field:5->nw_ecn",
+            "ip,actions=set_field:0xff->nw_tos",
+            "arp,actions=set_field:300->arp_op",
+            "icmp6,actions=set_field:fe80::1->nd_target",
+            "ip,actions=set_field:6->nw_proto",
+            "ip,actions=load:5->NXM_NX_IP_ECN[]",
+            "ip,actions=move:NXM_NX_REG0[0..8]->NXM_NX_IP_TTL[]",
+            "actions=move:NXM_NX_REG0[0..15]->NXM_OF_ETH_TYPE[]",
+        ] {
+            assert!(parse_rule(bad).is_err(), "{bad}");
+        }
+        // in_port and vlan_tci are writable too (as in OVS).
+        for ok in [
+            "actions=set_field:3->in_port",
+            "actions=set_field:0x1005->vlan_tci",
+        ] {
+            parse_rule(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
     }
 
     #[test]

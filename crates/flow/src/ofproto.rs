@@ -17,6 +17,7 @@
 //!
 //! Sans-IO: every function takes `now` (milliseconds of the caller's clock).
 
+use crate::field::Field;
 use crate::ofctl::{Action, Rule, SetField};
 use crate::xlate::{format_rule_match, FlowTable};
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -222,6 +223,7 @@ pub fn format_ofpacts(actions: &[Action]) -> String {
             Action::StripVlan => "pop_vlan".into(),
             Action::PushVlan(t) => format!("push_vlan:{t:#x}"),
             Action::DecTtl => "dec_ttl".into(),
+            Action::ModNwTtl(t) => format!("mod_nw_ttl:{t}"),
             Action::Controller(ml) => format!("CONTROLLER:{ml}"),
             Action::GotoTable(t) => format!("goto_table:{t}"),
             Action::Group(g) => format!("group:{g}"),
@@ -271,19 +273,18 @@ pub fn format_ofpacts(actions: &[Action]) -> String {
                 dst_ofs,
                 n_bits,
             } => {
-                let sub = |name: String, ofs: u8, width: u8| {
-                    if ofs == 0 && n_bits == width {
-                        format!("{name}[]")
-                    } else {
-                        format!("{name}[{}..{}]", ofs, ofs + n_bits - 1)
-                    }
-                };
                 format!(
                     "move:{}->{}",
-                    sub(src.nxm_name(), src_ofs, src.fd().1),
-                    sub(dst.nxm_name(), dst_ofs, dst.fd().bits)
+                    subfield_text(src, src_ofs, n_bits),
+                    subfield_text(dst, dst_ofs, n_bits)
                 )
             }
+            Action::LoadField {
+                dst,
+                value,
+                mask,
+                as_load,
+            } => load_field_text(dst, value, mask, as_load),
             Action::Resubmit { port, table } => match (port, table) {
                 (Some(p), None) => format!("resubmit:{p}"),
                 (p, t) => format!(
@@ -315,6 +316,113 @@ pub fn format_ofpacts(actions: &[Action]) -> String {
         })
         .collect();
     items.join(",")
+}
+
+/// OVS `mf_format_subfield`: `NAME[]` (whole), `NAME[i]` (one bit), `NAME[a..b]`.
+fn subfield_text(fl: Field, ofs: u8, n_bits: u8) -> String {
+    let name = fl.nxm_name();
+    if ofs == 0 && n_bits == fl.bits() {
+        format!("{name}[]")
+    } else if n_bits == 1 {
+        format!("{name}[{ofs}]")
+    } else {
+        format!("{name}[{}..{}]", ofs, ofs as u32 + n_bits as u32 - 1)
+    }
+}
+
+/// A packet-field write as OVS prints it after its OpenFlow 1.3 round trip
+/// (`encode_SET_FIELD` / `format_SET_FIELD`): a whole-field `set_field` stays one; a
+/// `load`, or a partial write of a field with an NXM header, becomes `reg_load`s, one
+/// `load:` per contiguous run of the mask; a partial write of an OXM-only field is a
+/// `reg_load2`, printed `set_field:V/M->F`.
+fn load_field_text(dst: Field, value: u128, mask: u128, as_load: bool) -> String {
+    let ones = dst.ones();
+    if (!as_load && mask == ones) || !dst.has_nxm() {
+        let v = field_value_text(dst, value);
+        return if mask == ones {
+            format!("set_field:{v}->{}", dst.name())
+        } else {
+            format!(
+                "set_field:{v}/{}->{}",
+                field_mask_text(dst, mask),
+                dst.name()
+            )
+        };
+    }
+    let mut out = Vec::new();
+    let bits = dst.bits() as u32;
+    let mut i = 0u32;
+    while i < bits {
+        if mask >> i & 1 == 0 {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        // OVS next_load_segment: runs of at most 64 bits.
+        while i < bits && mask >> i & 1 == 1 && i - start < 64 {
+            i += 1;
+        }
+        let n = i - start;
+        let seg = (value >> start)
+            & if n >= 128 {
+                u128::MAX
+            } else {
+                (1u128 << n) - 1
+            };
+        let hx = if seg == 0 {
+            "0".to_string()
+        } else {
+            format!("{seg:#x}")
+        };
+        out.push(format!(
+            "load:{hx}->{}",
+            subfield_text(dst, start as u8, n as u8)
+        ));
+    }
+    out.join(",")
+}
+
+/// OVS `mf_format` of a value of `fl` (the field's string format).
+fn field_value_text(fl: Field, v: u128) -> String {
+    match fl {
+        Field::EthSrc
+        | Field::EthDst
+        | Field::ArpSha
+        | Field::ArpTha
+        | Field::NdSll
+        | Field::NdTll => mac(v),
+        Field::IpSrc | Field::IpDst | Field::ArpSpa | Field::ArpTpa => {
+            Ipv4Addr::from(v as u32).to_string()
+        }
+        Field::Ipv6Src | Field::Ipv6Dst | Field::NdTarget => Ipv6Addr::from(v).to_string(),
+        Field::Ipv6Label | Field::VlanTci | Field::EthType | Field::Meta(_) => {
+            if v == 0 {
+                "0".into()
+            } else {
+                format!("{v:#x}")
+            }
+        }
+        _ => v.to_string(),
+    }
+}
+
+fn field_mask_text(fl: Field, m: u128) -> String {
+    match fl {
+        Field::EthSrc
+        | Field::EthDst
+        | Field::ArpSha
+        | Field::ArpTha
+        | Field::NdSll
+        | Field::NdTll
+        | Field::IpSrc
+        | Field::IpDst
+        | Field::ArpSpa
+        | Field::ArpTpa
+        | Field::Ipv6Src
+        | Field::Ipv6Dst
+        | Field::NdTarget => field_value_text(fl, m),
+        _ => format!("{m:#x}"),
+    }
 }
 
 /// Groups: the dump texts and the load-time reference check.

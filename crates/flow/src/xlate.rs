@@ -3,9 +3,10 @@
 //! logic), and the OVS text formats of both (`Megaflow:` / `Datapath actions:`).
 
 use crate::classifier::Classifier;
+use crate::field::Field;
 use crate::group::{GroupEntry, GroupError};
 use crate::key::{f, FlowKey, FRAG_ANY, FRAG_LATER, FRAG_MASK, VLAN_CFI, VLAN_PCP_MASK};
-use crate::ofctl::{tcp_flag_name, Action, Group, GroupType, Match, Rule, SetField, SrcField};
+use crate::ofctl::{tcp_flag_name, Action, Group, GroupType, Match, Rule, SetField};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -34,8 +35,30 @@ pub enum OdpAction {
     SetIpv6 {
         src: (u128, u128),
         dst: (u128, u128),
+        /// Flow label (20 bits).
+        label: (u32, u32),
         tclass: (u8, u8),
         hlimit: (u8, u8),
+    },
+    /// `set(arp(sip=,tip=,op=,sha=,tha=))` (masked; ARP only, not RARP).
+    SetArp {
+        sip: (u32, u32),
+        tip: (u32, u32),
+        op: (u16, u16),
+        sha: (u64, u64),
+        tha: (u64, u64),
+    },
+    /// `set(nd(target=,sll=,tll=))` (masked): the ICMPv6 ND target and options.
+    SetNd {
+        target: (u128, u128),
+        sll: (u64, u64),
+        tll: (u64, u64),
+    },
+    /// `set(icmp(type=,code=))` / `set(icmpv6(...))`: always both, unmasked.
+    SetIcmp {
+        v6: bool,
+        icmp_type: u8,
+        code: u8,
     },
     SetL4 {
         proto: u8,
@@ -164,6 +187,7 @@ impl std::fmt::Display for OdpAction {
             OdpAction::SetIpv6 {
                 src,
                 dst,
+                label,
                 tclass,
                 hlimit,
             } => {
@@ -174,6 +198,14 @@ impl std::fmt::Display for OdpAction {
                         } else {
                             parts.push(format!("{n}={}/{}", ip6(v & m), ip6(m)));
                         }
+                    }
+                }
+                if label.1 != 0 {
+                    // OVS format_ipv6_label: %#x, the mask only when partial.
+                    parts.push(format!("label={}", hash_x(label.0 as u64)));
+                    if label.1 & 0xfffff != 0xfffff {
+                        let last = parts.len() - 1;
+                        parts[last].push_str(&format!("/{}", hash_x(label.1 as u64)));
                     }
                 }
                 if tclass.1 != 0 {
@@ -198,6 +230,55 @@ impl std::fmt::Display for OdpAction {
                 }
                 write!(fm, "set(ipv6({}))", parts.join(","))
             }
+            OdpAction::SetArp {
+                sip,
+                tip,
+                op,
+                sha,
+                tha,
+            } => {
+                for (n, (v, m)) in [("sip", sip), ("tip", tip)] {
+                    if m != 0 {
+                        if m == u32::MAX {
+                            parts.push(format!("{n}={}", ip4(v)));
+                        } else {
+                            parts.push(format!("{n}={}/{}", ip4(v & m), ip4(m)));
+                        }
+                    }
+                }
+                if op.1 != 0 {
+                    if op.1 == 0xffff {
+                        parts.push(format!("op={}", op.0));
+                    } else {
+                        parts.push(format!("op={}/{:#x}", op.0 & op.1, op.1));
+                    }
+                }
+                mac_masked(&mut parts, "sha", sha.0, sha.1);
+                mac_masked(&mut parts, "tha", tha.0, tha.1);
+                write!(fm, "set(arp({}))", parts.join(","))
+            }
+            OdpAction::SetNd { target, sll, tll } => {
+                let (v, m) = target;
+                if m != 0 {
+                    if m == u128::MAX {
+                        parts.push(format!("target={}", ip6(v)));
+                    } else {
+                        parts.push(format!("target={}/{}", ip6(v & m), ip6(m)));
+                    }
+                }
+                mac_masked(&mut parts, "sll", sll.0, sll.1);
+                mac_masked(&mut parts, "tll", tll.0, tll.1);
+                write!(fm, "set(nd({}))", parts.join(","))
+            }
+            OdpAction::SetIcmp {
+                v6,
+                icmp_type,
+                code,
+            } => write!(
+                fm,
+                "set({}(type={icmp_type},code={code}))",
+                if v6 { "icmpv6" } else { "icmp" }
+            ),
             OdpAction::SetL4 { proto, src, dst } => {
                 for (n, (v, m)) in [("src", src), ("dst", dst)] {
                     if m != 0 {
@@ -847,8 +928,10 @@ impl FlowTable {
     /// OVS `do_xlate_actions` over `actions`; `miss`: they are a table-miss rule's
     /// (packet-in reason no_match).
     fn do_actions(&self, x: &mut Ctx, actions: &[Action], miss: bool) {
-        let in_port = x.flow.in_port();
         for (i, a) in actions.iter().enumerate() {
+            // The flow's in_port (OVS `ctx->xin->flow.in_port`): a set_field/load/move
+            // may have changed it; outputs to it are skipped, IN_PORT outputs to it.
+            let in_port = x.flow.in_port();
             if x.error.is_some() {
                 return;
             }
@@ -885,7 +968,18 @@ impl FlowTable {
                     dst,
                     dst_ofs,
                     n_bits,
-                } => x.move_bits(src, src_ofs, dst.fd(), dst_ofs, n_bits),
+                } => x.move_bits(src, src_ofs, dst, dst_ofs, n_bits),
+                Action::LoadField {
+                    dst, value, mask, ..
+                } => {
+                    // OVS OFPACT_SET_FIELD (`load` is one too): only if the packet has
+                    // the field; the L3/ARP rewrites also need nw_proto in the megaflow.
+                    if dst.prereqs_ok(&x.flow, Some(&mut x.wc)) {
+                        dst.mask_l3_prereqs(&x.flow, &mut x.wc);
+                        dst.unwildcard(&mut x.wc, mask);
+                        dst.set_masked(&mut x.flow, value, mask);
+                    }
+                }
                 Action::Output(p) => {
                     let exists = self.ports.as_ref().is_none_or(|ps| ps.contains(&p));
                     if p != in_port && exists {
@@ -933,6 +1027,14 @@ impl FlowTable {
                     x.flow.set(f::VLAN0_TCI, VLAN_CFI as u64);
                 }
                 Action::SetField(sf, v) => self.set_field(x, sf, v),
+                Action::ModNwTtl(t) => {
+                    // OVS OFPACT_SET_IP_TTL.
+                    if x.flow.is_ip_any() {
+                        x.wc.full(f::NW_PROTO);
+                        x.wc.full(f::NW_TTL);
+                        x.flow.set(f::NW_TTL, t as u64);
+                    }
+                }
                 Action::DecTtl => {
                     x.wc.full(f::NW_TTL);
                     x.wc.full(f::NW_PROTO);
@@ -1204,38 +1306,24 @@ impl Ctx {
         self.flow.set(fd, (old & !mask) | (value & mask));
     }
 
-    /// OVS `mf_subfield_copy`: only when the source's prerequisites hold (checking them
-    /// un-wildcards `nw_proto` for TCP/UDP sources); un-wildcards the source and
-    /// destination bits.
-    fn move_bits(&mut self, src: SrcField, sofs: u8, dst: crate::key::Fd, dofs: u8, n: u8) {
-        let fl = &self.flow;
-        let ok = match src {
-            SrcField::IpSrc | SrcField::IpDst => fl.is_ipv4(),
-            SrcField::TcpSrc | SrcField::TcpDst | SrcField::UdpSrc | SrcField::UdpDst => {
-                if fl.is_ip_any() {
-                    self.wc.full(f::NW_PROTO);
-                    let want = if matches!(src, SrcField::TcpSrc | SrcField::TcpDst) {
-                        ipproto::TCP
-                    } else {
-                        ipproto::UDP
-                    };
-                    fl.nw_proto() == want && fl.nw_frag() & FRAG_LATER == 0
-                } else {
-                    false
-                }
-            }
-            _ => true,
-        };
-        if !ok {
+    /// OVS `mf_subfield_copy`: only when the destination's and the source's
+    /// prerequisites hold (checking them un-wildcards what they look at, e.g.
+    /// `nw_proto` for TCP/UDP); un-wildcards the source and destination bits.
+    fn move_bits(&mut self, src: Field, sofs: u8, dst: Field, dofs: u8, n: u8) {
+        if !(dst.prereqs_ok(&self.flow, Some(&mut self.wc))
+            && src.prereqs_ok(&self.flow, Some(&mut self.wc)))
+        {
             return;
         }
-        let ones = if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
-        let (sfd, _) = src.fd();
-        self.wc.or(sfd, ones << sofs);
-        self.wc.or(dst, ones << dofs);
-        let v = (self.flow.get(sfd) >> sofs) & ones;
-        let old = self.flow.get(dst);
-        self.flow.set(dst, (old & !(ones << dofs)) | (v << dofs));
+        let ones = if n >= 128 {
+            u128::MAX
+        } else {
+            (1u128 << n) - 1
+        };
+        src.unwildcard(&mut self.wc, ones << sofs);
+        dst.unwildcard(&mut self.wc, ones << dofs);
+        let v = (src.get(&self.flow) >> sofs) & ones;
+        dst.set_masked(&mut self.flow, v << dofs, ones << dofs);
     }
 
     /// commit_odp_actions: emit set/push/pop actions for what changed since `base`.
@@ -1294,10 +1382,15 @@ impl Ctx {
             let s = p128(f::IPV6_SRC_HI, f::IPV6_SRC_LO);
             let d = p128(f::IPV6_DST_HI, f::IPV6_DST_LO);
             let (tc, hl) = (p8(f::NW_TOS), p8(f::NW_TTL));
-            if s.1 != 0 || d.1 != 0 || tc.1 != 0 || hl.1 != 0 {
+            let label = {
+                let (v, m) = pick(f::IPV6_LABEL);
+                (v as u32 & 0xfffff, m as u32 & 0xfffff)
+            };
+            if s.1 != 0 || d.1 != 0 || tc.1 != 0 || hl.1 != 0 || label.1 != 0 {
                 self.out.push(OdpAction::SetIpv6 {
                     src: s,
                     dst: d,
+                    label,
                     tclass: tc,
                     hlimit: hl,
                 });
@@ -1306,9 +1399,50 @@ impl Ctx {
                     f::IPV6_SRC_LO,
                     f::IPV6_DST_HI,
                     f::IPV6_DST_LO,
+                    f::IPV6_LABEL,
                     f::NW_TOS,
                     f::NW_TTL,
                 ] {
+                    nb.set(fd, fl.get(fd));
+                }
+            }
+            // commit_set_nd_action (masked set) for ICMPv6.
+            if b.nw_proto() == ipproto::ICMPV6 {
+                let t = p128(f::ND_TARGET_HI, f::ND_TARGET_LO);
+                let (sll, tll) = (pick(f::ARP_SHA), pick(f::ARP_THA));
+                if t.1 != 0 || sll.1 != 0 || tll.1 != 0 {
+                    self.out.push(OdpAction::SetNd {
+                        target: t,
+                        sll,
+                        tll,
+                    });
+                    for fd in [f::ND_TARGET_HI, f::ND_TARGET_LO, f::ARP_SHA, f::ARP_THA] {
+                        nb.set(fd, fl.get(fd));
+                    }
+                }
+            }
+        } else if fl.nw_proto() != 0 && b.dl_type() == ethertype::ARP {
+            // commit_set_arp_action: always a masked set.
+            let p32 = |fd| {
+                let (v, m) = pick(fd);
+                (v as u32, m as u32)
+            };
+            let (sip, tip) = (p32(f::NW_SRC), p32(f::NW_DST));
+            let op = {
+                let (v, m) = pick(f::NW_PROTO);
+                // The ARP key's op is 16 bits; OVS widens a full nw_proto mask to 0xffff.
+                (v as u16, if m == 0xff { 0xffff } else { m as u16 })
+            };
+            let (sha, tha) = (pick(f::ARP_SHA), pick(f::ARP_THA));
+            if sip.1 != 0 || tip.1 != 0 || op.1 != 0 || sha.1 != 0 || tha.1 != 0 {
+                self.out.push(OdpAction::SetArp {
+                    sip,
+                    tip,
+                    op,
+                    sha,
+                    tha,
+                });
+                for fd in [f::NW_SRC, f::NW_DST, f::NW_PROTO, f::ARP_SHA, f::ARP_THA] {
                     nb.set(fd, fl.get(fd));
                 }
             }
@@ -1332,6 +1466,27 @@ impl Ctx {
                 nb.set(f::TP_DST, fl.get(f::TP_DST));
             }
         }
+        // commit_set_icmp_action: a plain (unmasked) set of type and code; both become
+        // exact in the megaflow.
+        let v6 = fl.is_ipv6() && fl.nw_proto() == ipproto::ICMPV6;
+        if (fl.is_ipv4() && fl.nw_proto() == ipproto::ICMP) || v6 {
+            let b = self.base;
+            let ty = (self.flow.get(f::TP_SRC) & 0xff, b.get(f::TP_SRC) & 0xff);
+            let code = (self.flow.get(f::TP_DST) & 0xff, b.get(f::TP_DST) & 0xff);
+            if ty.0 != ty.1 || code.0 != code.1 {
+                self.out.push(OdpAction::SetIcmp {
+                    v6,
+                    icmp_type: ty.0 as u8,
+                    code: code.0 as u8,
+                });
+                self.wc.set(f::TP_SRC, 0xff);
+                self.wc.set(f::TP_DST, 0xff);
+                self.base.set(f::TP_SRC, self.flow.get(f::TP_SRC));
+                self.base.set(f::TP_DST, self.flow.get(f::TP_DST));
+            }
+        }
+        let b1 = self.base;
+        let (fl, b) = (&self.flow, &b1);
         // VLANs: skip the common inner headers, pop the rest of base, push the rest of flow.
         let stack = |k: &FlowKey| -> Vec<u32> {
             let mut v = Vec::new();

@@ -82,6 +82,7 @@ fn set_ipv6_hlimit_text() {
     let a = OdpAction::SetIpv6 {
         src: (0, 0),
         dst: (0, 0),
+        label: (0, 0),
         tclass: (0, 0),
         hlimit: (63, 0xff),
     };
@@ -89,10 +90,28 @@ fn set_ipv6_hlimit_text() {
     let a = OdpAction::SetIpv6 {
         src: (0, 0),
         dst: (0, 0),
+        label: (0, 0),
         tclass: (0, 0),
         hlimit: (63, 0x0f),
     };
     assert_eq!(a.to_string(), "set(ipv6(hlimit=15/0xf))");
+    // OVS format_ipv6_label: %#x, the mask only when it is not the full 20 bits.
+    let a = OdpAction::SetIpv6 {
+        src: (0, 0),
+        dst: (0, 0),
+        label: (0x12345, 0xfffff),
+        tclass: (0, 0),
+        hlimit: (0, 0),
+    };
+    assert_eq!(a.to_string(), "set(ipv6(label=0x12345))");
+    let a = OdpAction::SetIpv6 {
+        src: (0, 0),
+        dst: (0, 0),
+        label: (0x45, 0xff),
+        tclass: (0, 0),
+        hlimit: (0, 0),
+    };
+    assert_eq!(a.to_string(), "set(ipv6(label=0x45/0xff))");
 }
 
 /// mod_vlan_vid under a match that guarantees a tag is a set_field of the VID alone:
@@ -221,9 +240,10 @@ fn megaflow_vlan_mask_without_cfi_is_printed_as_tci_and_mask() {
     assert!(text.contains("dl_vlan=10"), "{text}");
 }
 
-/// Megaflow text of the IPv6 flow label (OVS `match_format`): the value alone only for a
-/// mask of all 32 bits (OVS_BE32_MAX), which no rule can make (the label has 20), so an
-/// exact label is printed as value/0xfffff, a partial one as value/mask.
+/// Megaflow text of the IPv6 flow label (OVS `match_format`): the value alone for a
+/// mask of all 32 bits (OVS_BE32_MAX), which an exact `ipv6_label=V` match makes
+/// (`match_set_ipv6_label`; checked with OVS 3.1's ofproto/trace: `ipv6_label=0x00005`),
+/// a partial one as value/mask.
 #[test]
 fn megaflow_ipv6_label_as_value_and_mask() {
     let k = parse_exact_flow(
@@ -231,10 +251,7 @@ fn megaflow_ipv6_label_as_value_and_mask() {
     )
     .unwrap();
     for (rule, want) in [
-        (
-            "ipv6,ipv6_label=5,actions=output:2",
-            "ipv6_label=0x00005/0xfffff,",
-        ),
+        ("ipv6,ipv6_label=5,actions=output:2", "ipv6_label=0x00005,"),
         (
             "ipv6,ipv6_label=0x5/0xff,actions=output:2",
             "ipv6_label=0x00005/0x000ff",

@@ -4,8 +4,10 @@
 //! instructions <-> [`flow::ofctl::Action`]s. Everything the table cannot hold is
 //! refused with the OpenFlow error a switch sends for it ([`OfError`]).
 
+use flow::field::Field;
+use flow::key::FlowKey;
 use flow::key::{f, Fd, VLAN_CFI};
-use flow::ofctl::{Action, Match, MetaField, SetField, SrcField};
+use flow::ofctl::{Action, Match, MetaField, SetField};
 use openflow::action::{Action as OfAction, Instruction};
 use openflow::consts::{err, port};
 use openflow::oxm::{basic, class, nxm, onf, Oxm};
@@ -221,7 +223,13 @@ fn set_field_match(m: &mut Match, o: &Oxm<'_>) -> Result<(), OfError> {
             if v >> 20 != 0 {
                 return Err(bad_match(err::BMC_BAD_VALUE, format!("ipv6_label {v:#x}")));
             }
-            masked(m, (v as u64, mk as u64 & 0xfffff, f::IPV6_LABEL))?
+            // OVS match_set_ipv6_label: an exact label is an all-ones 32-bit mask.
+            let mk = if o.mask.is_none() {
+                0xffff_ffff
+            } else {
+                mk as u64 & 0xfffff
+            };
+            masked(m, (v as u64, mk, f::IPV6_LABEL))?
         }
         (class::NXM_1, r) if r < 16 => masked(m, vm(f::REGS[r as usize]))?,
         (class::NXM_1, x) if (nxm::NX_XXREG0..nxm::NX_XXREG0 + 4).contains(&x) => {
@@ -387,6 +395,11 @@ pub fn match_to_oxm(m: &Match) -> Vec<Oxm<'static>> {
                 }
                 if has(f::IPV6_LABEL) {
                     let (v, mk) = g(f::IPV6_LABEL);
+                    let mk = if mk & 0xfffff == 0xfffff {
+                        0xffff_ffff
+                    } else {
+                        mk
+                    };
                     o.push(oxm(b, basic::IPV6_FLABEL, 4, v, mk));
                 }
             }
@@ -485,26 +498,12 @@ fn bad_action(code: u16, why: impl Into<String>) -> OfError {
     OfError::new(err::BAD_ACTION, code, why)
 }
 
-/// The field a 32-bit NXM/OXM header names as a `move`/`load` end (None: not one
-/// the table can use).
-fn src_field(h: u32) -> Option<(SrcField, u8)> {
+/// The field a 32-bit NXM/OXM header names as a `move`/`load` end, with its width
+/// (None: not a field of the table).
+fn src_field(h: u32) -> Option<(Field, u8)> {
     let class = (h >> 16) as u16;
     let field = ((h >> 9) & 0x7f) as u8;
-    Some(match (class, field) {
-        (class::NXM_1, r) if r < 16 => (SrcField::Meta(MetaField::Reg(r)), 32),
-        (class::PACKET_REGS, x) if x < 8 => (SrcField::Meta(MetaField::Xreg(x)), 64),
-        (class::OPENFLOW_BASIC, basic::METADATA) => (SrcField::Meta(MetaField::Metadata), 64),
-        (class::NXM_0, nxm::OF_IN_PORT) => (SrcField::InPort, 16),
-        (class::NXM_0, 1) | (class::OPENFLOW_BASIC, basic::ETH_DST) => (SrcField::EthDst, 48),
-        (class::NXM_0, 2) | (class::OPENFLOW_BASIC, basic::ETH_SRC) => (SrcField::EthSrc, 48),
-        (class::NXM_0, 7) | (class::OPENFLOW_BASIC, basic::IPV4_SRC) => (SrcField::IpSrc, 32),
-        (class::NXM_0, 8) | (class::OPENFLOW_BASIC, basic::IPV4_DST) => (SrcField::IpDst, 32),
-        (class::NXM_0, 9) | (class::OPENFLOW_BASIC, basic::TCP_SRC) => (SrcField::TcpSrc, 16),
-        (class::NXM_0, 10) | (class::OPENFLOW_BASIC, basic::TCP_DST) => (SrcField::TcpDst, 16),
-        (class::NXM_0, 11) | (class::OPENFLOW_BASIC, basic::UDP_SRC) => (SrcField::UdpSrc, 16),
-        (class::NXM_0, 12) | (class::OPENFLOW_BASIC, basic::UDP_DST) => (SrcField::UdpDst, 16),
-        _ => return None,
-    })
+    Field::from_header(class, field).map(|f| (f, f.bits()))
 }
 
 fn nxm_header(class: u16, field: u8, len: u32) -> u32 {
@@ -519,31 +518,72 @@ fn meta_header(m: MetaField) -> u32 {
     }
 }
 
-fn src_header(s: SrcField) -> u32 {
-    match s {
-        SrcField::Meta(m) => meta_header(m),
-        SrcField::InPort => nxm_header(class::NXM_0, nxm::OF_IN_PORT, 2),
-        SrcField::EthDst => nxm_header(class::NXM_0, 1, 6),
-        SrcField::EthSrc => nxm_header(class::NXM_0, 2, 6),
-        SrcField::IpSrc => nxm_header(class::NXM_0, 7, 4),
-        SrcField::IpDst => nxm_header(class::NXM_0, 8, 4),
-        SrcField::TcpSrc => nxm_header(class::NXM_0, 9, 2),
-        SrcField::TcpDst => nxm_header(class::NXM_0, 10, 2),
-        SrcField::UdpSrc => nxm_header(class::NXM_0, 11, 2),
-        SrcField::UdpDst => nxm_header(class::NXM_0, 12, 2),
+/// The header `load`/`move` name a field by (OVS: NXM if it has one, else OXM).
+fn src_header(s: Field) -> u32 {
+    if let Field::Meta(m) = s {
+        return meta_header(m);
     }
+    let (c, f, n) = s
+        .nxm_header()
+        .or_else(|| s.oxm_header())
+        .expect("every field of the table has a header");
+    nxm_header(c, f, n as u32)
+}
+
+/// The header a whole-field set_field names a field by (OXM if it has one, else NXM).
+fn set_field_header(s: Field) -> (u16, u8, u8) {
+    s.oxm_header()
+        .or_else(|| s.nxm_header())
+        .expect("every field of the table has a header")
 }
 
 /// What the match guarantees, for set_field prerequisites (OVS: OFPBAC_MATCH_INCONSISTENT).
 struct Pre {
+    /// The match's values (prerequisites of the other fields, OVS
+    /// `mf_are_match_prereqs_ok`).
+    key: FlowKey,
     dl: Option<u16>,
     proto: Option<u8>,
     vlans: u8,
 }
 
+/// A write to a packet field other than the [`SetField`] ones (also masked).
+fn field_write(
+    fl: Field,
+    value: u128,
+    mask: u128,
+    as_load: bool,
+    pre: &Pre,
+) -> Result<Action, OfError> {
+    if !fl.writable() || fl == Field::InPortOxm {
+        return Err(bad_action(
+            err::BAC_BAD_SET_ARGUMENT,
+            format!("{} is not writable", fl.name()),
+        ));
+    }
+    if !fl.prereqs_ok(&pre.key, None) {
+        return Err(bad_action(
+            err::BAC_MATCH_INCONSISTENT,
+            format!("{}: prerequisites not met by the match", fl.name()),
+        ));
+    }
+    let mask = mask & fl.ones();
+    Ok(Action::LoadField {
+        dst: fl,
+        value: value & mask,
+        mask,
+        as_load: as_load || mask != fl.ones(),
+    })
+}
+
 fn set_field_action(o: &Oxm<'_>, pre: &Pre) -> Result<Action, OfError> {
     if o.mask.is_some() {
-        return Err(bad_action(err::BAC_BAD_SET_ARGUMENT, "masked set_field"));
+        return match Field::from_header(o.class, o.field) {
+            Some(fl) if !matches!(fl, Field::Meta(_)) => {
+                field_write(fl, o.value_u128(), o.mask_u128(), false, pre)
+            }
+            _ => Err(bad_action(err::BAC_BAD_SET_ARGUMENT, "masked set_field")),
+        };
     }
     let v = o.value_u128();
     let ip = matches!(pre.dl, Some(ETH_IP) | Some(ETH_IPV6));
@@ -578,13 +618,17 @@ fn set_field_action(o: &Oxm<'_>, pre: &Pre) -> Result<Action, OfError> {
         (class::OPENFLOW_BASIC, basic::VLAN_PCP) if v <= 7 => (SetField::VlanPcp, v, pre.vlans > 0),
         _ => {
             let h = nxm_header(o.class, o.field, o.value.len() as u32);
-            if let Some((SrcField::Meta(mf), _)) = src_field(h) {
-                let ones = mf.fd().ones();
-                return Ok(Action::Load {
-                    dst: mf,
-                    value: v as u64 & ones,
-                    mask: ones,
-                });
+            match src_field(h) {
+                Some((Field::Meta(mf), _)) => {
+                    let ones = mf.fd().ones();
+                    return Ok(Action::Load {
+                        dst: mf,
+                        value: v as u64 & ones,
+                        mask: ones,
+                    });
+                }
+                Some((fl, _)) => return field_write(fl, v, u128::MAX, false, pre),
+                None => {}
             }
             return Err(bad_action(
                 err::BAC_BAD_SET_TYPE,
@@ -609,6 +653,7 @@ pub fn actions_from_of(
     groups: &dyn Fn(u32) -> bool,
 ) -> Result<Vec<Action>, OfError> {
     let mut pre = Pre {
+        key: m.key,
         dl: (m.mask.get(f::DL_TYPE) == 0xffff).then(|| m.key.get(f::DL_TYPE) as u16),
         proto: (m.mask.get(f::NW_PROTO) == 0xff).then(|| m.key.get(f::NW_PROTO) as u8),
         vlans: (m.mask.get(f::VLAN0_TCI) & VLAN_CFI as u64 != 0
@@ -655,8 +700,14 @@ pub fn actions_from_of(
                 Action::StripVlan
             }
             OfAction::DecNwTtl | OfAction::NxDecTtl => Action::DecTtl,
-            OfAction::SetNwTtl(_) => {
-                return Err(bad_action(err::BAC_BAD_TYPE, "set_nw_ttl is not supported"))
+            OfAction::SetNwTtl(t) => {
+                if !matches!(pre.dl, Some(ETH_IP) | Some(ETH_IPV6)) {
+                    return Err(bad_action(
+                        err::BAC_MATCH_INCONSISTENT,
+                        "set_nw_ttl needs an ip or ipv6 match",
+                    ));
+                }
+                Action::ModNwTtl(*t)
             }
             OfAction::SetField(o) => set_field_action(o, &pre)?,
             OfAction::Resubmit { in_port, table } => {
@@ -678,7 +729,7 @@ pub fn actions_from_of(
                 dst,
                 value,
             } => {
-                let Some((SrcField::Meta(mf), width)) = src_field(*dst) else {
+                let Some((fl, width)) = src_field(*dst) else {
                     return Err(bad_action(
                         err::BAC_BAD_ARGUMENT,
                         format!("load into field {dst:#010x} is not supported"),
@@ -686,6 +737,24 @@ pub fn actions_from_of(
                 };
                 let ofs = (ofs_nbits >> 6) as u32;
                 let n = (ofs_nbits & 63) as u32 + 1;
+                let Field::Meta(mf) = fl else {
+                    if ofs + n > width as u32 || (n < 64 && value >> n != 0) {
+                        return Err(bad_action(err::BAC_BAD_ARGUMENT, "load outside the field"));
+                    }
+                    let m = if n >= 64 {
+                        u64::MAX as u128
+                    } else {
+                        (1u128 << n) - 1
+                    };
+                    out.push(field_write(
+                        fl,
+                        (*value as u128) << ofs,
+                        m << ofs,
+                        true,
+                        &pre,
+                    )?);
+                    continue;
+                };
                 if ofs + n > width as u32 || (n < 64 && value >> n != 0) {
                     return Err(bad_action(err::BAC_BAD_ARGUMENT, "load outside the field"));
                 }
@@ -707,9 +776,7 @@ pub fn actions_from_of(
                 src,
                 dst,
             } => {
-                let (Some((s, sw)), Some((SrcField::Meta(d), dw))) =
-                    (src_field(*src), src_field(*dst))
-                else {
+                let (Some((s, sw)), Some((d, dw))) = (src_field(*src), src_field(*dst)) else {
                     return Err(bad_action(
                         err::BAC_BAD_ARGUMENT,
                         "move between these fields is not supported",
@@ -717,6 +784,20 @@ pub fn actions_from_of(
                 };
                 if *n_bits == 0 || src_ofs + n_bits > sw as u16 || dst_ofs + n_bits > dw as u16 {
                     return Err(bad_action(err::BAC_BAD_ARGUMENT, "move outside the fields"));
+                }
+                if !d.writable() || d == Field::InPortOxm {
+                    return Err(bad_action(
+                        err::BAC_BAD_SET_ARGUMENT,
+                        format!("move into read-only {}", d.name()),
+                    ));
+                }
+                for fl in [s, d] {
+                    if !fl.prereqs_ok(&pre.key, None) {
+                        return Err(bad_action(
+                            err::BAC_MATCH_INCONSISTENT,
+                            format!("move: {} prerequisites not met by the match", fl.name()),
+                        ));
+                    }
                 }
                 Action::Move {
                     src: s,
@@ -904,8 +985,46 @@ pub fn actions_to_of(acts: &[Action]) -> Vec<Instruction<'static>> {
                 src_ofs: src_ofs as u16,
                 dst_ofs: dst_ofs as u16,
                 src: src_header(src),
-                dst: meta_header(dst),
+                dst: src_header(dst),
             },
+            Action::ModNwTtl(t) => OfAction::SetNwTtl(t),
+            Action::LoadField {
+                dst,
+                value,
+                mask,
+                as_load,
+            } => {
+                if !as_load && mask == dst.ones() {
+                    let (c, f, n) = set_field_header(dst);
+                    OfAction::SetField(Oxm::masked(
+                        c,
+                        f,
+                        &bytes(value, n as usize),
+                        &bytes(u128::MAX, n as usize),
+                    ))
+                } else {
+                    // One NXAST_REG_LOAD per contiguous run of at most 64 bits (OVS
+                    // `set_field_to_nxast`).
+                    let h = src_header(dst);
+                    let mut rest = mask;
+                    while rest != 0 {
+                        let o = rest.trailing_zeros();
+                        let run = (rest >> o).trailing_ones().min(64);
+                        let m = if run >= 128 {
+                            u128::MAX
+                        } else {
+                            ((1u128 << run) - 1) << o
+                        };
+                        apply.push(OfAction::RegLoad {
+                            ofs_nbits: ((o as u16) << 6) | (run as u16 - 1),
+                            dst: h,
+                            value: ((value & m) >> o) as u64,
+                        });
+                        rest &= !m;
+                    }
+                    continue;
+                }
+            }
             Action::WriteMetadata { value, mask } => {
                 meta = Some((value, mask));
                 continue;
@@ -958,6 +1077,15 @@ mod tests {
             "vlan_tci=0x0000/0x1fff,actions=push_vlan:0x8100,set_field:4196->vlan_vid,output:2",
             "icmp,icmp_type=8,icmp_code=0,nw_tos=16,nw_ecn=1,nw_ttl=64,actions=controller:128",
             "icmp6,icmpv6_type=135,nd_target=fd00::1,nd_sll=02:00:00:00:00:01,actions=drop",
+            // issue 17: writes to every writable field, whole, masked and partial
+            "udp,actions=set_field:53->udp_dst,load:0x35->NXM_OF_UDP_SRC[],set_field:5/0xf->udp_src,output:2",
+            "sctp,actions=set_field:99->sctp_dst,set_field:0x5/0xf->sctp_src,move:OXM_OF_SCTP_DST[0..7]->OXM_OF_SCTP_SRC[8..15],output:2",
+            "ip,actions=set_field:7->nw_ttl,set_field:1->nw_ecn,mod_nw_ttl:5,load:0x3f->NXM_OF_IP_TOS[2..7],set_field:1.2.3.4/255.255.0.0->ip_src,output:2",
+            "ipv6,actions=set_field:0x12345->ipv6_label,move:NXM_NX_IPV6_SRC[]->NXM_NX_IPV6_DST[],load:1->NXM_NX_IPV6_DST[70..71],output:2",
+            "arp,actions=set_field:2->arp_op,set_field:1.1.1.1->arp_spa,move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],output:2",
+            "icmp,actions=set_field:0->icmp_type,move:NXM_OF_ICMP_TYPE[]->NXM_OF_ICMP_CODE[],output:2",
+            "icmp6,icmp_type=135,icmp_code=0,actions=set_field:fe80::1->nd_target,set_field:00:11:22:33:44:55->nd_sll,output:2",
+            "dl_vlan=5,actions=load:7->NXM_OF_VLAN_TCI[0..11],set_field:3->in_port,output:2",
             "ip,nw_frag=later,actions=in_port",
             "tcp,tcp_flags=+syn-ack,actions=group:1",
             "reg0=0x5/0xff,metadata=0x1/0xff,actions=load:0x3->NXM_NX_REG3[4..7],set_field:0x7->reg2,move:NXM_OF_IN_PORT[]->NXM_NX_REG1[0..15],resubmit(,2),resubmit:3,write_metadata:0xa0/0xf0,goto_table:1",

@@ -420,9 +420,13 @@ pub fn translate_actions(acts: &[OdpAction]) -> Result<Vec<Action>, OffloadError
             OdpAction::SetIpv6 {
                 src,
                 dst,
+                label,
                 tclass,
                 hlimit,
             } => {
+                if label.1 != 0 {
+                    return unsup("IPv6 flow label rewrite");
+                }
                 for ((v, m), mk) in [
                     (src, Action::SetIpv6Src as fn(u128) -> Action),
                     (dst, Action::SetIpv6Dst),
@@ -460,6 +464,9 @@ pub fn translate_actions(acts: &[OdpAction]) -> Result<Vec<Action>, OffloadError
                 return unsup("hash/recirc (select group) in hardware")
             }
             OdpAction::Controller { .. } => return unsup("controller action"),
+            OdpAction::SetArp { .. } => return unsup("ARP rewrite"),
+            OdpAction::SetNd { .. } => return unsup("ND rewrite"),
+            OdpAction::SetIcmp { .. } => return unsup("ICMP type/code rewrite"),
         }
     }
     if !out.iter().any(|a| matches!(a, Action::PortId(_))) {
@@ -480,6 +487,7 @@ pub fn decode_actions(acts: &[Action]) -> Vec<HwOp> {
         HwOp::Odp(OdpAction::SetIpv6 {
             src,
             dst,
+            label: (0, 0),
             tclass,
             hlimit,
         })

@@ -399,9 +399,13 @@ pub fn translate_actions(acts: &[OdpAction]) -> Result<Vec<TcAction>, OffloadErr
             OdpAction::SetIpv6 {
                 src,
                 dst,
+                label,
                 tclass,
                 hlimit,
             } => {
+                if label.1 != 0 {
+                    return unsup("IPv6 flow label rewrite");
+                }
                 let h = PeditHdr::Ip6;
                 if tclass.1 != 0 {
                     let (v, m) = ((tclass.0 as u32) << 20, (tclass.1 as u32) << 20);
@@ -429,6 +433,9 @@ pub fn translate_actions(acts: &[OdpAction]) -> Result<Vec<TcAction>, OffloadErr
                 return unsup("hash/recirc (select group)")
             }
             OdpAction::Controller { .. } => return unsup("controller action"),
+            OdpAction::SetArp { .. } => return unsup("ARP rewrite"),
+            OdpAction::SetNd { .. } => return unsup("ND rewrite"),
+            OdpAction::SetIcmp { .. } => return unsup("ICMP type/code rewrite"),
         }
         if !keys.is_empty() {
             out.push(TcAction::Pedit(keys));
