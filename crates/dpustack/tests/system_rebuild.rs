@@ -359,6 +359,31 @@ fn rp2_rebuild_restores_redundancy_and_the_killed_engine_is_reintegrated() {
         want.insert((o, k), v);
     }
 
+    // and one key the victim held is removed (from its serving replicas,
+    // directly: the distributed client has no remove): the victim's stale
+    // copy must not come back (its data is discarded, not merged)
+    let (gone_o, gone_k) = *want
+        .keys()
+        .find(|(o, k)| {
+            let l = layout(oid(*o), &map.all_in()).unwrap();
+            l.groups[group_of(format!("key{k}").as_bytes(), l.groups.len())]
+                .contains(&(victim as u32))
+        })
+        .expect("a key on the victim");
+    let gone_key = format!("key{gone_k}");
+    {
+        let l = layout(oid(gone_o), &map).unwrap();
+        for &t in &l.groups[group_of(gone_key.as_bytes(), l.groups.len())] {
+            let a = &addrs[map.target(t).unwrap().domain as usize];
+            let cl = Client::connect(a).unwrap();
+            let poh = cl.pool_connect("dp", None).unwrap().get().unwrap();
+            let coh = cl.cont_open(&poh, "dc", None).unwrap().get().unwrap();
+            let kv = cl.kv_open(&coh, oid(gone_o), None).unwrap().get().unwrap();
+            cl.kv_remove(&kv, gone_key.as_bytes(), None).unwrap().get().unwrap();
+        }
+    }
+    want.remove(&(gone_o, gone_k));
+
     // restart it (same command line): EXCLUDED -> UP -> UP-IN
     let t_restart = Instant::now();
     let log = std::fs::File::create(dir.join(format!("engine{victim}.restart.log"))).unwrap();
@@ -387,6 +412,10 @@ fn rp2_rebuild_restores_redundancy_and_the_killed_engine_is_reintegrated() {
     let map = p.map();
     // every replica (the returning engine included) has the newest values
     check_redundancy(&addrs, &map, &want);
+    // the removed key is nowhere, not on the returning engine either
+    for a in &addrs {
+        assert_eq!(direct_get(a, oid(gone_o), gone_key.as_bytes()), None, "{a}");
+    }
     // and clients read them with the new map
     let mut dc = dist(&addrs, &svc, map);
     for ((o, k), v) in &want {
