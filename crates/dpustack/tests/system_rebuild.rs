@@ -379,7 +379,10 @@ fn rp2_rebuild_restores_redundancy_and_the_killed_engine_is_reintegrated() {
             let poh = cl.pool_connect("dp", None).unwrap().get().unwrap();
             let coh = cl.cont_open(&poh, "dc", None).unwrap().get().unwrap();
             let kv = cl.kv_open(&coh, oid(gone_o), None).unwrap().get().unwrap();
-            cl.kv_remove(&kv, gone_key.as_bytes(), None).unwrap().get().unwrap();
+            cl.kv_remove(&kv, gone_key.as_bytes(), None)
+                .unwrap()
+                .get()
+                .unwrap();
         }
     }
     want.remove(&(gone_o, gone_k));

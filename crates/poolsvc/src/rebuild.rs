@@ -295,7 +295,7 @@ impl Job {
     fn publish(&self, status: &RebuildStatus) -> JobResult<()> {
         self.write(Command::SetRebuild {
             pool: self.pool.clone(),
-            status: status.clone(),
+            status: Box::new(status.clone()),
         })
         .map(|_| ())
     }
@@ -508,9 +508,8 @@ impl Job {
             if from.as_ref().is_some_and(|c| rank < c.rank) {
                 continue;
             }
-            if !conns.contains_key(&rank) {
-                let c = self.connect(rank, &p)?;
-                conns.insert(rank, c);
+            if let std::collections::hash_map::Entry::Vacant(e) = conns.entry(rank) {
+                e.insert(self.connect(rank, &p)?);
             }
             let shards = conns[&rank].shards;
             for cont in &conts {
@@ -619,9 +618,8 @@ impl Job {
                 }
                 for d in pl.dests {
                     let drank = cur.target(d).map_err(|e| e.to_string())?.domain;
-                    if !conns.contains_key(&drank) {
-                        let c = self.connect(drank, p)?;
-                        conns.insert(drank, c);
+                    if let std::collections::hash_map::Entry::Vacant(e) = conns.entry(drank) {
+                        e.insert(self.connect(drank, p)?);
                     }
                     status.state = "pulling".into();
                     let (s, t) = (&conns[&rank], &conns[&drank]);

@@ -48,7 +48,10 @@ pub enum Command {
     CloseHandle { pool: String, handle: u64 },
     /// The rebuild driver's progress for `pool` (written by the leader's
     /// driver only; refused when older than what is recorded).
-    SetRebuild { pool: String, status: RebuildStatus },
+    SetRebuild {
+        pool: String,
+        status: Box<RebuildStatus>,
+    },
     /// Set one pool property (`class`, `replicas`: the defaults of
     /// `pool create --class --replicas`).
     SetPoolProp {
@@ -239,7 +242,7 @@ impl PoolSvcState {
                         status.version, p.rebuild.version
                     ));
                 }
-                p.rebuild = status.clone();
+                p.rebuild = (**status).clone();
                 Ok(Reply::Done)
             }
             Command::SetPoolProp { pool, key, value } => {
