@@ -10,7 +10,8 @@
 //!
 //! Figures: `REBUILD_KEYS` (default 200) keys of `REBUILD_VALUE_BYTES`
 //! (default 64) over 20 objects; the rebuild's values/s and MB/s and the
-//! time from the kill to restored redundancy are printed.
+//! time from the kill to restored redundancy are printed; `REBUILD_RATE=N`
+//! throttles the rebuild to N values/s.
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -211,10 +212,13 @@ fn rp2_rebuild_restores_redundancy_and_the_killed_engine_is_reintegrated() {
     let mut g = Guard(dir.clone(), Vec::new());
     let port = free_port("127.0.0.94").to_string();
     let svc_port = free_port("127.0.0.94").to_string();
+    let rate = env_or("REBUILD_RATE", 0).to_string();
     ok(
         &dir,
         &[
             "start",
+            "--rebuild-rate",
+            &rate,
             "--engines",
             "3",
             "--first-ip",
@@ -260,12 +264,16 @@ fn rp2_rebuild_restores_redundancy_and_the_killed_engine_is_reintegrated() {
 
     let mut want: BTreeMap<(u64, usize), Vec<u8>> = BTreeMap::new();
     let mut dc = dist(&addrs, &svc, pool(&mut c).map());
+    // baseline of the same run: the client's replicated puts of the same
+    // values (each put = one write on each of the 2 replicas, in turn)
+    let t_put = Instant::now();
     for k in 0..nkeys {
         let o = k as u64 % nobj;
         let v = value(o, k, 0, vlen);
         dc.kv_put(oid(o), format!("key{k}").as_bytes(), &v).unwrap();
         want.insert((o, k), v);
     }
+    let put_secs = t_put.elapsed().as_secs_f64();
     check_redundancy(&addrs, &pool(&mut c).map(), &want);
 
     // kill -9 a follower's engine
@@ -331,7 +339,8 @@ fn rp2_rebuild_restores_redundancy_and_the_killed_engine_is_reintegrated() {
     let secs = rb.elapsed_ms.max(1) as f64 / 1000.0;
     println!(
         "rebuild: {} keys x {} B, {} values / {} bytes copied in {} ms: {:.0} values/s, {:.2} MB/s; \
-         kill -> EXCLUDED {} ms, kill -> redundancy restored {} ms",
+         kill -> EXCLUDED {} ms, kill -> redundancy restored {} ms; baseline: client puts \
+         {:.0} keys/s ({:.0} replica writes/s), rebuild values/s / replica writes/s = {:.2}",
         nkeys,
         vlen,
         rb.recs_copied,
@@ -340,7 +349,10 @@ fn rp2_rebuild_restores_redundancy_and_the_killed_engine_is_reintegrated() {
         rb.recs_copied as f64 / secs,
         rb.bytes_copied as f64 / secs / 1e6,
         t_excluded.as_millis(),
-        t_redundant.as_millis()
+        t_redundant.as_millis(),
+        nkeys as f64 / put_secs,
+        2.0 * nkeys as f64 / put_secs,
+        (rb.recs_copied as f64 / secs) / (2.0 * nkeys as f64 / put_secs)
     );
     let pq = ok(&dir, &["pool-query", "dp"]);
     assert!(pq.contains("rebuild done (exclude)"), "{pq}");
