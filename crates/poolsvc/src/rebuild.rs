@@ -649,3 +649,90 @@ impl Job {
         Ok(copied)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::PoolSvcState;
+
+    fn state() -> PoolSvcState {
+        let mut s = PoolSvcState::default();
+        s.apply(&Command::CreatePool {
+            pool: "p".into(),
+            domains: 3,
+            per_domain: 1,
+        });
+        s
+    }
+
+    fn set(s: &mut PoolSvcState, d: u32, st: &str) {
+        let r = s.apply(&Command::SetDomainState {
+            pool: "p".into(),
+            domain: d,
+            state: st.into(),
+        });
+        assert!(matches!(r, Reply::MapVersion(_)), "{r:?}");
+    }
+
+    #[test]
+    fn a_job_is_needed_after_exclusion_and_for_up_targets_only() {
+        let mut s = state();
+        assert!(!needs_rebuild(&s.pools["p"]), "a fresh pool");
+        set(&mut s, 1, "DOWN");
+        assert!(
+            !needs_rebuild(&s.pools["p"]),
+            "DOWN: DAOS waits for EXCLUDED"
+        );
+        set(&mut s, 1, "EXCLUDED");
+        assert!(needs_rebuild(&s.pools["p"]));
+        // the job completes: its map becomes the base
+        let done = RebuildStatus {
+            version: s.pools["p"].map().version(),
+            state: "done".into(),
+            base_map: s.pools["p"].map().to_text(),
+            ..Default::default()
+        };
+        s.apply(&Command::SetRebuild {
+            pool: "p".into(),
+            status: Box::new(done.clone()),
+        });
+        assert!(!needs_rebuild(&s.pools["p"]));
+        // an interrupted job is taken up again
+        let mut mid = done.clone();
+        mid.state = "pulling".into();
+        s.apply(&Command::SetRebuild {
+            pool: "p".into(),
+            status: Box::new(mid),
+        });
+        assert!(needs_rebuild(&s.pools["p"]));
+        s.apply(&Command::SetRebuild {
+            pool: "p".into(),
+            status: Box::new(done.clone()),
+        });
+        // the engine comes back: UP → a (reintegration) job
+        set(&mut s, 1, "UP");
+        assert!(needs_rebuild(&s.pools["p"]));
+        set(&mut s, 1, "UP-IN");
+        assert!(!needs_rebuild(&s.pools["p"]));
+    }
+
+    #[test]
+    fn an_older_rebuild_status_is_refused() {
+        let mut s = state();
+        let st = |v: u32| RebuildStatus {
+            version: v,
+            state: "scanning".into(),
+            ..Default::default()
+        };
+        let w = |s: &mut PoolSvcState, v| {
+            s.apply(&Command::SetRebuild {
+                pool: "p".into(),
+                status: Box::new(st(v)),
+            })
+        };
+        assert_eq!(w(&mut s, 3), Reply::Done);
+        assert!(matches!(w(&mut s, 2), Reply::Refused(_)));
+        assert_eq!(s.pools["p"].rebuild.version, 3);
+        assert_eq!(w(&mut s, 3), Reply::Done);
+    }
+}
