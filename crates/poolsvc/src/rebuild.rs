@@ -120,6 +120,10 @@ pub(crate) struct Driver {
     seen_gone: BTreeSet<u32>,
     /// No new job before this (after a failed one).
     backoff_until: Option<Instant>,
+    /// This leader has applied everything committed before it led (a new
+    /// leader's applied state may lag: a job started from it would resume
+    /// from an older cursor).
+    synced: bool,
 }
 
 impl Driver {
@@ -131,6 +135,7 @@ impl Driver {
             last_probe: None,
             seen_gone: BTreeSet::new(),
             backoff_until: None,
+            synced: false,
         }
     }
 
@@ -165,6 +170,15 @@ impl Driver {
         }
         if self.backoff_until.is_some_and(|b| Instant::now() < b) {
             return;
+        }
+        if !self.synced {
+            // a linearizable read returns once this leader has applied up to
+            // its commit index: every earlier leader's progress is visible
+            if let Err(e) = svc.raft.ensure_linearizable().await {
+                tracing::debug!("rebuild: not synced with the log yet: {e}");
+                return;
+            }
+            self.synced = true;
         }
         let st = svc.local_state();
         // excluded engines that answer again: reintegrate (set UP)
