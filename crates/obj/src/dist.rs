@@ -20,9 +20,9 @@
 //! - replication is client-driven, replica by replica, not DAOS's DTX through
 //!   a leader replica: an update that fails half-way can stay visible on the
 //!   replicas that took it (it is not acknowledged, and a retry rewrites it);
-//! - no rebuild: after a failure, new writes go to the spare the layout picks,
-//!   but the lost replicas of older data are not copied, so redundancy is not
-//!   restored; a returning engine is not reintegrated (it stays DOWN here).
+//! - rebuild (copying older data to the spare) and reintegration are the pool
+//!   service leader's (`poolsvc::rebuild`); this client only follows the map
+//!   it gets (a DOWN it finds itself stays DOWN in its own copy).
 
 use std::time::{Duration, Instant};
 

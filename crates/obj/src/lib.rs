@@ -18,6 +18,7 @@ pub mod dist;
 pub mod engine;
 pub mod membership;
 pub mod placement;
+pub mod rebuild;
 pub mod rpc;
 pub mod types;
 pub mod vos;

@@ -111,6 +111,16 @@ impl Detector {
         mem.state = Liveness::Alive;
     }
 
+    /// Member `m` rejoined at `now` (reintegration decided it): alive again,
+    /// probed and judged afresh, as a new member.
+    pub fn revive(&mut self, m: usize, now: Instant) {
+        self.members[m] = Member {
+            last_heard: now,
+            last_probe: None,
+            state: Liveness::Alive,
+        };
+    }
+
     /// Advance to `now`: the members whose state changed, with the new state.
     pub fn tick(&mut self, now: Instant) -> Vec<(usize, Liveness)> {
         let mut changes = Vec::new();

@@ -7,8 +7,9 @@
 //! returns the commands to replicate. Engine rank `r` is fault domain `r` of
 //! every pool map (as `dpustack system` lays pools out).
 //!
-//! Not done: reintegration. An engine that answers again stays DOWN (or
-//! EXCLUDED): its data missed writes and nothing reconciles it yet.
+//! An engine that answers again stays DOWN (until EXCLUDED) and EXCLUDED
+//! until the rebuild driver ([`crate::rebuild`]) reintegrates it: it then
+//! calls [`Monitor::revive`] and the engine is judged afresh.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -61,6 +62,16 @@ impl Monitor {
         self.det.heard(rank, now)
     }
 
+    /// Engine `rank` is being reintegrated: alive from `now`, probed again
+    /// (dead again later → DOWN again).
+    pub fn revive(&mut self, rank: usize, now: Instant) {
+        if rank < self.n {
+            self.det.revive(rank, now);
+            self.down_since.remove(&(rank as u32));
+            self.warned.remove(&(rank as u32));
+        }
+    }
+
     /// What the detector believes about `rank`.
     pub fn liveness(&self, rank: usize) -> Liveness {
         self.det.state(rank)
@@ -92,7 +103,7 @@ impl Monitor {
                             rank = d,
                             pool = %name,
                             "engine answers but is DOWN/EXCLUDED in the pool map: it stays out \
-                             (reintegration is NOT IMPLEMENTED: its data may be stale)"
+                             until the rebuild driver reintegrates it (once EXCLUDED)"
                         );
                     }
                     continue;

@@ -17,6 +17,8 @@
 //!   transport engines use; [`server`]: a replica's TCP server;
 //! - [`runner`]: a replica on its own thread inside an engine process;
 //! - [`health`]: the leader's engine monitor (DOWN, then EXCLUDED), sans-IO;
+//! - [`rebuild`]: the leader's rebuild driver (exclusion → copies to the
+//!   spares; reintegration of returning engines), progress in the state;
 //! - [`client`]: a client that follows redirects and tries every replica.
 //!
 //! Runs on tokio (openraft is async); the object I/O path does not.
@@ -27,6 +29,7 @@ pub mod client;
 pub mod health;
 pub mod msg;
 pub mod net;
+pub mod rebuild;
 pub mod runner;
 pub mod server;
 pub mod service;

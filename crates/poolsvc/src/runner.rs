@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::health::{Monitor, MonitorConfig};
 use crate::net::TcpTransport;
+use crate::rebuild::{Driver, RebuildConfig};
 use crate::server::serve_tcp;
 use crate::service::PoolService;
 use crate::store::Store;
@@ -33,6 +34,9 @@ pub struct ReplicaConfig {
     /// ([`crate::health`]). Empty: no monitoring.
     pub engines: BTreeMap<NodeId, String>,
     pub monitor: MonitorConfig,
+    /// Rebuild and reintegration, driven by the leader next to its monitor
+    /// ([`crate::rebuild`]; only with `engines`).
+    pub rebuild: RebuildConfig,
     /// The map versions of the engine hosting this replica: raised as map
     /// changes apply here, so the engine refuses stale-map object I/O.
     pub map_versions: Option<Arc<obj::engine::MapVersions>>,
@@ -127,6 +131,7 @@ impl Replica {
                             svc.clone(),
                             cfg.engines.clone(),
                             cfg.monitor,
+                            cfg.rebuild,
                         )))
                     };
                     if cfg.initialize {
@@ -195,8 +200,14 @@ fn ping_engine(addr: &str, timeout: Duration) -> bool {
 /// While this replica leads: probe the engines, replicate what the monitor
 /// decides (DOWN, EXCLUDED). A replica that stops leading drops its monitor;
 /// one that becomes leader starts a fresh one (every engine heard "now").
-async fn monitor_engines(svc: PoolService, engines: BTreeMap<NodeId, String>, cfg: MonitorConfig) {
+async fn monitor_engines(
+    svc: PoolService,
+    engines: BTreeMap<NodeId, String>,
+    cfg: MonitorConfig,
+    rebuild: RebuildConfig,
+) {
     let addrs: Vec<String> = engines.into_values().collect();
+    let mut driver: Option<Driver> = None;
     let tick = (cfg.detector.interval / 2).max(Duration::from_millis(10));
     let timeout = cfg.detector.interval.max(Duration::from_millis(100));
     let mut mon: Option<Monitor> = None;
@@ -204,6 +215,9 @@ async fn monitor_engines(svc: PoolService, engines: BTreeMap<NodeId, String>, cf
         tokio::time::sleep(tick).await;
         if svc.status().role != "leader" {
             mon = None;
+            if let Some(mut d) = driver.take() {
+                d.detach();
+            }
             continue;
         }
         let m = mon.get_or_insert_with(|| {
@@ -237,5 +251,9 @@ async fn monitor_engines(svc: PoolService, engines: BTreeMap<NodeId, String>, cf
                 break;
             }
         }
+        driver
+            .get_or_insert_with(|| Driver::new(rebuild, addrs.clone()))
+            .poll(&svc, m)
+            .await;
     }
 }

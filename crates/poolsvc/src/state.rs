@@ -46,6 +46,61 @@ pub enum Command {
     OpenHandle { pool: String, client: String },
     /// Close a pool handle.
     CloseHandle { pool: String, handle: u64 },
+    /// The rebuild driver's progress for `pool` (written by the leader's
+    /// driver only; refused when older than what is recorded).
+    SetRebuild {
+        pool: String,
+        status: Box<RebuildStatus>,
+    },
+    /// Set one pool property (`class`, `replicas`: the defaults of
+    /// `pool create --class --replicas`).
+    SetPoolProp {
+        pool: String,
+        key: String,
+        value: String,
+    },
+}
+
+/// Where a pool's rebuild stands (DAOS's rebuild status in `pool query`).
+/// A rebuild goes from the map of the last completed rebuild (`base_map`)
+/// to the map of `version`; see `crate::rebuild`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RebuildStatus {
+    /// The pool-map version being (or last) rebuilt to; 0: never.
+    pub version: u32,
+    /// `idle`, `scanning`, `pulling`, `done`, or `failed: why`.
+    pub state: String,
+    /// Why: `exclude` (targets went EXCLUDED) or `reintegrate` (targets UP).
+    pub kind: String,
+    /// Pass 1 (to the new layout), pass 2 (reintegrated targets once more
+    /// after they turned UP-IN: writes they missed while UP).
+    pub pass: u32,
+    pub objs_scanned: u64,
+    pub keys_scanned: u64,
+    /// Objects of which something was copied.
+    pub objs_copied: u64,
+    /// Values (single values, array extents) copied.
+    pub recs_copied: u64,
+    pub bytes_copied: u64,
+    /// Milliseconds since the job started (its start on this leader).
+    pub elapsed_ms: u64,
+    /// Where a new leader resumes: (source rank, container, engine shard,
+    /// object anchor), the pass and the map version it was for.
+    pub cursor: Option<RebuildCursor>,
+    /// Targets filled on request in pass 2 (the reintegrated ones).
+    pub extra: Vec<TargetId>,
+    /// The map (text) of the last completed rebuild; empty: the pool's first
+    /// map (every target in).
+    pub base_map: String,
+}
+
+/// A rebuild's resume point.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RebuildCursor {
+    pub rank: u32,
+    pub cont: String,
+    pub shard: u32,
+    pub anchor: Vec<u8>,
 }
 
 /// What applying a command answered (the same on every replica).
@@ -77,6 +132,12 @@ pub struct Pool {
     pub containers: BTreeMap<String, Container>,
     /// Open handles: id → client name.
     pub handles: BTreeMap<u64, String>,
+    /// Rebuild status (absent in states written before rebuild existed).
+    #[serde(default)]
+    pub rebuild: RebuildStatus,
+    /// Pool properties (`class`, `replicas`).
+    #[serde(default)]
+    pub props: BTreeMap<String, String>,
 }
 
 impl Pool {
@@ -142,6 +203,8 @@ impl PoolSvcState {
                         map_text: m.to_text(),
                         containers: BTreeMap::new(),
                         handles: BTreeMap::new(),
+                        rebuild: RebuildStatus::default(),
+                        props: BTreeMap::new(),
                     },
                 );
                 Ok(Reply::MapVersion(v))
@@ -170,6 +233,22 @@ impl PoolSvcState {
                 let v = m.set_domain_state(*domain, to).map_err(|e| e.to_string())?;
                 p.map_text = m.to_text();
                 Ok(Reply::MapVersion(v))
+            }
+            Command::SetRebuild { pool, status } => {
+                let p = self.pool_mut(pool)?;
+                if status.version < p.rebuild.version {
+                    return Err(format!(
+                        "rebuild status for map version {} older than the recorded {}",
+                        status.version, p.rebuild.version
+                    ));
+                }
+                p.rebuild = (**status).clone();
+                Ok(Reply::Done)
+            }
+            Command::SetPoolProp { pool, key, value } => {
+                let p = self.pool_mut(pool)?;
+                p.props.insert(key.clone(), value.clone());
+                Ok(Reply::Done)
             }
             Command::CreateCont { pool, cont, props } => {
                 let p = self.pool_mut(pool)?;

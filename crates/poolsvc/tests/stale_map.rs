@@ -142,6 +142,7 @@ fn system(base: u8, monitor: Option<MonitorConfig>) -> System {
                     detector: Default::default(),
                     exclude_after: None,
                 }),
+                rebuild: poolsvc::rebuild::RebuildConfig::off(),
                 map_versions: Some(engines[i].map_versions()),
             };
             Replica::spawn(cfg, &dirs[i].path().join("pool_svc.redb")).unwrap()

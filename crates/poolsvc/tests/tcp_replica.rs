@@ -27,6 +27,7 @@ fn config(addr: &str) -> ReplicaConfig {
             detector: Default::default(),
             exclude_after: None,
         },
+        rebuild: poolsvc::rebuild::RebuildConfig::off(),
         map_versions: None,
     }
 }

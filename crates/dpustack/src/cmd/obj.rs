@@ -90,6 +90,14 @@ pub struct EngineArgs {
     /// marks it EXCLUDED; 0 = never.
     #[arg(long, default_value_t = 5000)]
     pub pool_svc_exclude_after_ms: u64,
+    /// Rebuild (after EXCLUDED) and reintegration (of returning engines) by
+    /// the pool-service leader: values copied per second at most (0 =
+    /// unlimited).
+    #[arg(long, default_value_t = 0)]
+    pub pool_svc_rebuild_rate: u64,
+    /// No rebuild and no reintegration (a DOWN/EXCLUDED engine stays out).
+    #[arg(long)]
+    pub pool_svc_no_rebuild: bool,
 }
 
 /// Which engine the tools talk to.
@@ -298,6 +306,11 @@ fn engine(a: &EngineArgs, cfg: &Config) -> Result<()> {
                     detector: obj::membership::DetectorConfig::default(),
                     exclude_after: (a.pool_svc_exclude_after_ms > 0)
                         .then(|| Duration::from_millis(a.pool_svc_exclude_after_ms)),
+                },
+                rebuild: poolsvc::rebuild::RebuildConfig {
+                    enabled: !a.pool_svc_no_rebuild,
+                    rate: a.pool_svc_rebuild_rate,
+                    ..Default::default()
                 },
                 // the engine refuses object I/O sent with an older pool map
                 map_versions: Some(eng.map_versions()),

@@ -61,6 +61,9 @@ pub enum SystemCmd {
         /// marks it EXCLUDED (0 = never).
         #[arg(long, default_value_t = 5000)]
         exclude_after_ms: u64,
+        /// Rebuild throttle: values copied per second at most (0 = unlimited).
+        #[arg(long, default_value_t = 0)]
+        rebuild_rate: u64,
     },
     /// Stop every engine of the system (SIGINT, then SIGKILL after 5 s).
     Stop,
@@ -73,10 +76,25 @@ pub enum SystemCmd {
         cont: String,
         #[arg(default_value = "64M")]
         size: String,
+        /// The pool's default object class (`system kv` uses it when given
+        /// no `--class`): S1, SX, RP_2, RP_3 (or any full class name).
+        #[arg(long)]
+        class: Option<String>,
+        /// Replicas per object; must agree with `--class` (S1/SX: 1, RP_n: n)
+        /// and be at most the number of engines (distinct fault domains).
+        /// Alone, it picks the class: 1 → S1, n → RP_n.
+        #[arg(long)]
+        replicas: Option<u32>,
     },
     /// The pool as the pool service has it (linearizable read from the
-    /// leader): map version, targets and states, containers, handles.
-    PoolQuery { pool: String },
+    /// leader): map version, targets and states, containers, handles,
+    /// properties, rebuild progress.
+    PoolQuery {
+        pool: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Set the state of engine RANK's targets in POOL's map (UP, UP-IN, DOWN,
     /// EXCLUDED; DAOS transitions only), through the pool service.
     SetState {
@@ -89,9 +107,10 @@ pub enum SystemCmd {
         pool: String,
         cont: String,
         oid: String,
-        /// Object class (S1, SX, RP_2G1, RP_3G1, ...).
-        #[arg(long, default_value = "RP_2G1")]
-        class: String,
+        /// Object class (S1, SX, RP_2G1, RP_3G1, ...); default: the pool's
+        /// (`create --class`), else RP_2G1.
+        #[arg(long)]
+        class: Option<String>,
         /// put KEY VALUE | get KEY | where
         #[arg(num_args = 1..=3, required = true)]
         args: Vec<String>,
@@ -208,6 +227,7 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
             targets,
             svc_port,
             exclude_after_ms,
+            rebuild_rate,
         } => start(
             &dir,
             engines,
@@ -215,15 +235,22 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
             port,
             targets,
             svc_port,
-            exclude_after_ms,
+            (exclude_after_ms, rebuild_rate),
         ),
         SystemCmd::Stop => stop(&dir),
         SystemCmd::Query => query(&dir),
-        SystemCmd::Create { pool, cont, size } => {
+        SystemCmd::Create {
+            pool,
+            cont,
+            size,
+            class,
+            replicas,
+        } => {
             let size =
                 bdev::spec::parse_size(&size).with_context(|| format!("bad size {size:?}"))?;
             let ms = load(&dir)?;
             let addrs: Vec<String> = ms.iter().map(|m| m.addr.clone()).collect();
+            let class = pool_class(class.as_deref(), replicas, addrs.len())?;
             DistClient::create(&addrs, &pool, size, &cont)?;
             println!(
                 "pool {pool:?} ({size} bytes per engine) and container {cont:?} on {} engines",
@@ -246,6 +273,21 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
                 if let poolsvc::state::Reply::Refused(e) = &r {
                     bail!("pool service: {e}");
                 }
+                if let Some((class, replicas)) = &class {
+                    for (key, value) in
+                        [("class", class.clone()), ("replicas", replicas.to_string())]
+                    {
+                        let r = c.write(poolsvc::state::Command::SetPoolProp {
+                            pool: pool.clone(),
+                            key: key.into(),
+                            value,
+                        })?;
+                        if let poolsvc::state::Reply::Refused(e) = &r {
+                            bail!("pool service: {e}");
+                        }
+                    }
+                    println!("pool class {class}, {replicas} replicas per object");
+                }
                 println!(
                     "pool service (leader rank {}): pool map version 1, {} targets",
                     c.inner.leader().map_or("?".into(), |l| l.to_string()),
@@ -254,7 +296,7 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
             }
             Ok(())
         }
-        SystemCmd::PoolQuery { pool } => pool_query(&dir, &pool),
+        SystemCmd::PoolQuery { pool, json } => pool_query(&dir, &pool, json),
         SystemCmd::SetState { pool, rank, state } => {
             let ms = load(&dir)?;
             let mut c = svc_client(&ms)?.context("this system runs no pool service")?;
@@ -277,7 +319,7 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
             oid,
             class,
             args,
-        } => kv(&dir, &pool, &cont, &oid, &class, &args),
+        } => kv(&dir, &pool, &cont, &oid, class.as_deref(), &args),
     }
 }
 
@@ -288,7 +330,7 @@ fn start(
     port: u16,
     targets: usize,
     svc_port: u16,
-    exclude_after_ms: u64,
+    (exclude_after_ms, rebuild_rate): (u64, u64),
 ) -> Result<()> {
     if n == 0 {
         bail!("--engines must be at least 1");
@@ -342,6 +384,7 @@ fn start(
         .args(["--pool-svc-members", &svc_members])
         .args(["--pool-svc-engines", &engine_addrs])
         .args(["--pool-svc-exclude-after-ms", &exclude_after_ms.to_string()])
+        .args(["--pool-svc-rebuild-rate", &rebuild_rate.to_string()])
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
@@ -511,16 +554,31 @@ fn query(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn kv(dir: &Path, pool: &str, cont: &str, oid: &str, class: &str, args: &[String]) -> Result<()> {
+fn kv(
+    dir: &Path,
+    pool: &str,
+    cont: &str,
+    oid: &str,
+    class: Option<&str>,
+    args: &[String],
+) -> Result<()> {
     let ms = load(dir)?;
     let addrs: Vec<String> = ms.iter().map(|m| m.addr.clone()).collect();
-    let oid = parse_oid(oid, ObjType::KvHashed, class)?;
     // the pool map: from the pool service when the pool is there, else the file
     let mut svc = svc_client(&ms)?;
-    let from_svc = match svc.as_mut() {
-        Some(c) => c.read()?.pools.get(pool).map(|p| p.map()),
+    let svc_pool = match svc.as_mut() {
+        Some(c) => c.read()?.pools.get(pool).cloned(),
         None => None,
     };
+    let class = match class {
+        Some(c) => c.to_string(),
+        None => svc_pool
+            .as_ref()
+            .and_then(|p| p.props.get("class").cloned())
+            .unwrap_or_else(|| "RP_2G1".into()),
+    };
+    let oid = parse_oid(oid, ObjType::KvHashed, &class)?;
+    let from_svc = svc_pool.map(|p| p.map());
     let use_svc = from_svc.is_some();
     let known = match from_svc {
         Some(m) => Some(m),
@@ -623,7 +681,50 @@ fn kv(dir: &Path, pool: &str, cont: &str, oid: &str, class: &str, args: &[String
     Ok(())
 }
 
-fn pool_query(dir: &Path, pool: &str) -> Result<()> {
+/// `--class` / `--replicas` of `create`: the class name `kv` uses and the
+/// replica count, checked against each other and the number of engines.
+fn pool_class(
+    class: Option<&str>,
+    replicas: Option<u32>,
+    engines: usize,
+) -> Result<Option<(String, u32)>> {
+    let full = |c: &str| -> String {
+        match c.to_ascii_uppercase().as_str() {
+            "RP_2" => "RP_2G1".into(),
+            "RP_3" => "RP_3G1".into(),
+            u => u.to_string(),
+        }
+    };
+    let (name, reps) = match (class, replicas) {
+        (None, None) => return Ok(None),
+        (None, Some(1)) => ("S1".to_string(), 1),
+        (None, Some(n)) => (format!("RP_{n}G1"), n),
+        (Some(c), r) => {
+            let name = full(c);
+            let parsed =
+                obj::types::ObjClass::parse(&name).map_err(|e| anyhow!("--class {c}: {e}"))?;
+            let n = match parsed.redundancy {
+                obj::types::Redundancy::None => 1,
+                obj::types::Redundancy::Replicas(n) => u32::from(n),
+                obj::types::Redundancy::Ec { .. } => {
+                    bail!("--class {c}: erasure codes are not placed yet")
+                }
+            };
+            if let Some(r) = r {
+                if r != n {
+                    bail!("--replicas {r} does not agree with --class {c} ({n} per object)");
+                }
+            }
+            (name, n)
+        }
+    };
+    if reps as usize > engines {
+        bail!("{reps} replicas need {reps} engines (distinct fault domains); the system has {engines}");
+    }
+    Ok(Some((name, reps)))
+}
+
+fn pool_query(dir: &Path, pool: &str, json: bool) -> Result<()> {
     let ms = load(dir)?;
     let mut c = svc_client(&ms)?.context("this system runs no pool service")?;
     let (reply, served) = c.request(poolsvc::msg::ClientRequest::Read)?;
@@ -635,6 +736,39 @@ fn pool_query(dir: &Path, pool: &str) -> Result<()> {
         .get(pool)
         .with_context(|| format!("no pool {pool:?} in the pool service"))?;
     let map = p.map();
+    let rb = &p.rebuild;
+    let rb_state = if rb.state.is_empty() {
+        "idle"
+    } else {
+        &rb.state
+    };
+    if json {
+        let v = serde_json::json!({
+            "pool": pool,
+            "leader": served.by,
+            "map_version": map.version(),
+            "targets": map.targets().iter().map(|t| serde_json::json!({
+                "target": t.id, "rank": t.domain, "state": t.state.name(),
+            })).collect::<Vec<_>>(),
+            "containers": p.containers.iter().map(|(n, c)| (n.clone(), serde_json::json!(c.props))).collect::<serde_json::Map<_, _>>(),
+            "props": p.props,
+            "handles": p.handles.len(),
+            "rebuild": {
+                "state": rb_state,
+                "kind": rb.kind,
+                "version": rb.version,
+                "pass": rb.pass,
+                "objs_scanned": rb.objs_scanned,
+                "keys_scanned": rb.keys_scanned,
+                "objs_copied": rb.objs_copied,
+                "recs_copied": rb.recs_copied,
+                "bytes_copied": rb.bytes_copied,
+                "elapsed_ms": rb.elapsed_ms,
+            },
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
     println!(
         "pool {pool}: leader rank {} (after {} tries)",
         served.by, served.tries
@@ -648,6 +782,27 @@ fn pool_query(dir: &Path, pool: &str) -> Result<()> {
         let props: Vec<String> = cont.props.iter().map(|(k, v)| format!("{k}={v}")).collect();
         println!("container {name} {}", props.join(" "));
     }
+    if !p.props.is_empty() {
+        let props: Vec<String> = p.props.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!("pool props {}", props.join(" "));
+    }
     println!("open handles {}", p.handles.len());
+    if rb.version == 0 {
+        println!("rebuild idle (never ran)");
+    } else {
+        println!(
+            "rebuild {rb_state} ({}) to map version {} pass {}: {} objects / {} keys scanned, \
+             {} objects / {} values / {} bytes copied, {} ms",
+            rb.kind,
+            rb.version,
+            rb.pass,
+            rb.objs_scanned,
+            rb.keys_scanned,
+            rb.objs_copied,
+            rb.recs_copied,
+            rb.bytes_copied,
+            rb.elapsed_ms
+        );
+    }
     Ok(())
 }

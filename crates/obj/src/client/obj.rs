@@ -187,6 +187,39 @@ impl Client {
         self.rpc(ev, req, Vec::new(), |r| keys(r.reply, DKey))
     }
 
+    /// The objects of container `coh` on the engine's target `shard` (an
+    /// engine spreads objects over `PoolInfo::targets` shards; walk them all
+    /// to enumerate the engine): up to `max` after `anchor`, and the anchor to
+    /// resume from ([`Anchor::is_eof`] when this shard is done). A shard the
+    /// engine does not have is `Engine(Invalid)`.
+    #[allow(clippy::type_complexity)]
+    pub fn obj_list_obj(
+        &self,
+        coh: &ContHandle,
+        shard: u32,
+        epoch: Option<Epoch>,
+        anchor: &Anchor,
+        max: u32,
+        ev: Option<&Event>,
+    ) -> Result<Pending<(Vec<ObjectId>, Anchor)>> {
+        let req = Request::ObjListObj {
+            coh: coh.coh,
+            shard,
+            epoch: epoch.map_or(0, |e| e.0),
+            anchor: anchor.to_bytes(),
+            max,
+        };
+        self.rpc(ev, req, Vec::new(), |r| match r.reply {
+            Reply::Oids { oids, anchor, .. } => Ok((
+                oids.into_iter()
+                    .map(|o| ObjectId { hi: o.hi, lo: o.lo })
+                    .collect(),
+                Anchor::from_bytes(&anchor).ok_or_else(unexpected)?,
+            )),
+            _ => Err(unexpected()),
+        })
+    }
+
     /// `daos_obj_list_akey`.
     pub fn obj_list_akey(
         &self,

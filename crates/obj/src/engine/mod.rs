@@ -36,7 +36,7 @@ use std::time::Instant;
 use tracing::{info, warn};
 
 use crate::rpc::core::ServerConn;
-use crate::rpc::msg::{route_prefix, WireOid};
+use crate::rpc::msg::{list_obj_prefix, route_prefix, WireOid};
 use crate::rpc::rdma::RdmaServer;
 use crate::rpc::tcp::{ConnId, Dispatch, TcpServer};
 use crate::rpc::{HeaderRepr, Opcode, Reply, Status};
@@ -114,7 +114,7 @@ pub struct OpCounters {
 }
 
 /// Opcodes with a counter of their own; one more slot counts unknown ones.
-const COUNTED: [Opcode; 23] = [
+const COUNTED: [Opcode; 24] = [
     Opcode::Ping,
     Opcode::PoolCreate,
     Opcode::PoolDestroy,
@@ -138,6 +138,7 @@ const COUNTED: [Opcode; 23] = [
     Opcode::ObjListAkey,
     Opcode::ObjListRecx,
     Opcode::ObjQueryKey,
+    Opcode::ObjListObj,
 ];
 const OP_SLOTS: usize = COUNTED.len() + 1;
 
@@ -396,6 +397,30 @@ impl Dispatch for EngineDispatch {
         match hdr.opcode {
             Opcode::Ping => io.reply(&hdr, Status::Ok, &Reply::Empty, &[]),
             Opcode::Unknown(_) => io.reply_error(&hdr, Status::NoSys),
+            // object enumeration names the target shard itself (rebuild's
+            // scan walks shards 0..targets)
+            Opcode::ObjListObj => {
+                let args = &body[..body.len() - (hdr.bulk_len as usize).min(body.len())];
+                match list_obj_prefix(args) {
+                    Ok((coh, shard)) if (shard as usize) < self.targets.len() => {
+                        if let Some(v) = hdr
+                            .map_version
+                            .and_then(|cv| self.map_versions.check(coh, cv))
+                        {
+                            io.reply_stale_map(&hdr, v);
+                            return;
+                        }
+                        self.held[shard as usize].push(TargetMsg::Io {
+                            conn,
+                            hdr,
+                            body,
+                            received: Instant::now(),
+                        });
+                    }
+                    Ok(_) => io.reply_error(&hdr, Status::Invalid),
+                    Err(_) => io.reply_error(&hdr, Status::Proto),
+                }
+            }
             op if op.is_object_io() => {
                 let args = &body[..body.len() - (hdr.bulk_len as usize).min(body.len())];
                 match route_prefix(args) {

@@ -427,6 +427,16 @@ impl Target {
         req: Request,
         bulk: &[u8],
     ) -> (Option<PoolId>, Result<(Reply, Vec<Vec<u8>>), Status>) {
+        if let Request::ObjListObj {
+            coh,
+            epoch,
+            anchor,
+            max,
+            ..
+        } = &req
+        {
+            return (None, self.list_obj(*coh, *epoch, anchor, *max));
+        }
         let t = match &req {
             Request::ObjUpdate { t, .. }
             | Request::ObjFetch { t, .. }
@@ -614,6 +624,36 @@ impl Target {
             }
             _ => (None, Err(Status::NoSys)),
         }
+    }
+}
+
+impl Target {
+    /// `obj_list_obj`: this target's objects of the container `coh` names.
+    fn list_obj(
+        &mut self,
+        coh: u64,
+        epoch: u64,
+        anchor: &[u8],
+        max: u32,
+    ) -> Result<(Reply, Vec<Vec<u8>>), Status> {
+        let &(pool, cont) = self.handles.get(&coh).ok_or(Status::NoHandle)?;
+        let store = self.stores.get_mut(&pool).ok_or(Status::NoHandle)?;
+        let epoch = if epoch == 0 { EPOCH_MAX } else { Epoch(epoch) };
+        let mut a = parse_anchor(anchor)?;
+        let oids = store
+            .list_obj(cont, epoch, &mut a, list_max(max))
+            .map_err(|e| status_of(&e))?;
+        Ok((
+            Reply::Oids {
+                oids: oids
+                    .into_iter()
+                    .map(|o| crate::rpc::msg::WireOid { hi: o.hi, lo: o.lo })
+                    .collect(),
+                anchor: a.to_bytes(),
+                eof: a.is_eof(),
+            },
+            Vec::new(),
+        ))
     }
 }
 

@@ -107,6 +107,7 @@ opcodes! {
     ObjListAkey = 0x34, "obj_list_akey";
     ObjListRecx = 0x35, "obj_list_recx";
     ObjQueryKey = 0x36, "obj_query_key";
+    ObjListObj = 0x37, "obj_list_obj";
 }
 
 impl Opcode {

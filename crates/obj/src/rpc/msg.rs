@@ -319,6 +319,13 @@ pub fn route_prefix(args: &[u8]) -> Result<(u64, WireOid), WireError> {
     Ok((coh, oid))
 }
 
+/// The routing prefix of an `obj_list_obj` body: container handle and the
+/// engine target (shard) it lists.
+pub fn list_obj_prefix(args: &[u8]) -> Result<(u64, u32), WireError> {
+    let mut r = Reader::new(args);
+    Ok((r.u64()?, r.u32()?))
+}
+
 /// Every request body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
@@ -412,6 +419,17 @@ pub enum Request {
         dkey: Vec<u8>,
         akey: Vec<u8>,
     },
+    /// The objects of container `coh` held by the engine's target `shard`
+    /// (an engine spreads objects over its targets; the client walks shards
+    /// `0..PoolInfo::targets`), resuming from `anchor`, at most `max`
+    /// (rebuild's scan; DAOS's object-table enumeration).
+    ObjListObj {
+        coh: u64,
+        shard: u32,
+        epoch: u64,
+        anchor: Vec<u8>,
+        max: u32,
+    },
 }
 
 impl Request {
@@ -440,6 +458,7 @@ impl Request {
             Request::ObjListAkey { .. } => Opcode::ObjListAkey,
             Request::ObjListRecx { .. } => Opcode::ObjListRecx,
             Request::ObjQueryKey { .. } => Opcode::ObjQueryKey,
+            Request::ObjListObj { .. } => Opcode::ObjListObj,
         }
     }
 
@@ -511,6 +530,15 @@ impl Request {
             Request::ObjListDkey { t, anchor, max } => {
                 t.emit(&mut w);
                 w.blob(anchor).u32(*max);
+            }
+            Request::ObjListObj {
+                coh,
+                shard,
+                epoch,
+                anchor,
+                max,
+            } => {
+                w.u64(*coh).u32(*shard).u64(*epoch).blob(anchor).u32(*max);
             }
             Request::ObjListAkey {
                 t,
@@ -654,6 +682,13 @@ impl Request {
                 dkey: r.blob(MAX_KEY_LEN)?.to_vec(),
                 akey: r.blob(MAX_KEY_LEN)?.to_vec(),
             },
+            Opcode::ObjListObj => Request::ObjListObj {
+                coh: r.u64()?,
+                shard: r.u32()?,
+                epoch: r.u64()?,
+                anchor: r.blob(MAX_ANCHOR_LEN)?.to_vec(),
+                max: r.u32()?,
+            },
             Opcode::Unknown(v) => return Err(WireError::UnknownOpcode(v)),
         };
         r.finish()?;
@@ -705,6 +740,12 @@ pub enum Reply {
         akey: Vec<u8>,
         recx: WireRecx,
     },
+    /// Object IDs of one listing batch (`obj_list_obj`).
+    Oids {
+        oids: Vec<WireOid>,
+        anchor: Vec<u8>,
+        eof: bool,
+    },
 }
 
 /// The reply shape of each opcode.
@@ -723,6 +764,7 @@ enum Shape {
     Keys,
     Recxs,
     QueryKey,
+    Oids,
 }
 
 fn shape(op: Opcode) -> Option<Shape> {
@@ -746,6 +788,7 @@ fn shape(op: Opcode) -> Option<Shape> {
         Opcode::ObjListDkey | Opcode::ObjListAkey => Shape::Keys,
         Opcode::ObjListRecx => Shape::Recxs,
         Opcode::ObjQueryKey => Shape::QueryKey,
+        Opcode::ObjListObj => Shape::Oids,
         Opcode::Unknown(_) => return None,
     })
 }
@@ -808,6 +851,13 @@ impl Reply {
             }
             Reply::QueryKey { dkey, akey, recx } => {
                 w.blob(dkey).blob(akey).u64(recx.idx).u64(recx.nr);
+            }
+            Reply::Oids { oids, anchor, eof } => {
+                w.count(oids.len());
+                for o in oids {
+                    w.u64(o.hi).u64(o.lo);
+                }
+                w.blob(anchor).bool(*eof);
             }
         }
     }
@@ -904,6 +954,21 @@ impl Reply {
                     nr: r.u64()?,
                 },
             },
+            Shape::Oids => {
+                let n = r.count(MAX_LIST, 16)?;
+                let mut oids = Vec::with_capacity(n);
+                for _ in 0..n {
+                    oids.push(WireOid {
+                        hi: r.u64()?,
+                        lo: r.u64()?,
+                    });
+                }
+                Reply::Oids {
+                    oids,
+                    anchor: r.blob(MAX_ANCHOR_LEN)?.to_vec(),
+                    eof: r.bool()?,
+                }
+            }
         };
         r.finish()?;
         Ok(rep)
@@ -975,6 +1040,13 @@ mod tests {
                 flags: QUERY_MAX_DKEY,
                 dkey: vec![],
                 akey: vec![],
+            },
+            Request::ObjListObj {
+                coh: 4,
+                shard: 1,
+                epoch: 0,
+                anchor: vec![1, 7],
+                max: 64,
             },
         ]
     }
@@ -1048,6 +1120,14 @@ mod tests {
                 Reply::Handle {
                     hdl: 5,
                     uuid: [2; 16],
+                },
+            ),
+            (
+                Opcode::ObjListObj,
+                Reply::Oids {
+                    oids: vec![WireOid { hi: 1 << 48, lo: 3 }],
+                    anchor: vec![3, 0],
+                    eof: true,
                 },
             ),
         ];

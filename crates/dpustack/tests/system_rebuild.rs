@@ -1,0 +1,443 @@
+//! Rebuild and reintegration in `dpustack system` (3 engine processes, each
+//! with a pool-service replica): RP_2 values written, a follower's engine
+//! killed (kill -9) → every value still reads during the outage; the pool
+//! service marks it DOWN, then EXCLUDED, and its leader's rebuild copies the
+//! lost replicas to the spares → every key on 2 serving replicas, checked by
+//! asking each replica's engine directly; values overwritten while it is out;
+//! the engine restarted → reintegrated (EXCLUDED → UP → UP-IN, its stale
+//! data discarded and re-filled) → every replica of every key, the returning
+//! engine included, holds the newest value.
+//!
+//! Figures: `REBUILD_KEYS` (default 200) keys of `REBUILD_VALUE_BYTES`
+//! (default 64) over 20 objects; the rebuild's values/s and MB/s and the
+//! time from the kill to restored redundancy are printed; `REBUILD_RATE=N`
+//! throttles the rebuild to N values/s.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use obj::client::Client;
+use obj::dist::DistClient;
+use obj::membership::DetectorConfig;
+use obj::placement::{group_of, layout, PoolMap, TargetState};
+use obj::types::{ObjClass, ObjType, ObjectId};
+use poolsvc::client::BlockingClient;
+use poolsvc::state::Pool;
+
+const BIN: &str = env!("CARGO_BIN_EXE_dpustack");
+
+fn run(dir: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("system")
+        .arg("--dir")
+        .arg(dir)
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap()
+}
+
+fn ok(dir: &Path, args: &[&str]) -> String {
+    let o = run(dir, args);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+struct Member {
+    addr: String,
+    pid: i32,
+    svc: String,
+}
+
+fn members(dir: &Path) -> Vec<Member> {
+    std::fs::read_to_string(dir.join("system.txt"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let p: Vec<&str> = l.split_whitespace().collect();
+            Some(Member {
+                addr: p.get(1)?.to_string(),
+                pid: p.get(2)?.parse().ok()?,
+                svc: p.get(3)?.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Kills every engine the test started (also the restarted one).
+struct Guard(PathBuf, Vec<std::process::Child>);
+impl Drop for Guard {
+    fn drop(&mut self) {
+        for m in members(&self.0) {
+            let _ = Command::new("kill")
+                .arg("-9")
+                .arg(m.pid.to_string())
+                .status();
+        }
+        for c in &mut self.1 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::env::var_os("REBUILD_KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn free_port(ip: &str) -> u16 {
+    TcpListener::bind(format!("{ip}:0"))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn env_or(k: &str, d: usize) -> usize {
+    std::env::var(k)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(d)
+}
+
+fn pool(c: &mut BlockingClient) -> Pool {
+    c.read().unwrap().pools.get("dp").cloned().expect("pool dp")
+}
+
+/// Polls the pool service until `f` holds (or panics after `secs`).
+fn wait_for(c: &mut BlockingClient, secs: u64, what: &str, f: impl Fn(&Pool) -> bool) -> Pool {
+    let t = Instant::now();
+    loop {
+        let p = pool(c);
+        if f(&p) {
+            return p;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(secs),
+            "{what}: not within {secs} s; map {:?}, rebuild {:?}",
+            p.map().targets(),
+            p.rebuild
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn oid(o: u64) -> ObjectId {
+    ObjectId::generate(
+        0,
+        1000 + o,
+        ObjType::KvHashed,
+        ObjClass::parse("RP_2G1").unwrap(),
+    )
+    .unwrap()
+}
+
+fn value(o: u64, k: usize, round: u32, len: usize) -> Vec<u8> {
+    let mut v = format!("o{o} k{k} r{round} ").into_bytes();
+    v.resize(len.max(v.len()), b'a' + (k % 26) as u8);
+    v
+}
+
+/// `key` of `oid` as engine `addr` has it (asked directly, not placed).
+fn direct_get(addr: &str, oid: ObjectId, key: &[u8]) -> Option<Vec<u8>> {
+    let c = Client::connect_with(addr, Duration::from_secs(2)).unwrap();
+    let poh = c.pool_connect("dp", None).unwrap().get().unwrap();
+    let coh = c.cont_open(&poh, "dc", None).unwrap().get().unwrap();
+    let kv = c.kv_open(&coh, oid, None).unwrap().get().unwrap();
+    c.kv_get(&kv, key, None).unwrap().get().ok()
+}
+
+fn dist(addrs: &[String], svc: &BTreeMap<u64, String>, map: PoolMap) -> DistClient {
+    let mut src = BlockingClient::new(svc.clone()).unwrap();
+    src.inner.rpc_timeout = Duration::from_millis(500);
+    DistClient::connect_with_map(
+        addrs,
+        "dp",
+        "dc",
+        Duration::from_secs(2),
+        DetectorConfig::default(),
+        Some(map),
+    )
+    .unwrap()
+    .with_map_source(Box::new(move || {
+        let st = src.read().map_err(|e| e.to_string())?;
+        st.pools
+            .get("dp")
+            .map(|p| p.map())
+            .ok_or_else(|| "no pool dp".to_string())
+    }))
+}
+
+/// Every key is on the 2 replicas its group names under `map`, both serving,
+/// with the expected value: asked of each replica's engine directly.
+fn check_redundancy(addrs: &[String], map: &PoolMap, want: &BTreeMap<(u64, usize), Vec<u8>>) {
+    for ((o, k), v) in want {
+        let l = layout(oid(*o), map).unwrap();
+        let key = format!("key{k}");
+        let g = &l.groups[group_of(key.as_bytes(), l.groups.len())];
+        assert_eq!(g.len(), 2);
+        for &t in g {
+            let tg = map.target(t).unwrap();
+            assert_eq!(
+                tg.state,
+                TargetState::UpIn,
+                "{o}/{k}: replica {t} not serving"
+            );
+            let got = direct_get(&addrs[tg.domain as usize], oid(*o), key.as_bytes());
+            assert_eq!(
+                got.as_deref(),
+                Some(&v[..]),
+                "object {o} key {k}: replica on rank {} has {:?}",
+                tg.domain,
+                got.as_ref()
+                    .map(|g| String::from_utf8_lossy(&g[..g.len().min(24)]).into_owned())
+            );
+        }
+    }
+}
+
+#[test]
+fn rp2_rebuild_restores_redundancy_and_the_killed_engine_is_reintegrated() {
+    let nkeys = env_or("REBUILD_KEYS", 200);
+    let vlen = env_or("REBUILD_VALUE_BYTES", 64);
+    let nobj = 20u64;
+    let dir = std::env::temp_dir().join(format!("dpustack-system-rebuild-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut g = Guard(dir.clone(), Vec::new());
+    let port = free_port("127.0.0.94").to_string();
+    let svc_port = free_port("127.0.0.94").to_string();
+    let rate = env_or("REBUILD_RATE", 0).to_string();
+    ok(
+        &dir,
+        &[
+            "start",
+            "--rebuild-rate",
+            &rate,
+            "--engines",
+            "3",
+            "--first-ip",
+            "127.0.0.94",
+            "--port",
+            &port,
+            "--svc-port",
+            &svc_port,
+            "--exclude-after-ms",
+            "1000",
+        ],
+    );
+    let out = ok(
+        &dir,
+        &[
+            "create",
+            "dp",
+            "dc",
+            "64M",
+            "--class",
+            "RP_2",
+            "--replicas",
+            "2",
+        ],
+    );
+    assert!(out.contains("pool class RP_2G1, 2 replicas"), "{out}");
+    let ms = members(&dir);
+    let addrs: Vec<String> = ms.iter().map(|m| m.addr.clone()).collect();
+    let svc: BTreeMap<u64, String> = ms
+        .iter()
+        .enumerate()
+        .map(|(r, m)| (r as u64, m.svc.clone()))
+        .collect();
+    let mut c = BlockingClient::new(svc.clone()).unwrap();
+    c.inner.rpc_timeout = Duration::from_millis(300);
+    c.inner.backoff = Duration::from_millis(10);
+
+    // the CLI's kv takes the pool's class
+    ok(&dir, &["kv", "dp", "dc", "5", "put", "cli", "v"]);
+    let w = ok(&dir, &["kv", "dp", "dc", "5", "where"]);
+    // one group of two replicas: the pool's class RP_2G1 was used
+    assert_eq!(w.matches("rank ").count(), 2, "{w}");
+
+    let mut want: BTreeMap<(u64, usize), Vec<u8>> = BTreeMap::new();
+    let mut dc = dist(&addrs, &svc, pool(&mut c).map());
+    // baseline of the same run: the client's replicated puts of the same
+    // values (each put = one write on each of the 2 replicas, in turn)
+    let t_put = Instant::now();
+    for k in 0..nkeys {
+        let o = k as u64 % nobj;
+        let v = value(o, k, 0, vlen);
+        dc.kv_put(oid(o), format!("key{k}").as_bytes(), &v).unwrap();
+        want.insert((o, k), v);
+    }
+    let put_secs = t_put.elapsed().as_secs_f64();
+    check_redundancy(&addrs, &pool(&mut c).map(), &want);
+
+    // kill -9 a follower's engine
+    let leader = c
+        .statuses()
+        .into_values()
+        .filter_map(|s| s.ok())
+        .find(|s| s.role == "leader")
+        .expect("a leader")
+        .id as usize;
+    let victim = (leader + 1) % 3;
+    let pid = ms[victim].pid;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let args: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let t_kill = Instant::now();
+    assert!(Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+
+    // reads are served during the outage (the client finds the engine gone)
+    for ((o, k), v) in &want {
+        let got = dc.kv_get(oid(*o), format!("key{k}").as_bytes()).unwrap();
+        assert_eq!(&got, v, "object {o} key {k} during the outage");
+    }
+
+    // DOWN, then EXCLUDED, then rebuild done for that map version
+    let excl = wait_for(&mut c, 10, "victim EXCLUDED", |p| {
+        p.map().target(victim as u32).unwrap().state == TargetState::Excluded
+    })
+    .map()
+    .version();
+    let t_excluded = t_kill.elapsed();
+    let p = wait_for(&mut c, 20, "rebuild done", |p| {
+        p.rebuild.state == "done" && p.rebuild.version >= excl
+    });
+    let t_redundant = t_kill.elapsed();
+    let rb = p.rebuild.clone();
+    assert_eq!(rb.kind, "exclude");
+    assert!(rb.recs_copied > 0, "{rb:?}");
+    assert!(rb.objs_scanned >= nobj, "{rb:?}");
+    let map = p.map();
+    check_redundancy(&addrs, &map, &want);
+    // what moved to the spare is what was on the victim: about 2/3 of the keys
+    let on_victim = want
+        .keys()
+        .filter(|(o, k)| {
+            let l = layout(oid(*o), &map.all_in()).unwrap();
+            l.groups[group_of(format!("key{k}").as_bytes(), l.groups.len())]
+                .contains(&(victim as u32))
+        })
+        .count() as u64;
+    // (+1: the `cli` key of the CLI's object, when it was on the victim)
+    assert!(
+        (on_victim..=on_victim + 1).contains(&rb.recs_copied),
+        "{on_victim} keys were on the victim; {rb:?}"
+    );
+    let secs = rb.elapsed_ms.max(1) as f64 / 1000.0;
+    println!(
+        "rebuild: {} keys x {} B, {} values / {} bytes copied in {} ms: {:.0} values/s, {:.2} MB/s; \
+         kill -> EXCLUDED {} ms, kill -> redundancy restored {} ms; baseline: client puts \
+         {:.0} keys/s ({:.0} replica writes/s), rebuild values/s / replica writes/s = {:.2}",
+        nkeys,
+        vlen,
+        rb.recs_copied,
+        rb.bytes_copied,
+        rb.elapsed_ms,
+        rb.recs_copied as f64 / secs,
+        rb.bytes_copied as f64 / secs / 1e6,
+        t_excluded.as_millis(),
+        t_redundant.as_millis(),
+        nkeys as f64 / put_secs,
+        2.0 * nkeys as f64 / put_secs,
+        (rb.recs_copied as f64 / secs) / (2.0 * nkeys as f64 / put_secs)
+    );
+    let pq = ok(&dir, &["pool-query", "dp"]);
+    assert!(pq.contains("rebuild done (exclude)"), "{pq}");
+    assert!(pq.contains("EXCLUDED"), "{pq}");
+    let js: serde_json::Value =
+        serde_json::from_str(&ok(&dir, &["pool-query", "dp", "--json"])).unwrap();
+    assert_eq!(js["rebuild"]["state"], "done");
+    assert_eq!(js["rebuild"]["recs_copied"], rb.recs_copied);
+
+    // values change while the victim is out: its copies become stale
+    let mut dc = dist(&addrs, &svc, map.clone());
+    for k in (0..nkeys).step_by(2) {
+        let o = k as u64 % nobj;
+        let v = value(o, k, 1, vlen);
+        dc.kv_put(oid(o), format!("key{k}").as_bytes(), &v).unwrap();
+        want.insert((o, k), v);
+    }
+
+    // and one key the victim held is removed (from its serving replicas,
+    // directly: the distributed client has no remove): the victim's stale
+    // copy must not come back (its data is discarded, not merged)
+    let (gone_o, gone_k) = *want
+        .keys()
+        .find(|(o, k)| {
+            let l = layout(oid(*o), &map.all_in()).unwrap();
+            l.groups[group_of(format!("key{k}").as_bytes(), l.groups.len())]
+                .contains(&(victim as u32))
+        })
+        .expect("a key on the victim");
+    let gone_key = format!("key{gone_k}");
+    {
+        let l = layout(oid(gone_o), &map).unwrap();
+        for &t in &l.groups[group_of(gone_key.as_bytes(), l.groups.len())] {
+            let a = &addrs[map.target(t).unwrap().domain as usize];
+            let cl = Client::connect(a).unwrap();
+            let poh = cl.pool_connect("dp", None).unwrap().get().unwrap();
+            let coh = cl.cont_open(&poh, "dc", None).unwrap().get().unwrap();
+            let kv = cl.kv_open(&coh, oid(gone_o), None).unwrap().get().unwrap();
+            cl.kv_remove(&kv, gone_key.as_bytes(), None)
+                .unwrap()
+                .get()
+                .unwrap();
+        }
+    }
+    want.remove(&(gone_o, gone_k));
+
+    // restart it (same command line): EXCLUDED -> UP -> UP-IN
+    let t_restart = Instant::now();
+    let log = std::fs::File::create(dir.join(format!("engine{victim}.restart.log"))).unwrap();
+    let child = Command::new(&args[0])
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    g.1.push(child);
+    let p = wait_for(&mut c, 20, "reintegration done", |p| {
+        p.rebuild.kind == "reintegrate"
+            && p.rebuild.state == "done"
+            && p.map().target(victim as u32).unwrap().state == TargetState::UpIn
+    });
+    let rb = p.rebuild.clone();
+    println!(
+        "reintegration: restart -> UP-IN and refilled {} ms; {} values / {} bytes copied in {} ms",
+        t_restart.elapsed().as_millis(),
+        rb.recs_copied,
+        rb.bytes_copied,
+        rb.elapsed_ms
+    );
+    assert_eq!(rb.pass, 2, "{rb:?}");
+    let map = p.map();
+    // every replica (the returning engine included) has the newest values
+    check_redundancy(&addrs, &map, &want);
+    // the removed key is nowhere, not on the returning engine either
+    for a in &addrs {
+        assert_eq!(direct_get(a, oid(gone_o), gone_key.as_bytes()), None, "{a}");
+    }
+    // and clients read them with the new map
+    let mut dc = dist(&addrs, &svc, map);
+    for ((o, k), v) in &want {
+        assert_eq!(
+            &dc.kv_get(oid(*o), format!("key{k}").as_bytes()).unwrap(),
+            v
+        );
+    }
+    let _ = run(&dir, &["stop"]);
+}

@@ -1,0 +1,441 @@
+//! Rebuild and reintegration, the object side (DAOS's `rebuild` module):
+//! what to copy where, the throttle, and the copy of one dkey between two
+//! engines. The pool service's leader drives it (`poolsvc::rebuild`).
+//!
+//! - [`plan`] (pure): for one dkey of one object, the targets that must get
+//!   a copy and the one replica that sends it. A rebuild goes from the map
+//!   of the last completed rebuild (`base`) to the current map; a target is a
+//!   destination when it is in the dkey's group now (`UP` targets — being
+//!   reintegrated — count as in, [`rebuild_map`]) and was not a serving
+//!   member of the group under `base`, or is named in `extra` (the
+//!   reintegrated targets, once more after they turn `UP-IN`). The source is
+//!   the first member of the group that served under `base` and still
+//!   serves: a replica that left the group (a spare whose original came
+//!   back) is never read, so its stale copies are never spread.
+//! - [`Throttle`] (sans-IO, injected clock): records per second.
+//! - [`copy_dkey`] (I/O, [`Client`]): every akey of the dkey — single values
+//!   and array extents, the latest visible version — read from the source,
+//!   compared with the destination, written where they differ.
+
+use std::time::{Duration, Instant};
+
+use crate::client::{Client, ContHandle, Error as ClientError, ObjHandle};
+use crate::placement::{group_of, layout, MapError, PoolMap, TargetId, TargetState};
+use crate::types::{AKey, Anchor, DKey, Iod, ObjectId, Recx, SgList};
+
+/// Keys or extents asked for per listing RPC.
+pub const LIST_BATCH: u32 = 256;
+/// Extents copied per update (bounds one RPC's bulk together with the
+/// client's `MAX_IO_BYTES` check).
+const RECX_BATCH: usize = 64;
+
+/// The map rebuild places with: `UP` targets (reintegrating, being filled)
+/// count as `UP-IN`, so the layout names them where they will serve.
+pub fn rebuild_map(map: &PoolMap) -> PoolMap {
+    let mut m = map.clone();
+    let up: Vec<TargetId> = m
+        .targets()
+        .iter()
+        .filter(|t| t.state == TargetState::Up)
+        .map(|t| t.id)
+        .collect();
+    for t in up {
+        // UP -> UP-IN is a DAOS transition: cannot fail
+        let _ = m.set_state(t, TargetState::UpIn);
+    }
+    m
+}
+
+/// Whether `oid` has more than one replica per group (only those can be
+/// rebuilt: a single-replica shard on a lost target has no other copy).
+pub fn is_replicated(oid: ObjectId, map: &PoolMap) -> bool {
+    oid.class()
+        .ok()
+        .and_then(|c| crate::placement::geometry(c, map).ok())
+        .is_some_and(|(_, r)| r > 1)
+}
+
+/// What one rebuild pass does for one dkey of one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DkeyPlan {
+    /// The replica that sends (reads are served by it).
+    pub source: TargetId,
+    /// The targets that get a copy.
+    pub dests: Vec<TargetId>,
+}
+
+/// See the module doc. `None`: nothing to copy, or no replica left to copy
+/// from (every member of the group under `base` is gone: data lost).
+pub fn plan(
+    oid: ObjectId,
+    dkey: &[u8],
+    base: &PoolMap,
+    current: &PoolMap,
+    extra: &[TargetId],
+) -> Result<Option<DkeyPlan>, MapError> {
+    let now = layout(oid, &rebuild_map(current))?;
+    let before = layout(oid, base)?;
+    let g = group_of(dkey, now.groups.len());
+    let Some(grp) = now.groups.get(g) else {
+        return Ok(None);
+    };
+    let was: Vec<TargetId> = before
+        .groups
+        .get(g)
+        .map(|b| {
+            b.iter()
+                .copied()
+                .filter(|&t| base.target(t).is_ok_and(|t| t.state.is_serving()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let serving_now = |t: TargetId| current.target(t).is_ok_and(|t| t.state.is_serving());
+    let dests: Vec<TargetId> = grp
+        .iter()
+        .copied()
+        .filter(|t| !was.contains(t) || extra.contains(t))
+        .filter(|&t| serving_now(t) || current.target(t).is_ok_and(|x| x.state == TargetState::Up))
+        .collect();
+    if dests.is_empty() {
+        return Ok(None);
+    }
+    let source = grp
+        .iter()
+        .copied()
+        .find(|&t| was.contains(&t) && !extra.contains(&t) && serving_now(t));
+    Ok(source.map(|source| DkeyPlan { source, dests }))
+}
+
+/// A records-per-second limit (token bucket with debt), on an injected
+/// clock: [`Throttle::take`] says how long to wait before going on.
+#[derive(Debug, Clone)]
+pub struct Throttle {
+    /// Records per second; 0 = unlimited.
+    rate: u64,
+    /// Tokens (records) available; negative = debt to wait off.
+    tokens: f64,
+    last: Option<Instant>,
+}
+
+impl Throttle {
+    pub fn new(rate: u64) -> Throttle {
+        Throttle {
+            rate,
+            tokens: 0.0,
+            last: None,
+        }
+    }
+
+    /// `n` records were just copied at `now`: how long to pause so the
+    /// average stays at the rate (a burst of up to one second's worth is
+    /// allowed after an idle spell).
+    pub fn take(&mut self, n: u64, now: Instant) -> Duration {
+        if self.rate == 0 {
+            return Duration::ZERO;
+        }
+        let rate = self.rate as f64;
+        let last = *self.last.get_or_insert(now);
+        let dt = now.saturating_duration_since(last).as_secs_f64();
+        self.last = Some(now.max(last));
+        self.tokens = (self.tokens + dt * rate).min(rate);
+        self.tokens -= n as f64;
+        if self.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-self.tokens / rate)
+        }
+    }
+}
+
+/// What [`copy_dkey`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CopyStats {
+    /// Values (single values, array extents) written to the destination.
+    pub records: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Values the destination already had, equal.
+    pub same: u64,
+}
+
+/// An open container on one engine (a connection and its handle).
+pub struct Side<'a> {
+    pub client: &'a Client,
+    pub coh: &'a ContHandle,
+}
+
+fn oh(s: &Side<'_>, oid: ObjectId) -> ObjHandle {
+    ObjHandle {
+        coh: s.coh.coh,
+        oid,
+    }
+}
+
+/// Every akey of `dkey` in `oid`, read from `src` (latest visible version),
+/// written to `dst` where `dst` does not hold the same bytes. Single values
+/// and array extents; older versions are not copied (see docs/obj-dist.md).
+pub fn copy_dkey(
+    src: &Side<'_>,
+    dst: &Side<'_>,
+    oid: ObjectId,
+    dkey: &DKey,
+) -> Result<CopyStats, ClientError> {
+    let (so, dob) = (oh(src, oid), oh(dst, oid));
+    let mut st = CopyStats::default();
+    let mut anchor = Anchor::default();
+    while !anchor.is_eof() {
+        let (akeys, a) = src
+            .client
+            .obj_list_akey(&so, None, dkey, &anchor, LIST_BATCH, None)?
+            .get()?;
+        anchor = a;
+        for akey in akeys {
+            // array extents first: a single value lists none
+            let mut recxs: Vec<Recx> = Vec::new();
+            let mut rsize = 0;
+            let mut ra = Anchor::default();
+            while !ra.is_eof() {
+                let (x, rs, a) = src
+                    .client
+                    .obj_list_recx(&so, None, dkey, &akey, &ra, LIST_BATCH, None)?
+                    .get()?;
+                recxs.extend(x);
+                rsize = rsize.max(rs);
+                ra = a;
+            }
+            if recxs.is_empty() || rsize == 0 {
+                copy_single(src, dst, &so, &dob, dkey, &akey, &mut st)?;
+            } else {
+                for chunk in recxs.chunks(RECX_BATCH) {
+                    copy_array(src, dst, &so, &dob, dkey, &akey, rsize, chunk, &mut st)?;
+                }
+            }
+        }
+    }
+    Ok(st)
+}
+
+fn fetch_one(
+    side: &Side<'_>,
+    o: &ObjHandle,
+    dkey: &DKey,
+    iod: Iod,
+) -> Result<(u64, Vec<u8>), ClientError> {
+    let f = side
+        .client
+        .obj_fetch(o, None, dkey, &[iod], Vec::new(), None)?
+        .get()?;
+    let size = f.sizes.first().copied().unwrap_or(0);
+    let data = f
+        .sgls
+        .into_iter()
+        .next()
+        .map(|s| s.concat())
+        .unwrap_or_default();
+    Ok((size, data))
+}
+
+fn copy_single(
+    src: &Side<'_>,
+    dst: &Side<'_>,
+    so: &ObjHandle,
+    dob: &ObjHandle,
+    dkey: &DKey,
+    akey: &AKey,
+    st: &mut CopyStats,
+) -> Result<(), ClientError> {
+    let (size, value) = fetch_one(src, so, dkey, Iod::single(akey.clone(), 0))?;
+    if size == 0 {
+        return Ok(()); // punched since it was listed
+    }
+    let (dsize, have) = match fetch_one(dst, dob, dkey, Iod::single(akey.clone(), 0)) {
+        Ok(x) => x,
+        Err(e) if e.status() == Some(crate::rpc::Status::NonExist) => (0, Vec::new()),
+        Err(e) => return Err(e),
+    };
+    if dsize == size && have == value {
+        st.same += 1;
+        return Ok(());
+    }
+    let n = value.len() as u64;
+    dst.client
+        .obj_update(
+            dob,
+            dkey,
+            &[Iod::single(akey.clone(), n)],
+            &[SgList::one(value)],
+            None,
+        )?
+        .get()?;
+    st.records += 1;
+    st.bytes += n;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn copy_array(
+    src: &Side<'_>,
+    dst: &Side<'_>,
+    so: &ObjHandle,
+    dob: &ObjHandle,
+    dkey: &DKey,
+    akey: &AKey,
+    rsize: u64,
+    recxs: &[Recx],
+    st: &mut CopyStats,
+) -> Result<(), ClientError> {
+    let iod = Iod::array(akey.clone(), rsize, recxs.to_vec());
+    let (_, data) = fetch_one(src, so, dkey, iod.clone())?;
+    let have = match fetch_one(dst, dob, dkey, iod.clone()) {
+        Ok((_, d)) => Some(d),
+        Err(e) if e.status() == Some(crate::rpc::Status::NonExist) => None,
+        Err(e) => return Err(e),
+    };
+    if have.as_deref() == Some(&data[..]) {
+        st.same += recxs.len() as u64;
+        return Ok(());
+    }
+    let n = data.len() as u64;
+    dst.client
+        .obj_update(dob, dkey, &[iod], &[SgList::one(data)], None)?
+        .get()?;
+    st.records += recxs.len() as u64;
+    st.bytes += n;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{ObjClass, ObjType};
+
+    fn oid(lo: u64, class: &str) -> ObjectId {
+        ObjectId::generate(
+            0,
+            lo,
+            ObjType::KvHashed,
+            ObjClass::parse(class).expect("class"),
+        )
+        .expect("oid")
+    }
+
+    #[test]
+    fn exclusion_copies_to_the_spare_from_the_survivor() {
+        let base = PoolMap::uniform(4, 1);
+        let mut cur = base.clone();
+        cur.set_domain_state(2, TargetState::Down).unwrap();
+        cur.set_domain_state(2, TargetState::Excluded).unwrap();
+        let (mut planned, mut untouched) = (0, 0);
+        for lo in 0..2000 {
+            let o = oid(lo, "RP_2G1");
+            let old = layout(o, &base).unwrap().groups[0].clone();
+            let new = layout(o, &cur).unwrap().groups[0].clone();
+            let p = plan(o, b"k", &base, &cur, &[]).unwrap();
+            if old.contains(&2) {
+                let p = p.expect("a group that lost a replica is rebuilt");
+                // the spare is the new member; the survivor sends
+                let spare: Vec<_> = new.iter().copied().filter(|t| !old.contains(t)).collect();
+                assert_eq!(p.dests, spare, "{o}");
+                assert!(old.contains(&p.source) && p.source != 2);
+                planned += 1;
+            } else {
+                assert_eq!(p, None, "{o}: nothing moved, nothing to copy");
+                untouched += 1;
+            }
+        }
+        assert!(planned > 500 && untouched > 500, "{planned} {untouched}");
+    }
+
+    #[test]
+    fn single_replica_objects_have_no_source() {
+        let base = PoolMap::uniform(3, 1);
+        let mut cur = base.clone();
+        cur.set_domain_state(1, TargetState::Down).unwrap();
+        cur.set_domain_state(1, TargetState::Excluded).unwrap();
+        for lo in 0..500 {
+            let o = oid(lo, "S1");
+            assert!(!is_replicated(o, &cur));
+            let p = plan(o, b"k", &base, &cur, &[]).unwrap();
+            // moved S1 shards have nobody to copy from
+            assert_eq!(p, None);
+        }
+        assert!(is_replicated(oid(1, "RP_3G1"), &cur));
+    }
+
+    #[test]
+    fn reintegration_fills_the_returning_target_never_reads_it() {
+        // rank 1 was excluded and rebuilt (base), now comes back UP
+        let mut base = PoolMap::uniform(3, 1);
+        base.set_domain_state(1, TargetState::Down).unwrap();
+        base.set_domain_state(1, TargetState::Excluded).unwrap();
+        let mut cur = base.clone();
+        cur.set_domain_state(1, TargetState::Up).unwrap();
+        let mut n = 0;
+        for lo in 0..1000 {
+            let o = oid(lo, "RP_2G1");
+            let orig = layout(o, &base.all_in()).unwrap().groups[0].clone();
+            let p = plan(o, b"k", &base, &cur, &[]).unwrap();
+            if orig.contains(&1) {
+                let p = p.expect("the returning target is filled");
+                assert_eq!(p.dests, vec![1]);
+                assert_ne!(p.source, 1);
+                n += 1;
+            } else {
+                assert_eq!(p, None);
+            }
+            // second pass, after UP-IN: the same target again, on request
+            let mut after = cur.clone();
+            after.set_domain_state(1, TargetState::UpIn).unwrap();
+            let p2 = plan(o, b"k", &after, &after, &[1]).unwrap();
+            assert_eq!(p2.is_some(), orig.contains(&1));
+            assert!(plan(o, b"k", &after, &after, &[]).unwrap().is_none());
+        }
+        assert!(n > 300, "{n}");
+    }
+
+    #[test]
+    fn a_spare_that_left_the_group_is_never_a_source() {
+        // rank 2 was a spare while rank 1 was out; rank 1 is back in the base
+        let base = PoolMap::uniform(4, 1);
+        let mut cur = base.clone();
+        cur.set_domain_state(0, TargetState::Down).unwrap();
+        cur.set_domain_state(0, TargetState::Excluded).unwrap();
+        for lo in 0..1000 {
+            let o = oid(lo, "RP_2G1");
+            if let Some(p) = plan(o, b"k", &base, &cur, &[]).unwrap() {
+                let before = &layout(o, &base).unwrap().groups[0];
+                assert!(
+                    before.contains(&p.source),
+                    "{o}: source outside the old group"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn throttle_holds_the_rate_on_an_injected_clock() {
+        let t0 = Instant::now();
+        let mut th = Throttle::new(100);
+        // 10 records at once: 0.1 s of debt
+        assert_eq!(th.take(10, t0), Duration::from_millis(100));
+        // after waiting it off, one more record costs 10 ms
+        let t1 = t0 + Duration::from_millis(100);
+        let w = th.take(1, t1);
+        assert!((w.as_secs_f64() - 0.01).abs() < 1e-9, "{w:?}");
+        // 1000 records spread over 10 s of clock: never more than ~1 s ahead
+        let mut now = t1 + w;
+        let mut waited = Duration::ZERO;
+        for _ in 0..1000 {
+            let w = th.take(1, now);
+            waited += w;
+            now += w;
+        }
+        let rate = 1000.0
+            / now
+                .duration_since(t1 + Duration::from_millis(10))
+                .as_secs_f64();
+        assert!((95.0..=105.0).contains(&rate), "{rate} records/s");
+        assert!(waited > Duration::from_secs(9));
+        assert_eq!(Throttle::new(0).take(1_000_000, t0), Duration::ZERO);
+    }
+}
