@@ -256,6 +256,9 @@ pub struct DpStats {
     pub uncredited: u64,
 }
 
+/// OVS's default `flow-limit` (the revalidator's configured limit starts here).
+pub const DEFAULT_FLOW_LIMIT: usize = 200_000;
+
 /// Slow-path packets (over the flow limit) kept for crediting their rules at the
 /// next [`Datapath::push_stats`]; more are counted in [`DpStats::uncredited`].
 pub const MAX_SLOW_CREDITS: usize = 4096;
@@ -358,7 +361,7 @@ impl Datapath {
             by_mark: HashMap::new(),
             offload: None,
             need_revalidate: false,
-            flow_limit: crate::revalidator::RevalidatorConfig::default().flow_limit,
+            flow_limit: DEFAULT_FLOW_LIMIT,
             slow: None,
         }
     }

@@ -32,7 +32,7 @@ impl Default for RevalidatorConfig {
     fn default() -> Self {
         RevalidatorConfig {
             max_idle_ms: 10_000,
-            flow_limit: 200_000,
+            flow_limit: crate::dp::DEFAULT_FLOW_LIMIT,
             dump_interval_ms: 500,
             offloaded_stats_delay_ms: 2000,
         }
