@@ -40,7 +40,9 @@
 #   in the guest, same rxe devices (rxe_a -> rxe_b), interleaved rounds:
 #   dpustack perf write-bw / write-lat --provider rdma-core vs perftest's
 #   ib_write_bw / ib_write_lat (64 KiB WRITEs for bandwidth, 2 B for latency,
-#   MTU 1024 = the veth's rxe MTU); every figure, then median [min-max].
+#   MTU 1024 = the veth's rxe MTU); every figure, then median [min-max]. A perftest
+#   figure printed as "inf" (its cycle count broke) is a failed attempt, retried.
+#   write-lat is ib_write_lat's method on both sides (docs/roce.md).
 # Servers are waited for by polling their TCP exchange port (ss), not by sleeping.
 set -u
 NCHECKS=21
@@ -93,11 +95,11 @@ if [ "${1:-}" = perf-guest ]; then
   m_ob() { ours write-bw -D $D; cp $L/ours.json $L/last
     python3 -c 'import json,sys; print("%.3f" % (json.load(sys.stdin)["bw"]/1e6))' < $L/ours.json 2>/dev/null; }
   m_pb() { ptest ib_write_bw -D $D > $L/last 2>&1
-    prow < $L/last | awk 'NF >= 5 && $4+0 > 0 {printf "%.3f", $4 * 1.048576}'; }
+    prow < $L/last | awk 'NF >= 5 && $4 ~ /^[0-9.]+$/ && $4+0 > 0 {printf "%.3f", $4 * 1.048576}'; }
   m_ol() { ours write-lat -n $N; cp $L/ours.json $L/last
     python3 -c 'import json,sys; l=json.load(sys.stdin)["lat"]; print("%.2f %.2f" % (l["p50_ns"]/1e3, l["mean_ns"]/1e3))' < $L/ours.json 2>/dev/null; }
   m_pl() { ptest ib_write_lat -n $N > $L/last 2>&1
-    prow < $L/last | awk 'NF >= 6 && $5+0 > 0 {print $5, $6}'; }
+    prow < $L/last | awk 'NF >= 6 && $5 ~ /^[0-9.]+$/ && $6 ~ /^[0-9.]+$/ && $5+0 > 0 {print $5, $6}'; }
   : > $L/failed
   for r in $(seq $ROUNDS); do
     try ob m_ob; try pb m_pb; try ol m_ol; try pl m_pl

@@ -168,9 +168,9 @@ pub struct PerfResult {
 }
 
 /// One turn of a busy-poll loop. Plain spinning by default, as perftest's
-/// loops: a PAUSE (`std::hint::spin_loop`) per turn made the kernel-rxe
-/// write-lat 4-11 ms instead of tens of µs in the TCG guest (docs/roce.md,
-/// "write-lat"). `DPUSTACK_PERF_PAUSE=1` puts the PAUSE back (A/B runs).
+/// loops (no PAUSE: under QEMU TCG a PAUSE leaves the translated code on
+/// every turn); `DPUSTACK_PERF_PAUSE=1` puts `std::hint::spin_loop` back for
+/// A/B runs (docs/roce.md, figures of the rdma-core provider).
 #[inline]
 fn relax() {
     static PAUSE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
