@@ -22,6 +22,12 @@
 #   * the object store's RPC over RDMA on rdma-core: `dpustack engine --rdma-listen` on
 #     rxe_b, the client tools on rxe_a: pool create, cont create, a 3 MB value put and
 #     got back, compared;
+#   * port down / device removal under live QPs (crates/verbs/tests/providers.rs
+#     rdma_core_port_down_and_device_removal, on a veth + rxe pair of its own):
+#     PORT_ERR / PORT_ACTIVE async events, the failed SEND (LOC_QP_OP_ERR) and
+#     flushed receives (WR_FLUSH_ERR), EBUSY for the wrong destroy order, new QPs
+#     after the port is up again, `rdma link delete` waiting for the close, and
+#     `rdma resource show` back to baseline;
 #   * the CM API scenario of crates/cm/tests/providers.rs on rxe_a/rxe_b (librdmacm
 #     backend: RC with private data + ECE, SEND/WRITE, REJ 28/8 on an async channel
 #     and its fd, SIDR + UD SEND, close -> DEVICE_REMOVAL/ENODEV, kernel resource
@@ -34,10 +40,12 @@
 #   in the guest, same rxe devices (rxe_a -> rxe_b), interleaved rounds:
 #   dpustack perf write-bw / write-lat --provider rdma-core vs perftest's
 #   ib_write_bw / ib_write_lat (64 KiB WRITEs for bandwidth, 2 B for latency,
-#   MTU 1024 = the veth's rxe MTU); every figure, then median [min-max].
+#   MTU 1024 = the veth's rxe MTU); every figure, then median [min-max]. A perftest
+#   figure printed as "inf" (its cycle count broke) is a failed attempt, retried.
+#   write-lat is ib_write_lat's method on both sides (docs/roce.md).
 # Servers are waited for by polling their TCP exchange port (ss), not by sleeping.
 set -u
-NCHECKS=20
+NCHECKS=21
 # listening NS PORT PID: until something listens on TCP PORT in netns NS ("-": the
 # initial one), polled every 50 ms for up to ${READY_SECS:-30} s (TCG: our binary takes
 # seconds to start from 9p); fails at once if the server PID has exited
@@ -87,11 +95,11 @@ if [ "${1:-}" = perf-guest ]; then
   m_ob() { ours write-bw -D $D; cp $L/ours.json $L/last
     python3 -c 'import json,sys; print("%.3f" % (json.load(sys.stdin)["bw"]/1e6))' < $L/ours.json 2>/dev/null; }
   m_pb() { ptest ib_write_bw -D $D > $L/last 2>&1
-    prow < $L/last | awk 'NF >= 5 && $4+0 > 0 {printf "%.3f", $4 * 1.048576}'; }
+    prow < $L/last | awk 'NF >= 5 && $4 ~ /^[0-9.]+$/ && $4+0 > 0 {printf "%.3f", $4 * 1.048576}'; }
   m_ol() { ours write-lat -n $N; cp $L/ours.json $L/last
     python3 -c 'import json,sys; l=json.load(sys.stdin)["lat"]; print("%.2f %.2f" % (l["p50_ns"]/1e3, l["mean_ns"]/1e3))' < $L/ours.json 2>/dev/null; }
   m_pl() { ptest ib_write_lat -n $N > $L/last 2>&1
-    prow < $L/last | awk 'NF >= 6 && $5+0 > 0 {print $5, $6}'; }
+    prow < $L/last | awk 'NF >= 6 && $5 ~ /^[0-9.]+$/ && $6 ~ /^[0-9.]+$/ && $5+0 > 0 {print $5, $6}'; }
   : > $L/failed
   for r in $(seq $ROUNDS); do
     try ob m_ob; try pb m_pb; try ol m_ol; try pl m_pl
@@ -293,6 +301,11 @@ if [ "${1:-}" = guest ]; then
   else
     bad verbs-api.rdma-core; tail -n 15 $L/api
   fi
+  if timeout 120 $TB --ignored --exact rdma_core_port_down_and_device_removal --nocapture > $L/pdown 2>&1; then
+    ok verbs-port-down.rdma-core "$(grep -h 'SEND completed' $L/pdown | grep -o 'status: [A-Za-z]*'); $(grep -h 'rdma link delete. done' $L/pdown | sed 's/.*done/removal done/')"
+  else
+    bad verbs-port-down.rdma-core; tail -n 15 $L/pdown
+  fi
   if [ -n "$CB" ] && timeout 120 $CB --ignored --exact rdma_core_provider > $L/cmapi 2>&1; then
     ok cm-api.rdma-core "$(grep -h 'test result' $L/cmapi)"
   else
@@ -313,7 +326,8 @@ skip_all() { for c in devices-lists-both rc-pingpong.ours-server rc-pingpong.our
     rc-pingpong.rdma-core-vs-soft rc-pingpong.soft-vs-rdma-core rping.ours-client \
     rping.ours-server ucmatose.ours-client ucmatose.ours-server udaddy.ours-client \
     udaddy.ours-server rping.rdma-core-client-vs-soft rping.soft-client-vs-rdma-core \
-    nvmf-rdma.linux-host-ours-target obj-rpc.rdma-core verbs-api.rdma-core cm-api.rdma-core; do
+    nvmf-rdma.linux-host-ours-target obj-rpc.rdma-core verbs-api.rdma-core verbs-port-down.rdma-core \
+    cm-api.rdma-core; do
     echo "SKIP $c ($1)"; done; exit 0; }
 [ -f /usr/include/infiniband/verbs.h ] || skip_all "no libibverbs-dev on the host: apt-get install -y libibverbs-dev"
 [ -f /usr/include/rdma/rdma_cma.h ] || skip_all "no librdmacm-dev on the host: apt-get install -y librdmacm-dev"

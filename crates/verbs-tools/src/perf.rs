@@ -76,24 +76,35 @@ struct End {
     cq: Cq,
     qp: Qp,
     mr: Mr,
+    /// Sends of the test's size go inline (`IBV_SEND_INLINE`, as perftest
+    /// for small latency messages): the QP was made with room for them.
+    inline: bool,
     /// The peer (for the echoing side of latency tests).
     remote: std::sync::OnceLock<PerfDest>,
 }
 
-fn perf_end(ctx: Context, size: usize, depth: usize) -> Result<End> {
+/// Inline data perftest's latency tests ask for (its `DEF_INLINE_WRITE`):
+/// messages up to this size are posted with `IBV_SEND_INLINE`.
+const LAT_INLINE: usize = 220;
+
+fn perf_end(ctx: Context, p: &PerfParams) -> Result<End> {
+    let (size, depth) = (p.size, p.depth);
     let pd = ctx.alloc_pd()?;
+    // two halves of size.max(8) (send/receive areas); rounded up to 8 so the
+    // latency test's last byte lies in a whole 64-bit word
     let mr = pd.reg_mr(
-        size.max(8) * 2,
+        (size.max(8) * 2).next_multiple_of(8),
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
     )?;
     let cq = ctx.create_cq(depth * 2 + 16, None)?;
     let mut init = QpInitAttr::new(QpType::Rc, &cq, &cq);
+    let inline = is_lat(p.test) && size <= LAT_INLINE;
     init.cap = QpCap {
         max_send_wr: depth as u32,
         max_recv_wr: depth as u32 + 8,
         max_send_sge: 1,
         max_recv_sge: 1,
-        max_inline_data: 0,
+        max_inline_data: if inline { LAT_INLINE as u32 } else { 0 },
     };
     let qp = pd.create_qp(&init)?;
     qp.modify(
@@ -113,6 +124,7 @@ fn perf_end(ctx: Context, size: usize, depth: usize) -> Result<End> {
         cq,
         qp,
         mr,
+        inline,
         remote: std::sync::OnceLock::new(),
     })
 }
@@ -155,6 +167,38 @@ pub struct PerfResult {
     pub timeouts: u64,
 }
 
+/// One turn of a busy-poll loop. Plain spinning by default, as perftest's
+/// loops (no PAUSE: under QEMU TCG a PAUSE leaves the translated code on
+/// every turn); `DPUSTACK_PERF_PAUSE=1` puts `std::hint::spin_loop` back for
+/// A/B runs (docs/roce.md, figures of the rdma-core provider).
+#[inline]
+fn relax() {
+    static PAUSE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *PAUSE.get_or_init(|| std::env::var_os("DPUSTACK_PERF_PAUSE").is_some_and(|v| v == "1")) {
+        std::hint::spin_loop();
+    }
+}
+
+/// A completion's status as a result.
+fn check_wc(w: &Wc) -> Result<()> {
+    if w.status != WcStatus::Success {
+        return Err(Error::Run(format!(
+            "completion error: {} (wr_id {})",
+            w.status.as_str(),
+            w.wr_id
+        )));
+    }
+    Ok(())
+}
+
+/// The byte at `off` of `mr`, read through an atomic load of its 64-bit word
+/// (the peer's RDMA WRITE lands there while we spin).
+fn byte_at(mr: &Mr, off: usize) -> u8 {
+    mr.load_u64(off & !7)
+        .map(|v| v.to_ne_bytes()[off & 7])
+        .unwrap_or(0)
+}
+
 /// Polls until completions arrive; `idle` runs before every poll (the other
 /// end's step in `--mode single`: what we just sent is usually in its socket
 /// already, so it goes first and our poll then finds its answer).
@@ -171,13 +215,7 @@ fn poll_one(
         let n = cq.poll(wc)?;
         if n > 0 {
             for w in &wc[..n] {
-                if w.status != WcStatus::Success {
-                    return Err(Error::Run(format!(
-                        "completion error: {} (wr_id {})",
-                        w.status.as_str(),
-                        w.wr_id
-                    )));
-                }
+                check_wc(w)?;
             }
             return Ok(n);
         }
@@ -185,7 +223,7 @@ fn poll_one(
         if k.is_multiple_of(4096) && Instant::now() > deadline {
             return Err(Error::Run("timed out waiting for completions".into()));
         }
-        std::hint::spin_loop();
+        relax();
     }
 }
 
@@ -211,50 +249,94 @@ fn perf_client(
     let hard =
         Instant::now() + p.duration.unwrap_or(Duration::from_secs(60)) + Duration::from_secs(30);
     if is_lat(p.test) {
-        let op = if p.test == PerfTest::WriteLat {
-            WrOpcode::RdmaWriteWithImm
-        } else {
-            WrOpcode::Send
-        };
-        let mut samples = benchkit::Samples::with_capacity(p.iters.unwrap_or(1000) as usize);
-        e.qp.post_recv(&[RecvWr {
-            wr_id: 0,
-            sg_list: &rsge,
-        }])?;
         // samples in CPU cycles (as perftest), converted with the rate measured
         // against the wall clock over the whole run: reading the clock costs a
         // syscall and an HPET access in the guest, the TSC costs nothing
         let mut raw: Vec<u64> = Vec::with_capacity(p.iters.unwrap_or(1 << 16) as usize);
+        let mut samples = benchkit::Samples::with_capacity(p.iters.unwrap_or(1000) as usize);
         let t0 = Instant::now();
         let c0 = netio::baseline::cycles();
         let mut done = 0u64;
-        while limit(done, t0) {
-            let t = netio::baseline::cycles();
-            let mut w = SendWr::new(1, op, &sge);
-            w.send_flags = SendFlags::SIGNALED;
-            w.wr = WrDetail::Rdma {
-                remote_addr: rem.addr,
-                rkey: rem.rkey,
-            };
-            e.qp.post_send(&[w])?;
-            let mut got_recv = false;
-            let mut got_send = false;
-            while !(got_recv && got_send) {
-                let n = poll_one(&e.cq, &mut wc, hard, idle)?;
-                for w in &wc[..n] {
-                    if w.wr_id == 0 {
-                        got_recv = true;
-                    } else {
-                        got_send = true;
-                    }
-                }
+        if p.test == PerfTest::WriteLat {
+            if size == 0 {
+                return Err(Error::Run(
+                    "write-lat needs a size of at least 1 byte".into(),
+                ));
             }
-            raw.push(netio::baseline::cycles().wrapping_sub(t));
+            // perftest's ib_write_lat: a plain RDMA WRITE (inline when small)
+            // whose last byte carries the iteration number; the peer spins on
+            // that byte of its memory and writes back the same way; each side
+            // also waits for its own WRITE's completion. No receive WQE, no
+            // receive completion (an RDMA WRITE with immediate would need both).
+            let m = size.max(8);
+            let mut flags = SendFlags::SIGNALED;
+            if e.inline {
+                flags |= SendFlags::INLINE;
+            }
+            while limit(done, t0) {
+                let want = (done + 1) as u8; // wraps as perftest's (char) counter
+                let t = netio::baseline::cycles();
+                e.mr.write(size - 1, &[want]);
+                let mut w = SendWr::new(1, WrOpcode::RdmaWrite, &sge);
+                w.send_flags = flags;
+                w.wr = WrDetail::Rdma {
+                    remote_addr: rem.addr,
+                    rkey: rem.rkey,
+                };
+                e.qp.post_send(&[w])?;
+                let (mut echoed, mut completed) = (false, false);
+                let mut k = 0u32;
+                while !(echoed && completed) {
+                    if !echoed && byte_at(&e.mr, m + size - 1) == want {
+                        echoed = true;
+                        continue;
+                    }
+                    idle()?;
+                    let n = e.cq.poll(&mut wc)?;
+                    for w in &wc[..n] {
+                        check_wc(w)?;
+                        completed = true;
+                    }
+                    k = k.wrapping_add(1);
+                    if k.is_multiple_of(4096) && Instant::now() > hard {
+                        return Err(Error::Run("timed out waiting for the echo".into()));
+                    }
+                    relax();
+                }
+                raw.push(netio::baseline::cycles().wrapping_sub(t));
+                done += 1;
+            }
+        } else {
+            // SEND latency (perftest's ib_send_lat): a receive posted before
+            // each SEND, the echo's receive completion ends the iteration
             e.qp.post_recv(&[RecvWr {
                 wr_id: 0,
                 sg_list: &rsge,
             }])?;
-            done += 1;
+            while limit(done, t0) {
+                let t = netio::baseline::cycles();
+                let mut w = SendWr::new(1, WrOpcode::Send, &sge);
+                w.send_flags = SendFlags::SIGNALED;
+                e.qp.post_send(&[w])?;
+                let mut got_recv = false;
+                let mut got_send = false;
+                while !(got_recv && got_send) {
+                    let n = poll_one(&e.cq, &mut wc, hard, idle)?;
+                    for w in &wc[..n] {
+                        if w.wr_id == 0 {
+                            got_recv = true;
+                        } else {
+                            got_send = true;
+                        }
+                    }
+                }
+                raw.push(netio::baseline::cycles().wrapping_sub(t));
+                e.qp.post_recv(&[RecvWr {
+                    wr_id: 0,
+                    sg_list: &rsge,
+                }])?;
+                done += 1;
+            }
         }
         let secs = t0.elapsed().as_secs_f64();
         let ns_per_cycle = secs * 1e9 / netio::baseline::cycles().wrapping_sub(c0).max(1) as f64;
@@ -352,6 +434,8 @@ struct Server<'a> {
     rem: Option<PerfDest>,
     size: usize,
     wc: [Wc; 64],
+    /// write-lat: the iteration number the next WRITE's last byte carries.
+    expect: u8,
 }
 
 impl<'a> Server<'a> {
@@ -365,10 +449,11 @@ impl<'a> Server<'a> {
             rem: e.remote.get().copied(),
             size,
             wc: [Wc::default(); 64],
+            expect: 1,
         };
         let (n, base) = match p.test {
             PerfTest::SendBw => (p.depth + 8, 0),
-            PerfTest::WriteLat | PerfTest::SendLat => (4, 100),
+            PerfTest::SendLat => (4, 100),
             _ => (0, 0),
         };
         for i in 0..n {
@@ -383,10 +468,37 @@ impl<'a> Server<'a> {
         Ok(s)
     }
 
-    /// Polls once and reacts; returns the completions handled.
+    /// Polls once and reacts; returns the completions (and echoes) handled.
     fn step(&mut self) -> Result<usize> {
         let e = self.e;
         let n = e.cq.poll(&mut self.wc)?;
+        if self.test == PerfTest::WriteLat {
+            // perftest's ib_write_lat, passive side: our completions only say
+            // our echoes went out; the client's WRITE shows in memory
+            for w in &self.wc[..n] {
+                if w.status != WcStatus::Success {
+                    return Err(Error::Run(format!("server: {}", w.status.as_str())));
+                }
+            }
+            if self.size == 0 || byte_at(&e.mr, self.size - 1) != self.expect {
+                return Ok(n);
+            }
+            let rem = self.rem.ok_or_else(|| Error::Run("no remote".into()))?;
+            let m = self.size.max(8);
+            e.mr.write(m + self.size - 1, &[self.expect]);
+            self.expect = self.expect.wrapping_add(1);
+            let mut s = SendWr::new(1, WrOpcode::RdmaWrite, &self.sge);
+            s.send_flags = SendFlags::SIGNALED;
+            if e.inline {
+                s.send_flags |= SendFlags::INLINE;
+            }
+            s.wr = WrDetail::Rdma {
+                remote_addr: rem.addr + m as u64,
+                rkey: rem.rkey,
+            };
+            e.qp.post_send(&[s])?;
+            return Ok(n + 1);
+        }
         if n == 0 {
             return Ok(0);
         }
@@ -404,17 +516,12 @@ impl<'a> Server<'a> {
             PerfTest::SendBw => {
                 e.qp.post_recv(&list[..n])?;
             }
-            PerfTest::WriteLat | PerfTest::SendLat => {
-                let op = if self.test == PerfTest::WriteLat {
-                    WrOpcode::RdmaWriteWithImm
-                } else {
-                    WrOpcode::Send
-                };
+            PerfTest::SendLat => {
                 let rem = self.rem.ok_or_else(|| Error::Run("no remote".into()))?;
                 for w in &list[..n] {
                     if w.wr_id >= 100 {
                         e.qp.post_recv(&[*w])?;
-                        let mut s = SendWr::new(1, op, &self.sge);
+                        let mut s = SendWr::new(1, WrOpcode::Send, &self.sge);
                         s.send_flags = SendFlags::empty();
                         s.wr = WrDetail::Rdma {
                             remote_addr: rem.addr + self.size.max(8) as u64,
@@ -446,7 +553,7 @@ fn perf_server(e: &End, p: PerfParams, stop: &dyn Fn() -> bool) -> Result<()> {
     // poll yields the CPU now and then)
     while !stop() {
         if s.step()? == 0 {
-            std::hint::spin_loop();
+            relax();
         }
     }
     Ok(())
@@ -486,8 +593,8 @@ pub fn loopback_counted(
         };
         match (open(ia), open(ib)) {
             (Ok(ca), Ok(cb)) => {
-                let a = perf_end(ca, p.size, p.depth)?;
-                let b = perf_end(cb, p.size, p.depth)?;
+                let a = perf_end(ca, &p)?;
+                let b = perf_end(cb, &p)?;
                 let (pa, pb) = (random_psn(), random_psn() ^ 0x5a5a5a);
                 let (da, db) = (a.dest(pa), b.dest(pb));
                 a.connect(pa, &db, p.mtu)?;
@@ -524,7 +631,7 @@ pub fn loopback_counted(
 /// The measuring side over the TCP line exchange with a `serve` peer at `host:port`.
 pub fn client(dev: Option<&str>, host: &str, port: u16, p: PerfParams) -> Result<PerfResult> {
     let ctx = open_device(dev, p.mode.io(), p.provider)?;
-    let e = perf_end(ctx, p.size, p.depth)?;
+    let e = perf_end(ctx, &p)?;
     let my_psn = random_psn();
     let me = e.dest(my_psn);
     let s = TcpStream::connect((host, port)).map_err(|source| Error::Exchange {
@@ -548,7 +655,7 @@ pub fn client(dev: Option<&str>, host: &str, port: u16, p: PerfParams) -> Result
 /// and serves it until it is done.
 pub fn serve(dev: Option<&str>, port: u16, p: PerfParams, out: &mut dyn Write) -> Result<()> {
     let ctx = open_device(dev, p.mode.io(), p.provider)?;
-    let e = perf_end(ctx, p.size, p.depth)?;
+    let e = perf_end(ctx, &p)?;
     let my_psn = random_psn();
     let me = e.dest(my_psn);
     let l = TcpListener::bind(("0.0.0.0", port))?;

@@ -203,6 +203,17 @@ impl Context {
         })))
     }
 
+    /// `ibv_close_device`, checked: `EBUSY` while PDs, CQs, channels or other
+    /// clones still hold the device (it then closes with the last of them:
+    /// this handle is gone either way), as the other `destroy`s.
+    pub fn close(self) -> Result<()> {
+        match self.imp {
+            DeviceImpl::Soft(d) => release(d),
+            #[cfg(feature = "rdma-core")]
+            DeviceImpl::RdmaCore(d) => release(d),
+        }
+    }
+
     /// `ibv_get_async_event` without blocking.
     pub fn poll_async_event(&self) -> Option<AsyncEvent> {
         match &self.imp {

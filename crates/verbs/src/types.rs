@@ -454,6 +454,17 @@ pub enum AsyncEvent {
     CqErr { cq: u32 },
     /// `IBV_EVENT_QP_LAST_WQE_REACHED`.
     QpLastWqeReached { qp_num: u32 },
+    /// `IBV_EVENT_PORT_ACTIVE`: the port came (back) up. rdma-core provider
+    /// (the kernel raises it when the netdev of a RoCE port goes up).
+    PortActive { port: u8 },
+    /// `IBV_EVENT_PORT_ERR`: the port went down (its netdev down or gone).
+    /// rdma-core provider. QPs stay in their state; what their work requests
+    /// do next is the kernel driver's (docs/roce.md, "Port down").
+    PortErr { port: u8 },
+    /// `IBV_EVENT_DEVICE_FATAL`: the device is unusable (a driver that
+    /// disassociates user contexts on removal raises it; rxe does not, see
+    /// docs/roce.md): only destroying objects and closing the context are left.
+    DeviceFatal,
 }
 
 /// Address handle (`ibv_ah`): where UD sends go. A value (the soft provider

@@ -547,6 +547,9 @@ int main(void) {
   printf("IBV_WC_RECV %d\n", (int)IBV_WC_RECV);
   printf("IBV_EVENT_QP_LAST_WQE_REACHED %d\n", (int)IBV_EVENT_QP_LAST_WQE_REACHED);
   printf("IBV_PORT_ACTIVE %d\n", (int)IBV_PORT_ACTIVE);
+  printf("IBV_EVENT_DEVICE_FATAL %d\n", (int)IBV_EVENT_DEVICE_FATAL);
+  printf("IBV_EVENT_PORT_ACTIVE %d\n", (int)IBV_EVENT_PORT_ACTIVE);
+  printf("IBV_EVENT_PORT_ERR %d\n", (int)IBV_EVENT_PORT_ERR);
   return 0;
 }
 "#;
@@ -703,6 +706,9 @@ int main(void) {
             IBV_EVENT_QP_LAST_WQE_REACHED as usize,
         );
         check("IBV_PORT_ACTIVE", IBV_PORT_ACTIVE as usize);
+        check("IBV_EVENT_DEVICE_FATAL", IBV_EVENT_DEVICE_FATAL as usize);
+        check("IBV_EVENT_PORT_ACTIVE", IBV_EVENT_PORT_ACTIVE as usize);
+        check("IBV_EVENT_PORT_ERR", IBV_EVENT_PORT_ERR as usize);
         // crate::Sge is handed to libibverbs as an ibv_sge array
         check("ibv_sge", size_of::<crate::Sge>());
         assert_eq!(offset_of!(crate::Sge, length), offset_of!(IbvSge, length));

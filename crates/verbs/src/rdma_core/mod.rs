@@ -15,8 +15,9 @@
 //! indices are the kernel's (`ibv_devinfo -v`); [`crate::Ah::dport`] is
 //! ignored (the kernel sends to 4791); completion events are acked when
 //! [`crate::CompChannel::get_cq_event`] returns them (so `Cq::ack_events` is
-//! a no-op); device-level async events that [`crate::AsyncEvent`] has no
-//! variant for (port up/down, device fatal) are logged and skipped.
+//! a no-op); port up/down and device fatal are [`crate::AsyncEvent`]s, the
+//! async events it has no variant for (COMM_EST, LID/PKEY/GID change) are
+//! logged and skipped.
 
 /// The libibverbs declarations, public for the `cm` crate's librdmacm backend
 /// (its `rdma_init_qp_attr` fills an `ibv_qp_attr`; its events carry an

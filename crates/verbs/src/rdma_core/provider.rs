@@ -330,9 +330,19 @@ impl RcDevice {
                     IBV_EVENT_SRQ_LIMIT_REACHED => Some(AsyncEvent::SrqLimitReached {
                         srq: (*(e.element as *mut IbvSrq)).srq_context as usize as u32,
                     }),
+                    // for port events the union `element` holds `int port_num`
+                    // (its first 4 bytes: the low half of the pointer-sized
+                    // field on the little-endian targets this provider runs on)
+                    IBV_EVENT_PORT_ACTIVE => Some(AsyncEvent::PortActive {
+                        port: e.element as usize as u32 as u8,
+                    }),
+                    IBV_EVENT_PORT_ERR => Some(AsyncEvent::PortErr {
+                        port: e.element as usize as u32 as u8,
+                    }),
+                    IBV_EVENT_DEVICE_FATAL => Some(AsyncEvent::DeviceFatal),
                     other => {
-                        // port up/down, device fatal, GID change: not in the
-                        // public AsyncEvent yet (logged, acked, skipped)
+                        // COMM_EST, LID/PKEY/GID change, ...: not in the public
+                        // AsyncEvent (logged, acked, skipped)
                         tracing::warn!(dev = %self.name, event = other, "rdma-core async event");
                         None
                     }
