@@ -20,6 +20,7 @@
 //!   that dies mid-RPC leaves nothing behind; its replies are dropped).
 
 pub mod backend;
+pub mod dtx;
 pub mod hlc;
 pub mod map_version;
 pub mod mgmt;
