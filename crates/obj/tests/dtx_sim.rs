@@ -311,17 +311,14 @@ fn run(seed: u64, loss: f64, crash: bool) {
 fn check(w: &World, seed: u64, victim: Option<Rank>) {
     let ctx = format!("seed {seed}, crashed {victim:?}");
     // the committed writes: those a surviving replica applied
-    let survivors = |ps: &[Rank]| -> Vec<Rank> {
-        ps.iter()
-            .copied()
-            .filter(|&r| Some(r) != victim)
-            .collect()
-    };
+    let survivors =
+        |ps: &[Rank]| -> Vec<Rank> { ps.iter().copied().filter(|&r| Some(r) != victim).collect() };
     let at = |n: Rank, key: &[u8], value: &[u8]| -> Option<u64> {
-        w.nodes[n as usize]
-            .store
-            .get(key)
-            .and_then(|m| m.iter().find(|(_, v)| v.as_slice() == value).map(|(e, _)| *e))
+        w.nodes[n as usize].store.get(key).and_then(|m| {
+            m.iter()
+                .find(|(_, v)| v.as_slice() == value)
+                .map(|(e, _)| *e)
+        })
     };
     let mut committed: HashMap<(Vec<u8>, Vec<u8>), u64> = HashMap::new();
     let (mut acked, mut aborted, mut unknown) = (0, 0, 0);
@@ -335,7 +332,10 @@ fn check(w: &World, seed: u64, victim: Option<Rank>) {
             "{ctx}: partial write {wr:?}: {have:?}"
         );
         let epochs: HashSet<u64> = have.iter().filter_map(|(_, e)| *e).collect();
-        assert!(epochs.len() <= 1, "{ctx}: replicas at different epochs {wr:?}");
+        assert!(
+            epochs.len() <= 1,
+            "{ctx}: replicas at different epochs {wr:?}"
+        );
         if let Some(&e) = epochs.iter().next() {
             committed.insert((wr.key.clone(), wr.value.clone()), e);
         }

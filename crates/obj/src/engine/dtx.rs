@@ -238,7 +238,9 @@ impl Msg {
 /// What the leader tells the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    Committed { epoch: u64 },
+    Committed {
+        epoch: u64,
+    },
     /// Definitely not applied anywhere. `unreachable`: followers the driver
     /// reported down (the client re-places without them and retries).
     Aborted {
@@ -649,7 +651,14 @@ impl Dtx {
     }
 
     /// Follower: commits or aborts a prepared entry.
-    fn finish(&mut self, now: Instant, id: DtxId, commit: bool, asked: bool, out: &mut Vec<Action>) {
+    fn finish(
+        &mut self,
+        now: Instant,
+        id: DtxId,
+        commit: bool,
+        asked: bool,
+        out: &mut Vec<Action>,
+    ) {
         let Some(p) = self.prepared.remove(&id) else {
             // never prepared here (or already finished): remember an abort
             // so a late Prepare is refused; a commit we never prepared
@@ -760,8 +769,7 @@ impl Dtx {
             if now.saturating_duration_since(p.since) < cfg.resolve_after {
                 continue;
             }
-            if p
-                .last_query
+            if p.last_query
                 .is_some_and(|t| now.saturating_duration_since(t) < cfg.retry)
             {
                 continue;
