@@ -125,6 +125,9 @@ pub struct DistClient {
     pool: String,
     cont: String,
     replication: Replication,
+    /// Reads start at a rotating replica instead of the first.
+    read_spread: bool,
+    reads: u64,
 }
 
 impl DistClient {
@@ -228,12 +231,22 @@ impl DistClient {
             pool: pool.to_string(),
             cont: cont.to_string(),
             replication: Replication::default(),
+            read_spread: false,
+            reads: 0,
         })
     }
 
     /// How puts are replicated (default [`Replication::Dtx`]).
     pub fn with_replication(mut self, r: Replication) -> Self {
         self.replication = r;
+        self
+    }
+
+    /// Reads start at a different replica each time (round robin over the
+    /// key's serving replicas) instead of the first: DAOS reads from any
+    /// replica; the first is the DTX leader, which never holds readers.
+    pub fn with_read_spread(mut self, on: bool) -> Self {
+        self.read_spread = on;
         self
     }
 
@@ -574,7 +587,22 @@ impl DistClient {
         'refreshed: while refreshes < 4 {
             let mut last = None;
             let mut in_progress = None;
-            for rank in self.read_order(oid, key)? {
+            let mut order = self.read_order(oid, key)?;
+            if self.read_spread {
+                // among the original replicas still serving only: a spare
+                // has only what was written after the failure (no rebuild)
+                let orig = layout(oid, &self.map.all_in())?;
+                let g = crate::placement::group_of(key, orig.groups.len());
+                let n = order
+                    .iter()
+                    .take_while(|&&r| orig.groups[g].iter().any(|&t| t as usize == r))
+                    .count();
+                if n > 1 {
+                    self.reads += 1;
+                    order[..n].rotate_left((self.reads % n as u64) as usize);
+                }
+            }
+            for rank in order {
                 let Some((c, kv)) = self.kv(rank, oid) else {
                     self.mark_down(rank)?;
                     continue;

@@ -318,3 +318,94 @@ fn dtx_puts_one_epoch_holds_readers_and_resolves_orphans() {
     }
     assert_eq!(dc.kv_get(oid, &key).unwrap(), b"survived");
 }
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// Replicated put latency and throughput, DTX against the client-driven
+/// path, interleaved in the same run on the same engines:
+/// `cargo test -p obj --test dtx_e2e -- --ignored --nocapture`
+/// (`DTX_BENCH_RUNS`, default 5; `DTX_BENCH_PUTS` per run and mode, default 300).
+#[test]
+#[ignore]
+fn bench_dtx_vs_client_driven() {
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(d)
+    };
+    let (runs, puts) = (env("DTX_BENCH_RUNS", 5), env("DTX_BENCH_PUTS", 300));
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let engines: Vec<Engine> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| start(d.path(), &format!("127.0.0.{}", 57 + i)))
+        .collect();
+    let addrs: Vec<String> = engines.iter().map(|e| e.addr().to_string()).collect();
+    DistClient::create(&addrs, "dp", 256 << 20, "dc").unwrap();
+    let value = vec![0x5au8; 4096];
+    for class in [rp(2), rp(3)] {
+        let r = match class.redundancy {
+            Redundancy::Replicas(r) => r,
+            _ => unreachable!(),
+        };
+        // per mode: per-run median latency (µs) and throughput (puts/s)
+        let mut lat: [Vec<f64>; 2] = Default::default();
+        let mut tput: [Vec<f64>; 2] = Default::default();
+        let mut p99: [Vec<f64>; 2] = Default::default();
+        for run in 0..runs {
+            for (m, mode) in [Replication::Dtx, Replication::ClientDriven]
+                .into_iter()
+                .enumerate()
+            {
+                let mut dc = DistClient::connect(
+                    &addrs,
+                    "dp",
+                    "dc",
+                    Duration::from_secs(5),
+                    DetectorConfig::default(),
+                )
+                .unwrap()
+                .with_replication(mode);
+                let oid = kv_oid(
+                    100 + run as u64 * 10 + m as u64 + u64::from(r) * 1000,
+                    class,
+                );
+                let mut one = Vec::with_capacity(puts);
+                let t0 = Instant::now();
+                for i in 0..puts {
+                    let t = Instant::now();
+                    dc.kv_put(oid, format!("k{}", i % 64).as_bytes(), &value)
+                        .unwrap();
+                    one.push(t.elapsed().as_secs_f64() * 1e6);
+                }
+                let total = t0.elapsed().as_secs_f64();
+                tput[m].push(puts as f64 / total);
+                let med = median(&mut one);
+                p99[m].push(one[one.len() * 99 / 100]);
+                lat[m].push(med);
+            }
+        }
+        let show = |name: &str, v: &mut Vec<f64>| {
+            let med = median(v);
+            let (lo, hi) = (v[0], v[v.len() - 1]);
+            eprintln!("  {name}: median {med:.0} (min {lo:.0}, max {hi:.0})");
+            med
+        };
+        eprintln!("RP_{r}: {runs} runs × {puts} puts of 4 KiB, one client, 3 engines in this process (dev profile)");
+        let ld = show("DTX latency µs (per-run medians)", &mut lat[0]);
+        let lc = show("client-driven latency µs", &mut lat[1]);
+        show("DTX p99 µs", &mut p99[0]);
+        show("client-driven p99 µs", &mut p99[1]);
+        let td = show("DTX puts/s", &mut tput[0]);
+        let tc = show("client-driven puts/s", &mut tput[1]);
+        eprintln!(
+            "  ratio DTX / client-driven: latency {:.2}, throughput {:.2}",
+            ld / lc,
+            td / tc
+        );
+    }
+}
