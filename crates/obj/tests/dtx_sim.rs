@@ -301,7 +301,7 @@ fn run(seed: u64, loss: f64, crash: bool) {
                 w.read(key, r, pick);
             }
         }
-        w.step(i % 10 == 0);
+        w.step(i.is_multiple_of(10));
         w.clock.advance(step);
         i += 1;
     }

@@ -590,21 +590,20 @@ impl Dtx {
                     Some((Known::Committed, _)) => true,
                     Some(_) => false,
                     None => {
-                        if !self.prepared.contains_key(&id) {
+                        if let std::collections::hash_map::Entry::Vacant(e) =
+                            self.prepared.entry(id)
+                        {
                             out.push(Action::Hold {
                                 key: update.key.clone(),
                             });
-                            self.prepared.insert(
-                                id,
-                                Prep {
-                                    epoch,
-                                    update,
-                                    participants,
-                                    since: now,
-                                    last_query: None,
-                                    answers: HashMap::new(),
-                                },
-                            );
+                            e.insert(Prep {
+                                epoch,
+                                update,
+                                participants,
+                                since: now,
+                                last_query: None,
+                                answers: HashMap::new(),
+                            });
                         }
                         true
                     }
@@ -665,9 +664,9 @@ impl Dtx {
             // cannot be applied (this replica missed it)
             if !commit {
                 self.outcomes.entry(id).or_insert((Known::Aborted, now));
-            } else if !self.outcomes.contains_key(&id) {
+            } else if let std::collections::hash_map::Entry::Vacant(e) = self.outcomes.entry(id) {
                 tracing::warn!(?id, "commit of a transaction never prepared here");
-                self.outcomes.insert(id, (Known::Committed, now));
+                e.insert((Known::Committed, now));
             }
             return;
         };

@@ -215,7 +215,7 @@ struct Driver {
     replies: ReplySender,
     tx: Sender<DtxEvent>,
     addrs: HashMap<Rank, String>,
-    peers: HashMap<Rank, Sender<(Vec<u8>, Vec<(Rank, String)>)>>,
+    peers: HashMap<Rank, Sender<PeerMsg>>,
     /// Loopback connection to this engine, and container handles on it by
     /// (pool, cont) label.
     local: Option<Client>,
@@ -225,6 +225,10 @@ struct Driver {
     /// Transactions being applied, with the keys to release afterwards.
     applying: HashMap<DtxId, Vec<Vec<u8>>>,
 }
+
+/// To a peer's sender thread: an encoded message and the addresses to send
+/// with it.
+type PeerMsg = (Vec<u8>, Vec<(Rank, String)>);
 
 const TICK: Duration = Duration::from_millis(5);
 
@@ -530,7 +534,7 @@ impl Driver {
                 warn!(to, "dtx: no address for rank");
                 return;
             };
-            let (ptx, prx) = channel::<(Vec<u8>, Vec<(Rank, String)>)>();
+            let (ptx, prx) = channel::<PeerMsg>();
             let (events, from_addr) = (self.tx.clone(), self.my_addr.clone());
             let spawned = std::thread::Builder::new()
                 .name(format!("obj-dtx-to{to}"))
@@ -554,7 +558,7 @@ fn peer_sender(
     from_addr: String,
     to: Rank,
     addr: String,
-    rx: Receiver<(Vec<u8>, Vec<(Rank, String)>)>,
+    rx: Receiver<PeerMsg>,
     events: Sender<DtxEvent>,
 ) {
     let mut conn: Option<Client> = None;
