@@ -166,6 +166,13 @@ impl DtxService {
     }
 }
 
+impl Drop for DtxService {
+    /// An engine that failed to start drops it without `stop`.
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// What `Update::payload` holds in an engine: a KV put.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvPut {
