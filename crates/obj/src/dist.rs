@@ -16,10 +16,15 @@
 //! (transport failures) bump its local copy only; the version it sends stays
 //! the service's.
 //!
+//! **Replication** ([`Replication`]): by default a put goes to the key's
+//! leader replica (the first serving one) as a DTX (`engine::dtx`): one
+//! epoch on every replica, never partly visible, readers of a prepared key
+//! told to retry. [`Replication::ClientDriven`] keeps the older path (the
+//! client writes each replica in turn; a put failing half-way stays visible
+//! on the replicas that took it, each replica takes its own epoch), kept for
+//! comparison and for engines without DTX.
+//!
 //! What this is **not** yet (see docs/obj-dist.md):
-//! - replication is client-driven, replica by replica, not DAOS's DTX through
-//!   a leader replica: an update that fails half-way can stay visible on the
-//!   replicas that took it (it is not acknowledged, and a retry rewrites it);
 //! - rebuild (copying older data to the spare) and reintegration are the pool
 //!   service leader's (`poolsvc::rebuild`); this client only follows the map
 //!   it gets (a DOWN it finds itself stays DOWN in its own copy).
@@ -31,6 +36,16 @@ use crate::membership::{Detector, DetectorConfig, Liveness};
 use crate::placement::{layout, MapError, PoolMap, TargetState};
 use crate::rpc::Status;
 use crate::types::{Epoch, ObjectId};
+
+/// How a put reaches the replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Replication {
+    /// Through the leader replica as a distributed transaction (DTX).
+    #[default]
+    Dtx,
+    /// The client writes each replica in turn (no atomicity).
+    ClientDriven,
+}
 
 /// Errors of the distributed client.
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +124,10 @@ pub struct DistClient {
     refreshes: u64,
     pool: String,
     cont: String,
+    replication: Replication,
+    /// Reads start at a rotating replica instead of the first.
+    read_spread: bool,
+    reads: u64,
 }
 
 impl DistClient {
@@ -211,7 +230,28 @@ impl DistClient {
             refreshes: 0,
             pool: pool.to_string(),
             cont: cont.to_string(),
+            replication: Replication::default(),
+            read_spread: false,
+            reads: 0,
         })
+    }
+
+    /// How puts are replicated (default [`Replication::Dtx`]).
+    pub fn with_replication(mut self, r: Replication) -> Self {
+        self.replication = r;
+        self
+    }
+
+    /// Reads start at a different replica each time (round robin over the
+    /// key's serving replicas) instead of the first: DAOS reads from any
+    /// replica; the first is the DTX leader, which never holds readers.
+    pub fn with_read_spread(mut self, on: bool) -> Self {
+        self.read_spread = on;
+        self
+    }
+
+    pub fn replication(&self) -> Replication {
+        self.replication
     }
 
     /// Where to fetch the pool map after a stale-map refusal.
@@ -352,13 +392,118 @@ impl DistClient {
         Some((c, kv))
     }
 
-    /// `kv_put` on every serving replica of the key's group under the
-    /// current map. An engine that fails at the transport level is marked DOWN
-    /// and the put is redone under the new layout (the spare gets the value).
-    /// Acknowledged (`Ok`) when every serving replica of the final layout took
-    /// it; a group with fewer serving replicas than its class (no spare left)
-    /// is written degraded, with a warning. Returns the highest replica epoch.
+    /// Puts `value` under `key` on every serving replica of the key's group
+    /// (see [`Replication`]). Returns the epoch (DTX: the one epoch of every
+    /// replica; client-driven: the highest replica epoch).
     pub fn kv_put(&mut self, oid: ObjectId, key: &[u8], value: &[u8]) -> Result<Epoch> {
+        match self.replication {
+            Replication::Dtx => self.kv_put_dtx(oid, key, value),
+            Replication::ClientDriven => self.kv_put_client_driven(oid, key, value),
+        }
+    }
+
+    /// DTX put: sent to the leader replica (the first serving replica of the
+    /// group) with every serving replica's rank and address; the leader
+    /// commits it at one epoch everywhere or nowhere. Retried (new
+    /// transaction) under a new layout when the leader fails at the
+    /// transport level (marked DOWN; the put may have committed: a retry
+    /// writes the same value again) or reports a follower unreachable (the
+    /// followers that do not answer a ping are marked DOWN), after a refresh
+    /// on a stale map, and after a short pause when a follower refused or the
+    /// leader timed out (nothing or — timeout — maybe committed).
+    fn kv_put_dtx(&mut self, oid: ObjectId, key: &[u8], value: &[u8]) -> Result<Epoch> {
+        let deadline = Instant::now() + self.timeout;
+        let mut last = None;
+        for _ in 0..=4 * self.conns.len() + 64 {
+            let l = layout(oid, &self.map)?;
+            let grp = l.groups[crate::placement::group_of(key, l.groups.len())].clone();
+            let mut reps = Vec::with_capacity(grp.len());
+            for &t in &grp {
+                let tgt = *self.map.target(t)?;
+                if tgt.state.is_serving() {
+                    let r = tgt.domain as usize;
+                    reps.push((tgt.domain, self.conns[r].addr.clone()));
+                }
+            }
+            let Some(&(leader, _)) = reps.first() else {
+                return Err(Error::NoReplica);
+            };
+            let leader = leader as usize;
+            let Some((c, kv)) = self.kv(leader, oid) else {
+                self.mark_down(leader)?;
+                continue;
+            };
+            let (pool, cont) = (self.pool.clone(), self.cont.clone());
+            match c
+                .kv_put_dtx(&kv, &pool, &cont, key, value, &reps, None)
+                .and_then(|p| p.get())
+            {
+                Ok(e) => {
+                    if reps.len() < grp.len() {
+                        tracing::warn!(%oid, written = reps.len(), replicas = grp.len(), "degraded write");
+                    }
+                    return Ok(e);
+                }
+                Err(e) if is_transport(&e) => self.mark_down(leader)?,
+                Err(ClientError::StaleMap { version }) => self.refresh(leader, version)?,
+                Err(e) if e.status() == Some(Status::Unreach) => {
+                    // which follower? the ones that do not answer us either
+                    let mut found = false;
+                    for &(r, _) in &reps[1..] {
+                        let r = r as usize;
+                        let ok = match &self.conns[r].client {
+                            Some((c, _)) => c.ping(None).and_then(|p| p.get()).is_ok(),
+                            None => false,
+                        };
+                        if !ok {
+                            self.mark_down(r)?;
+                            found = true;
+                        }
+                    }
+                    if !found {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    last = Some((leader, e));
+                }
+                Err(e) if matches!(e.status(), Some(Status::Busy | Status::TimedOut)) => {
+                    std::thread::sleep(Duration::from_millis(2));
+                    last = Some((leader, e));
+                }
+                Err(source) => {
+                    return Err(Error::Engine {
+                        rank: leader,
+                        addr: self.conns[leader].addr.clone(),
+                        source,
+                    })
+                }
+            }
+            if Instant::now() > deadline {
+                break;
+            }
+        }
+        match last {
+            Some((rank, source)) => Err(Error::Engine {
+                rank,
+                addr: self.conns[rank].addr.clone(),
+                source,
+            }),
+            None => Err(Error::NoReplica),
+        }
+    }
+
+    /// Client-driven put: `kv_put` on every serving replica of the key's
+    /// group under the current map. An engine that fails at the transport
+    /// level is marked DOWN and the put is redone under the new layout (the
+    /// spare gets the value). Acknowledged (`Ok`) when every serving replica
+    /// of the final layout took it; a group with fewer serving replicas than
+    /// its class (no spare left) is written degraded, with a warning. Returns
+    /// the highest replica epoch. Not atomic: see the module doc.
+    pub fn kv_put_client_driven(
+        &mut self,
+        oid: ObjectId,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Epoch> {
         // each pass either succeeds, fails, or learns something (an engine
         // DOWN, a newer map): bounded by the engines plus a few refreshes
         'remap: for _ in 0..=2 * self.conns.len() + 4 {
@@ -432,11 +577,32 @@ impl DistClient {
 
     /// `kv_get` from the first replica that answers (see [`Self::read_order`]);
     /// a replica that fails at the transport level is marked DOWN and the next
-    /// one is tried. A key no serving replica has is `Engine(NonExist)`.
+    /// one is tried. A key no serving replica has is `Engine(NonExist)`. A
+    /// replica holding a prepared DTX update of the key answers "in
+    /// progress": the next replica is tried, and when every one did, the
+    /// read is retried after a pause (until the client's timeout).
     pub fn kv_get(&mut self, oid: ObjectId, key: &[u8]) -> Result<Vec<u8>> {
-        'refreshed: for _ in 0..4 {
+        let deadline = Instant::now() + self.timeout;
+        let mut refreshes = 0;
+        'refreshed: while refreshes < 4 {
             let mut last = None;
-            for rank in self.read_order(oid, key)? {
+            let mut in_progress = None;
+            let mut order = self.read_order(oid, key)?;
+            if self.read_spread {
+                // among the original replicas still serving only: a spare
+                // has only what was written after the failure (no rebuild)
+                let orig = layout(oid, &self.map.all_in())?;
+                let g = crate::placement::group_of(key, orig.groups.len());
+                let n = order
+                    .iter()
+                    .take_while(|&&r| orig.groups[g].iter().any(|&t| t as usize == r))
+                    .count();
+                if n > 1 {
+                    self.reads += 1;
+                    order[..n].rotate_left((self.reads % n as u64) as usize);
+                }
+            }
+            for rank in order {
                 let Some((c, kv)) = self.kv(rank, oid) else {
                     self.mark_down(rank)?;
                     continue;
@@ -446,7 +612,11 @@ impl DistClient {
                     Err(e) if is_transport(&e) => self.mark_down(rank)?,
                     Err(ClientError::StaleMap { version }) => {
                         self.refresh(rank, version)?;
+                        refreshes += 1;
                         continue 'refreshed;
+                    }
+                    Err(e) if e.status() == Some(Status::InProgress) => {
+                        in_progress = Some((rank, e));
                     }
                     Err(e) if e.status() == Some(Status::NonExist) => {
                         last = Some(Error::Engine {
@@ -463,6 +633,17 @@ impl DistClient {
                         })
                     }
                 }
+            }
+            if let Some((rank, source)) = in_progress {
+                if Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue 'refreshed;
+                }
+                return Err(Error::Engine {
+                    rank,
+                    addr: self.conns[rank].addr.clone(),
+                    source,
+                });
             }
             return Err(last.unwrap_or(Error::NoReplica));
         }

@@ -67,7 +67,20 @@ fn value_on(addr: &str, oid: ObjectId, key: &[u8]) -> Option<Vec<u8>> {
     let poh = c.pool_connect(POOL, None).unwrap().get().unwrap();
     let coh = c.cont_open(&poh, CONT, None).unwrap().get().unwrap();
     let kv = c.kv_open(&coh, oid, None).unwrap().get().unwrap();
-    c.kv_get(&kv, key, None).unwrap().get().ok()
+    // a replica whose DTX commit has not landed yet holds the key (the put
+    // was acknowledged by the leader): a reader retries, as DistClient does
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match c.kv_get(&kv, key, None).unwrap().get() {
+            Err(e)
+                if e.status() == Some(obj::rpc::Status::InProgress)
+                    && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            r => return r.ok(),
+        }
+    }
 }
 
 /// Waits until every engine's replica has applied map version `v`.

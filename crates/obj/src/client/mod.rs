@@ -14,6 +14,7 @@
 //! A `Client` is single-threaded (like a DAOS EQ); open one per thread.
 
 pub mod array;
+pub mod dtx;
 pub mod kv;
 pub mod obj;
 

@@ -20,6 +20,8 @@
 //!   that dies mid-RPC leaves nothing behind; its replies are dropped).
 
 pub mod backend;
+pub mod dtx;
+pub mod dtx_service;
 pub mod hlc;
 pub mod map_version;
 pub mod mgmt;
@@ -43,6 +45,7 @@ use crate::rpc::{HeaderRepr, Opcode, Reply, Status};
 use crate::types::StoreError;
 
 pub use backend::StoreBackend;
+use dtx_service::{held_key, DtxEvent, DtxService, HeldKeys};
 use hlc::SharedHlc;
 pub use map_version::MapVersions;
 pub use mgmt::AggregationPolicy;
@@ -114,7 +117,7 @@ pub struct OpCounters {
 }
 
 /// Opcodes with a counter of their own; one more slot counts unknown ones.
-const COUNTED: [Opcode; 24] = [
+const COUNTED: [Opcode; 26] = [
     Opcode::Ping,
     Opcode::PoolCreate,
     Opcode::PoolDestroy,
@@ -139,6 +142,8 @@ const COUNTED: [Opcode; 24] = [
     Opcode::ObjListRecx,
     Opcode::ObjQueryKey,
     Opcode::ObjListObj,
+    Opcode::DtxUpdate,
+    Opcode::DtxMsg,
 ];
 const OP_SLOTS: usize = COUNTED.len() + 1;
 
@@ -182,6 +187,7 @@ pub struct Engine {
     addr: SocketAddr,
     ntargets: usize,
     map_versions: Arc<MapVersions>,
+    dtx: DtxService,
 }
 
 impl std::fmt::Debug for Engine {
@@ -261,6 +267,15 @@ impl Engine {
             targets.push(tx);
         }
         let map_versions = Arc::new(MapVersions::new());
+        let held_keys = Arc::new(HeldKeys::default());
+        let mut dtx = DtxService::start(
+            addr.to_string(),
+            hlc.clone(),
+            held_keys.clone(),
+            targets.clone(),
+            replies.clone(),
+        )
+        .map_err(EngineError::Thread)?;
         let mut mgmt = Mgmt::new(cfg.data_dir.clone(), meta, targets.clone(), replies, hlc)
             .with_aggregation(cfg.aggregation)
             .with_map_versions(map_versions.clone());
@@ -273,6 +288,7 @@ impl Engine {
             }
         };
         if let Err(st) = mgmt.open_pools() {
+            dtx.stop();
             stop_targets(&targets, threads);
             return Err(EngineError::OpenPools(st));
         }
@@ -290,12 +306,15 @@ impl Engine {
             held: (0..targets.len()).map(|_| Vec::new()).collect(),
             stats: stats.clone(),
             map_versions: map_versions.clone(),
+            dtx: dtx.sender(),
+            held_keys,
         };
         let rdma = match cfg.rdma_listen {
             Some(a) => match RdmaServer::start(a, dispatch.clone(), rdma_rx) {
                 Ok(r) => Some(r),
                 Err(e) => {
                     let _ = mtx.send(MgmtMsg::Stop);
+                    dtx.stop();
                     stop_targets(&targets, threads);
                     return Err(e.into());
                 }
@@ -314,6 +333,7 @@ impl Engine {
             addr,
             ntargets,
             map_versions,
+            dtx,
         })
     }
 
@@ -351,6 +371,7 @@ impl Engine {
         if let Some(r) = self.rdma.take() {
             r.stop();
         }
+        self.dtx.stop();
         let _ = self.mgmt.send(MgmtMsg::Stop);
         for t in &self.targets {
             let _ = t.send(TargetMsg::Stop);
@@ -376,6 +397,8 @@ struct EngineDispatch {
     held: Vec<Vec<TargetMsg>>,
     stats: Arc<OpCounters>,
     map_versions: Arc<MapVersions>,
+    dtx: Sender<DtxEvent>,
+    held_keys: Arc<HeldKeys>,
 }
 
 impl Clone for EngineDispatch {
@@ -387,6 +410,8 @@ impl Clone for EngineDispatch {
             held: (0..self.targets.len()).map(|_| Vec::new()).collect(),
             stats: self.stats.clone(),
             map_versions: self.map_versions.clone(),
+            dtx: self.dtx.clone(),
+            held_keys: self.held_keys.clone(),
         }
     }
 }
@@ -421,6 +446,26 @@ impl Dispatch for EngineDispatch {
                     Err(_) => io.reply_error(&hdr, Status::Proto),
                 }
             }
+            Opcode::DtxUpdate => match route_prefix(&body) {
+                Ok((coh, _)) => {
+                    if let Some(v) = hdr
+                        .map_version
+                        .and_then(|cv| self.map_versions.check(coh, cv))
+                    {
+                        io.reply_stale_map(&hdr, v);
+                        return;
+                    }
+                    if self.dtx.send(DtxEvent::Client { conn, hdr, body }).is_err() {
+                        io.reply_error(&hdr, Status::Shutdown);
+                    }
+                }
+                Err(_) => io.reply_error(&hdr, Status::Proto),
+            },
+            Opcode::DtxMsg => {
+                // one-way: answered at once, handled by the DTX thread
+                io.reply(&hdr, Status::Ok, &Reply::Empty, &[]);
+                let _ = self.dtx.send(DtxEvent::Peer { body });
+            }
             op if op.is_object_io() => {
                 let args = &body[..body.len() - (hdr.bulk_len as usize).min(body.len())];
                 match route_prefix(args) {
@@ -433,6 +478,17 @@ impl Dispatch for EngineDispatch {
                         {
                             io.reply_stale_map(&hdr, v);
                             return;
+                        }
+                        // DTX: a key with a prepared update is not read
+                        if op == Opcode::ObjFetch && self.held_keys.any() {
+                            if let Ok(crate::rpc::msg::Request::ObjFetch { t, dkey, .. }) =
+                                crate::rpc::msg::Request::parse(op, args, hdr.bulk_len as usize)
+                            {
+                                if self.held_keys.is_held(&held_key(t.oid, &dkey)) {
+                                    io.reply_error(&hdr, Status::InProgress);
+                                    return;
+                                }
+                            }
                         }
                         let t = route(oid, self.targets.len());
                         self.held[t].push(TargetMsg::Io {

@@ -122,8 +122,22 @@ pub enum TargetMsg {
         op: CtlOp,
         reply: Sender<CtlResult>,
     },
+    /// DTX (`super::dtx_service`): write a KV value at the transaction's
+    /// epoch (the one epoch of every replica; the engine's clock observes
+    /// it). `done` runs after the batch's commit (durable) or failure.
+    DtxApply {
+        coh: u64,
+        oid: ObjectId,
+        dkey: Vec<u8>,
+        value: Vec<u8>,
+        epoch: Epoch,
+        done: DtxDone,
+    },
     Stop,
 }
+
+/// Called with the outcome of a [`TargetMsg::DtxApply`].
+pub type DtxDone = Box<dyn FnOnce(Result<(), Status>) + Send>;
 
 /// A reply waiting for the batch's commit.
 struct Outgoing {
@@ -132,6 +146,8 @@ struct Outgoing {
     result: Result<(Reply, Vec<Vec<u8>>), Status>,
     /// The pool this request changed (its reply waits for that commit).
     dirtied: Option<PoolId>,
+    /// Not a client's: a DTX apply's completion (no reply frame).
+    done: Option<DtxDone>,
 }
 
 /// A target's state, owned by its thread.
@@ -193,6 +209,22 @@ impl Target {
                         let r = self.ctl(op);
                         let _ = reply.send(r);
                     }
+                    TargetMsg::DtxApply {
+                        coh,
+                        oid,
+                        dkey,
+                        value,
+                        epoch,
+                        done,
+                    } => {
+                        let o = self.dtx_apply(coh, oid, dkey, value, epoch, done);
+                        if let Some(p) = o.dirtied {
+                            if !dirty.contains(&p) {
+                                dirty.push(p);
+                            }
+                        }
+                        out.push(o);
+                    }
                     TargetMsg::Io {
                         conn,
                         hdr,
@@ -247,6 +279,10 @@ impl Target {
                 (Some(p), Ok(_)) if failed.contains(&p) => Err(Status::Io),
                 (_, r) => r,
             };
+            if let Some(done) = o.done {
+                done(result.map(|_| ()));
+                continue;
+            }
             frame.clear();
             match result {
                 Ok((rep, bulk)) => {
@@ -386,6 +422,54 @@ impl Target {
         self.stores.get_mut(&pool).ok_or(Status::NonExist)
     }
 
+    /// A DTX apply: the KV value at the transaction's epoch.
+    fn dtx_apply(
+        &mut self,
+        coh: u64,
+        oid: ObjectId,
+        dkey: Vec<u8>,
+        value: Vec<u8>,
+        epoch: Epoch,
+        done: DtxDone,
+    ) -> Outgoing {
+        self.executed += 1;
+        let mut o = Outgoing {
+            conn: 0,
+            hdr: HeaderRepr {
+                response: true,
+                opcode: crate::rpc::Opcode::DtxMsg,
+                rpc_id: 0,
+                status: 0,
+                timeout_ms: 0,
+                body_len: 0,
+                bulk_len: 0,
+                map_version: None,
+            },
+            result: Err(Status::NoHandle),
+            dirtied: None,
+            done: Some(done),
+        };
+        let Some(&(pool, cont)) = self.handles.get(&coh) else {
+            return o;
+        };
+        let Some(store) = self.stores.get_mut(&pool) else {
+            return o;
+        };
+        self.hlc.observe(epoch);
+        let iods = [Iod::single(crate::client::kv::KV_AKEY, value.len() as u64)];
+        let sgls = [SgList::one(value)];
+        o.result = store
+            .update(cont, oid, epoch, &DKey(dkey), &iods, &sgls)
+            .map(|()| (Reply::Empty, Vec::new()))
+            .map_err(|e| status_of(&e));
+        if o.result.is_ok() {
+            let u = self.unaggregated.entry((pool, cont)).or_default();
+            *u = (*u).max(epoch.0);
+            o.dirtied = Some(pool);
+        }
+        o
+    }
+
     fn io(&mut self, conn: ConnId, hdr: HeaderRepr, body: &[u8], received: Instant) -> Outgoing {
         self.executed += 1;
         let mut o = Outgoing {
@@ -393,6 +477,7 @@ impl Target {
             hdr,
             result: Err(Status::Misc),
             dirtied: None,
+            done: None,
         };
         if hdr.timeout_ms > 0
             && received.elapsed() > Duration::from_millis(u64::from(hdr.timeout_ms))

@@ -122,7 +122,9 @@ impl ClientCore {
         bulk: &[&[u8]],
         timeout: Option<Duration>,
     ) -> u64 {
-        let mv = self.map_version.filter(|_| req.opcode().is_object_io());
+        let mv = self
+            .map_version
+            .filter(|_| req.opcode().carries_map_version());
         self.start_with(now, req, timeout, |tx, id, ms| {
             encode_request_at(tx, id, ms, mv, req, bulk)
         })

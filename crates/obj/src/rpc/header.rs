@@ -108,6 +108,10 @@ opcodes! {
     ObjListRecx = 0x35, "obj_list_recx";
     ObjQueryKey = 0x36, "obj_query_key";
     ObjListObj = 0x37, "obj_list_obj";
+    /// A replicated KV update through a leader replica (DTX, `engine::dtx`).
+    DtxUpdate = 0x40, "obj_dtx_update";
+    /// An engine-to-engine DTX message (`engine::dtx::Msg`).
+    DtxMsg = 0x41, "dtx_msg";
 }
 
 impl Opcode {
@@ -125,6 +129,12 @@ impl Opcode {
                 | Opcode::ObjListRecx
                 | Opcode::ObjQueryKey
         )
+    }
+
+    /// Requests checked against the pool-map version (object I/O and the
+    /// DTX update, which starts with the same routing prefix).
+    pub const fn carries_map_version(self) -> bool {
+        self.is_object_io() || matches!(self, Opcode::DtxUpdate)
     }
 }
 

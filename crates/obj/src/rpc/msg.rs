@@ -430,7 +430,35 @@ pub enum Request {
         anchor: Vec<u8>,
         max: u32,
     },
+    /// KV put of `value` under `dkey` replicated through this engine as the
+    /// DTX leader; `replicas`: (rank, address) of every replica, this
+    /// engine first; `pool`/`cont`: labels (the same on every engine).
+    DtxUpdate {
+        t: ObjTarget,
+        pool: String,
+        cont: String,
+        dkey: Vec<u8>,
+        value: Vec<u8>,
+        replicas: Vec<(u32, String)>,
+    },
+    /// Engine to engine: `msg` (an encoded `engine::dtx::Msg`) from rank
+    /// `from` at `from_addr` to rank `to`; `peers`: addresses of the other
+    /// participants (sent with a prepare, so a follower can resolve without
+    /// the leader).
+    DtxMsg {
+        from: u32,
+        from_addr: String,
+        to: u32,
+        msg: Vec<u8>,
+        peers: Vec<(u32, String)>,
+    },
 }
+
+/// Most replicas a DTX update names; largest DTX value and message.
+pub const MAX_DTX_REPLICAS: usize = 16;
+pub const MAX_DTX_VALUE: usize = 1 << 20;
+pub const MAX_DTX_MSG: usize = 2 << 20;
+const MAX_ADDR_LEN: usize = 255;
 
 impl Request {
     pub fn opcode(&self) -> Opcode {
@@ -459,6 +487,8 @@ impl Request {
             Request::ObjListRecx { .. } => Opcode::ObjListRecx,
             Request::ObjQueryKey { .. } => Opcode::ObjQueryKey,
             Request::ObjListObj { .. } => Opcode::ObjListObj,
+            Request::DtxUpdate { .. } => Opcode::DtxUpdate,
+            Request::DtxMsg { .. } => Opcode::DtxMsg,
         }
     }
 
@@ -567,6 +597,40 @@ impl Request {
             } => {
                 t.emit(&mut w);
                 w.u8(*flags).blob(dkey).blob(akey);
+            }
+            Request::DtxUpdate {
+                t,
+                pool,
+                cont,
+                dkey,
+                value,
+                replicas,
+            } => {
+                t.emit(&mut w);
+                w.str(pool)
+                    .str(cont)
+                    .blob(dkey)
+                    .blob(value)
+                    .count(replicas.len());
+                for (r, a) in replicas {
+                    w.u32(*r).str(a);
+                }
+            }
+            Request::DtxMsg {
+                from,
+                from_addr,
+                to,
+                msg,
+                peers,
+            } => {
+                w.u32(*from)
+                    .str(from_addr)
+                    .u32(*to)
+                    .blob(msg)
+                    .count(peers.len());
+                for (r, a) in peers {
+                    w.u32(*r).str(a);
+                }
             }
         }
     }
@@ -689,6 +753,44 @@ impl Request {
                 anchor: r.blob(MAX_ANCHOR_LEN)?.to_vec(),
                 max: r.u32()?,
             },
+            Opcode::DtxUpdate => {
+                let t = ObjTarget::parse(&mut r)?;
+                let pool = r.str(MAX_LABEL_LEN)?;
+                let cont = r.str(MAX_LABEL_LEN)?;
+                let dkey = r.blob(MAX_KEY_LEN)?.to_vec();
+                let value = r.blob(MAX_DTX_VALUE)?.to_vec();
+                let n = r.count(MAX_DTX_REPLICAS, 8)?;
+                let mut replicas = Vec::with_capacity(n);
+                for _ in 0..n {
+                    replicas.push((r.u32()?, r.str(MAX_ADDR_LEN)?));
+                }
+                Request::DtxUpdate {
+                    t,
+                    pool,
+                    cont,
+                    dkey,
+                    value,
+                    replicas,
+                }
+            }
+            Opcode::DtxMsg => {
+                let from = r.u32()?;
+                let from_addr = r.str(MAX_ADDR_LEN)?;
+                let to = r.u32()?;
+                let msg = r.blob(MAX_DTX_MSG)?.to_vec();
+                let n = r.count(MAX_DTX_REPLICAS, 8)?;
+                let mut peers = Vec::with_capacity(n);
+                for _ in 0..n {
+                    peers.push((r.u32()?, r.str(MAX_ADDR_LEN)?));
+                }
+                Request::DtxMsg {
+                    from,
+                    from_addr,
+                    to,
+                    msg,
+                    peers,
+                }
+            }
             Opcode::Unknown(v) => return Err(WireError::UnknownOpcode(v)),
         };
         r.finish()?;
@@ -783,7 +885,8 @@ fn shape(op: Opcode) -> Option<Shape> {
         Opcode::ContList => Shape::Conts,
         Opcode::SnapCreate => Shape::Epoch,
         Opcode::SnapList => Shape::Epochs,
-        Opcode::ObjUpdate => Shape::Updated,
+        Opcode::ObjUpdate | Opcode::DtxUpdate => Shape::Updated,
+        Opcode::DtxMsg => Shape::Empty,
         Opcode::ObjFetch => Shape::Fetched,
         Opcode::ObjListDkey | Opcode::ObjListAkey => Shape::Keys,
         Opcode::ObjListRecx => Shape::Recxs,

@@ -695,7 +695,7 @@ impl RdmaClient {
         let mv = self
             .core
             .map_version()
-            .filter(|_| req.opcode().is_object_io());
+            .filter(|_| req.opcode().carries_map_version());
         let id = self.core.start_with(now, req, timeout, |tx, id, ms| {
             let start = tx.len();
             super::frame::encode_request_at(tx, id, ms, mv, req, &[]);

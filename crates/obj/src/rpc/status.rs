@@ -51,6 +51,9 @@ statuses! {
     Exists = -1004, "already exists";
     /// `DER_NONEXIST`: no such pool, container, object, key or snapshot.
     NonExist = -1005, "does not exist";
+    /// `DER_UNREACH`: a replica the request needed did not answer (DTX: the
+    /// leader aborted; re-place without it and retry).
+    Unreach = -1006, "unreachable node";
     /// `DER_NOSPACE`: the pool is full.
     NoSpace = -1007, "no space left in the pool";
     /// `DER_NOSYS`: the opcode is not implemented by this engine.
@@ -78,6 +81,9 @@ statuses! {
     RecTooBig = -2013, "value too large";
     /// `DER_SHUTDOWN`: the engine is shutting down.
     Shutdown = -2017, "engine shutting down";
+    /// `DER_INPROGRESS`: the key has a prepared, not yet committed update
+    /// (DTX): retry.
+    InProgress = -2018, "operation now in progress";
 }
 
 impl Status {

@@ -1,0 +1,595 @@
+//! A bounded Jepsen-style soak of replicated (RP_2, DTX) KV updates: three
+//! engine processes (`dpustack system start`, each with a pool-service
+//! replica), several client threads writing unique values and reading keys
+//! while engines are killed with SIGKILL and restarted; every operation is
+//! recorded (invoke / ok / fail / info, with values and times), then checked
+//! against a register per key:
+//! - no phantom: a read returns the initial value (none) or a value whose
+//!   write was invoked before the read completed;
+//! - no stale read: a read never returns a value (or none) that a write
+//!   acknowledged before the read began had definitely replaced (the
+//!   replacing write was invoked after the value's write completed);
+//! - no acknowledged write lost: the final reads (after the load, from a
+//!   fresh client on the service's map) obey the same rule;
+//! - monotonic reads per client thread: a later read never returns a value
+//!   that definitely precedes the one an earlier read returned.
+//!
+//! Failed or timed-out writes are `info` (indeterminate: a DTX whose reply
+//! was lost may have committed), never `fail`.
+//!
+//! Kills: the first kill hits a random engine under load (a DTX leader or
+//! follower with transactions in flight); the pool service marks it DOWN;
+//! it is restarted (its data is stale and, without reintegration, it stays
+//! DOWN). Later kills hit engines already DOWN (a restarted one: the pool
+//! service's replicas and the clients' refusals are exercised). Killing a
+//! second serving engine would lose RP_2 data that only rebuild restores
+//! (not built yet).
+//!
+//! `cargo test -p dpustack --test system_soak` (~20 s); the ignored
+//! `soak_long` repeats rounds for `SOAK_SECS` seconds (default 120).
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use obj::dist::DistClient;
+use obj::membership::DetectorConfig;
+use obj::placement::PoolMap;
+use obj::types::{ObjClass, ObjType, ObjectId, Redundancy};
+use poolsvc::client::BlockingClient;
+
+const BIN: &str = env!("CARGO_BIN_EXE_dpustack");
+
+fn run(dir: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("system")
+        .arg("--dir")
+        .arg(dir)
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap()
+}
+
+fn ok(dir: &Path, args: &[&str]) -> String {
+    let o = run(dir, args);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+#[derive(Clone)]
+struct Member {
+    addr: String,
+    pid: i32,
+    svc: String,
+}
+
+fn members(dir: &Path) -> Vec<Member> {
+    std::fs::read_to_string(dir.join("system.txt"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let p: Vec<&str> = l.split_whitespace().collect();
+            Some(Member {
+                addr: p.get(1)?.to_string(),
+                pid: p.get(2)?.parse().ok()?,
+                svc: p.get(3)?.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Kills every engine the test started (also the restarted ones).
+struct Guard(PathBuf, Vec<std::process::Child>);
+impl Drop for Guard {
+    fn drop(&mut self) {
+        for m in members(&self.0) {
+            let _ = Command::new("kill")
+                .arg("-9")
+                .arg(m.pid.to_string())
+                .status();
+        }
+        for c in &mut self.1 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn free_port(ip: &str) -> u16 {
+    TcpListener::bind(format!("{ip}:0"))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+// ---------------------------------------------------------------- history
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Kind {
+    Write(String),
+    Read,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Res {
+    /// A write acknowledged, or a read with what it returned (`None`: the
+    /// initial value, no value).
+    Ok(Option<String>),
+    /// Definitely had no effect (reads only here).
+    Fail,
+    /// Indeterminate (a write whose outcome is unknown).
+    Info,
+}
+
+#[derive(Debug, Clone)]
+struct Op {
+    client: usize,
+    key: usize,
+    kind: Kind,
+    invoke: Duration,
+    complete: Duration,
+    res: Res,
+}
+
+/// Checks a history (see the module doc); returns the violations.
+fn check(history: &[Op]) -> Vec<String> {
+    let mut bad = Vec::new();
+    let mut by_key: BTreeMap<usize, Vec<&Op>> = BTreeMap::new();
+    for o in history {
+        by_key.entry(o.key).or_default().push(o);
+    }
+    for (key, ops) in by_key {
+        // value -> its write (values are unique)
+        let mut writes: HashMap<&str, &Op> = HashMap::new();
+        for o in &ops {
+            if let Kind::Write(v) = &o.kind {
+                assert!(writes.insert(v, o).is_none(), "value {v} written twice");
+            }
+        }
+        // when a write's effect is certainly over: its completion if
+        // acknowledged, never if indeterminate
+        let done = |w: &Op| match w.res {
+            Res::Ok(_) => Some(w.complete),
+            _ => None,
+        };
+        // whether an acknowledged write definitely replaced `v` (none: the
+        // initial value) before `t`
+        let replaced_before = |v: Option<&str>, t: Duration| -> Option<String> {
+            let vw = v.and_then(|v| writes.get(v));
+            ops.iter()
+                .filter(|w| matches!(w.kind, Kind::Write(_)) && w.res == Res::Ok(None))
+                .find(|w2| {
+                    w2.complete < t
+                        && match vw {
+                            None => true,
+                            Some(vw) => done(vw).is_some_and(|c| c < w2.invoke),
+                        }
+                })
+                .map(|w2| format!("{:?} (acked at {:?})", w2.kind, w2.complete))
+        };
+        for r in ops.iter().filter(|o| o.kind == Kind::Read) {
+            let Res::Ok(v) = &r.res else { continue };
+            if let Some(v) = v {
+                match writes.get(v.as_str()) {
+                    None => bad.push(format!("key {key}: read {v:?} never written: {r:?}")),
+                    Some(w) if w.invoke > r.complete => bad.push(format!(
+                        "key {key}: read {v:?} before its write was invoked: {r:?}"
+                    )),
+                    _ => {}
+                }
+            }
+            if let Some(w2) = replaced_before(v.as_deref(), r.invoke) {
+                bad.push(format!(
+                    "key {key}: stale read {v:?} by client {} at {:?}: {w2} replaced it before",
+                    r.client, r.invoke
+                ));
+            }
+        }
+        // monotonic reads per client
+        let mut last: HashMap<usize, &Op> = HashMap::new();
+        let mut reads: Vec<&&Op> = ops.iter().filter(|o| o.kind == Kind::Read).collect();
+        reads.sort_by_key(|o| o.invoke);
+        for r in reads {
+            let Res::Ok(Some(v)) = &r.res else { continue };
+            let Some(w) = writes.get(v.as_str()) else {
+                continue;
+            };
+            if let Some(prev) = last.get(&r.client) {
+                if let Res::Ok(Some(pv)) = &prev.res {
+                    if let Some(pw) = writes.get(pv.as_str()) {
+                        if done(w).is_some_and(|c| c < pw.invoke) {
+                            bad.push(format!(
+                                "key {key}: client {} read {pv:?} then older {v:?}",
+                                r.client
+                            ));
+                        }
+                    }
+                }
+            }
+            last.insert(r.client, r);
+        }
+    }
+    bad
+}
+
+#[test]
+fn checker_finds_what_it_must() {
+    let d = Duration::from_millis;
+    let w = |c, v: &str, i, e, res| Op {
+        client: c,
+        key: 0,
+        kind: Kind::Write(v.into()),
+        invoke: d(i),
+        complete: d(e),
+        res,
+    };
+    let r = |c, v: Option<&str>, i, e| Op {
+        client: c,
+        key: 0,
+        kind: Kind::Read,
+        invoke: d(i),
+        complete: d(e),
+        res: Res::Ok(v.map(Into::into)),
+    };
+    let okw = Res::Ok(None);
+    // a good history: concurrent read may see either
+    let good = vec![
+        w(0, "a", 0, 10, okw.clone()),
+        w(1, "b", 20, 30, okw.clone()),
+        r(2, Some("a"), 25, 26),
+        r(2, Some("b"), 31, 32),
+        w(1, "c", 40, 50, Res::Info),
+        r(0, Some("c"), 60, 61),
+    ];
+    assert!(check(&good).is_empty(), "{:?}", check(&good));
+    // stale read after an acknowledged replacement
+    let mut h = good.clone();
+    h.push(r(0, Some("a"), 35, 36));
+    assert_eq!(check(&h).len(), 1, "{:?}", check(&h));
+    // lost write: none after an acknowledged write
+    let mut h = good.clone();
+    h.push(r(0, None, 35, 36));
+    assert_eq!(check(&h).len(), 1);
+    // phantom
+    let mut h = good.clone();
+    h.push(r(0, Some("zz"), 35, 36));
+    assert!(!check(&h).is_empty());
+    // non-monotonic for one client (b then a, a definitely older)
+    let h = vec![
+        w(0, "a", 0, 10, okw.clone()),
+        w(1, "b", 20, 30, Res::Info),
+        r(2, Some("b"), 25, 26),
+        r(2, Some("a"), 27, 28),
+    ];
+    assert_eq!(check(&h).len(), 1, "{:?}", check(&h));
+}
+
+// ---------------------------------------------------------------- the soak
+
+fn kv_oid(lo: u64) -> ObjectId {
+    let class = ObjClass {
+        redundancy: Redundancy::Replicas(2),
+        groups: 1,
+    };
+    ObjectId::generate(0, lo, ObjType::KvHashed, class).unwrap()
+}
+
+const OBJS: usize = 2;
+const KEYS_PER_OBJ: usize = 6;
+
+fn key_of(k: usize) -> (ObjectId, Vec<u8>) {
+    (
+        kv_oid(1 + (k % OBJS) as u64),
+        format!("key{}", k / OBJS).into_bytes(),
+    )
+}
+
+fn svc_client(ms: &[Member]) -> BlockingClient {
+    let replicas = ms
+        .iter()
+        .enumerate()
+        .map(|(r, m)| (r as u64, m.svc.clone()))
+        .collect();
+    let mut c = BlockingClient::new(replicas).unwrap();
+    c.inner.rpc_timeout = Duration::from_millis(500);
+    c.inner.backoff = Duration::from_millis(20);
+    c
+}
+
+fn svc_map(c: &mut BlockingClient) -> Option<PoolMap> {
+    c.read().ok()?.pools.get("dp").map(|p| p.map())
+}
+
+fn dist_client(ms: &[Member]) -> Option<DistClient> {
+    let addrs: Vec<String> = ms.iter().map(|m| m.addr.clone()).collect();
+    let mut svc = svc_client(ms);
+    let map = svc_map(&mut svc)?;
+    let dc = DistClient::connect_with_map(
+        &addrs,
+        "dp",
+        "dc",
+        Duration::from_secs(3),
+        DetectorConfig::default(),
+        Some(map),
+    )
+    .ok()?;
+    // reads from any replica (not always the leader): followers' held keys
+    // are exercised
+    Some(dc.with_read_spread(true).with_map_source(Box::new(move || {
+        svc_map(&mut svc).ok_or_else(|| "no map from the pool service".to_string())
+    })))
+}
+
+struct Round {
+    ops: usize,
+    writes_ok: usize,
+    writes_info: usize,
+    reads_ok: usize,
+    reads_fail: usize,
+    kills: Vec<String>,
+}
+
+/// One soak round: a fresh 3-engine system, `load` of client traffic with
+/// kills, final reads, the check. `ip`: the first engine's address.
+fn round(ip: &str, seed: u64, load: Duration, clients: usize) -> Round {
+    let dir = std::env::temp_dir().join(format!(
+        "dpustack-system-soak-{}-{seed}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut g = Guard(dir.clone(), Vec::new());
+    let port = free_port(ip).to_string();
+    let svc_port = free_port(ip).to_string();
+    ok(
+        &dir,
+        &[
+            "start",
+            "--engines",
+            "3",
+            "--first-ip",
+            ip,
+            "--port",
+            &port,
+            "--svc-port",
+            &svc_port,
+            "--exclude-after-ms",
+            "0",
+        ],
+    );
+    ok(&dir, &["create", "dp", "dc", "64M"]);
+    let ms = members(&dir);
+    let start = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let history = Arc::new(Mutex::new(Vec::<Op>::new()));
+
+    let mut threads = Vec::new();
+    for c in 0..clients {
+        let (ms, stop, history) = (ms.clone(), stop.clone(), history.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut dc = dist_client(&ms).expect("client");
+            let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (c as u64 + 1);
+            let mut rnd = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let k = (rnd() % (OBJS * KEYS_PER_OBJ) as u64) as usize;
+                let (oid, key) = key_of(k);
+                let invoke = start.elapsed();
+                let (kind, res) = if rnd() % 2 == 0 {
+                    n += 1;
+                    let v = format!("c{c}-{n}");
+                    let res = match dc.kv_put(oid, &key, v.as_bytes()) {
+                        Ok(_) => Res::Ok(None),
+                        Err(_) => Res::Info,
+                    };
+                    (Kind::Write(v), res)
+                } else {
+                    let res = match dc.kv_get(oid, &key) {
+                        Ok(v) => Res::Ok(Some(String::from_utf8(v).unwrap())),
+                        Err(obj::dist::Error::Engine { source, .. })
+                            if source.status() == Some(obj::rpc::Status::NonExist) =>
+                        {
+                            Res::Ok(None)
+                        }
+                        Err(_) => Res::Fail,
+                    };
+                    (Kind::Read, res)
+                };
+                let op = Op {
+                    client: c,
+                    key: k,
+                    kind,
+                    invoke,
+                    complete: start.elapsed(),
+                    res,
+                };
+                history.lock().unwrap().push(op);
+            }
+        }));
+    }
+
+    // the killer
+    let mut x = seed | 1;
+    let mut rnd = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let mut kills = Vec::new();
+    let mut svc = svc_client(&ms);
+    let mut pids: Vec<i32> = ms.iter().map(|m| m.pid).collect();
+    let mut down: Option<usize> = None;
+    let mut next_kill = load / 5 + Duration::from_millis(rnd(500));
+    while start.elapsed() < load {
+        if start.elapsed() < next_kill {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
+        let victim = down.unwrap_or(rnd(3) as usize);
+        let pid = pids[victim];
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let t = start.elapsed();
+        assert!(Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success());
+        // the pool service marks it DOWN (the first time)
+        let t0 = Instant::now();
+        while down.is_none() {
+            if let Some(m) = svc_map(&mut svc) {
+                if !m.target(victim as u32).unwrap().state.is_serving() {
+                    break;
+                }
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(15),
+                "rank {victim} never marked DOWN"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let detected = t0.elapsed();
+        std::thread::sleep(Duration::from_millis(200 + rnd(500)));
+        let log =
+            std::fs::File::create(dir.join(format!("engine{victim}.restart{}.log", kills.len())))
+                .unwrap();
+        let child = Command::new(&args[0])
+            .args(&args[1..])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        pids[victim] = child.id() as i32;
+        g.1.push(child);
+        kills.push(format!(
+            "rank {victim} killed at {:.1} s ({}), DOWN after {:.0} ms, restarted",
+            t.as_secs_f64(),
+            if down.is_none() {
+                "serving"
+            } else {
+                "already DOWN"
+            },
+            detected.as_secs_f64() * 1e3
+        ));
+        down = Some(victim);
+        next_kill = start.elapsed() + load / 4 + Duration::from_millis(rnd(1000));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    // final reads from a fresh client on the service's map
+    let mut dc = dist_client(&members(&dir)).expect("final client");
+    let mut history = std::mem::take(&mut *history.lock().unwrap());
+    for k in 0..OBJS * KEYS_PER_OBJ {
+        let (oid, key) = key_of(k);
+        let invoke = start.elapsed();
+        let res = match dc.kv_get(oid, &key) {
+            Ok(v) => Res::Ok(Some(String::from_utf8(v).unwrap())),
+            Err(obj::dist::Error::Engine { source, .. })
+                if source.status() == Some(obj::rpc::Status::NonExist) =>
+            {
+                Res::Ok(None)
+            }
+            Err(e) => panic!("final read of key {k}: {e}"),
+        };
+        history.push(Op {
+            client: usize::MAX,
+            key: k,
+            kind: Kind::Read,
+            invoke,
+            complete: start.elapsed(),
+            res,
+        });
+    }
+    let bad = check(&history);
+    let count = |f: &dyn Fn(&Op) -> bool| history.iter().filter(|o| f(o)).count();
+    let r = Round {
+        ops: history.len(),
+        writes_ok: count(&|o| matches!(o.kind, Kind::Write(_)) && o.res == Res::Ok(None)),
+        writes_info: count(&|o| matches!(o.kind, Kind::Write(_)) && o.res == Res::Info),
+        reads_ok: count(&|o| o.kind == Kind::Read && matches!(o.res, Res::Ok(_))),
+        reads_fail: count(&|o| o.kind == Kind::Read && o.res == Res::Fail),
+        kills,
+    };
+    if !bad.is_empty() {
+        let keep = std::env::temp_dir().join(format!("dpustack-soak-history-{seed}.txt"));
+        let _ = std::fs::write(
+            &keep,
+            history
+                .iter()
+                .map(|o| format!("{o:?}\n"))
+                .collect::<String>(),
+        );
+        panic!(
+            "seed {seed}: {} violations (history in {}), kills {:?}:\n{}",
+            bad.len(),
+            keep.display(),
+            r.kills,
+            bad.iter().take(20).cloned().collect::<Vec<_>>().join("\n")
+        );
+    }
+    assert!(r.writes_ok > 20, "seed {seed}: too few writes acknowledged");
+    assert!(!r.kills.is_empty(), "seed {seed}: no kill happened");
+    r
+}
+
+fn report(seed: u64, r: &Round) {
+    eprintln!(
+        "seed {seed}: {} ops, writes {} ok / {} info, reads {} ok / {} fail; {}",
+        r.ops,
+        r.writes_ok,
+        r.writes_info,
+        r.reads_ok,
+        r.reads_fail,
+        r.kills.join("; ")
+    );
+}
+
+#[test]
+fn soak_rp2_dtx_with_kills() {
+    let seed = std::env::var("SOAK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let r = round("127.0.0.110", seed, Duration::from_secs(10), 3);
+    report(seed, &r);
+}
+
+#[test]
+#[ignore]
+fn soak_long() {
+    let secs: u64 = std::env::var("SOAK_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(120);
+    let t = Instant::now();
+    let mut seed = 100;
+    while t.elapsed() < Duration::from_secs(secs) {
+        seed += 1;
+        let r = round("127.0.0.120", seed, Duration::from_secs(15), 4);
+        report(seed, &r);
+    }
+}
