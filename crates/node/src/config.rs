@@ -247,6 +247,12 @@ pub struct SwitchConfig {
     pub max_idle: u64,
     /// Most datapath flows (OVS flow-limit).
     pub flow_limit: usize,
+    /// OpenFlow 1.3 passive targets, as `switch run --listen`: "ptcp:[PORT][:IP]", "punix:PATH".
+    pub openflow_listen: Vec<String>,
+    /// OpenFlow controllers to connect to, as `switch run --controller`: "tcp:IP[:PORT]".
+    pub controllers: Vec<String>,
+    /// Fail mode without a controller: "secure" (default) or "standalone".
+    pub fail_mode: String,
 }
 
 impl Default for SwitchConfig {
@@ -265,6 +271,9 @@ impl Default for SwitchConfig {
             tc_policy: "none".into(),
             max_idle: 10_000,
             flow_limit: 200_000,
+            openflow_listen: Vec::new(),
+            controllers: Vec::new(),
+            fail_mode: "secure".into(),
         }
     }
 }

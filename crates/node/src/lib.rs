@@ -348,7 +348,12 @@ impl Node {
             ports: c.ports.clone(),
             duration: None,
             max_idle_ms: c.max_idle,
-            openflow: Default::default(),
+            openflow: switch::openflow_io::OfOpts {
+                listen: c.openflow_listen.clone(),
+                controllers: c.controllers.clone(),
+                fail_mode: c.fail_mode.clone(),
+                ..Default::default()
+            },
             dp: switch::DatapathOpts {
                 hw_offload: c.hw_offload,
                 offload_priority: c.offload_priority.clone(),
