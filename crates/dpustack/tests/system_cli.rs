@@ -6,30 +6,10 @@
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_dpustack");
-
-fn run(dir: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("system")
-        .arg("--dir")
-        .arg(dir)
-        .args(args)
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .unwrap()
-}
-
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let o = run(dir, args);
-    assert!(
-        o.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
-}
+mod common;
+use common::{ok, run, BIN};
 
 fn pids(dir: &Path) -> Vec<i32> {
     std::fs::read_to_string(dir.join("system.txt"))

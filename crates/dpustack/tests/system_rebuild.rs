@@ -14,9 +14,7 @@
 //! throttles the rebuild to N values/s.
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use obj::client::Client;
@@ -27,77 +25,8 @@ use obj::types::{ObjClass, ObjType, ObjectId};
 use poolsvc::client::BlockingClient;
 use poolsvc::state::Pool;
 
-const BIN: &str = env!("CARGO_BIN_EXE_dpustack");
-
-fn run(dir: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("system")
-        .arg("--dir")
-        .arg(dir)
-        .args(args)
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .unwrap()
-}
-
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let o = run(dir, args);
-    assert!(
-        o.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
-}
-
-struct Member {
-    addr: String,
-    pid: i32,
-    svc: String,
-}
-
-fn members(dir: &Path) -> Vec<Member> {
-    std::fs::read_to_string(dir.join("system.txt"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let p: Vec<&str> = l.split_whitespace().collect();
-            Some(Member {
-                addr: p.get(1)?.to_string(),
-                pid: p.get(2)?.parse().ok()?,
-                svc: p.get(3)?.to_string(),
-            })
-        })
-        .collect()
-}
-
-/// Kills every engine the test started (also the restarted one).
-struct Guard(PathBuf, Vec<std::process::Child>);
-impl Drop for Guard {
-    fn drop(&mut self) {
-        for m in members(&self.0) {
-            let _ = Command::new("kill")
-                .arg("-9")
-                .arg(m.pid.to_string())
-                .status();
-        }
-        for c in &mut self.1 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        if std::env::var_os("REBUILD_KEEP").is_none() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-fn free_port(ip: &str) -> u16 {
-    TcpListener::bind(format!("{ip}:0"))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+mod common;
+use common::*;
 
 fn env_or(k: &str, d: usize) -> usize {
     std::env::var(k)

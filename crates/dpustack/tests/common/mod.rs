@@ -1,0 +1,82 @@
+//! Start-up helpers shared by the `dpustack system` multi-engine tests
+//! (system_raft, system_rebuild, system_soak): run the CLI, read the members
+//! it started from DIR/system.txt, kill them all when the test ends.
+#![allow(dead_code)] // each test binary uses a part
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_dpustack");
+
+pub fn run(dir: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("system")
+        .arg("--dir")
+        .arg(dir)
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap()
+}
+
+pub fn ok(dir: &Path, args: &[&str]) -> String {
+    let o = run(dir, args);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+#[derive(Clone)]
+pub struct Member {
+    pub addr: String,
+    pub pid: i32,
+    pub svc: String,
+}
+
+pub fn members(dir: &Path) -> Vec<Member> {
+    std::fs::read_to_string(dir.join("system.txt"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let p: Vec<&str> = l.split_whitespace().collect();
+            Some(Member {
+                addr: p.get(1)?.to_string(),
+                pid: p.get(2)?.parse().ok()?,
+                svc: p.get(3)?.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Kills every engine the test started (also restarted ones) and removes the
+/// directory (kept when `REBUILD_KEEP` is set, for a look after a failure).
+pub struct Guard(pub PathBuf, pub Vec<std::process::Child>);
+impl Drop for Guard {
+    fn drop(&mut self) {
+        for m in members(&self.0) {
+            let _ = Command::new("kill")
+                .arg("-9")
+                .arg(m.pid.to_string())
+                .status();
+        }
+        for c in &mut self.1 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::env::var_os("REBUILD_KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+pub fn free_port(ip: &str) -> u16 {
+    TcpListener::bind(format!("{ip}:0"))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
