@@ -37,7 +37,8 @@
 # Guest side (internal): bash 08-rdma-core.sh guest BIN VERBS-TESTBIN CM-TESTBIN
 #
 # Figures (not run by run.sh): bash 08-rdma-core.sh perf [ROUNDS] [SECS] [ITERS]
-#   in the guest, same rxe devices (rxe_a -> rxe_b), interleaved rounds:
+#   in the guest, same rxe devices (rxe_a -> rxe_b), interleaved rounds (the order
+#   ours/perftest alternates between rounds):
 #   dpustack perf write-bw / write-lat --provider rdma-core vs perftest's
 #   ib_write_bw / ib_write_lat (64 KiB WRITEs for bandwidth, 2 B for latency,
 #   MTU 1024 = the veth's rxe MTU); every figure, then median [min-max]. A perftest
@@ -102,7 +103,10 @@ if [ "${1:-}" = perf-guest ]; then
     prow < $L/last | awk 'NF >= 6 && $5 ~ /^[0-9.]+$/ && $6 ~ /^[0-9.]+$/ && $5+0 > 0 {print $5, $6}'; }
   : > $L/failed
   for r in $(seq $ROUNDS); do
-    try ob m_ob; try pb m_pb; try ol m_ol; try pl m_pl
+    # the order alternates between rounds (ours first in odd rounds, perftest first in
+    # even ones) so that a drift of the guest over a round biases neither side
+    if [ $((r % 2)) = 1 ]; then try ob m_ob; try pb m_pb; try ol m_ol; try pl m_pl
+    else try pb m_pb; try ob m_ob; try pl m_pl; try ol m_ol; fi
     echo "round $r: write-bw MB/s ours ${ob:-?} perftest ${pb:-?} | write-lat us (typical avg) ours ${ol:-?} perftest ${pl:-?}"
     [ -n "$ob" ] && [ -n "$pb" ] && [ -n "$ol" ] && [ -n "$pl" ] && echo "$ob $pb $ol $pl" >> $L/figs
   done

@@ -25,35 +25,8 @@ use std::time::{Duration, Instant};
 use switch::control::Command as Ctl;
 use switch::{Switch, SwitchOpts};
 
-fn sh(args: &[&str]) -> bool {
-    Command::new(args[0])
-        .args(&args[1..])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-}
-
-fn must(args: &[&str]) {
-    assert!(sh(args), "failed: {}", args.join(" "));
-}
-
-fn ns_exec<'a>(ns: &'a str, args: &[&'a str]) -> Vec<&'a str> {
-    let mut v = vec!["ip", "netns", "exec", ns];
-    v.extend_from_slice(args);
-    v
-}
-
-struct Topo {
-    ns: Vec<String>,
-}
-
-impl Drop for Topo {
-    fn drop(&mut self) {
-        for n in &self.ns {
-            let _ = sh(&["ip", "netns", "del", n]);
-        }
-    }
-}
+mod common;
+use common::{add_host, must, ns_exec, sh, Topo};
 
 fn ping(ns: &str, addr: &str) -> bool {
     sh(&ns_exec(
@@ -69,33 +42,9 @@ fn netns_normal_vlans_ping_and_fdb_ages() {
     let topo = Topo {
         ns: (1..=3).map(|i| format!("d20h{i}-{id}")).collect(),
     };
-    for n in &topo.ns {
-        must(&["ip", "netns", "add", n]);
-    }
     let sw_if = |i: usize| format!("d20s{i}{id}");
     for (i, n) in topo.ns.iter().enumerate() {
-        let s = sw_if(i + 1);
-        must(&[
-            "ip", "link", "add", &s, "type", "veth", "peer", "name", "eth0", "netns", n,
-        ]);
-        must(&["ip", "link", "set", &s, "up"]);
-        // no IPv6 chatter (router/neighbour solicitations would keep refreshing the fdb)
-        must(&[
-            "sysctl",
-            "-q",
-            "-w",
-            &format!("net.ipv6.conf.{s}.disable_ipv6=1"),
-        ]);
-        must(&ns_exec(
-            n,
-            &["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"],
-        ));
-        must(&ns_exec(
-            n,
-            &["sysctl", "-q", "-w", "net.ipv6.conf.default.disable_ipv6=1"],
-        ));
-        must(&ns_exec(n, &["ip", "link", "set", "lo", "up"]));
-        must(&ns_exec(n, &["ip", "link", "set", "eth0", "up"]));
+        add_host(n, &sw_if(i + 1));
     }
     let (h1, h2, h3) = (&topo.ns[0], &topo.ns[1], &topo.ns[2]);
     must(&ns_exec(

@@ -31,35 +31,8 @@ use openflow::msg::{self, FlowMod, Message, PacketOut};
 use openflow::oxm::{basic, Oxm};
 use switch::{Switch, SwitchOpts};
 
-fn sh(args: &[&str]) -> bool {
-    Command::new(args[0])
-        .args(&args[1..])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-}
-
-fn must(args: &[&str]) {
-    assert!(sh(args), "failed: {}", args.join(" "));
-}
-
-fn ns_exec<'a>(ns: &'a str, args: &[&'a str]) -> Vec<&'a str> {
-    let mut v = vec!["ip", "netns", "exec", ns];
-    v.extend_from_slice(args);
-    v
-}
-
-struct Topo {
-    ns: Vec<String>,
-}
-
-impl Drop for Topo {
-    fn drop(&mut self) {
-        for n in &self.ns {
-            let _ = sh(&["ip", "netns", "del", n]);
-        }
-    }
-}
+mod common;
+use common::{add_host, must, ns_exec, Topo};
 
 /// Pings `n` times; the RTTs (ms) of the replies.
 fn ping_rtts(ns: &str, addr: &str, n: usize) -> Vec<f64> {
@@ -252,24 +225,7 @@ fn controller_packet_in_flows_and_reconnect() {
     };
     let sw_if = |i: usize| format!("d17s{i}{id}");
     for (i, n) in topo.ns.iter().enumerate() {
-        must(&["ip", "netns", "add", n]);
-        let s = sw_if(i + 1);
-        must(&[
-            "ip", "link", "add", &s, "type", "veth", "peer", "name", "eth0", "netns", n,
-        ]);
-        must(&["ip", "link", "set", &s, "up"]);
-        must(&[
-            "sysctl",
-            "-q",
-            "-w",
-            &format!("net.ipv6.conf.{s}.disable_ipv6=1"),
-        ]);
-        must(&ns_exec(
-            n,
-            &["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"],
-        ));
-        must(&ns_exec(n, &["ip", "link", "set", "lo", "up"]));
-        must(&ns_exec(n, &["ip", "link", "set", "eth0", "up"]));
+        add_host(n, &sw_if(i + 1));
         let a = format!("10.17.0.{}/24", i + 1);
         must(&ns_exec(n, &["ip", "addr", "add", &a, "dev", "eth0"]));
     }
