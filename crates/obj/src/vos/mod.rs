@@ -319,7 +319,7 @@ where
 
 /// Largest write staging buffer a store keeps between writes (a value's
 /// blocks; bigger ones are allocated per write and freed).
-const MAX_WBUF_KEEP: usize = 16 << 20 | 64 << 10;
+const MAX_WBUF_KEEP: usize = (16 << 20) + (64 << 10);
 
 /// Mutable state next to the index: allocator, bdev channel, counters.
 pub(crate) struct St {
