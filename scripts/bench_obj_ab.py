@@ -24,7 +24,8 @@ def fmt(v):
     return f"{v:.3g}" if abs(v) < 1000 else f"{v/1000:.1f} k"
 print("| row | A value | B value | A ratio | B ratio | B÷A per round |")
 print("|---|---|---|---|---|---|")
-for name in res["A"][0]:
+names = list(dict.fromkeys(n for tag in ("A", "B") for x in res[tag] for n in x))
+for name in names:
     row = []
     for tag in ("A", "B"):
         vs = [x[name]["value"] for x in res[tag] if name in x]
@@ -33,7 +34,9 @@ for name in res["A"][0]:
     (av, ar), (bv, br) = row
     def ms(v):
         return f"{fmt(statistics.median(v))} [{fmt(min(v))}–{fmt(max(v))}]" if v else "-"
-    pv = [y[name]["value"] / x[name]["value"] for x, y in zip(res["A"], res["B"]) if x[name]["value"] > 0]
+    pv = [y[name]["value"] / x[name]["value"] for x, y in zip(res["A"], res["B"])
+          if name in x and name in y and x[name]["value"] > 0]
     pm = f"{statistics.median(pv):.2f} [{min(pv):.2f}–{max(pv):.2f}]" if pv else "-"
-    print(f"| {name} ({res['A'][0][name].get('unit','')}) | {ms(av)} | {ms(bv)} | {ms(ar)} | {ms(br)} | {pm} |")
+    unit = next(x[name].get("unit", "") for tag in ("A", "B") for x in res[tag] if name in x)
+    print(f"| {name} ({unit}) | {ms(av)} | {ms(bv)} | {ms(ar)} | {ms(br)} | {pm} |")
 print("loads:", res["load"])

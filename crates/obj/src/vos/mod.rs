@@ -317,6 +317,10 @@ where
     }
 }
 
+/// Largest write staging buffer a store keeps between writes (a value's
+/// blocks; bigger ones are allocated per write and freed).
+const MAX_WBUF_KEEP: usize = (16 << 20) + (64 << 10);
+
 /// Mutable state next to the index: allocator, bdev channel, counters.
 pub(crate) struct St {
     pub(crate) alloc: Allocator,
@@ -331,6 +335,10 @@ pub(crate) struct St {
     pub(crate) inline_bytes: u64,
     /// The latest-value cache ([`VosConfig::value_cache_bytes`]).
     pub(crate) svc: SvCache,
+    /// The bdev write staging buffer, reused (its capacity kept) from one
+    /// write to the next: no allocation, page faults or zeroing of a fresh
+    /// buffer per large value.
+    wbuf: Vec<u8>,
 }
 
 /// The newest single value of recently read akeys: akey prefix → (epoch of
@@ -437,10 +445,20 @@ impl St {
 
     /// Write `data` into `blocks` blocks at `off` (padded with zeroes).
     fn write(&mut self, off: u64, blocks: u64, data: &[u8]) -> StoreResult<()> {
-        let mut buf = vec![0u8; (blocks * self.bs) as usize];
-        buf[..data.len()].copy_from_slice(data);
-        self.io(BdevIo::write(off, blocks, vec![IoBuf::Vec(buf)], 0))?;
+        let mut buf = std::mem::take(&mut self.wbuf);
+        buf.clear();
+        buf.extend_from_slice(data);
+        // only the padding of the last block is zeroed
+        buf.resize((blocks * self.bs) as usize, 0);
+        let io = self.io(BdevIo::write(off, blocks, vec![IoBuf::Vec(buf)], 0))?;
         self.bdev_dirty = true;
+        // the buffer comes back with the completed I/O (kept only if it is a
+        // plain vector, as sent, and not grown past the largest value)
+        if let Some(IoBuf::Vec(v)) = io.bufs.into_iter().next() {
+            if v.capacity() <= MAX_WBUF_KEEP {
+                self.wbuf = v;
+            }
+        }
         Ok(())
     }
 
@@ -863,6 +881,7 @@ impl Vos {
                 limit: cfg.value_cache_bytes,
                 ..SvCache::default()
             },
+            wbuf: Vec::new(),
         };
         let txn = db.begin_write().map_err(ix)?;
         {
