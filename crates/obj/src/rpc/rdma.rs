@@ -990,10 +990,13 @@ impl RdmaServer {
     /// port, and serves requests through `dispatch`; replies for its
     /// connections (ids with [`RDMA_CONN_BIT`]) arrive on `rx` (see
     /// [`super::tcp::ReplySender::with_rdma`]).
+    /// `limit` bounds the connected clients (shared with the TCP server): past it
+    /// a connection request is rejected and counted.
     pub fn start(
         listen: SocketAddr,
         dispatch: impl Dispatch,
         rx: Receiver<(ConnId, Vec<u8>)>,
+        limit: Arc<super::limit::ClientLimit>,
     ) -> Result<RdmaServer, RdmaError> {
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = channel();
@@ -1011,7 +1014,7 @@ impl RdmaServer {
                 match setup {
                     Ok((dev, l)) => {
                         let _ = ready_tx.send(Ok(()));
-                        server_loop(dev, l, dispatch, rx, s2, c2);
+                        server_loop(dev, l, dispatch, rx, s2, c2, limit);
                     }
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -1092,6 +1095,7 @@ fn server_loop(
     rx: Receiver<(ConnId, Vec<u8>)>,
     stop: Arc<AtomicBool>,
     counters: Arc<Counters>,
+    limit: Arc<super::limit::ClientLimit>,
 ) {
     let mut conns: HashMap<ConnId, SrvConn> = HashMap::new();
     let mut next: ConnId = RDMA_CONN_BIT | 1;
@@ -1111,6 +1115,14 @@ fn server_loop(
             Duration::ZERO
         };
         if let Ok((mut id, _ev)) = listener.get_request(Some(wait)) {
+            if !limit.try_admit() {
+                let n = limit.refused();
+                if n.is_power_of_two() {
+                    warn!(max = limit.max(), refused = n, "object engine: RDMA client refused (max_clients reached)");
+                }
+                let _ = id.reject(&[]);
+                continue;
+            }
             let r = match id.create_qp_default(cap()) {
                 Ok(_) => Ep::new(id).and_then(|ep| {
                     let pool = BufPool::new(
@@ -1144,9 +1156,15 @@ fn server_loop(
                         next += 1;
                         work += 1;
                     }
-                    Err(e) => warn!(error = %e, "RDMA accept failed"),
+                    Err(e) => {
+                        limit.release();
+                        warn!(error = %e, "RDMA accept failed")
+                    }
                 },
-                Err(e) => warn!(error = %e, "RDMA connection setup failed"),
+                Err(e) => {
+                    limit.release();
+                    warn!(error = %e, "RDMA connection setup failed")
+                }
             }
         }
         // replies from the targets and the management thread
@@ -1288,6 +1306,7 @@ fn server_loop(
                 // counted gone once its pool is deregistered
                 drop(c);
                 counters.conns.fetch_sub(1, Ordering::Relaxed);
+                limit.release();
             }
         }
         idle = if work > 0 { 0 } else { idle.saturating_add(1) };
@@ -1297,6 +1316,7 @@ fn server_loop(
         dispatch.closed(cid);
         drop(c);
         counters.conns.fetch_sub(1, Ordering::Relaxed);
+        limit.release();
     }
 }
 
