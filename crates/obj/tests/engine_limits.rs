@@ -66,7 +66,12 @@ fn clients_past_max_clients_are_refused_and_counted() {
     // The third and fourth: closed at accept, no reply.
     for k in 0..2 {
         let mut c = connect(&addr);
-        assert_eq!(ping(&mut c, 3), None, "client {} past the bound served", k + 3);
+        assert_eq!(
+            ping(&mut c, 3),
+            None,
+            "client {} past the bound served",
+            k + 3
+        );
     }
     assert_eq!(st.clients.refused(), 2);
     assert_eq!(st.clients.clients(), 2);

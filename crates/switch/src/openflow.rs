@@ -521,7 +521,16 @@ mod tests {
         let out = c.take_output();
         let (h, m) = msg::parse(&out).unwrap();
         assert_eq!(h.version, OFP10_VERSION);
-        assert!(matches!(m, Message::Error { err_type: err::HELLO_FAILED, .. }), "{m:?}");
+        assert!(
+            matches!(
+                m,
+                Message::Error {
+                    err_type: err::HELLO_FAILED,
+                    ..
+                }
+            ),
+            "{m:?}"
+        );
     }
 
     #[test]
@@ -562,7 +571,10 @@ mod tests {
         let queued = (0..10).filter(|_| c.send_async(&pin)).count();
         assert_eq!(queued, (1000 - 16) / pin.len(), "queued up to the bound");
         let st = c.stats();
-        assert_eq!((st.async_dropped, st.packet_ins_dropped), (10 - queued as u64, 10 - queued as u64));
+        assert_eq!(
+            (st.async_dropped, st.packet_ins_dropped),
+            (10 - queued as u64, 10 - queued as u64)
+        );
         assert!(c.backlog() <= 1000);
         // Written out: room again.
         c.take_output();
@@ -586,7 +598,10 @@ mod tests {
         }
         assert!(ev.is_empty() && !c.is_closed(), "{ev:?}");
         let ev = c.receive(&echo, 1);
-        assert!(matches!(&ev[..], [Event::Close(w)] if w.contains("backlog")), "{ev:?}");
+        assert!(
+            matches!(&ev[..], [Event::Close(w)] if w.contains("backlog")),
+            "{ev:?}"
+        );
         assert_eq!(c.stats().backlog_closes, 1);
         // The caller's check after a message it handled: nothing more once closed.
         assert_eq!(c.overloaded(), None);

@@ -171,7 +171,11 @@ mod tests {
             assert_eq!(q.send(f, full), TxOutcome::Queued);
         }
         assert_eq!(q.send(b"e", full), TxOutcome::Dropped);
-        assert_eq!(q.send(b"f", |_| Ok(())), TxOutcome::Dropped, "behind the queue");
+        assert_eq!(
+            q.send(b"f", |_| Ok(())),
+            TxOutcome::Dropped,
+            "behind the queue"
+        );
         assert_eq!(q.len(), 3);
         // ENOBUFS is "no room" too; another error drops the frame.
         assert_eq!(

@@ -23,8 +23,13 @@ fn free_port() -> u16 {
 }
 
 fn hello(s: &mut TcpStream) {
-    s.write_all(&Message::Hello { bitmap: Some(1 << OFP13_VERSION) }.to_vec(OFP13_VERSION, 1))
-        .unwrap();
+    s.write_all(
+        &Message::Hello {
+            bitmap: Some(1 << OFP13_VERSION),
+        }
+        .to_vec(OFP13_VERSION, 1),
+    )
+    .unwrap();
 }
 
 fn wait_for(ctl: &switch::control::Control, what: &str, f: impl Fn(&Stats) -> bool) -> Stats {
@@ -137,7 +142,11 @@ fn connections_packet_ins_and_backlog_are_bounded() {
     wait_for(&ctl, "new connection up", |s| s.of_connections == 2);
     assert_eq!(st.of_connections_refused, 1, "{st:?}");
     let text = ctl.text(Command::Stats).unwrap();
-    for k in ["of_connections_refused 1", "of_backlog_closes 1", "of_packet_ins_dropped "] {
+    for k in [
+        "of_connections_refused 1",
+        "of_backlog_closes 1",
+        "of_packet_ins_dropped ",
+    ] {
         assert!(text.contains(k), "{k} not in {text}");
     }
     stop.stop();

@@ -340,7 +340,8 @@ impl Engine {
             held_keys,
         };
         let rdma = match cfg.rdma_listen {
-            Some(a) => match RdmaServer::start(a, dispatch.clone(), rdma_rx, stats.clients.clone()) {
+            Some(a) => match RdmaServer::start(a, dispatch.clone(), rdma_rx, stats.clients.clone())
+            {
                 Ok(r) => Some(r),
                 Err(e) => {
                     let _ = mtx.send(MgmtMsg::Stop);

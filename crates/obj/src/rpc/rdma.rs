@@ -1118,7 +1118,11 @@ fn server_loop(
             if !limit.try_admit() {
                 let n = limit.refused();
                 if n.is_power_of_two() {
-                    warn!(max = limit.max(), refused = n, "object engine: RDMA client refused (max_clients reached)");
+                    warn!(
+                        max = limit.max(),
+                        refused = n,
+                        "object engine: RDMA client refused (max_clients reached)"
+                    );
                 }
                 let _ = id.reject(&[]);
                 continue;
