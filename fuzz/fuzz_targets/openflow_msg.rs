@@ -122,8 +122,14 @@ fn run_on(stream: &[u8], cuts: &[usize], dp: &mut Datapath) -> (Outcome, FlowTab
                     let before = conn.backlog();
                     let fx = sw.handle(&mut conn, &m, &mut table, dp, NOW);
                     let grew = conn.backlog() - before;
-                    assert!(grew <= PER_MSG_OUT, "{grew} bytes of replies to one message");
-                    assert!(fx.outputs.len() <= m.len(), "more PACKET_OUT frames than bytes");
+                    assert!(
+                        grew <= PER_MSG_OUT,
+                        "{grew} bytes of replies to one message"
+                    );
+                    assert!(
+                        fx.outputs.len() <= m.len(),
+                        "more PACKET_OUT frames than bytes"
+                    );
                     o.frames.extend(fx.outputs);
                     o.async_msgs.extend(fx.async_msgs);
                     o.packet_ins += fx.packet_ins.len();
@@ -179,7 +185,10 @@ fn round_trip(m: &[u8]) {
         return; // did not fit 65535 bytes (only possible after canonicalisation)
     }
     let (h2, msg2) = msg::parse(&again).expect("re-encoded message decodes");
-    assert_eq!((h2.version, h2.msg_type, h2.xid), (h.version, h.msg_type, h.xid));
+    assert_eq!(
+        (h2.version, h2.msg_type, h2.xid),
+        (h.version, h.msg_type, h.xid)
+    );
     assert_eq!(msg2, msg, "decode -> encode -> decode");
     if let Message::MultipartRequest(mp) = &msg {
         if let Ok(f) = FlowStatsRequest::parse(mp.body) {
@@ -257,7 +266,9 @@ fuzz_target!(|data: &[u8]| {
             // HELLO_FAILED in the peer's 1.1/1.2 (the decoder reads 1.0 and 1.3 only):
             // an ERROR of type HELLO_FAILED, last before the close.
             assert!(
-                last && a.closed.is_some() && r[1] == t::ERROR && r[8..10] == err::HELLO_FAILED.to_be_bytes(),
+                last && a.closed.is_some()
+                    && r[1] == t::ERROR
+                    && r[8..10] == err::HELLO_FAILED.to_be_bytes(),
                 "reply {i} in version {}: {r:?}",
                 r[0]
             );
@@ -303,8 +314,8 @@ fuzz_target!(|data: &[u8]| {
     }
     let mut dp = Datapath::new();
     let mut frame = vec![
-        0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 1, 0x08, 0x00, 0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0,
-        0, 10, 0, 0, 1, 10, 0, 0, 2, 0x30, 0x39, 0, 80, 0, 8, 0, 0,
+        0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 1, 0x08, 0x00, 0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0,
+        10, 0, 0, 1, 10, 0, 0, 2, 0x30, 0x39, 0, 80, 0, 8, 0, 0,
     ];
     let ex = dp.receive_execute(&table, 1, &mut frame, NOW);
     for tc in &ex.to_controller {

@@ -1004,7 +1004,7 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
             rdma_listen: Some(rdma_at),
             aggregation: Default::default(),
         };
-        let eng = start_engine(&ec, cfg.obj.max_clients)?;
+        let eng = start_engine(&ec, _cfg.obj.max_clients)?;
         let c = Client::connect(&eng.addr().to_string()).map_err(|e| explain(e, "engine"))?;
         c.pool_create("bench", 16 << 30, None)
             .and_then(|p| p.get())
