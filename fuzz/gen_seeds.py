@@ -54,13 +54,16 @@ for k in range(9):
 put("cm_mad", bytes([0x00, 0, 0x06, 0x0c, 0x01 | 8 << 4, 0, 0x08, 0x2c]))
 put("cm_mad", bytes([0x05, 24]) + open(os.path.join(cm, "rtu.mad"), "rb").read()[:24])
 
-# nvmf: the control byte alone replays the canonical session (digests on/off,
-# chunk sizes); one flipped byte each
-for c in range(4):
-    put("nvmf_tcp_target", bytes([c]))
-    put("nvmf_tcp_host", bytes([c]))
-put("nvmf_tcp_target", bytes([1]) + bytes(130) + b"\x01")
-put("nvmf_tcp_host", bytes([0]) + bytes(140) + b"\x04")
+# nvmf: [ctl (digests), 4 x u16 cut points] alone replays the canonical session,
+# cut inside the ICReq/ICResp, a header, a PDU's data; one flipped byte each
+cuts = [struct.pack(">4H", 0, 0, 0, 0), struct.pack(">4H", 1, 129, 200, 5000),
+        struct.pack(">4H", 7, 136, 1100, 3000)]
+for c in range(2):
+    for k in cuts:
+        put("nvmf_tcp_target", bytes([c]) + k)
+        put("nvmf_tcp_host", bytes([c]) + k)
+put("nvmf_tcp_target", bytes([1]) + cuts[1] + bytes(130) + b"\x01")
+put("nvmf_tcp_host", bytes([0]) + cuts[2] + bytes(140) + b"\x04")
 
 # nvme_dptr: SQE (PRP, len 8192 at 0x1000, list) + len + mps + mode, then memory
 sqe = bytearray(64); sqe[0] = 0x02
@@ -117,3 +120,36 @@ put("nvme_wire", b"\x00" + c2h)
 put("nvme_wire", b"\x01" + struct.pack("<HHHHH", 0, 1, 32, 31, 0) + bytes(22))
 put("nvme_wire", b"\x02" + struct.pack("<Q", 0x1000) + bytes([0, 2, 0]) + struct.pack("<I", 0x1234)[:4] + bytes([0x40]))
 put("nvme_wire", b"\x02" + struct.pack("<QI", 0, 4096) + bytes(3) + bytes([0x00]))
+
+# openflow_msg: [ctl (bit 0: a HELLO first), 3 cut points] + OpenFlow 1.3 messages,
+# as the openflow crate's tests build them (the FLOW_MOD is ovs-ofctl's bytes)
+def ofm(ty, body=b"", xid=9, v=4):
+    return struct.pack(">BBHI", v, ty, 8 + len(body), xid) + body
+of_match = struct.pack(">HH4x", 1, 4)                      # empty OXM match
+out_ctrl = struct.pack(">HHIH6x", 0, 16, 0xfffffffd, 0xffff)
+miss = ofm(14, struct.pack(">QQBBHHHIIIH2x", 0, 0, 0, 0, 0, 0, 0, 0xffffffff,
+                           0xffffffff, 0xffffffff, 1) + of_match
+           + struct.pack(">HH4x", 4, 8 + len(out_ctrl)) + out_ctrl)
+ovs_fm = bytes.fromhex("040e007800000006000000000000000000000000000000000000000000008000ffffffffffffffffffffffff0000000000010029800000040000000180000a020800800019080a000000ff000000800014010680001c02005000000000000000000400180000000000000010000000020000000000000000")
+delete_all = ofm(14, struct.pack(">QQBBHHHIIIH2x", 0, 0, 0xff, 3, 0, 0, 0, 0xffffffff,
+                                 0xffffffff, 0xffffffff, 0) + of_match)
+fsr = struct.pack(">B3xII4xQQ", 0xff, 0xffffffff, 0xffffffff, 0, 0) + of_match
+def mp(t, body=b""):
+    return ofm(18, struct.pack(">HH4x", t, 0) + body)
+frame = bytes.fromhex("000000000002000000000001080045000001c0000000004011000000a0000010a000002303900500008000")
+out2 = struct.pack(">HHIH6x", 0, 16, 2, 0xffe5)
+pkt_out = ofm(13, struct.pack(">IIH6x", 0xffffffff, 0xfffffffd, 16) + out2 + frame)
+msgs = {
+    "features": ofm(5), "get_config": ofm(7), "set_config": ofm(9, struct.pack(">HH", 0, 128)),
+    "echo": ofm(2, b"hi"), "barrier": ofm(20), "role": ofm(24, struct.pack(">I4xQ", 2, 1)),
+    "flow_mod": ovs_fm, "miss": miss, "delete": delete_all, "desc": mp(0), "flows": mp(1, fsr),
+    "aggregate": mp(2, fsr), "tables": mp(3), "port_stats": mp(4, struct.pack(">I4x", 0xffffffff)),
+    "port_desc": mp(13), "table_features": mp(12), "packet_out": pkt_out,
+}
+for m in msgs.values():
+    put("openflow_msg", b"\x01\x40\x80\xc0" + m)
+put("openflow_msg", b"\x01\x10\x50\xa0" + b"".join(msgs.values()))
+put("openflow_msg", b"\x01\x08\x30\x90" + msgs["miss"] + msgs["flow_mod"] + msgs["flows"] + msgs["delete"] + msgs["barrier"])
+put("openflow_msg", b"\x03\x00\x00\x00" + msgs["echo"])      # one byte at a time
+put("openflow_msg", b"\x00\x20\x20\x20" + ofm(0, struct.pack(">HHI", 1, 8, 0x02), v=1))  # a 1.0-only HELLO
+put("openflow_msg", b"\x00\x20\x20\x20" + ofm(0, struct.pack(">HHI", 1, 8, 0x12), v=6) + msgs["features"])

@@ -38,7 +38,13 @@ for t in "${TARGETS[@]}"; do
 done
 command -v cargo-fuzz >/dev/null || { echo "fuzz.sh: cargo-fuzz missing: cargo install cargo-fuzz" >&2; exit 2; }
 
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+# The AddressSanitizer build goes to a directory of its own, so that switching
+# between the two does not rebuild every instrumented crate.
+if [ "$SAN" = address ]; then
+    export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target/fuzz-asan}
+else
+    export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+fi
 mkdir -p "$CARGO_TARGET_DIR"   # a fresh clone has none yet (the build log goes there)
 TRIPLE=$(rustc -vV | sed -n 's/^host: //p')
 echo "fuzz.sh: building ${#TARGETS[@]} target(s) (sanitizer: $SAN)" >&2

@@ -11,18 +11,44 @@ use nvmf::tcp::{HostConn, HostEvent, HostParams, TargetConn, TargetEvent, Target
 pub const CMDS: [(u16, u8, usize, u32); 4] = [
     (0, 0x02, 0, 512),
     (1, 0x01, 100, 0),
-    (2, 0x01, 9_000, 0),
-    (3, 0x02, 0, 10_000),
+    (2, 0x01, 5_000, 0),
+    (3, 0x02, 0, 3_000),
 ];
 
-/// Small PDUs so that the session stays short (fast runs) yet has several
-/// H2CData and C2HData PDUs per command.
+/// Small PDUs so that the session stays short (fast runs: ~5.6 KB from the host,
+/// ~3.9 KB from the target) yet has several H2CData (4096 is the least MAXH2CDATA
+/// a host takes) and C2HData PDUs per command.
 pub fn target_params() -> TargetParams {
     TargetParams {
         maxh2cdata: 4096,
-        c2h_chunk: 4096,
+        c2h_chunk: 1024,
         ..TargetParams::default()
     }
+}
+
+/// Number of cut points of the chunked replay.
+pub const CUTS: usize = 4;
+
+/// The chunked replay's cut points: `CUTS` big-endian u16 offsets (taken modulo
+/// the stream's length + 1, sorted) from the input's head. A few fuzzed cuts
+/// instead of one-byte chunks: libFuzzer places them where they matter (inside a
+/// header, a digest, between two PDUs) and a run costs two replays, not one
+/// `handle_bytes` call per byte.
+pub fn cuts(head: &[u8], len: usize) -> Vec<usize> {
+    let mut c: Vec<usize> = head
+        .chunks_exact(2)
+        .take(CUTS)
+        .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])) % (len + 1))
+        .collect();
+    c.sort_unstable();
+    c
+}
+
+/// The chunks of `stream` the sorted cut points `cuts` make (empty ones too).
+pub fn chunks<'a>(stream: &'a [u8], cuts: &'a [usize]) -> impl Iterator<Item = &'a [u8]> + 'a {
+    let ends = cuts.iter().copied().chain(std::iter::once(stream.len()));
+    let starts = std::iter::once(0).chain(cuts.iter().copied());
+    starts.zip(ends).map(move |(a, b)| &stream[a..b])
 }
 
 #[allow(dead_code)] // each target reads one side

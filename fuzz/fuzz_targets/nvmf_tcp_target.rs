@@ -2,8 +2,10 @@
 //! a real host's stream (ICReq, capsules, H2CData; with or without digests)
 //! with the fuzz bytes XORed onto it. Invariants:
 //! - no panic; every byte is counted (`bytes_rx`);
-//! - segmentation does not matter: the stream fed at once and fed in chunks of
-//!   a fuzzed size give the same events and the same transmitted bytes;
+//! - segmentation does not matter: the stream fed at once and fed in chunks cut
+//!   at four fuzzed points give the same events and the same transmitted bytes;
+//!
+//! Input: `[ctl (bit 0: digests), 4 x u16 cut points, bytes XORed on the stream]`.
 //! - bounded allocation: a command's data and its C2H length never exceed MDTS;
 //! - after `Terminated` no command is delivered.
 #![no_main]
@@ -31,15 +33,15 @@ enum Ev {
     Terminated(String),
 }
 
-fn run(stream: &[u8], chunk: usize) -> (Vec<Ev>, Vec<u8>, TargetConn) {
+fn run(stream: &[u8], cuts: &[usize]) -> (Vec<Ev>, Vec<u8>, TargetConn) {
     let p = session::target_params();
     let mut t = TargetConn::new(p);
     let mut evs = Vec::new();
     let mut tx = Vec::new();
-    for c in stream.chunks(chunk) {
+    let mut terminated = false;
+    for c in session::chunks(stream, cuts) {
         t.handle_bytes(c);
         while let Some(ev) = t.poll_event() {
-            let terminated = evs.iter().any(|e| matches!(e, Ev::Terminated(_)));
             evs.push(match ev {
                 TargetEvent::Established => Ev::Established,
                 TargetEvent::Command(req) => {
@@ -57,6 +59,7 @@ fn run(stream: &[u8], chunk: usize) -> (Vec<Ev>, Vec<u8>, TargetConn) {
                     }
                 }
                 TargetEvent::Terminated { fes, by_peer } => {
+                    terminated = true;
                     Ev::Terminated(format!("{fes:?} {by_peer}"))
                 }
             });
@@ -68,16 +71,21 @@ fn run(stream: &[u8], chunk: usize) -> (Vec<Ev>, Vec<u8>, TargetConn) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&ctl, fuzz)) = data.split_first() else {
+    let Some((&ctl, rest)) = data.split_first() else {
         return;
     };
+    let head = 2 * session::CUTS;
+    if rest.len() < head {
+        return;
+    }
+    let (head, fuzz) = rest.split_at(head);
     let s = &sessions()[usize::from(ctl & 1)];
     let stream = session::xor_onto(&s.host_tx, fuzz);
-    let chunk = 1 + usize::from(ctl >> 1) * 37;
-    let (ev1, tx1, _) = run(&stream, stream.len().max(1));
-    let (ev2, tx2, mut t) = run(&stream, chunk);
-    assert_eq!(ev1, ev2, "events depend on segmentation (chunk {chunk})");
-    assert_eq!(tx1, tx2, "transmit depends on segmentation (chunk {chunk})");
+    let cuts = session::cuts(head, stream.len());
+    let (ev1, tx1, _) = run(&stream, &[]);
+    let (ev2, tx2, mut t) = run(&stream, &cuts);
+    assert_eq!(ev1, ev2, "events depend on segmentation (cuts {cuts:?})");
+    assert_eq!(tx1, tx2, "transmit depends on segmentation (cuts {cuts:?})");
     // complete whatever was delivered: completions must not panic either
     for e in ev2 {
         if let Ev::Command {

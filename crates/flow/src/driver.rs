@@ -124,6 +124,27 @@ impl AfPacket {
             return Ok(Some(n));
         }
     }
+    /// Frames the kernel dropped on this socket's receive queue (full) since the
+    /// last call (PACKET_STATISTICS, which the kernel resets on each read).
+    pub fn take_kernel_drops(&self) -> io::Result<u64> {
+        // SAFETY: an all-zero tpacket_stats is a valid value (plain integers).
+        let mut st: libc::tpacket_stats = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
+        // SAFETY: st and len are valid for the sizes given.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd,
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                &mut st as *mut libc::tpacket_stats as *mut libc::c_void,
+                &mut len,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(u64::from(st.tp_drops))
+    }
     pub fn send(&self, frame: &[u8]) -> io::Result<()> {
         // SAFETY: frame is valid for its length.
         let n = unsafe {

@@ -253,6 +253,12 @@ pub struct SwitchConfig {
     pub controllers: Vec<String>,
     /// Fail mode without a controller: "secure" (default) or "standalone".
     pub fail_mode: String,
+    /// Frames an AF_PACKET port's transmit queue holds (past it: dropped, counted).
+    pub port_tx_queue: usize,
+    /// OpenFlow connections accepted at once (past it: closed at accept, counted).
+    pub openflow_max_connections: usize,
+    /// Unsent OpenFlow output (bytes) at which async messages are dropped.
+    pub openflow_async_backlog: usize,
 }
 
 impl Default for SwitchConfig {
@@ -274,6 +280,9 @@ impl Default for SwitchConfig {
             openflow_listen: Vec::new(),
             controllers: Vec::new(),
             fail_mode: "secure".into(),
+            port_tx_queue: switch::port::DEFAULT_TX_QUEUE,
+            openflow_max_connections: switch::openflow_io::DEFAULT_MAX_CONNECTIONS,
+            openflow_async_backlog: switch::openflow::ASYNC_BACKLOG,
         }
     }
 }
@@ -298,6 +307,9 @@ pub struct ObjConfig {
     /// A pass aggregates the versions older than this many seconds that no
     /// snapshot needs (reads at younger epochs keep theirs).
     pub aggregate_delay_secs: f64,
+    /// Connected RPC clients (TCP + RDMA) the engine admits; past it a
+    /// connection is closed at accept (RDMA: rejected) and counted.
+    pub max_clients: usize,
 }
 
 impl Default for ObjConfig {
@@ -310,6 +322,7 @@ impl Default for ObjConfig {
             rdma_listen: String::new(),
             aggregate_interval_secs: 10.0,
             aggregate_delay_secs: 30.0,
+            max_clients: obj::rpc::limit::DEFAULT_MAX_CLIENTS,
         }
     }
 }

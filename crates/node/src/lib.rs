@@ -313,7 +313,7 @@ impl Node {
             });
         }
         let ec = objstore::engine_config(cfg, None, None, None)?;
-        let eng = objstore::start_engine(&ec)?;
+        let eng = objstore::start_engine(&ec, cfg.obj.max_clients)?;
         let detail = format!(
             "object engine on {} ({} targets; {}), data {}",
             eng.addr(),
@@ -352,6 +352,8 @@ impl Node {
                 listen: c.openflow_listen.clone(),
                 controllers: c.controllers.clone(),
                 fail_mode: c.fail_mode.clone(),
+                max_connections: c.openflow_max_connections,
+                async_backlog: c.openflow_async_backlog,
                 ..Default::default()
             },
             dp: switch::DatapathOpts {
@@ -360,6 +362,7 @@ impl Node {
                 n_offload_threads: c.n_offload_threads,
                 tc_policy: c.tc_policy.clone(),
                 flow_limit: c.flow_limit,
+                port_tx_queue: c.port_tx_queue,
                 ..Default::default()
             },
         };

@@ -255,6 +255,36 @@ impl Collector for SwitchCollector {
                 "OpenFlow rules removed by their idle or hard timeout.",
                 st.rules_expired,
             ),
+            (
+                "dpustack_switch_port_rx_dropped_total",
+                "Frames the kernel dropped on the ports' receive queues (full).",
+                st.port_rx_dropped,
+            ),
+            (
+                "dpustack_switch_port_tx_dropped_total",
+                "Frames dropped at a port's transmit queue bound (port_tx_queue).",
+                st.port_tx_dropped,
+            ),
+            (
+                "dpustack_switch_port_tx_errors_total",
+                "Frames a port's kernel refused for another reason than room.",
+                st.port_tx_errors,
+            ),
+            (
+                "dpustack_switch_openflow_refused_connections_total",
+                "OpenFlow connections closed at accept (max_connections).",
+                st.of_connections_refused,
+            ),
+            (
+                "dpustack_switch_openflow_async_dropped_total",
+                "PACKET_IN / FLOW_REMOVED / PORT_STATUS dropped at a connection's async backlog bound.",
+                st.of_async_dropped,
+            ),
+            (
+                "dpustack_switch_openflow_backlog_closes_total",
+                "OpenFlow connections closed for an output backlog past the bound.",
+                st.of_backlog_closes,
+            ),
         ] {
             e.counter(n, h, &[], v);
         }
@@ -436,6 +466,19 @@ impl Collector for ObjCollector {
             "Bulk (data) bytes received with object-store RPCs.",
             &[],
             self.stats.bulk_bytes_in(),
+        );
+        let cl = &self.stats.clients;
+        e.gauge(
+            "dpustack_obj_clients",
+            "RPC clients connected to the object engine (TCP + RDMA).",
+            &[],
+            cl.clients() as f64,
+        );
+        e.counter(
+            "dpustack_obj_refused_clients_total",
+            "RPC client connections the object engine refused (max_clients reached).",
+            &[],
+            cl.refused(),
         );
     }
 }
@@ -819,7 +862,13 @@ impl Dispatch for NodeMethods {
                     .into_iter()
                     .map(|(k, v)| (k.to_string(), json!(v)))
                     .collect();
-                Ok(json!({"requests": ops, "bulk_bytes_received": st.bulk_bytes_in()}))
+                Ok(json!({
+                    "requests": ops,
+                    "bulk_bytes_received": st.bulk_bytes_in(),
+                    "clients": st.clients.clients(),
+                    "max_clients": st.clients.max(),
+                    "refused_clients": st.clients.refused(),
+                }))
             }
             "dpustack_tse_get_stats" => {
                 no_params(params)?;

@@ -51,9 +51,11 @@ pub fn parse_rdma(s: &str) -> Result<SocketAddr> {
         })
 }
 
-/// Starts an engine on the VOS backend.
-pub fn start_engine(ec: &EngineConfig) -> Result<Engine> {
-    Engine::start(ec, Arc::new(VosBackend::default())).map_err(|e| Error::Context {
+/// Starts an engine on the VOS backend, admitting at most `max_clients` RPC
+/// clients (`[obj] max_clients`, `dpustack engine --max-clients`).
+pub fn start_engine(ec: &EngineConfig, max_clients: usize) -> Result<Engine> {
+    let limits = obj::engine::EngineLimits { max_clients };
+    Engine::start_with(ec, Arc::new(VosBackend::default()), limits).map_err(|e| Error::Context {
         what: format!(
             "starting the object engine (data dir {})",
             ec.data_dir.display()

@@ -97,6 +97,21 @@ impl Error {
 /// Result of this crate.
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// A NUL-padded string field of `n` bytes: what comes before the first NUL, at
+/// most `n - 1` bytes (emit keeps one NUL, as OVS's strlcpy does), bytes that are
+/// not UTF-8 read as `?` each. Emitted again it gives the same string (a lossy
+/// U+FFFD would take 3 bytes and be cut on the way out).
+pub(crate) fn c_string(b: &[u8], n: usize) -> String {
+    let b = &b[..b.len().min(n.saturating_sub(1))];
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    let mut s = String::with_capacity(end);
+    for chunk in b[..end].utf8_chunks() {
+        s.push_str(chunk.valid());
+        s.extend(std::iter::repeat_n('?', chunk.invalid().len()));
+    }
+    s
+}
+
 /// A bounds-checked reader over a byte slice (big-endian).
 #[derive(Debug, Clone, Copy)]
 pub struct Reader<'a> {

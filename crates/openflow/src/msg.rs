@@ -113,11 +113,10 @@ impl Port {
         hw_addr.copy_from_slice(r.bytes(6)?);
         r.skip(2)?;
         let nb = r.bytes(16)?;
-        let end = nb.iter().position(|&b| b == 0).unwrap_or(16);
         Ok(Port {
             port_no,
             hw_addr,
-            name: String::from_utf8_lossy(&nb[..end]).into_owned(),
+            name: crate::c_string(nb, 16),
             config: r.u32()?,
             state: r.u32()?,
             curr: r.u32()?,
@@ -753,6 +752,21 @@ mod tests {
             }])]
         );
         assert_eq!(m.to_vec(OFP13_VERSION, 6), b);
+    }
+
+    #[test]
+    fn port_name_round_trips() {
+        // Found by the openflow_msg fuzz target: 16 bytes without a NUL, and bytes
+        // that are not UTF-8 (read as U+FFFD, 3 bytes each, then cut on emit), came
+        // back as another name.
+        let mut b = Vec::new();
+        Port::default().emit(&mut b);
+        b[16..32].copy_from_slice(b"********\xff\xfe\x04\x0eabcd");
+        let p = Port::parse(&mut Reader::new(&b, "t")).unwrap();
+        assert_eq!(p.name, "********??\u{4}\u{e}abc");
+        let mut again = Vec::new();
+        p.emit(&mut again);
+        assert_eq!(Port::parse(&mut Reader::new(&again, "t")).unwrap(), p);
     }
 
     #[test]

@@ -75,9 +75,7 @@ fn put_str(buf: &mut Vec<u8>, s: &str, n: usize) {
 }
 
 fn get_str(r: &mut Reader<'_>, n: usize) -> Result<String> {
-    let b = r.bytes(n)?;
-    let end = b.iter().position(|&c| c == 0).unwrap_or(n);
-    Ok(String::from_utf8_lossy(&b[..end]).into_owned())
+    Ok(crate::c_string(r.bytes(n)?, n))
 }
 
 impl Desc {

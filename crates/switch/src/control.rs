@@ -82,11 +82,29 @@ pub struct Stats {
     pub rules_expired: u64,
     /// Upcalls not installed because the datapath held its flow limit (slow path).
     pub flow_limit_hits: u64,
+    /// Frames the kernel dropped on the ports' receive queues (full).
+    pub port_rx_dropped: u64,
+    /// Frames waiting in the ports' transmit queues now.
+    pub port_tx_queued: u64,
+    /// Frames dropped because a port's transmit queue was at its bound.
+    pub port_tx_dropped: u64,
+    /// Frames a port's kernel refused for another reason than room.
+    pub port_tx_errors: u64,
+    /// OpenFlow connections up now.
+    pub of_connections: u64,
+    /// OpenFlow connections closed at accept (`max_connections` reached).
+    pub of_connections_refused: u64,
+    /// Asynchronous OpenFlow messages dropped at a connection's async backlog bound.
+    pub of_async_dropped: u64,
+    /// Of those, PACKET_INs.
+    pub of_packet_ins_dropped: u64,
+    /// OpenFlow connections closed for an output backlog past `max_backlog`.
+    pub of_backlog_closes: u64,
 }
 
 impl Stats {
     /// `(name, value)` pairs, in a fixed order (the JSON-RPC answer's keys).
-    pub fn fields(&self) -> [(&'static str, u64); 12] {
+    pub fn fields(&self) -> [(&'static str, u64); 21] {
         [
             ("emc_hits", self.emc_hits),
             ("megaflow_hits", self.megaflow_hits),
@@ -100,6 +118,15 @@ impl Stats {
             ("dropped_no_port", self.dropped_no_port),
             ("rules_expired", self.rules_expired),
             ("flow_limit_hits", self.flow_limit_hits),
+            ("port_rx_dropped", self.port_rx_dropped),
+            ("port_tx_queued", self.port_tx_queued),
+            ("port_tx_dropped", self.port_tx_dropped),
+            ("port_tx_errors", self.port_tx_errors),
+            ("of_connections", self.of_connections),
+            ("of_connections_refused", self.of_connections_refused),
+            ("of_async_dropped", self.of_async_dropped),
+            ("of_packet_ins_dropped", self.of_packet_ins_dropped),
+            ("of_backlog_closes", self.of_backlog_closes),
         ]
     }
 }

@@ -31,6 +31,9 @@ pub struct DatapathOpts {
     pub offloaded_stats_delay_ms: u64,
     /// Entries of the emulated NIC table behind each provider.
     pub nic_capacity: usize,
+    /// Frames a port's transmit queue holds while the kernel has no room
+    /// (past it: dropped, counted in `port_tx_dropped`).
+    pub port_tx_queue: usize,
 }
 
 impl Default for DatapathOpts {
@@ -43,6 +46,7 @@ impl Default for DatapathOpts {
             flow_limit: 200_000,
             offloaded_stats_delay_ms: 2000,
             nic_capacity: 65536,
+            port_tx_queue: crate::port::DEFAULT_TX_QUEUE,
         }
     }
 }

@@ -75,13 +75,43 @@ enum State {
     Closed,
 }
 
+/// Counters of one connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnStats {
+    /// Bytes taken by [`Conn::receive`] (until the connection closed).
+    pub rx_bytes: u64,
+    /// Whole messages framed from them.
+    pub rx_msgs: u64,
+    /// Messages queued for the peer (our HELLO, replies, asynchronous ones).
+    pub tx_msgs: u64,
+    /// Asynchronous messages (PACKET_IN, FLOW_REMOVED, PORT_STATUS) not queued
+    /// because the output backlog was at [`Conn::async_limit`].
+    pub async_dropped: u64,
+    /// Of those, PACKET_INs.
+    pub packet_ins_dropped: u64,
+    /// 1 when the connection was closed for an output backlog above
+    /// [`Conn::max_backlog`].
+    pub backlog_closes: u64,
+}
+
 /// One OpenFlow connection (either direction of set-up: the switch always speaks
 /// first with its HELLO).
 #[derive(Debug)]
 pub struct Conn {
     state: State,
     rx: Vec<u8>,
+    /// Where the next message starts in `rx`.
+    rx_off: usize,
     tx: Vec<u8>,
+    stats: ConnStats,
+    /// Output backlog (bytes) past which a peer that keeps sending requests but
+    /// does not read is closed ([`MAX_TX_BACKLOG`] by default).
+    pub max_backlog: usize,
+    /// Output backlog (bytes) at which asynchronous messages are dropped (counted in
+    /// [`ConnStats::async_dropped`]; [`ASYNC_BACKLOG`] by default): a controller that
+    /// reads slowly loses packet-ins instead of growing the switch's memory (OVS
+    /// drops packet-ins past its rconn queue limit the same way).
+    pub async_limit: usize,
     next_xid: u32,
     last_rx: u64,
     probe_sent: Option<u64>,
@@ -98,13 +128,20 @@ pub struct Conn {
 /// not reading, and the connection is closed (OVS: rconn's backlog limit).
 pub const MAX_TX_BACKLOG: usize = 16 << 20;
 
+/// Default [`Conn::async_limit`]: 1 MiB of unsent output.
+pub const ASYNC_BACKLOG: usize = 1 << 20;
+
 impl Conn {
     /// A new connection at `now` (ms): our HELLO is queued.
     pub fn new(now: u64, probe_ms: u64) -> Conn {
         let mut c = Conn {
             state: State::HelloSent,
             rx: Vec::new(),
+            rx_off: 0,
             tx: Vec::new(),
+            stats: ConnStats::default(),
+            max_backlog: MAX_TX_BACKLOG,
+            async_limit: ASYNC_BACKLOG,
             next_xid: 1,
             last_rx: now,
             probe_sent: None,
@@ -118,7 +155,13 @@ impl Conn {
             bitmap: Some(OUR_BITMAP),
         }
         .emit(OFP13_VERSION, x, &mut c.tx);
+        c.stats.tx_msgs += 1;
         c
+    }
+
+    /// The connection's counters.
+    pub fn stats(&self) -> ConnStats {
+        self.stats
     }
 
     /// Whether negotiation finished (OpenFlow 1.3 agreed).
@@ -146,13 +189,33 @@ impl Conn {
     pub fn send(&mut self, bytes: &[u8]) {
         if self.state != State::Closed {
             self.tx.extend_from_slice(bytes);
+            self.stats.tx_msgs += 1;
         }
+    }
+
+    /// Queues an encoded asynchronous message (PACKET_IN, FLOW_REMOVED,
+    /// PORT_STATUS) unless the output backlog would pass [`Conn::async_limit`]:
+    /// then it is dropped and counted. Returns whether it was queued.
+    pub fn send_async(&mut self, bytes: &[u8]) -> bool {
+        if self.state == State::Closed {
+            return false;
+        }
+        if self.tx.len() + bytes.len() > self.async_limit {
+            self.stats.async_dropped += 1;
+            if bytes.get(1) == Some(&t::PACKET_IN) {
+                self.stats.packet_ins_dropped += 1;
+            }
+            return false;
+        }
+        self.send(bytes);
+        true
     }
 
     /// Queues `m` (OpenFlow 1.3) with `xid`.
     pub fn send_msg(&mut self, m: &Message<'_>, xid: u32) {
         if self.state != State::Closed {
             m.emit(OFP13_VERSION, xid, &mut self.tx);
+            self.stats.tx_msgs += 1;
         }
     }
 
@@ -172,6 +235,7 @@ impl Conn {
                 data: req,
             }
             .emit(v, xid, &mut self.tx);
+            self.stats.tx_msgs += 1;
         }
     }
 
@@ -199,19 +263,34 @@ impl Conn {
         }
     }
 
-    /// Feeds received bytes at `now`; returns the messages for the switch and a
-    /// [`Event::Close`] when the connection must go.
-    pub fn receive(&mut self, bytes: &[u8], now: u64) -> Vec<Event> {
-        let mut ev = Vec::new();
+    /// Takes received bytes at `now`; [`Conn::next_event`] then gives what they
+    /// hold, one message at a time.
+    pub fn feed(&mut self, bytes: &[u8], now: u64) {
         if self.state == State::Closed {
-            return ev;
+            return;
         }
         self.last_rx = now;
         self.probe_sent = None;
+        self.stats.rx_bytes += bytes.len() as u64;
+        self.rx.drain(..self.rx_off);
+        self.rx_off = 0;
         self.rx.extend_from_slice(bytes);
-        let mut off = 0;
-        while self.state != State::Closed {
-            let n = match header::frame_len(&self.rx[off..]) {
+    }
+
+    /// The next event of the bytes fed: a message for the switch, or a close
+    /// (unframeable input, a failed negotiation, the output backlog past
+    /// [`Conn::max_backlog`]). What the connection answers itself (ECHO, errors)
+    /// is queued as the message comes, so when the caller handles each message
+    /// before asking for the next, replies leave in the order of the requests
+    /// however the stream was cut (a BARRIER_REPLY is not overtaken by the ECHO
+    /// reply of a later request). None: nothing whole is left.
+    pub fn next_event(&mut self) -> Option<Event> {
+        let mut ev = Vec::new();
+        while self.state != State::Closed && ev.is_empty() {
+            if let Some(e) = self.overloaded() {
+                return Some(e);
+            }
+            let n = match header::frame_len(&self.rx[self.rx_off..]) {
                 Ok(Some(n)) => n,
                 Ok(None) => break,
                 Err(e) => {
@@ -219,15 +298,47 @@ impl Conn {
                     break;
                 }
             };
-            let m = self.rx[off..off + n].to_vec();
-            off += n;
+            let m = self.rx[self.rx_off..self.rx_off + n].to_vec();
+            self.rx_off += n;
+            self.stats.rx_msgs += 1;
             self.one(&m, &mut ev);
         }
-        self.rx.drain(..off);
-        if self.tx.len() > MAX_TX_BACKLOG {
-            self.close("peer does not read (output backlog)", &mut ev);
+        ev.pop()
+    }
+
+    /// Feeds received bytes at `now`; returns every event they hold (the
+    /// messages for the switch and a [`Event::Close`] when the connection must
+    /// go). A caller that answers messages should use [`Conn::feed`] +
+    /// [`Conn::next_event`] instead: here the connection's own replies to the
+    /// later messages are queued before the caller's to the earlier ones.
+    pub fn receive(&mut self, bytes: &[u8], now: u64) -> Vec<Event> {
+        self.feed(bytes, now);
+        let mut ev = Vec::new();
+        while let Some(e) = self.next_event() {
+            ev.push(e);
         }
         ev
+    }
+
+    /// Closes the connection when its output backlog passed [`Conn::max_backlog`]
+    /// (a peer that sends requests but does not read their replies); the caller
+    /// asks after each message it handled, so one read of many requests cannot
+    /// queue more than one message's replies past the bound.
+    pub fn overloaded(&mut self) -> Option<Event> {
+        if self.tx.len() <= self.max_backlog || self.state == State::Closed {
+            return None;
+        }
+        self.stats.backlog_closes += 1;
+        let mut ev = Vec::new();
+        self.close(
+            format!(
+                "peer does not read (output backlog {} > {} bytes)",
+                self.tx.len(),
+                self.max_backlog
+            ),
+            &mut ev,
+        );
+        ev.pop()
     }
 
     fn one(&mut self, m: &[u8], ev: &mut Vec<Event>) {
@@ -251,8 +362,9 @@ impl Conn {
             if ok {
                 self.state = State::Up;
             } else {
-                // OVS answers in the peer's version when it is lower.
-                let v = version.min(OFP13_VERSION);
+                // OVS answers in the peer's version when it is lower; 0 is no
+                // version at all: 1.0 then (an ERROR of version 0 decodes nowhere).
+                let v = version.clamp(OFP10_VERSION, OFP13_VERSION);
                 let text = format!(
                     "We support version 0x{OFP13_VERSION:02x}, you support version 0x{version:02x} and lower, no common versions"
                 );
@@ -266,6 +378,7 @@ impl Conn {
                     Header::parse(m).map(|h| h.xid).unwrap_or(0),
                     &mut self.tx,
                 );
+                self.stats.tx_msgs += 1;
                 self.close("no common OpenFlow version (we speak 1.3 only)", ev);
             }
             return;
@@ -279,6 +392,7 @@ impl Conn {
             t::ECHO_REQUEST => {
                 let xid = Header::parse(m).map(|h| h.xid).unwrap_or(0);
                 Message::EchoReply(&m[header::HEADER_LEN..]).emit(OFP13_VERSION, xid, &mut self.tx);
+                self.stats.tx_msgs += 1;
             }
             t::ECHO_REPLY => {}
             t::ERROR => {
@@ -301,6 +415,7 @@ impl Conn {
                 if self.state == State::Up {
                     let x = self.xid();
                     Message::EchoRequest(&[]).emit(OFP13_VERSION, x, &mut self.tx);
+                    self.stats.tx_msgs += 1;
                 }
                 self.probe_sent = Some(now);
                 None
@@ -396,6 +511,29 @@ mod tests {
     }
 
     #[test]
+    fn hello_of_version_0_fails_in_1_0_framing() {
+        // Found by the openflow_msg fuzz target: the HELLO_FAILED went out with
+        // version 0, which no peer decodes.
+        let mut c = Conn::new(0, 0);
+        c.take_output();
+        let ev = c.receive(&hello(0, None), 1);
+        assert!(matches!(ev[..], [Event::Close(_)]));
+        let out = c.take_output();
+        let (h, m) = msg::parse(&out).unwrap();
+        assert_eq!(h.version, OFP10_VERSION);
+        assert!(
+            matches!(
+                m,
+                Message::Error {
+                    err_type: err::HELLO_FAILED,
+                    ..
+                }
+            ),
+            "{m:?}"
+        );
+    }
+
+    #[test]
     fn inactivity_probe_on_injected_clock() {
         let mut c = Conn::new(0, 5000);
         c.receive(&hello(4, None), 0);
@@ -413,6 +551,65 @@ mod tests {
         // Silence for another interval: closed.
         assert!(matches!(c.poll(16000), Some(Event::Close(_))));
         assert!(c.is_closed());
+    }
+
+    #[test]
+    fn async_messages_past_the_bound_are_dropped_and_counted() {
+        let mut c = Conn::new(0, 0);
+        c.receive(&hello(4, None), 0);
+        c.async_limit = 1000;
+        let pin = Message::PacketIn(msg::PacketIn {
+            buffer_id: u32::MAX,
+            total_len: 300,
+            reason: 0,
+            table_id: 0,
+            cookie: 0,
+            matches: vec![],
+            data: &[7; 300],
+        })
+        .to_vec(4, 0);
+        let queued = (0..10).filter(|_| c.send_async(&pin)).count();
+        assert_eq!(queued, (1000 - 16) / pin.len(), "queued up to the bound");
+        let st = c.stats();
+        assert_eq!(
+            (st.async_dropped, st.packet_ins_dropped),
+            (10 - queued as u64, 10 - queued as u64)
+        );
+        assert!(c.backlog() <= 1000);
+        // Written out: room again.
+        c.take_output();
+        assert!(c.send_async(&pin));
+        assert!(!c.is_closed());
+        // A FLOW_REMOVED is async too, not a packet-in.
+        c.async_limit = 0;
+        assert!(!c.send_async(&Message::BarrierReply.to_vec(4, 0)));
+        assert_eq!(c.stats().async_dropped, c.stats().packet_ins_dropped + 1);
+    }
+
+    #[test]
+    fn requests_whose_replies_are_not_read_close_past_the_bound() {
+        let mut c = Conn::new(0, 0);
+        c.max_backlog = 10_000;
+        c.receive(&hello(4, None), 0);
+        let echo = Message::EchoRequest(&[1; 3000]).to_vec(4, 5);
+        let mut ev = Vec::new();
+        for _ in 0..3 {
+            ev.extend(c.receive(&echo, 1));
+        }
+        assert!(ev.is_empty() && !c.is_closed(), "{ev:?}");
+        let ev = c.receive(&echo, 1);
+        assert!(
+            matches!(&ev[..], [Event::Close(w)] if w.contains("backlog")),
+            "{ev:?}"
+        );
+        assert_eq!(c.stats().backlog_closes, 1);
+        // The caller's check after a message it handled: nothing more once closed.
+        assert_eq!(c.overloaded(), None);
+        let mut c = Conn::new(0, 0);
+        c.max_backlog = 100;
+        c.send(&[0; 101]);
+        assert!(matches!(c.overloaded(), Some(Event::Close(_))));
+        assert_eq!(c.stats().backlog_closes, 1);
     }
 
     #[test]

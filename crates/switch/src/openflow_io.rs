@@ -44,6 +44,28 @@ pub struct OfOpts {
     /// Inactivity probe (ms; 0: off). OVS's default is 5 s.
     pub probe_ms: u64,
     pub datapath_id: u64,
+    /// Connections accepted on the listeners at once; past it a new one is
+    /// closed at accept and counted (controllers we connect to are not counted).
+    pub max_connections: usize,
+    /// Unsent output (bytes) past which a connection is closed (a peer that
+    /// sends requests and does not read the replies).
+    pub max_backlog: usize,
+    /// Unsent output (bytes) at which asynchronous messages (PACKET_IN,
+    /// FLOW_REMOVED, PORT_STATUS) to a connection are dropped and counted.
+    pub async_backlog: usize,
+}
+
+/// Default [`OfOpts::max_connections`].
+pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
+
+/// The channel's counters (connections up now, and totals since start).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OfStats {
+    pub connections: u64,
+    pub connections_refused: u64,
+    pub async_dropped: u64,
+    pub packet_ins_dropped: u64,
+    pub backlog_closes: u64,
 }
 
 impl Default for OfOpts {
@@ -54,6 +76,9 @@ impl Default for OfOpts {
             fail_mode: "secure".into(),
             probe_ms: 5000,
             datapath_id: 1,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_backlog: crate::openflow::MAX_TX_BACKLOG,
+            async_backlog: crate::openflow::ASYNC_BACKLOG,
         }
     }
 }
@@ -166,6 +191,11 @@ pub struct OfAgent {
     peers: Vec<Peer>,
     actives: Vec<Active>,
     probe_ms: u64,
+    max_connections: usize,
+    max_backlog: usize,
+    async_backlog: usize,
+    /// Counters of connections gone, and the refusals.
+    retired: OfStats,
     standalone: bool,
     /// Since when no controller has been connected (ms).
     alone_since: Option<u64>,
@@ -256,6 +286,10 @@ impl OfAgent {
             peers: Vec::new(),
             actives,
             probe_ms: o.probe_ms,
+            max_connections: o.max_connections,
+            max_backlog: o.max_backlog,
+            async_backlog: o.async_backlog,
+            retired: OfStats::default(),
             standalone,
             alone_since: Some(now),
             fail_open: false,
@@ -282,6 +316,35 @@ impl OfAgent {
         self.peers.iter().filter(|p| p.conn.is_up()).count()
     }
 
+    /// The channel's counters: connections up, refusals, drops (live connections
+    /// and gone ones).
+    pub fn stats(&self) -> OfStats {
+        let mut s = self.retired;
+        for p in &self.peers {
+            let c = p.conn.stats();
+            s.connections += u64::from(p.conn.is_up());
+            s.async_dropped += c.async_dropped;
+            s.packet_ins_dropped += c.packet_ins_dropped;
+            s.backlog_closes += c.backlog_closes;
+        }
+        s
+    }
+
+    /// A new connection with the agent's bounds.
+    fn conn(&self, now: u64) -> Conn {
+        let mut c = Conn::new(now, self.probe_ms);
+        c.max_backlog = self.max_backlog;
+        c.async_limit = self.async_backlog;
+        c
+    }
+
+    /// Counts a frame dropped on its way out of port `p` (PORT_STATS tx_dropped).
+    pub fn count_tx_dropped(&mut self, p: u32) {
+        if let Some(i) = self.sw.ports.get_mut(&p) {
+            i.tx_dropped += 1;
+        }
+    }
+
     /// Counts a frame received on / sent to a port (PORT_STATS).
     pub fn count_rx(&mut self, p: u32, len: usize) {
         if let Some(i) = self.sw.ports.get_mut(&p) {
@@ -300,7 +363,7 @@ impl OfAgent {
     fn broadcast(&mut self, msg: &[u8], except: Option<usize>) {
         for (i, p) in self.peers.iter_mut().enumerate() {
             if Some(i) != except && p.conn.is_up() && p.conn.role != Role::Slave {
-                p.conn.send(msg);
+                p.conn.send_async(msg);
             }
         }
     }
@@ -313,7 +376,7 @@ impl OfAgent {
             }
             for tc in tcs {
                 let b = OfSwitch::packet_in(tc, in_port, p.conn.miss_send_len);
-                p.conn.send(&b);
+                p.conn.send_async(&b);
             }
         }
     }
@@ -349,29 +412,33 @@ impl OfAgent {
         let mut new_master = None;
         for (i, p) in self.peers.iter_mut().enumerate() {
             let mut got = 0;
-            let mut events = Vec::new();
+            let mut io_events = Vec::new();
             while got < READ_BUDGET && !p.conn.is_closed() {
                 match p.stream.read(&mut buf) {
                     Ok(0) => {
-                        events.push(Event::Close("connection closed by peer".into()));
+                        io_events.push(Event::Close("connection closed by peer".into()));
                         break;
                     }
                     Ok(n) => {
                         got += n;
-                        events.extend(p.conn.receive(&buf[..n], now));
+                        p.conn.feed(&buf[..n], now);
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
                     Err(e) => {
-                        events.push(Event::Close(format!("read: {e}")));
+                        io_events.push(Event::Close(format!("read: {e}")));
                         break;
                     }
                 }
             }
             if let Some(e) = p.conn.poll(now) {
-                events.push(e);
+                io_events.push(e);
             }
-            for ev in events {
+            // One message at a time, each handled before the next is framed: the
+            // replies keep the requests' order, and the backlog bound is checked
+            // after each one's replies.
+            let mut closed = None;
+            while let Some(ev) = p.conn.next_event() {
                 match ev {
                     Event::Message(m) => {
                         let fx = self.sw.handle(&mut p.conn, &m, table, dp, now);
@@ -383,15 +450,24 @@ impl OfAgent {
                         }
                     }
                     Event::Close(why) => {
-                        self.log
-                            .push(format!("openflow: {} disconnected: {why}", p.name));
-                        // Flush what is queued (an error, a HELLO_FAILED) best-effort.
-                        let out = p.conn.take_output();
-                        let _ = p.stream.write(&out);
-                        p.conn.set_closed();
+                        closed = Some(why);
                         break;
                     }
                 }
+            }
+            if closed.is_none() {
+                closed = io_events.into_iter().find_map(|e| match e {
+                    Event::Close(why) => Some(why),
+                    Event::Message(_) => None,
+                });
+            }
+            if let Some(why) = closed {
+                self.log
+                    .push(format!("openflow: {} disconnected: {why}", p.name));
+                // Flush what is queued (an error, a HELLO_FAILED) best-effort.
+                let out = p.conn.take_output();
+                let _ = p.stream.write(&out);
+                p.conn.set_closed();
             }
         }
         if let Some(m) = new_master {
@@ -428,8 +504,13 @@ impl OfAgent {
         }
         let actives = &mut self.actives;
         let log = &mut self.log;
+        let retired = &mut self.retired;
         self.peers.retain(|p| {
             if p.conn.is_closed() {
+                let c = p.conn.stats();
+                retired.async_dropped += c.async_dropped;
+                retired.packet_ins_dropped += c.packet_ins_dropped;
+                retired.backlog_closes += c.backlog_closes;
                 if let Some(a) = p.active {
                     actives[a].connected = false;
                     actives[a].next_try = now + actives[a].backoff;
@@ -470,10 +551,23 @@ impl OfAgent {
                 if nb.is_err() {
                     continue;
                 }
+                let accepted = self.peers.iter().filter(|p| p.active.is_none()).count();
+                if accepted >= self.max_connections {
+                    self.retired.connections_refused += 1;
+                    let n = self.retired.connections_refused;
+                    if n.is_power_of_two() {
+                        self.log.push(format!(
+                            "openflow: {name} refused: {accepted} connections (max_connections); {n} refused so far"
+                        ));
+                    }
+                    drop(stream);
+                    continue;
+                }
                 tracing::debug!("openflow: accepted {name}");
+                let conn = self.conn(now);
                 self.peers.push(Peer {
                     stream,
-                    conn: Conn::new(now, self.probe_ms),
+                    conn,
                     name,
                     active: None,
                 });
@@ -496,9 +590,12 @@ impl OfAgent {
                     a.backoff = BACKOFF_MIN_MS;
                     self.log
                         .push(format!("openflow: connected to controller {}", a.addr));
+                    let mut conn = Conn::new(now, self.probe_ms);
+                    conn.max_backlog = self.max_backlog;
+                    conn.async_limit = self.async_backlog;
                     self.peers.push(Peer {
                         stream: Stream::Tcp(s),
-                        conn: Conn::new(now, self.probe_ms),
+                        conn,
                         name: format!("controller tcp:{}", a.addr),
                         active: Some(i),
                     });

@@ -699,16 +699,23 @@ impl OfSwitch {
                         "setting table features is not supported",
                     ));
                 }
-                let tf = table_features_template();
-                for tid in 0..N_TABLES - 1 {
-                    let mut f = tf.clone();
-                    f.table_id = tid;
-                    f.name = format!("table{tid}");
-                    f.next_tables = ((tid + 1)..N_TABLES - 1).collect();
-                    let mut b = Vec::new();
-                    f.emit(&mut b);
-                    entries.push(b);
-                }
+                // The same 254 entries (~245 KB) every time: encoded once.
+                static TF: std::sync::OnceLock<Vec<Vec<u8>>> = std::sync::OnceLock::new();
+                let tf = TF.get_or_init(|| {
+                    let tf = table_features_template();
+                    (0..N_TABLES - 1)
+                        .map(|tid| {
+                            let mut f = tf.clone();
+                            f.table_id = tid;
+                            f.name = format!("table{tid}");
+                            f.next_tables = ((tid + 1)..N_TABLES - 1).collect();
+                            let mut b = Vec::new();
+                            f.emit(&mut b);
+                            b
+                        })
+                        .collect()
+                });
+                entries.extend(tf.iter().cloned());
             }
             other => {
                 return Err(OfError::new(

@@ -16,7 +16,7 @@ use flow::driver::poll_readable;
 use flow::FlowTable;
 
 use crate::control::{self, Control, ControlRx};
-use crate::port::{open_port, Port};
+use crate::port::{open_port, Port, TxOutcome, TxQueue};
 use crate::{read_flows, Error, Result};
 
 /// What a switch runs with.
@@ -70,7 +70,13 @@ struct Counters {
     dropped_no_port: u64,
     packet_ins: u64,
     rules_expired: u64,
+    /// Frames the kernel dropped on the AF_PACKET ports' receive queues.
+    port_rx_dropped: u64,
 }
+
+/// Frames read from one port per loop round: the bound of the switch's own
+/// receive queue (the rest waits in the kernel's, whose drops are counted).
+const RX_BATCH: usize = 64;
 
 /// A switch on its own thread.
 pub struct Switch {
@@ -202,6 +208,13 @@ fn run_loop(
     let mut c = Counters::default();
     let mut buf = vec![0u8; 65536];
     let mut pending: Vec<(u32, Vec<u8>)> = Vec::new();
+    // A bounded transmit queue per AF_PACKET port.
+    let mut txq: BTreeMap<u32, TxQueue> = ports
+        .iter()
+        .filter(|(_, p)| matches!(p, Port::Af(_)))
+        .map(|(&n, _)| (n, TxQueue::new(dpo.port_tx_queue)))
+        .collect();
+    let mut next_drop_check = 0u64;
     // pcap-rx ports are replayed once, in port order.
     for (&n, p) in ports.iter_mut() {
         if let Port::PcapRx(frames) = p {
@@ -243,10 +256,26 @@ fn run_loop(
     )?;
     while !stop.is_stopped() && deadline.is_none_or(|d| Instant::now() < d) {
         let now_ms = start.elapsed().as_millis() as u64 + 1;
+        // Frames the kernel had no room for last round.
+        for (n, q) in txq.iter_mut() {
+            if let (false, Some(Port::Af(s))) = (q.is_empty(), ports.get(n)) {
+                let sent = q.flush(|f| s.send(f));
+                c.tx += sent as u64;
+            }
+        }
+        // The kernel's receive-queue drops, every 0.5 s.
+        if now_ms >= next_drop_check {
+            next_drop_check = now_ms + 500;
+            for p in ports.values() {
+                if let Port::Af(s) = p {
+                    c.port_rx_dropped += s.take_kernel_drops().unwrap_or(0);
+                }
+            }
+        }
         // Receive.
         for (&n, p) in ports.iter() {
             if let Port::Af(s) = p {
-                for _ in 0..64 {
+                for _ in 0..RX_BATCH {
                     match s.recv(&mut buf)? {
                         Some(len) => pending.push((n, buf[..len].to_vec())),
                         None => break,
@@ -266,7 +295,7 @@ fn run_loop(
                 ag.packet_ins(in_port, &ex.to_controller);
             }
             for (out, fr) in ex.outputs {
-                send_out(ports, &mut of, &mut c, start, out, &fr)?;
+                send_out(ports, &mut txq, &mut of, &mut c, start, out, &fr)?;
             }
         }
         // OpenFlow: connections, FLOW_MODs, PACKET_OUTs (their frames go out here).
@@ -276,15 +305,27 @@ fn run_loop(
                 writeln!(log, "{l}")?;
             }
             for (out, fr) in outs {
-                send_out(ports, &mut of, &mut c, start, out, &fr)?;
+                send_out(ports, &mut txq, &mut of, &mut c, start, out, &fr)?;
             }
         }
         // Control commands.
+        let of_stats = of.as_ref().map(|ag| ag.stats()).unwrap_or_default();
         let fill = |s: &mut control::Stats| {
             s.rx_packets = c.rx;
             s.tx_packets = c.tx;
             s.dropped_no_port = c.dropped_no_port;
             s.rules_expired = c.rules_expired;
+            s.port_rx_dropped = c.port_rx_dropped;
+            for q in txq.values() {
+                s.port_tx_queued += q.len() as u64;
+                s.port_tx_dropped += q.stats.dropped;
+                s.port_tx_errors += q.stats.errors;
+            }
+            s.of_connections = of_stats.connections;
+            s.of_connections_refused = of_stats.connections_refused;
+            s.of_async_dropped = of_stats.async_dropped;
+            s.of_packet_ins_dropped = of_stats.packet_ins_dropped;
+            s.of_backlog_closes = of_stats.backlog_closes;
         };
         let mut own = |cmd: &control::Command, dp: &mut Datapath| match cmd {
             control::Command::OffloadStats => Some(Ok(control::Reply::Text(
@@ -364,9 +405,11 @@ fn run_loop(
     Ok(())
 }
 
-/// Sends a frame to port `out` (AF_PACKET or pcap), counting it.
+/// Sends a frame to port `out` (AF_PACKET through its bounded transmit queue, or
+/// pcap), counting it.
 fn send_out(
     ports: &mut BTreeMap<u32, Port>,
+    txq: &mut BTreeMap<u32, TxQueue>,
     of: &mut Option<crate::openflow_io::OfAgent>,
     c: &mut Counters,
     start: Instant,
@@ -374,7 +417,19 @@ fn send_out(
     fr: &[u8],
 ) -> Result<()> {
     match ports.get_mut(&out) {
-        Some(Port::Af(s)) => s.send(fr)?,
+        Some(Port::Af(s)) => {
+            let q = txq.entry(out).or_insert_with(|| TxQueue::new(1));
+            match q.send(fr, |f| s.send(f)) {
+                TxOutcome::Sent => {}
+                TxOutcome::Queued => return Ok(()),
+                TxOutcome::Dropped | TxOutcome::Error => {
+                    if let Some(ag) = of.as_mut() {
+                        ag.count_tx_dropped(out);
+                    }
+                    return Ok(());
+                }
+            }
+        }
         Some(Port::PcapTx(w)) => w.write(start.elapsed(), fr)?,
         _ => {
             c.dropped_no_port += 1;

@@ -70,6 +70,10 @@ pub struct EngineArgs {
     /// this port; default `[obj] rdma_listen`).
     #[arg(long, value_name = "IP:PORT")]
     pub rdma_listen: Option<String>,
+    /// Connected RPC clients admitted (TCP + RDMA; default `[obj]
+    /// max_clients`, 4096); past it a connection is closed at accept and counted.
+    #[arg(long, value_name = "N")]
+    pub max_clients: Option<usize>,
     /// Also run a pool-service replica (Raft) with this id; its store is
     /// `pool_svc.redb` in the data directory.
     #[arg(long, requires = "pool_svc_members")]
@@ -295,7 +299,7 @@ fn engine(a: &EngineArgs, cfg: &Config) -> Result<()> {
     if let Some(r) = &a.rdma_listen {
         ec.rdma_listen = Some(parse_rdma(r)?);
     }
-    let eng = start_engine(&ec)?;
+    let eng = start_engine(&ec, a.max_clients.unwrap_or(cfg.obj.max_clients))?;
     println!(
         "object engine on {}{} — {} target(s), data dir {}; Ctrl-C to stop",
         eng.addr(),
@@ -1101,7 +1105,7 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
             rdma_listen: Some(rdma_at),
             aggregation: Default::default(),
         };
-        let eng = start_engine(&ec)?;
+        let eng = start_engine(&ec, _cfg.obj.max_clients)?;
         let c = Client::connect(&eng.addr().to_string()).map_err(|e| explain(e, "engine"))?;
         c.pool_create("bench", 16 << 30, None)
             .and_then(|p| p.get())

@@ -160,6 +160,21 @@ pub struct RunArgs {
     /// every flow is deleted).
     #[arg(long, default_value_t = 200_000)]
     pub flow_limit: usize,
+    /// Frames an AF_PACKET port's transmit queue holds while the kernel has no
+    /// room; past it frames are dropped (`port_tx_dropped` in `switch stats`).
+    #[arg(long, default_value_t = switch::port::DEFAULT_TX_QUEUE)]
+    pub port_tx_queue: usize,
+    /// OpenFlow connections accepted at once on the listeners; past it closed at
+    /// accept (`of_connections_refused`).
+    #[arg(long, default_value_t = switch::openflow_io::DEFAULT_MAX_CONNECTIONS)]
+    pub of_max_connections: usize,
+    /// Unsent OpenFlow output (bytes) past which a connection is closed.
+    #[arg(long, default_value_t = switch::openflow::MAX_TX_BACKLOG)]
+    pub of_max_backlog: usize,
+    /// Unsent OpenFlow output (bytes) at which PACKET_IN / FLOW_REMOVED /
+    /// PORT_STATUS to that connection are dropped (`of_async_dropped`).
+    #[arg(long, default_value_t = switch::openflow::ASYNC_BACKLOG)]
+    pub of_async_backlog: usize,
 }
 
 #[derive(Args, Debug)]
@@ -458,6 +473,9 @@ fn run_switch(a: &RunArgs) -> Result<()> {
             fail_mode: a.fail_mode.clone(),
             probe_ms: (a.inactivity_probe * 1000.0) as u64,
             datapath_id: a.datapath_id,
+            max_connections: a.of_max_connections,
+            max_backlog: a.of_max_backlog,
+            async_backlog: a.of_async_backlog,
         },
         dp: switch::DatapathOpts {
             hw_offload: a.hw_offload,
@@ -465,6 +483,7 @@ fn run_switch(a: &RunArgs) -> Result<()> {
             n_offload_threads: a.n_offload_threads,
             tc_policy: a.tc_policy.clone(),
             flow_limit: a.flow_limit,
+            port_tx_queue: a.port_tx_queue,
             ..Default::default()
         },
     };

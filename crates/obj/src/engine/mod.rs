@@ -109,11 +109,14 @@ pub fn status_of(e: &StoreError) -> Status {
 }
 
 /// Requests the engine's network threads received, by opcode, and the bulk
-/// bytes that came with them (relaxed atomics; read by the management plane).
+/// bytes that came with them (relaxed atomics; read by the management plane);
+/// the connected clients, their bound and its refusals.
 #[derive(Debug, Default)]
 pub struct OpCounters {
     counts: [std::sync::atomic::AtomicU64; OP_SLOTS],
     bulk_in: std::sync::atomic::AtomicU64,
+    /// Clients over TCP and RDMA: bound (`max_clients`), connected, refused.
+    pub clients: Arc<crate::rpc::limit::ClientLimit>,
 }
 
 /// Opcodes with a counter of their own; one more slot counts unknown ones.
@@ -199,11 +202,37 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+/// Bounds of an engine on what its peers can grow.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineLimits {
+    /// Connected RPC clients (TCP and RDMA together); past it a connection is
+    /// closed at accept (TCP) or rejected (RDMA CM) and counted.
+    pub max_clients: usize,
+}
+
+impl Default for EngineLimits {
+    fn default() -> Self {
+        EngineLimits {
+            max_clients: crate::rpc::limit::DEFAULT_MAX_CLIENTS,
+        }
+    }
+}
+
 impl Engine {
-    /// Starts an engine over `backend` (the stores of its pools).
+    /// Starts an engine over `backend` (the stores of its pools), with the
+    /// default [`EngineLimits`].
     pub fn start(
         cfg: &EngineConfig,
         backend: Arc<dyn StoreBackend>,
+    ) -> Result<Engine, EngineError> {
+        Engine::start_with(cfg, backend, EngineLimits::default())
+    }
+
+    /// [`Engine::start`] with `limits`.
+    pub fn start_with(
+        cfg: &EngineConfig,
+        backend: Arc<dyn StoreBackend>,
+        limits: EngineLimits,
     ) -> Result<Engine, EngineError> {
         let dd = |source| EngineError::DataDir {
             path: cfg.data_dir.clone(),
@@ -300,6 +329,7 @@ impl Engine {
                 .map_err(EngineError::Thread)?,
         );
         let stats = Arc::new(OpCounters::default());
+        stats.clients.set_max(limits.max_clients);
         let dispatch = EngineDispatch {
             targets: targets.clone(),
             mgmt: mtx.clone(),
@@ -310,7 +340,8 @@ impl Engine {
             held_keys,
         };
         let rdma = match cfg.rdma_listen {
-            Some(a) => match RdmaServer::start(a, dispatch.clone(), rdma_rx) {
+            Some(a) => match RdmaServer::start(a, dispatch.clone(), rdma_rx, stats.clients.clone())
+            {
                 Ok(r) => Some(r),
                 Err(e) => {
                     let _ = mtx.send(MgmtMsg::Stop);
@@ -321,7 +352,10 @@ impl Engine {
             },
             None => None,
         };
-        let server = builder.start(dispatch).map_err(EngineError::Thread)?;
+        let server = builder
+            .with_limit(stats.clients.clone())
+            .start(dispatch)
+            .map_err(EngineError::Thread)?;
         info!(%addr, targets = ntargets, backend = backend.name(), data_dir = %cfg.data_dir.display(), "object engine started");
         Ok(Engine {
             stats,

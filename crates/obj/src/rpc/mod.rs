@@ -9,6 +9,7 @@
 //! - [`core`]: sans-IO client ([`core::ClientCore`]: ids, deadlines,
 //!   cancellation) and server connection ([`core::ServerConn`]).
 //! - [`tcp`]: the TCP drivers (client socket, engine network thread).
+//! - [`limit`]: the engine's bound on connected clients (TCP + RDMA).
 //!
 //! - [`rdma`]: the same frames over RDMA SEND/RECV on RC QPs set up with the
 //!   RDMA CM, large values by RDMA READ (soft RoCE provider).
@@ -17,6 +18,7 @@ pub mod codec;
 pub mod core;
 pub mod frame;
 pub mod header;
+pub mod limit;
 pub mod msg;
 pub mod rdma;
 pub mod status;

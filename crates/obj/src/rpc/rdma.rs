@@ -990,10 +990,13 @@ impl RdmaServer {
     /// port, and serves requests through `dispatch`; replies for its
     /// connections (ids with [`RDMA_CONN_BIT`]) arrive on `rx` (see
     /// [`super::tcp::ReplySender::with_rdma`]).
+    /// `limit` bounds the connected clients (shared with the TCP server): past it
+    /// a connection request is rejected and counted.
     pub fn start(
         listen: SocketAddr,
         dispatch: impl Dispatch,
         rx: Receiver<(ConnId, Vec<u8>)>,
+        limit: Arc<super::limit::ClientLimit>,
     ) -> Result<RdmaServer, RdmaError> {
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = channel();
@@ -1011,7 +1014,7 @@ impl RdmaServer {
                 match setup {
                     Ok((dev, l)) => {
                         let _ = ready_tx.send(Ok(()));
-                        server_loop(dev, l, dispatch, rx, s2, c2);
+                        server_loop(dev, l, dispatch, rx, s2, c2, limit);
                     }
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -1096,6 +1099,7 @@ fn server_loop(
     rx: Receiver<(ConnId, Vec<u8>)>,
     stop: Arc<AtomicBool>,
     counters: Arc<Counters>,
+    limit: Arc<super::limit::ClientLimit>,
 ) {
     let mut conns: HashMap<ConnId, SrvConn> = HashMap::new();
     let mut next: ConnId = RDMA_CONN_BIT | 1;
@@ -1116,6 +1120,18 @@ fn server_loop(
             Duration::ZERO
         };
         if let Ok((mut id, _ev)) = listener.get_request(Some(wait)) {
+            if !limit.try_admit() {
+                let n = limit.refused();
+                if n.is_power_of_two() {
+                    warn!(
+                        max = limit.max(),
+                        refused = n,
+                        "object engine: RDMA client refused (max_clients reached)"
+                    );
+                }
+                let _ = id.reject(&[]);
+                continue;
+            }
             let r = match id.create_qp_default(cap()) {
                 Ok(_) => Ep::new(id).and_then(|ep| {
                     let pool = BufPool::new(
@@ -1149,9 +1165,15 @@ fn server_loop(
                         next += 1;
                         work += 1;
                     }
-                    Err(e) => warn!(error = %e, "RDMA accept failed"),
+                    Err(e) => {
+                        limit.release();
+                        warn!(error = %e, "RDMA accept failed")
+                    }
                 },
-                Err(e) => warn!(error = %e, "RDMA connection setup failed"),
+                Err(e) => {
+                    limit.release();
+                    warn!(error = %e, "RDMA connection setup failed")
+                }
             }
         }
         // replies from the targets and the management thread
@@ -1293,6 +1315,7 @@ fn server_loop(
                 // counted gone once its pool is deregistered
                 drop(c);
                 counters.conns.fetch_sub(1, Ordering::Relaxed);
+                limit.release();
             }
         }
         if work > 0 {
@@ -1307,6 +1330,7 @@ fn server_loop(
         dispatch.closed(cid);
         drop(c);
         counters.conns.fetch_sub(1, Ordering::Relaxed);
+        limit.release();
     }
 }
 

@@ -273,6 +273,7 @@ impl TcpServer {
         Ok((
             TcpServerBuilder {
                 listener,
+                limit: Arc::default(),
                 wake_rx,
                 rx,
                 wake: wake.clone(),
@@ -312,6 +313,7 @@ impl Drop for TcpServer {
 /// A bound, not yet running [`TcpServer`].
 pub struct TcpServerBuilder {
     listener: TcpListener,
+    limit: Arc<super::limit::ClientLimit>,
     wake_rx: UnixStream,
     rx: Receiver<(ConnId, Vec<u8>, Vec<Vec<u8>>)>,
     wake: Arc<UnixStream>,
@@ -320,6 +322,13 @@ pub struct TcpServerBuilder {
 impl TcpServerBuilder {
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.listener.local_addr()
+    }
+
+    /// Bounds the connected clients by `limit` (shared with the RDMA server):
+    /// past it a new connection is closed at accept and counted.
+    pub fn with_limit(mut self, limit: Arc<super::limit::ClientLimit>) -> Self {
+        self.limit = limit;
+        self
     }
 
     /// Starts the network thread with `dispatch`.
@@ -346,6 +355,7 @@ fn net_loop(b: TcpServerBuilder, mut dispatch: impl Dispatch, stop: Arc<AtomicBo
         listener,
         mut wake_rx,
         rx,
+        limit,
         ..
     } = b;
     let mut conns: HashMap<ConnId, Conn> = HashMap::new();
@@ -390,7 +400,16 @@ fn net_loop(b: TcpServerBuilder, mut dispatch: impl Dispatch, stop: Arc<AtomicBo
         loop {
             match listener.accept() {
                 Ok((sock, peer)) => {
+                    if !limit.try_admit() {
+                        // closed at accept (dropped): the client sees EOF
+                        let n = limit.refused();
+                        if n.is_power_of_two() {
+                            warn!(%peer, max = limit.max(), refused = n, "object engine: client refused (max_clients reached)");
+                        }
+                        continue;
+                    }
                     if sock.set_nonblocking(true).is_err() {
+                        limit.release();
                         continue;
                     }
                     let _ = sock.set_nodelay(true);
@@ -457,6 +476,7 @@ fn net_loop(b: TcpServerBuilder, mut dispatch: impl Dispatch, stop: Arc<AtomicBo
                 debug!(peer = %c.peer, conn = id, "client connection closed");
                 let _ = c.sock.shutdown(std::net::Shutdown::Both);
                 dispatch.closed(*id);
+                limit.release();
             }
             !done
         });
@@ -464,6 +484,7 @@ fn net_loop(b: TcpServerBuilder, mut dispatch: impl Dispatch, stop: Arc<AtomicBo
     for (id, c) in conns.drain() {
         let _ = c.sock.shutdown(std::net::Shutdown::Both);
         dispatch.closed(id);
+        limit.release();
     }
 }
 
