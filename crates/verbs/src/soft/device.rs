@@ -110,6 +110,46 @@ impl Drop for Device {
                 let _ = h.join();
             }
         }
+        if self.sock.is_some() {
+            self.log_counters();
+        }
+    }
+}
+
+impl Device {
+    /// One `info` line (target `verbs::soft::counters`) with the device's packet
+    /// and drop counters and its QPs' totals (destroyed QPs included): what an
+    /// interop run under packet loss reports (`RUST_LOG=verbs::soft::counters=info`).
+    fn log_counters(&mut self) {
+        let Ok(g) = self.inner.get_mut() else { return };
+        let c = g.engine.counters;
+        let q = g.engine.qp_counter_totals();
+        let drops = c.drop_truncated
+            + c.drop_bad_opcode
+            + c.drop_bad_length
+            + c.drop_bad_version
+            + c.drop_bad_icrc
+            + c.drop_pkey
+            + c.drop_no_qp
+            + c.drop_qp_type
+            + c.drop_qp_state
+            + c.drop_qkey
+            + c.drop_src;
+        tracing::info!(
+            target: "verbs::soft::counters",
+            dev = %self.name,
+            tx_packets = c.tx_packets,
+            rx_packets = c.rx_packets,
+            rx_dropped = drops,
+            retransmits = q.retransmits,
+            timeouts = q.timeouts,
+            seq_naks_sent = q.seq_naks_sent,
+            seq_naks_rcvd = q.seq_naks_rcvd,
+            rnr_naks_sent = q.rnr_naks_sent,
+            rnr_naks_rcvd = q.rnr_naks_rcvd,
+            dup_requests = q.dup_requests,
+            "soft RoCE device closed"
+        );
     }
 }
 
