@@ -399,7 +399,10 @@ fn round(ip: &str, seed: u64, n: usize, cut: Cut, hold: Duration) -> Outcome {
         let (oid, key) = key_of(k);
         let invoke = start.elapsed();
         let res = kv_read(&mut dc, oid, &key);
-        assert!(res != Res::Fail, "seed {seed}: final read of key {k} failed");
+        assert!(
+            res != Res::Fail,
+            "seed {seed}: final read of key {k} failed"
+        );
         history.push(Op {
             client: usize::MAX,
             key: k,
@@ -456,8 +459,14 @@ fn round(ip: &str, seed: u64, n: usize, cut: Cut, hold: Duration) -> Outcome {
         .iter()
         .filter(|o| o.key == SVC_KEY && matches!(o.kind, Kind::Write(_)) && o.res == Res::Ok(None))
         .count();
-    assert!(out.writes_ok > 20, "seed {seed}: too few KV writes acknowledged");
-    assert!(svc_writes > 5, "seed {seed}: too few pool-service writes acknowledged");
+    assert!(
+        out.writes_ok > 20,
+        "seed {seed}: too few KV writes acknowledged"
+    );
+    assert!(
+        svc_writes > 5,
+        "seed {seed}: too few pool-service writes acknowledged"
+    );
     assert!(out.samples > 100, "seed {seed}: too few status samples");
     out
 }

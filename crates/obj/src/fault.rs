@@ -162,8 +162,14 @@ mod tests {
         assert!(!drops_to(1));
         assert_eq!(set(Rules::default()), Err(FaultError::Off));
         let addrs = BTreeMap::from([
-            (0, vec!["127.0.0.1:1".to_string(), "127.0.0.1:2".to_string()]),
-            (1, vec!["127.0.0.2:1".to_string(), "127.0.0.2:2".to_string()]),
+            (
+                0,
+                vec!["127.0.0.1:1".to_string(), "127.0.0.1:2".to_string()],
+            ),
+            (
+                1,
+                vec!["127.0.0.2:1".to_string(), "127.0.0.2:2".to_string()],
+            ),
         ]);
         install(addrs.clone()).unwrap();
         assert_eq!(install(addrs), Err(FaultError::Installed));

@@ -221,7 +221,11 @@ impl PoolSvcState {
                 let clock = self.session_clock;
                 if let Some(s) = self.sessions.get_mut(client) {
                     if *seq == s.seq {
-                        tracing::debug!(client, seq, "pool service: a retried request, answered again");
+                        tracing::debug!(
+                            client,
+                            seq,
+                            "pool service: a retried request, answered again"
+                        );
                         s.used = clock;
                         return Ok(s.reply.clone());
                     }

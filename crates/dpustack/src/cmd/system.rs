@@ -260,7 +260,10 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
             let ms = load(&dir)?;
             let c = svc_client(&ms)?.context("this system runs no pool service")?;
             let req = poolsvc::msg::ClientRequest::Faults { drop_to, drop_from };
-            match c.call_one(rank, req).map_err(|e| anyhow!("rank {rank}: {e}"))? {
+            match c
+                .call_one(rank, req)
+                .map_err(|e| anyhow!("rank {rank}: {e}"))?
+            {
                 poolsvc::msg::ClientReply::Status(s) => {
                     println!("rank {rank}: links set ({} t{})", s.role, s.term);
                     Ok(())

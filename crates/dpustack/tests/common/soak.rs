@@ -122,7 +122,6 @@ pub fn check(history: &[Op]) -> Vec<String> {
     bad
 }
 
-
 pub fn svc_client(ms: &[Member]) -> BlockingClient {
     let replicas = ms
         .iter()
@@ -158,7 +157,6 @@ pub fn dist_client(ms: &[Member]) -> Option<DistClient> {
         svc_map(&mut svc).ok_or_else(|| "no map from the pool service".to_string())
     })))
 }
-
 
 /// One client operation on a KV key: a put of `write`, or a get; recorded
 /// with its outcome (a failed put is indeterminate).
