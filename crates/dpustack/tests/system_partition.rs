@@ -40,7 +40,7 @@ use common::soak::*;
 use common::*;
 
 /// (OID low bits, replicas): two RP_2 and two RP_3 objects.
-const OBJS: [(u64, u32); 4] = [(1, 2), (2, 2), (3, 3), (4, 3)];
+const OBJS: [(u64, u8); 4] = [(1, 2), (2, 2), (3, 3), (4, 3)];
 const KEYS_PER_OBJ: usize = 3;
 const KV_KEYS: usize = OBJS.len() * KEYS_PER_OBJ;
 /// The history key of the pool-service register (a pool property).

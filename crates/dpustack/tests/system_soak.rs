@@ -98,7 +98,7 @@ fn checker_finds_what_it_must() {
 
 // ---------------------------------------------------------------- the soak
 
-fn kv_oid(lo: u64, replicas: u32) -> ObjectId {
+fn kv_oid(lo: u64, replicas: u8) -> ObjectId {
     let class = ObjClass {
         redundancy: Redundancy::Replicas(replicas),
         groups: 1,
@@ -109,7 +109,7 @@ fn kv_oid(lo: u64, replicas: u32) -> ObjectId {
 const OBJS: usize = 2;
 const KEYS_PER_OBJ: usize = 6;
 
-fn key_of(k: usize, replicas: u32) -> (ObjectId, Vec<u8>) {
+fn key_of(k: usize, replicas: u8) -> (ObjectId, Vec<u8>) {
     (
         kv_oid(1 + (k % OBJS) as u64, replicas),
         format!("key{}", k / OBJS).into_bytes(),
@@ -132,7 +132,7 @@ struct Round {
 #[derive(Debug, Clone, Copy)]
 struct Setup {
     engines: usize,
-    replicas: u32,
+    replicas: u8,
     max_down: usize,
 }
 
