@@ -370,3 +370,112 @@ fn rp2_rebuild_restores_redundancy_and_the_killed_engine_is_reintegrated() {
     }
     let _ = run(&dir, &["stop"]);
 }
+
+/// A DOWN engine that answers again comes back without waiting for
+/// EXCLUDED (which never comes here: `--exclude-after-ms 0`): DOWN → UP
+/// (its data re-pulled: writes made while it was DOWN went to the spare)
+/// → UP-IN, with the values written while it was out.
+#[test]
+fn down_engine_that_answers_again_returns_to_up_in() {
+    let dir = std::env::temp_dir().join(format!("dpustack-system-down-up-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut g = Guard(dir.clone(), Vec::new());
+    let ip = "127.0.0.97";
+    let port = free_port(ip).to_string();
+    let svc_port = free_port(ip).to_string();
+    ok(
+        &dir,
+        &[
+            "start",
+            "--engines",
+            "3",
+            "--first-ip",
+            ip,
+            "--port",
+            &port,
+            "--svc-port",
+            &svc_port,
+            "--exclude-after-ms",
+            "0",
+        ],
+    );
+    ok(&dir, &["create", "dp", "dc", "64M", "--class", "RP_2"]);
+    let ms = members(&dir);
+    let addrs: Vec<String> = ms.iter().map(|m| m.addr.clone()).collect();
+    let svc: BTreeMap<u64, String> = ms
+        .iter()
+        .enumerate()
+        .map(|(r, m)| (r as u64, m.svc.clone()))
+        .collect();
+    let mut c = BlockingClient::new(svc.clone()).unwrap();
+    c.inner.rpc_timeout = Duration::from_millis(300);
+    let (nobj, nkeys) = (10u64, 60usize);
+    let mut want: BTreeMap<(u64, usize), Vec<u8>> = BTreeMap::new();
+    let mut dc = dist(&addrs, &svc, pool(&mut c).map());
+    for k in 0..nkeys {
+        let o = k as u64 % nobj;
+        let v = value(o, k, 0, 64);
+        dc.kv_put(oid(o), format!("key{k}").as_bytes(), &v).unwrap();
+        want.insert((o, k), v);
+    }
+    let leader = c
+        .statuses()
+        .into_values()
+        .filter_map(|s| s.ok())
+        .find(|s| s.role == "leader")
+        .expect("a leader")
+        .id as usize;
+    let victim = (leader + 1) % 3;
+    let pid = ms[victim].pid;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let args: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    assert!(Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let p = wait_for(&mut c, 10, "victim DOWN", |p| {
+        p.map().target(victim as u32).unwrap().state == TargetState::Down
+    });
+    // written while it is DOWN: to the survivor and the spare
+    let mut dc = dist(&addrs, &svc, p.map());
+    for k in (0..nkeys).step_by(2) {
+        let o = k as u64 % nobj;
+        let v = value(o, k, 1, 64);
+        dc.kv_put(oid(o), format!("key{k}").as_bytes(), &v).unwrap();
+        want.insert((o, k), v);
+    }
+    let t_restart = Instant::now();
+    let log = std::fs::File::create(dir.join(format!("engine{victim}.restart.log"))).unwrap();
+    g.1.push(
+        Command::new(&args[0])
+            .args(&args[1..])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let p = wait_for(&mut c, 20, "DOWN engine back UP-IN", |p| {
+        p.rebuild.kind == "reintegrate"
+            && p.rebuild.state == "done"
+            && p.map().target(victim as u32).unwrap().state == TargetState::UpIn
+    });
+    let back = t_restart.elapsed();
+    println!(
+        "DOWN -> UP-IN: restart -> UP-IN and refilled in {} ms ({} values copied, pass {})",
+        back.as_millis(),
+        p.rebuild.recs_copied,
+        p.rebuild.pass
+    );
+    assert_eq!(p.rebuild.pass, 2, "{:?}", p.rebuild);
+    // never EXCLUDED: map versions 1 (create), 2 (DOWN), 3 (UP), 4 (UP-IN)
+    assert_eq!(p.map().version(), 4, "{:?}", p.map().targets());
+    // every replica (the returning engine included) has the newest values
+    check_redundancy(&addrs, &p.map(), &want);
+    let _ = run(&dir, &["stop"]);
+}

@@ -1,5 +1,5 @@
-//! A bounded Jepsen-style soak of replicated (RP_2, DTX) KV updates: three
-//! engine processes (`dpustack system start`, each with a pool-service
+//! A bounded Jepsen-style soak of replicated (RP_2/RP_3, DTX) KV updates:
+//! three or five engine processes (`dpustack system start`, each with a pool-service
 //! replica), several client threads writing unique values and reading keys
 //! while engines are killed with SIGKILL and restarted; every operation is
 //! recorded (invoke / ok / fail / info, with values and times), then checked
@@ -17,139 +17,32 @@
 //! Failed or timed-out writes are `info` (indeterminate: a DTX whose reply
 //! was lost may have committed), never `fail`.
 //!
-//! Kills: the first kill hits a random engine under load (a DTX leader or
-//! follower with transactions in flight); the pool service marks it DOWN;
-//! it is restarted (its data is stale and, without reintegration, it stays
-//! DOWN). Later kills hit engines already DOWN (a restarted one: the pool
-//! service's replicas and the clients' refusals are exercised). Killing a
-//! second serving engine would lose RP_2 data that only rebuild restores
-//! (not built yet).
+//! Kills: at random times under load (DTX leaders and followers with
+//! transactions in flight), a serving engine is killed while fewer than
+//! `max_down` engines are out (dead, or not yet UP-IN again), else a dead
+//! one is restarted (same command line) — maybe while another is down. The
+//! pool service marks a killed engine DOWN; a restarted one answers again
+//! and is reintegrated (DOWN → UP, its data re-pulled, → UP-IN). Setups:
+//! 3 engines with RP_2 keys, one out at a time; 5 engines with RP_3 keys,
+//! two out at a time (the second killed 0.2–1 s after the first is DOWN, so
+//! no transaction in flight loses two participants at once: DTX prepared
+//! entries are in memory only, see docs/obj-dist.md).
 //!
-//! `cargo test -p dpustack --test system_soak` (~20 s); the ignored
-//! `soak_long` repeats rounds for `SOAK_SECS` seconds (default 120).
+//! `cargo test -p dpustack --test system_soak` (~40 s: both setups); the
+//! ignored `soak_long` repeats rounds (alternating the setups) for
+//! `SOAK_SECS` seconds (default 120).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use obj::dist::DistClient;
-use obj::membership::DetectorConfig;
-use obj::placement::PoolMap;
 use obj::types::{ObjClass, ObjType, ObjectId, Redundancy};
-use poolsvc::client::BlockingClient;
 
 mod common;
+use common::soak::*;
 use common::*;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Kind {
-    Write(String),
-    Read,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Res {
-    /// A write acknowledged, or a read with what it returned (`None`: the
-    /// initial value, no value).
-    Ok(Option<String>),
-    /// Definitely had no effect (reads only here).
-    Fail,
-    /// Indeterminate (a write whose outcome is unknown).
-    Info,
-}
-
-#[derive(Debug, Clone)]
-struct Op {
-    client: usize,
-    key: usize,
-    kind: Kind,
-    invoke: Duration,
-    complete: Duration,
-    res: Res,
-}
-
-/// Checks a history (see the module doc); returns the violations.
-fn check(history: &[Op]) -> Vec<String> {
-    let mut bad = Vec::new();
-    let mut by_key: BTreeMap<usize, Vec<&Op>> = BTreeMap::new();
-    for o in history {
-        by_key.entry(o.key).or_default().push(o);
-    }
-    for (key, ops) in by_key {
-        // value -> its write (values are unique)
-        let mut writes: HashMap<&str, &Op> = HashMap::new();
-        for o in &ops {
-            if let Kind::Write(v) = &o.kind {
-                assert!(writes.insert(v, o).is_none(), "value {v} written twice");
-            }
-        }
-        // when a write's effect is certainly over: its completion if
-        // acknowledged, never if indeterminate
-        let done = |w: &Op| match w.res {
-            Res::Ok(_) => Some(w.complete),
-            _ => None,
-        };
-        // whether an acknowledged write definitely replaced `v` (none: the
-        // initial value) before `t`
-        let replaced_before = |v: Option<&str>, t: Duration| -> Option<String> {
-            let vw = v.and_then(|v| writes.get(v));
-            ops.iter()
-                .filter(|w| matches!(w.kind, Kind::Write(_)) && w.res == Res::Ok(None))
-                .find(|w2| {
-                    w2.complete < t
-                        && match vw {
-                            None => true,
-                            Some(vw) => done(vw).is_some_and(|c| c < w2.invoke),
-                        }
-                })
-                .map(|w2| format!("{:?} (acked at {:?})", w2.kind, w2.complete))
-        };
-        for r in ops.iter().filter(|o| o.kind == Kind::Read) {
-            let Res::Ok(v) = &r.res else { continue };
-            if let Some(v) = v {
-                match writes.get(v.as_str()) {
-                    None => bad.push(format!("key {key}: read {v:?} never written: {r:?}")),
-                    Some(w) if w.invoke > r.complete => bad.push(format!(
-                        "key {key}: read {v:?} before its write was invoked: {r:?}"
-                    )),
-                    _ => {}
-                }
-            }
-            if let Some(w2) = replaced_before(v.as_deref(), r.invoke) {
-                bad.push(format!(
-                    "key {key}: stale read {v:?} by client {} at {:?}: {w2} replaced it before",
-                    r.client, r.invoke
-                ));
-            }
-        }
-        // monotonic reads per client
-        let mut last: HashMap<usize, &Op> = HashMap::new();
-        let mut reads: Vec<&&Op> = ops.iter().filter(|o| o.kind == Kind::Read).collect();
-        reads.sort_by_key(|o| o.invoke);
-        for r in reads {
-            let Res::Ok(Some(v)) = &r.res else { continue };
-            let Some(w) = writes.get(v.as_str()) else {
-                continue;
-            };
-            if let Some(prev) = last.get(&r.client) {
-                if let Res::Ok(Some(pv)) = &prev.res {
-                    if let Some(pw) = writes.get(pv.as_str()) {
-                        if done(w).is_some_and(|c| c < pw.invoke) {
-                            bad.push(format!(
-                                "key {key}: client {} read {pv:?} then older {v:?}",
-                                r.client
-                            ));
-                        }
-                    }
-                }
-            }
-            last.insert(r.client, r);
-        }
-    }
-    bad
-}
 
 #[test]
 fn checker_finds_what_it_must() {
@@ -205,9 +98,9 @@ fn checker_finds_what_it_must() {
 
 // ---------------------------------------------------------------- the soak
 
-fn kv_oid(lo: u64) -> ObjectId {
+fn kv_oid(lo: u64, replicas: u8) -> ObjectId {
     let class = ObjClass {
-        redundancy: Redundancy::Replicas(2),
+        redundancy: Redundancy::Replicas(replicas),
         groups: 1,
     };
     ObjectId::generate(0, lo, ObjType::KvHashed, class).unwrap()
@@ -216,47 +109,11 @@ fn kv_oid(lo: u64) -> ObjectId {
 const OBJS: usize = 2;
 const KEYS_PER_OBJ: usize = 6;
 
-fn key_of(k: usize) -> (ObjectId, Vec<u8>) {
+fn key_of(k: usize, replicas: u8) -> (ObjectId, Vec<u8>) {
     (
-        kv_oid(1 + (k % OBJS) as u64),
+        kv_oid(1 + (k % OBJS) as u64, replicas),
         format!("key{}", k / OBJS).into_bytes(),
     )
-}
-
-fn svc_client(ms: &[Member]) -> BlockingClient {
-    let replicas = ms
-        .iter()
-        .enumerate()
-        .map(|(r, m)| (r as u64, m.svc.clone()))
-        .collect();
-    let mut c = BlockingClient::new(replicas).unwrap();
-    c.inner.rpc_timeout = Duration::from_millis(500);
-    c.inner.backoff = Duration::from_millis(20);
-    c
-}
-
-fn svc_map(c: &mut BlockingClient) -> Option<PoolMap> {
-    c.read().ok()?.pools.get("dp").map(|p| p.map())
-}
-
-fn dist_client(ms: &[Member]) -> Option<DistClient> {
-    let addrs: Vec<String> = ms.iter().map(|m| m.addr.clone()).collect();
-    let mut svc = svc_client(ms);
-    let map = svc_map(&mut svc)?;
-    let dc = DistClient::connect_with_map(
-        &addrs,
-        "dp",
-        "dc",
-        Duration::from_secs(3),
-        DetectorConfig::default(),
-        Some(map),
-    )
-    .ok()?;
-    // reads from any replica (not always the leader): followers' held keys
-    // are exercised
-    Some(dc.with_read_spread(true).with_map_source(Box::new(move || {
-        svc_map(&mut svc).ok_or_else(|| "no map from the pool service".to_string())
-    })))
 }
 
 struct Round {
@@ -270,7 +127,27 @@ struct Round {
 
 /// One soak round: a fresh 3-engine system, `load` of client traffic with
 /// kills, final reads, the check. `ip`: the first engine's address.
-fn round(ip: &str, seed: u64, load: Duration, clients: usize) -> Round {
+/// A soak round's system: engines, replicas per key (RP_n), and how many
+/// engines may be out at once (dead or reintegrating; at most n - 1).
+#[derive(Debug, Clone, Copy)]
+struct Setup {
+    engines: usize,
+    replicas: u8,
+    max_down: usize,
+}
+
+const THREE_RP2: Setup = Setup {
+    engines: 3,
+    replicas: 2,
+    max_down: 1,
+};
+const FIVE_RP3: Setup = Setup {
+    engines: 5,
+    replicas: 3,
+    max_down: 2,
+};
+
+fn round(ip: &str, seed: u64, load: Duration, clients: usize, setup: Setup) -> Round {
     let dir = std::env::temp_dir().join(format!(
         "dpustack-system-soak-{}-{seed}",
         std::process::id()
@@ -284,7 +161,7 @@ fn round(ip: &str, seed: u64, load: Duration, clients: usize) -> Round {
         &[
             "start",
             "--engines",
-            "3",
+            &setup.engines.to_string(),
             "--first-ip",
             ip,
             "--port",
@@ -316,28 +193,13 @@ fn round(ip: &str, seed: u64, load: Duration, clients: usize) -> Round {
             let mut n = 0;
             while !stop.load(Ordering::Relaxed) {
                 let k = (rnd() % (OBJS * KEYS_PER_OBJ) as u64) as usize;
-                let (oid, key) = key_of(k);
+                let (oid, key) = key_of(k, setup.replicas);
                 let invoke = start.elapsed();
-                let (kind, res) = if rnd() % 2 == 0 {
+                let write = (rnd() % 2 == 0).then(|| {
                     n += 1;
-                    let v = format!("c{c}-{n}");
-                    let res = match dc.kv_put(oid, &key, v.as_bytes()) {
-                        Ok(_) => Res::Ok(None),
-                        Err(_) => Res::Info,
-                    };
-                    (Kind::Write(v), res)
-                } else {
-                    let res = match dc.kv_get(oid, &key) {
-                        Ok(v) => Res::Ok(Some(String::from_utf8(v).unwrap())),
-                        Err(obj::dist::Error::Engine { source, .. })
-                            if source.status() == Some(obj::rpc::Status::NonExist) =>
-                        {
-                            Res::Ok(None)
-                        }
-                        Err(_) => Res::Fail,
-                    };
-                    (Kind::Read, res)
-                };
+                    format!("c{c}-{n}")
+                });
+                let (kind, res) = kv_op(&mut dc, oid, &key, write);
                 let op = Op {
                     client: c,
                     key: k,
@@ -351,7 +213,9 @@ fn round(ip: &str, seed: u64, load: Duration, clients: usize) -> Round {
         }));
     }
 
-    // the killer
+    // the killer: kills a serving engine while fewer than `max_down` are
+    // out (dead, or not UP-IN in the map: a restarted engine is reintegrated
+    // first), else restarts a dead one (maybe while another is down)
     let mut x = seed | 1;
     let mut rnd = move |n: u64| {
         x ^= x << 13;
@@ -362,30 +226,72 @@ fn round(ip: &str, seed: u64, load: Duration, clients: usize) -> Round {
     let mut kills = Vec::new();
     let mut svc = svc_client(&ms);
     let mut pids: Vec<i32> = ms.iter().map(|m| m.pid).collect();
-    let mut down: Option<usize> = None;
-    let mut next_kill = load / 5 + Duration::from_millis(rnd(500));
+    let mut cmdlines: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+    let mut dead: BTreeSet<usize> = BTreeSet::new();
+    let mut next_event = load / 5 + Duration::from_millis(rnd(500));
     while start.elapsed() < load {
-        if start.elapsed() < next_kill {
+        if start.elapsed() < next_event {
             std::thread::sleep(Duration::from_millis(20));
             continue;
         }
-        let victim = down.unwrap_or(rnd(3) as usize);
-        let pid = pids[victim];
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
+        next_event = start.elapsed() + load / 6 + Duration::from_millis(rnd(1000));
+        let Some(map) = svc_map(&mut svc) else {
+            continue;
+        };
+        let out: BTreeSet<usize> = (0..setup.engines)
+            .filter(|r| dead.contains(r) || !map.target(*r as u32).unwrap().state.is_serving())
             .collect();
         let t = start.elapsed();
+        if !dead.is_empty() && (out.len() >= setup.max_down || rnd(2) == 0) {
+            // restart a dead engine (same command line)
+            let dv: Vec<usize> = dead.iter().copied().collect();
+            let victim = dv[rnd(dv.len() as u64) as usize];
+            let args = &cmdlines[&victim];
+            let log = std::fs::File::create(
+                dir.join(format!("engine{victim}.restart{}.log", kills.len())),
+            )
+            .unwrap();
+            let child = Command::new(&args[0])
+                .args(&args[1..])
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap();
+            pids[victim] = child.id() as i32;
+            g.1.push(child);
+            dead.remove(&victim);
+            kills.push(format!(
+                "rank {victim} restarted at {:.1} s ({} other(s) dead)",
+                t.as_secs_f64(),
+                dead.len()
+            ));
+            continue;
+        }
+        if out.len() >= setup.max_down {
+            continue; // wait for reintegration
+        }
+        let serving: Vec<usize> = (0..setup.engines).filter(|r| !out.contains(r)).collect();
+        let victim = serving[rnd(serving.len() as u64) as usize];
+        let pid = pids[victim];
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+        cmdlines.insert(
+            victim,
+            cmdline
+                .split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect(),
+        );
         assert!(Command::new("kill")
             .args(["-9", &pid.to_string()])
             .status()
             .unwrap()
             .success());
-        // the pool service marks it DOWN (the first time)
+        dead.insert(victim);
+        // the pool service marks it DOWN
         let t0 = Instant::now();
-        while down.is_none() {
+        loop {
             if let Some(m) = svc_map(&mut svc) {
                 if !m.target(victim as u32).unwrap().state.is_serving() {
                     break;
@@ -397,32 +303,13 @@ fn round(ip: &str, seed: u64, load: Duration, clients: usize) -> Round {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        let detected = t0.elapsed();
-        std::thread::sleep(Duration::from_millis(200 + rnd(500)));
-        let log =
-            std::fs::File::create(dir.join(format!("engine{victim}.restart{}.log", kills.len())))
-                .unwrap();
-        let child = Command::new(&args[0])
-            .args(&args[1..])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        pids[victim] = child.id() as i32;
-        g.1.push(child);
         kills.push(format!(
-            "rank {victim} killed at {:.1} s ({}), DOWN after {:.0} ms, restarted",
+            "rank {victim} killed at {:.1} s ({} other(s) out), DOWN after {:.0} ms",
             t.as_secs_f64(),
-            if down.is_none() {
-                "serving"
-            } else {
-                "already DOWN"
-            },
-            detected.as_secs_f64() * 1e3
+            out.len(),
+            t0.elapsed().as_secs_f64() * 1e3
         ));
-        down = Some(victim);
-        next_kill = start.elapsed() + load / 4 + Duration::from_millis(rnd(1000));
+        next_event = start.elapsed() + Duration::from_millis(200 + rnd(800));
     }
     stop.store(true, Ordering::Relaxed);
     for t in threads {
@@ -432,17 +319,12 @@ fn round(ip: &str, seed: u64, load: Duration, clients: usize) -> Round {
     let mut dc = dist_client(&members(&dir)).expect("final client");
     let mut history = std::mem::take(&mut *history.lock().unwrap());
     for k in 0..OBJS * KEYS_PER_OBJ {
-        let (oid, key) = key_of(k);
+        let (oid, key) = key_of(k, setup.replicas);
         let invoke = start.elapsed();
-        let res = match dc.kv_get(oid, &key) {
-            Ok(v) => Res::Ok(Some(String::from_utf8(v).unwrap())),
-            Err(obj::dist::Error::Engine { source, .. })
-                if source.status() == Some(obj::rpc::Status::NonExist) =>
-            {
-                Res::Ok(None)
-            }
-            Err(e) => panic!("final read of key {k}: {e}"),
-        };
+        let res = kv_read(&mut dc, oid, &key);
+        if res == Res::Fail {
+            panic!("final read of key {k} failed");
+        }
         history.push(Op {
             client: usize::MAX,
             key: k,
@@ -502,7 +384,20 @@ fn soak_rp2_dtx_with_kills() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
-    let r = round("127.0.0.110", seed, Duration::from_secs(10), 3);
+    let r = round("127.0.0.110", seed, Duration::from_secs(10), 3, THREE_RP2);
+    report(seed, &r);
+}
+
+/// Five engines, RP_3 keys: up to two engines out at once (killed one after
+/// the other, the second while the first is down or reintegrating), dead
+/// ones restarted while another is down.
+#[test]
+fn soak_rp3_five_engines_two_down() {
+    let seed = std::env::var("SOAK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let r = round("127.0.0.150", seed, Duration::from_secs(12), 3, FIVE_RP3);
     report(seed, &r);
 }
 
@@ -514,10 +409,16 @@ fn soak_long() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(120);
     let t = Instant::now();
-    let mut seed = 100;
+    let mut seed: u64 = std::env::var("SOAK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100);
     while t.elapsed() < Duration::from_secs(secs) {
         seed += 1;
-        let r = round("127.0.0.120", seed, Duration::from_secs(15), 4);
+        // alternate: 3 engines RP_2 one out; 5 engines RP_3 two out
+        let setup = if seed % 2 == 0 { THREE_RP2 } else { FIVE_RP3 };
+        let r = round("127.0.0.120", seed, Duration::from_secs(15), 4, setup);
+        eprint!("{setup:?} ");
         report(seed, &r);
     }
 }

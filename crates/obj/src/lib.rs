@@ -16,6 +16,7 @@ pub const IMPLEMENTED: bool = true;
 pub mod client;
 pub mod dist;
 pub mod engine;
+pub mod fault;
 pub mod membership;
 pub mod placement;
 pub mod rebuild;

@@ -1,10 +1,12 @@
 //! A pool-service client: asks the leader it knows, follows redirects, tries
 //! the other replicas when one does not answer, until a deadline.
 //!
-//! Not done: client sessions (DAOS's and Raft's request dedup). A write whose
-//! answer is lost is retried and may apply twice; the pool-map commands are
-//! idempotent in effect (a second identical state change is a no-op, a second
-//! create is refused), a second `OpenHandle` opens a second handle.
+//! Client sessions (Raft thesis §6.3): every write is sent as
+//! [`Command::Session`] with this client's random id and the next sequence
+//! number, the same on every retry, so a write whose answer was lost (a
+//! leader killed mid-request) and that is retried at the next leader is
+//! applied once — a retried `OpenHandle` does not open a second handle.
+//! One write at a time per client (`&mut self`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -25,6 +27,8 @@ pub struct PoolClient<T> {
     pub deadline: Duration,
     /// Pause before trying again when no leader is known.
     pub backoff: Duration,
+    /// (client id, last sequence number) when writes go in sessions.
+    session: Option<(u64, u64)>,
 }
 
 /// Which replica served a request, and after how many tries.
@@ -43,7 +47,14 @@ impl<T: Transport> PoolClient<T> {
             rpc_timeout: Duration::from_secs(2),
             deadline: Duration::from_secs(15),
             backoff: Duration::from_millis(50),
+            session: Some((session_id(), 0)),
         }
+    }
+
+    /// Writes without a session (each retry may apply again): tests.
+    pub fn without_session(mut self) -> Self {
+        self.session = None;
+        self
     }
 
     /// The leader this client last heard of.
@@ -119,6 +130,17 @@ impl<T: Transport> PoolClient<T> {
 
     /// Replicate `cmd`; its reply once committed and applied.
     pub async fn write(&mut self, cmd: Command) -> Result<Reply, SvcError> {
+        let cmd = match &mut self.session {
+            Some((client, seq)) => {
+                *seq += 1;
+                Command::Session {
+                    client: *client,
+                    seq: *seq,
+                    cmd: Box::new(cmd),
+                }
+            }
+            None => cmd,
+        };
         match self.request(ClientRequest::Write(cmd)).await? {
             (ClientReply::Applied { reply, .. }, _) => Ok(reply),
             (r, _) => Err(SvcError::Wire(format!("unexpected reply {r:?}"))),
@@ -130,6 +152,22 @@ impl<T: Transport> PoolClient<T> {
         match self.request(ClientRequest::Read).await? {
             (ClientReply::State(s), _) => Ok(s),
             (r, _) => Err(SvcError::Wire(format!("unexpected reply {r:?}"))),
+        }
+    }
+
+    /// Send `req` to replica `id` only (no redirects, no retries).
+    pub async fn call_one(&self, id: NodeId, req: ClientRequest) -> Result<ClientReply, String> {
+        let addr = self
+            .replicas
+            .get(&id)
+            .ok_or_else(|| format!("no replica {id}"))?;
+        match self
+            .transport
+            .call(CLIENT, id, addr, Rpc::Client(req), self.rpc_timeout)
+            .await?
+        {
+            RpcReply::Client(r) => Ok(r),
+            other => Err(format!("unexpected reply {other:?}")),
         }
     }
 
@@ -192,4 +230,21 @@ impl BlockingClient {
     pub fn statuses(&self) -> BTreeMap<NodeId, Result<crate::msg::Status, String>> {
         self.rt.block_on(self.inner.statuses())
     }
+
+    pub fn call_one(&self, id: NodeId, req: ClientRequest) -> Result<ClientReply, String> {
+        self.rt.block_on(self.inner.call_one(id, req))
+    }
+}
+
+/// A random client id (std's per-process random hash keys, the clock, the pid).
+fn session_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
 }

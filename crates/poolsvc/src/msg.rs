@@ -41,6 +41,13 @@ pub enum ClientRequest {
     Read,
     /// The replica's own view (any replica).
     Status,
+    /// Fault injection (tests): replace this engine's cut links
+    /// ([`obj::fault`]); refused unless the engine runs with it on.
+    /// Answered with the replica's status.
+    Faults {
+        drop_to: Vec<NodeId>,
+        drop_from: Vec<NodeId>,
+    },
 }
 
 /// A replica's view of the group.

@@ -216,12 +216,17 @@ impl TcpTransport {
 impl Transport for TcpTransport {
     async fn call(
         &self,
-        _from: NodeId,
-        _to: NodeId,
+        from: NodeId,
+        to: NodeId,
         addr: &str,
         rpc: Rpc,
         timeout: Duration,
     ) -> Result<RpcReply, String> {
+        if from != CLIENT && obj::fault::drops_to(to) {
+            // a cut link (fault injection, obj::fault): the message is lost
+            tokio::time::sleep(timeout).await;
+            return Err(format!("{addr}: timed out after {timeout:?} (link cut)"));
+        }
         let body = serde_json::to_vec(&rpc).map_err(|e| e.to_string())?;
         match tokio::time::timeout(timeout, self.exchange(addr, &body)).await {
             Ok(r) => r,

@@ -191,6 +191,10 @@ impl Drop for Replica {
 
 /// Probe one engine (an object-RPC ping on a fresh connection).
 fn ping_engine(addr: &str, timeout: Duration) -> bool {
+    if obj::fault::drops_to_addr(addr) {
+        std::thread::sleep(timeout); // a cut link (fault injection): no answer
+        return false;
+    }
     match obj::client::Client::connect_with(addr, timeout) {
         Ok(c) => c.ping(None).and_then(|p| p.get()).is_ok(),
         Err(_) => false,

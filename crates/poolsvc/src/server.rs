@@ -39,7 +39,17 @@ pub async fn serve_tcp(listener: TcpListener, svc: PoolService) {
                         return;
                     }
                 };
+                // fault injection (obj::fault): a request from a cut peer
+                // is lost; one to a peer we must not send to is applied and
+                // its answer lost
+                let from = sender(&rpc);
+                if from.is_some_and(obj::fault::drops_from) {
+                    return;
+                }
                 let reply = svc.handle(rpc).await;
+                if from.is_some_and(obj::fault::drops_to) {
+                    return;
+                }
                 let out = match serde_json::to_vec(&reply) {
                     Ok(o) => o,
                     Err(e) => {
@@ -52,5 +62,15 @@ pub async fn serve_tcp(listener: TcpListener, svc: PoolService) {
                 }
             }
         });
+    }
+}
+
+/// The replica that sent a Raft message (its vote names it); `None` for clients.
+fn sender(rpc: &Rpc) -> Option<crate::NodeId> {
+    match rpc {
+        Rpc::Append(r) => r.vote.leader_id().voted_for(),
+        Rpc::Vote(r) => r.vote.leader_id().voted_for(),
+        Rpc::Snapshot(r) => r.vote.leader_id().voted_for(),
+        Rpc::Client(_) => None,
     }
 }

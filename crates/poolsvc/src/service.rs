@@ -120,6 +120,15 @@ impl PoolService {
                 Err(e) => ClientReply::Error(e.to_string()),
             },
             ClientRequest::Status => ClientReply::Status(self.status()),
+            ClientRequest::Faults { drop_to, drop_from } => {
+                match obj::fault::set(obj::fault::Rules {
+                    drop_to: drop_to.into_iter().collect(),
+                    drop_from: drop_from.into_iter().collect(),
+                }) {
+                    Ok(()) => ClientReply::Status(self.status()),
+                    Err(e) => ClientReply::Error(e.to_string()),
+                }
+            }
         }
     }
 

@@ -59,6 +59,29 @@ pub enum Command {
         key: String,
         value: String,
     },
+    /// `cmd` sent by client `client` as its request number `seq` (client
+    /// sessions, Raft thesis §6.3): applied once; the same `seq` again (a
+    /// retry after a lost answer, maybe to a new leader) answers the reply
+    /// recorded the first time and changes nothing; an older `seq` is
+    /// refused. One request at a time per client.
+    Session {
+        client: u64,
+        seq: u64,
+        cmd: Box<Command>,
+    },
+}
+
+/// The most client sessions kept; beyond, the least recently used is
+/// forgotten (a retry of its last request would apply again).
+pub const MAX_SESSIONS: usize = 1024;
+
+/// A client's session: its last request and the reply it got.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Session {
+    pub seq: u64,
+    pub reply: Reply,
+    /// `session_clock` when last used (for eviction).
+    pub used: u64,
 }
 
 /// Where a pool's rebuild stands (DAOS's rebuild status in `pool query`).
@@ -154,6 +177,12 @@ pub struct PoolSvcState {
     pub pools: BTreeMap<String, Pool>,
     /// Next handle id (handles are numbered by the log, the same on every replica).
     pub next_handle: u64,
+    /// Client sessions by client id (see [`Command::Session`]).
+    #[serde(default)]
+    pub sessions: BTreeMap<u64, Session>,
+    /// Counts session requests (an order for eviction, the same everywhere).
+    #[serde(default)]
+    pub session_clock: u64,
 }
 
 /// Parse a state name as `pool query` prints it.
@@ -184,6 +213,49 @@ impl PoolSvcState {
 
     fn try_apply(&mut self, cmd: &Command) -> Result<Reply, String> {
         match cmd {
+            Command::Session { client, seq, cmd } => {
+                if matches!(**cmd, Command::Session { .. }) {
+                    return Err("nested session".into());
+                }
+                self.session_clock += 1;
+                let clock = self.session_clock;
+                if let Some(s) = self.sessions.get_mut(client) {
+                    if *seq == s.seq {
+                        tracing::debug!(
+                            client,
+                            seq,
+                            "pool service: a retried request, answered again"
+                        );
+                        s.used = clock;
+                        return Ok(s.reply.clone());
+                    }
+                    if *seq < s.seq {
+                        return Err(format!(
+                            "request {seq} of client {client:#x} is older than its last ({})",
+                            s.seq
+                        ));
+                    }
+                } else if self.sessions.len() >= MAX_SESSIONS {
+                    if let Some(old) = self
+                        .sessions
+                        .iter()
+                        .min_by_key(|(_, s)| s.used)
+                        .map(|(c, _)| *c)
+                    {
+                        self.sessions.remove(&old);
+                    }
+                }
+                let reply = self.apply(cmd);
+                self.sessions.insert(
+                    *client,
+                    Session {
+                        seq: *seq,
+                        reply: reply.clone(),
+                        used: clock,
+                    },
+                );
+                Ok(reply)
+            }
             Command::CreatePool {
                 pool,
                 domains,
@@ -352,5 +424,56 @@ mod tests {
         assert_eq!(s.apply(&close), Reply::Done);
         assert!(matches!(s.apply(&close), Reply::Refused(_)));
         assert_eq!(s.pools["p"].handles.len(), 1);
+    }
+
+    #[test]
+    fn sessions_apply_a_request_once() {
+        let mut s = PoolSvcState::default();
+        s.apply(&Command::CreatePool {
+            pool: "p".into(),
+            domains: 1,
+            per_domain: 1,
+        });
+        let open = |client, seq| Command::Session {
+            client,
+            seq,
+            cmd: Box::new(Command::OpenHandle {
+                pool: "p".into(),
+                client: format!("c{client}"),
+            }),
+        };
+        assert_eq!(s.apply(&open(7, 1)), Reply::Handle(1));
+        // the retry: the same answer, no second handle
+        assert_eq!(s.apply(&open(7, 1)), Reply::Handle(1));
+        assert_eq!(s.pools["p"].handles.len(), 1);
+        assert_eq!(s.apply(&open(8, 1)), Reply::Handle(2));
+        assert_eq!(s.apply(&open(7, 2)), Reply::Handle(3));
+        assert!(matches!(s.apply(&open(7, 1)), Reply::Refused(_)));
+        assert_eq!(s.pools["p"].handles.len(), 3);
+        // a refused command's answer is recorded too
+        let bad = Command::Session {
+            client: 9,
+            seq: 1,
+            cmd: Box::new(Command::CloseHandle {
+                pool: "p".into(),
+                handle: 99,
+            }),
+        };
+        assert!(matches!(s.apply(&bad), Reply::Refused(_)));
+        assert_eq!(s.apply(&bad), s.sessions[&9].reply);
+        assert!(matches!(
+            s.apply(&Command::Session {
+                client: 1,
+                seq: 1,
+                cmd: Box::new(open(1, 1))
+            }),
+            Reply::Refused(_)
+        ));
+        // bounded: the least recently used session goes
+        for c in 100..100 + MAX_SESSIONS as u64 {
+            s.apply(&open(c, 1));
+        }
+        assert_eq!(s.sessions.len(), MAX_SESSIONS);
+        assert!(!s.sessions.contains_key(&7) && s.sessions.contains_key(&100));
     }
 }

@@ -478,3 +478,75 @@ async fn partition_never_two_leaders_in_a_term_nor_lost_acks() {
         }
     }
 }
+
+/// Client sessions: an `OpenHandle` applied by the leader whose answer is
+/// lost, the leader killed, the client's retry served by the next leader →
+/// one handle (the retry answered with the first reply). Without a session
+/// (the same run, `without_session`) the retry opens a second handle: the
+/// test sees the difference.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn retried_open_handle_after_leader_kill_opens_one_handle() {
+    for seed in seeds() {
+        for session in [true, false] {
+            let mut cl = Cluster::new(3, seed, 0.0).await;
+            let l0 = cl
+                .wait_leader(Duration::from_secs(5))
+                .await
+                .expect("first leader");
+            let mut client = cl.client();
+            if !session {
+                client = client.without_session();
+            }
+            client
+                .write(Command::CreatePool {
+                    pool: "p".into(),
+                    domains: 3,
+                    per_domain: 1,
+                })
+                .await
+                .unwrap();
+            // the leader's answers to the client are lost from now on
+            cl.net
+                .0
+                .lock()
+                .unwrap()
+                .cut
+                .insert((l0, poolsvc::net::CLIENT));
+            let task = tokio::spawn(async move {
+                let r = client
+                    .write(Command::OpenHandle {
+                        pool: "p".into(),
+                        client: "app".into(),
+                    })
+                    .await;
+                (client, r)
+            });
+            // applied (so committed) on the leader, its answer lost: kill it
+            let t0 = tokio::time::Instant::now();
+            while cl.svc(l0).local_state().pools["p"].handles.is_empty() {
+                assert!(t0.elapsed() < Duration::from_secs(5), "never applied");
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            cl.kill(l0).await;
+            let (_client, r) = task.await.unwrap();
+            let r = r.expect("the retried write is answered by the next leader");
+            let l1 = cl
+                .wait_leader(Duration::from_secs(10))
+                .await
+                .expect("a new leader");
+            assert_ne!(l1, l0);
+            let st = cl.client().read().await.unwrap();
+            let handles = st.pools["p"].handles.len();
+            eprintln!("seed {seed} session {session}: reply {r:?}, {handles} handle(s)");
+            if session {
+                assert_eq!(r, Reply::Handle(1), "the first application's reply");
+                assert_eq!(handles, 1, "a retried OpenHandle opened a second handle");
+            } else {
+                assert_eq!(handles, 2, "without sessions the retry applies again");
+            }
+            for id in cl.alive() {
+                cl.kill(id).await;
+            }
+        }
+    }
+}

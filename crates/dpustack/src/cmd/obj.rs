@@ -102,6 +102,10 @@ pub struct EngineArgs {
     /// No rebuild and no reintegration (a DOWN/EXCLUDED engine stays out).
     #[arg(long)]
     pub pool_svc_no_rebuild: bool,
+    /// Accept network-partition injection through the pool service
+    /// (`dpustack system fault`; tests only): links to/from other ranks cut.
+    #[arg(long, requires = "pool_svc_id")]
+    pub fault_injection: bool,
 }
 
 /// Which engine the tools talk to.
@@ -343,6 +347,18 @@ fn engine(a: &EngineArgs, cfg: &Config) -> Result<()> {
                 // the engine refuses object I/O sent with an older pool map
                 map_versions: Some(eng.map_versions()),
             };
+            if a.fault_injection {
+                // each rank's object-RPC and pool-service addresses
+                let mut addrs: std::collections::BTreeMap<u64, Vec<String>> = cfg
+                    .members
+                    .iter()
+                    .map(|(r, s)| (*r, vec![s.clone()]))
+                    .collect();
+                for (r, e) in &cfg.engines {
+                    addrs.entry(*r).or_default().push(e.clone());
+                }
+                obj::fault::install(addrs).map_err(|e| anyhow!("--fault-injection: {e}"))?;
+            }
             let r = poolsvc::runner::Replica::spawn(cfg, &ec.data_dir.join("pool_svc.redb"))
                 .context("starting the pool-service replica")?;
             println!("pool-service replica {id} on {listen}");

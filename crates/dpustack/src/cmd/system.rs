@@ -64,6 +64,20 @@ pub enum SystemCmd {
         /// Rebuild throttle: values copied per second at most (0 = unlimited).
         #[arg(long, default_value_t = 0)]
         rebuild_rate: u64,
+        /// Engines accept `system fault` (network-partition injection; tests).
+        #[arg(long)]
+        fault_injection: bool,
+    },
+    /// Cut engine RANK's links (the system must run with `start
+    /// --fault-injection`): messages to the `--drop-to` ranks and from the
+    /// `--drop-from` ranks (comma lists) are lost, in the pool service and in
+    /// engine-to-engine object traffic. No lists: heal. Replaces RANK's rules.
+    Fault {
+        rank: u64,
+        #[arg(long, value_delimiter = ',')]
+        drop_to: Vec<u64>,
+        #[arg(long, value_delimiter = ',')]
+        drop_from: Vec<u64>,
     },
     /// Stop every engine of the system (SIGINT, then SIGKILL after 5 s).
     Stop,
@@ -228,6 +242,7 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
             svc_port,
             exclude_after_ms,
             rebuild_rate,
+            fault_injection,
         } => start(
             &dir,
             engines,
@@ -235,8 +250,28 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
             port,
             targets,
             svc_port,
-            (exclude_after_ms, rebuild_rate),
+            (exclude_after_ms, rebuild_rate, fault_injection),
         ),
+        SystemCmd::Fault {
+            rank,
+            drop_to,
+            drop_from,
+        } => {
+            let ms = load(&dir)?;
+            let c = svc_client(&ms)?.context("this system runs no pool service")?;
+            let req = poolsvc::msg::ClientRequest::Faults { drop_to, drop_from };
+            match c
+                .call_one(rank, req)
+                .map_err(|e| anyhow!("rank {rank}: {e}"))?
+            {
+                poolsvc::msg::ClientReply::Status(s) => {
+                    println!("rank {rank}: links set ({} t{})", s.role, s.term);
+                    Ok(())
+                }
+                poolsvc::msg::ClientReply::Error(e) => bail!("rank {rank}: {e}"),
+                r => bail!("rank {rank}: unexpected reply {r:?}"),
+            }
+        }
         SystemCmd::Stop => stop(&dir),
         SystemCmd::Query => query(&dir),
         SystemCmd::Create {
@@ -330,7 +365,7 @@ fn start(
     port: u16,
     targets: usize,
     svc_port: u16,
-    (exclude_after_ms, rebuild_rate): (u64, u64),
+    (exclude_after_ms, rebuild_rate, fault_injection): (u64, u64, bool),
 ) -> Result<()> {
     if n == 0 {
         bail!("--engines must be at least 1");
@@ -391,6 +426,9 @@ fn start(
         use std::os::unix::process::CommandExt as _;
         if rank == 0 {
             cmd.arg("--pool-svc-init");
+        }
+        if fault_injection {
+            cmd.arg("--fault-injection");
         }
         cmd.process_group(0);
         let child = cmd

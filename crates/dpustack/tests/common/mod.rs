@@ -3,6 +3,8 @@
 //! it started from DIR/system.txt, kill them all when the test ends.
 #![allow(dead_code)] // each test binary uses a part
 
+pub mod soak;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -570,6 +570,9 @@ fn peer_sender(
 ) {
     let mut conn: Option<Client> = None;
     while let Ok((m, peers)) = rx.recv() {
+        if crate::fault::drops_to_addr(&addr) {
+            continue; // a cut link (fault injection): lost, as a packet
+        }
         if conn.is_none() {
             match Client::connect_with(&addr, Duration::from_secs(2)) {
                 Ok(c) => conn = Some(c),
