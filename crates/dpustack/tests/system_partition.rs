@@ -487,6 +487,7 @@ fn report(seed: u64, cut: Cut, o: &Outcome) {
 }
 
 #[test]
+#[ignore = "FAILS today (open bug, issue 13, docs/obj-dist.md \"Partitions\"): stale reads of an RP_3 key after a both-ways cut of the leader is healed; run with --ignored"]
 fn leader_cut_off_both_ways_and_one_way() {
     let seed = std::env::var("PARTITION_SEED")
         .ok()
