@@ -254,7 +254,9 @@ impl FilterMsg {
             PARENT_INGRESS,
             (id.prio as u32) << 16 | proto,
         );
-        self.u32(TCA_CHAIN, id.chain);
+        if id.chain != 0 {
+            self.u32(TCA_CHAIN, id.chain); // tc leaves chain 0 (the default) out
+        }
         self.str(TCA_KIND, "flower");
     }
 
@@ -278,8 +280,8 @@ impl FilterMsg {
         self.flower_keys(&f.key);
         let acts = self.nest(FL_ACT);
         for (i, a) in f.actions.iter().enumerate() {
-            let cookie = (i == 0).then_some(f.cookie);
-            self.action(i as u16 + 1, a, cookie, ifindex_of)?;
+            // the ufid on every action (as tc does with one `cookie`)
+            self.action(i as u16 + 1, a, Some(f.cookie), ifindex_of)?;
         }
         self.end(acts)?;
         let flags = match f.policy {
@@ -501,14 +503,24 @@ impl FilterMsg {
 }
 
 /// A netlink error the kernel answered (NLMSG_ERROR with a negative errno).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}errno {errno}{}", .msg.as_deref().map(|m| format!("{m} ")).unwrap_or_default(), errno_name(*.errno))]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NlError {
     /// Positive errno.
     pub errno: i32,
     /// The kernel's extended-ack message, if any.
     pub msg: Option<String>,
 }
+
+impl std::fmt::Display for NlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(m) = &self.msg {
+            write!(f, "{m} ")?;
+        }
+        write!(f, "errno {}{}", self.errno, errno_name(self.errno))
+    }
+}
+
+impl std::error::Error for NlError {}
 
 fn errno_name(e: i32) -> String {
     let n = match e {
@@ -740,7 +752,7 @@ mod tests {
     }
 
     /// The megaflow → flower → netlink path against `tc filter add ... protocol ip
-    /// prio 3 chain 2 handle 7 flower skip_hw dst_mac .. src_mac ../ff:ff:ff:ff:ff:00
+    /// prio 3 chain 2 handle 7 flower skip_hw dst_mac .. src_mac 02:00:00:00:0a:00/ff:ff:ff:ff:ff:00
     /// ip_proto udp src_ip 10.7.0.1 dst_ip 10.7.0.0/24 dst_port 4000 ip_tos 0x10/0xfc
     /// ip_ttl 64 ip_flags nofrag action pedit ex munge eth dst set aa:bb:cc:dd:ee:ff
     /// pipe cookie ..0abc action csum iph and tcp and udp pipe action vlan push id 42
