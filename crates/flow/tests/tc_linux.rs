@@ -23,7 +23,11 @@ fn ip(args: &str) -> String {
         .args(args.split_whitespace())
         .output()
         .expect("ip");
-    assert!(o.status.success(), "ip {args}: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "ip {args}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
@@ -145,7 +149,10 @@ fn tc_linux_provider_in_the_kernel() {
         // cls_flower: put, show, counters, MOD, refusal, del, flush.
         p.put(0x11, &spec(0x0200_0000_0b02, 2), 0).expect("put");
         let (_, show) = tc("-s filter show dev tl0 ingress");
-        assert!(show.contains("flower") && show.contains("skip_hw"), "{show}");
+        assert!(
+            show.contains("flower") && show.contains("skip_hw"),
+            "{show}"
+        );
         assert!(show.contains("dst_mac 02:00:00:00:0b:02"), "{show}");
         assert!(show.contains("cookie 0000000000000011"), "{show}");
         assert!(show.contains("Egress Redirect to device tl2"), "{show}");
@@ -161,7 +168,8 @@ fn tc_linux_provider_in_the_kernel() {
         // someone else's filter on the next prio with another protocol: refused
         let mut s6 = spec(0x0200_0000_0b04, 2);
         s6.key.set(f::DL_TYPE, 0x86dd);
-        let (ok, out) = tc("filter add dev tl0 ingress prio 2 protocol arp flower skip_hw action pass");
+        let (ok, out) =
+            tc("filter add dev tl0 ingress prio 2 protocol arp flower skip_hw action pass");
         assert!(ok, "{out}");
         let e = p.put(0x12, &s6, 0).unwrap_err();
         assert!(e.to_string().contains("errno 22 (EINVAL)"), "{e}");
@@ -174,6 +182,10 @@ fn tc_linux_provider_in_the_kernel() {
         p.put(0x13, &spec(0x0200_0000_0b05, 2), 0).expect("put");
         assert_eq!(p.flush(), 1);
         let (_, show) = tc("filter show dev tl0 ingress");
-        assert_eq!(show.matches("handle").count(), 1, "only the foreign filter: {show}");
+        assert_eq!(
+            show.matches("handle").count(),
+            1,
+            "only the foreign filter: {show}"
+        );
     });
 }

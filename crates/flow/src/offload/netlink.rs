@@ -369,12 +369,9 @@ impl FilterMsg {
         let ports = match k.ip_proto {
             Some(ipproto::TCP) => Some((FL_TCP_SRC, FL_TCP_SRC_MASK, FL_TCP_DST, FL_TCP_DST_MASK)),
             Some(ipproto::UDP) => Some((FL_UDP_SRC, FL_UDP_SRC_MASK, FL_UDP_DST, FL_UDP_DST_MASK)),
-            Some(ipproto::SCTP) => Some((
-                FL_SCTP_SRC,
-                FL_SCTP_SRC_MASK,
-                FL_SCTP_DST,
-                FL_SCTP_DST_MASK,
-            )),
+            Some(ipproto::SCTP) => {
+                Some((FL_SCTP_SRC, FL_SCTP_SRC_MASK, FL_SCTP_DST, FL_SCTP_DST_MASK))
+            }
             _ => None,
         };
         if let Some((s, sm, d, dm)) = ports {
@@ -541,11 +538,22 @@ fn errno_name(e: i32) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply<'a> {
     /// NLMSG_ERROR with error 0 (an ack) for `seq`.
-    Ack { seq: u32 },
-    Err { seq: u32, err: NlError },
-    Done { seq: u32 },
+    Ack {
+        seq: u32,
+    },
+    Err {
+        seq: u32,
+        err: NlError,
+    },
+    Done {
+        seq: u32,
+    },
     /// Any other message: type, seq, payload after the header.
-    Msg { ty: u16, seq: u32, body: &'a [u8] },
+    Msg {
+        ty: u16,
+        seq: u32,
+        body: &'a [u8],
+    },
 }
 
 /// Why a reply could not be parsed.
@@ -739,7 +747,14 @@ mod tests {
     fn port2(p: u32) -> Option<u32> {
         (p == 2).then_some(2)
     }
-    fn filter(chain: u32, prio: u16, handle: u32, cookie: u64, key: FlowerKey, actions: Vec<TcAction>) -> Filter {
+    fn filter(
+        chain: u32,
+        prio: u16,
+        handle: u32,
+        cookie: u64,
+        key: FlowerKey,
+        actions: Vec<TcAction>,
+    ) -> Filter {
         Filter {
             chain,
             prio,
@@ -905,7 +920,14 @@ mod tests {
             keep: 0xffff_0000,
             val: 0x0000_0fa1,
         }];
-        let fl = filter(0, 1, 1, 1, FlowerKey::default(), vec![TcAction::Pedit(keys)]);
+        let fl = filter(
+            0,
+            1,
+            1,
+            1,
+            FlowerKey::default(),
+            vec![TcAction::Pedit(keys)],
+        );
         let mut m = FilterMsg::default();
         let b = m.new_filter(1, 3, &fl, &port2).unwrap().to_vec();
         let needle = [0xff, 0xff, 0, 0, 0, 0, 0x0f, 0xa1];
@@ -944,10 +966,7 @@ mod tests {
                 assert_eq!(*seq, seq_of(&b));
                 assert_eq!(err.errno, 2);
                 assert_eq!(err.msg.as_deref(), Some("TC classifier not found"));
-                assert_eq!(
-                    err.to_string(),
-                    "TC classifier not found errno 2 (ENOENT)"
-                );
+                assert_eq!(err.to_string(), "TC classifier not found errno 2 (ENOENT)");
             }
             x => panic!("{x:?}"),
         }

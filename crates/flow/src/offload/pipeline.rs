@@ -59,7 +59,10 @@ fn tc_linux(cfg: &OffloadConfig) -> Result<Arc<dyn OffloadProvider>, String> {
         return Err("tc-linux needs afpacket ports (Linux interfaces to put filters on)".into());
     }
     if cfg.tc_policy != TcPolicy::None && cfg.tc_policy != TcPolicy::SkipHw {
-        tracing::warn!("tc-linux: tc-policy {:?} ignored: filters are always skip_hw", cfg.tc_policy);
+        tracing::warn!(
+            "tc-linux: tc-policy {:?} ignored: filters are always skip_hw",
+            cfg.tc_policy
+        );
     }
     super::tc_linux::TcLinuxProvider::new(&cfg.linux_ports)
         .map(|p| Arc::new(p) as Arc<dyn OffloadProvider>)

@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::netlink::{self, FilterId, FilterMsg, Reply, Replies};
+use super::netlink::{self, FilterId, FilterMsg, Replies, Reply};
 use super::nic::{EmuNic, NicConfig};
 use super::tc::{decode_match, TcPolicy, TcProvider};
 use super::{Caps, FlowSpec, HwRx, HwStats, OffloadError, OffloadProvider, Offloaded};
@@ -313,7 +313,11 @@ fn probe(sock: &mut NlSocket, msg: &mut FilterMsg, ifx: u32) -> Result<(), TcLin
         .map_err(|e| TcLinuxError::Interface(String::new(), e.to_string()))?;
     sock.transact(req, seq, &mut |_, _| false)?;
     let seq = sock.next_seq();
-    sock.transact(msg.del_filter(seq, &FilterId::of(&f, ifx)), seq, &mut |_, _| false)
+    sock.transact(
+        msg.del_filter(seq, &FilterId::of(&f, ifx)),
+        seq,
+        &mut |_, _| false,
+    )
 }
 
 fn dev_err(e: TcLinuxError) -> OffloadError {
@@ -355,7 +359,8 @@ impl OffloadProvider for TcLinuxProvider {
         let req = msg
             .new_filter(seq, ifx, &fl, &|p| ports.get(&p).copied())
             .map_err(|e| OffloadError::Unsupported(e.to_string()))?;
-        sock.transact(req, seq, &mut |_, _| false).map_err(dev_err)?;
+        sock.transact(req, seq, &mut |_, _| false)
+            .map_err(dev_err)?;
         st.flows.insert(ufid, Installed { id, base: (0, 0) });
         let (k, m) = decode_match(fl.chain, &fl.key);
         lock(&self.shadow).insert(ufid, k, m, fl.prio as u32, Vec::new());
