@@ -4,8 +4,9 @@
 //! (`switch config KEY=VALUE ...`). The runtime answers them on its control socket
 //! before handing other requests to [`crate::ctl`].
 //!
-//! The offload target is the emulated NIC of `flow::offload::nic` (no hardware is
-//! programmed): the live switch says so when hw-offload is on.
+//! The offload target of `tc` and `rte` is the emulated NIC of `flow::offload::nic`
+//! (no hardware is programmed): the live switch says so when hw-offload is on.
+//! `tc-linux` programs the kernel's tc flower (skip_hw) on the afpacket ports.
 
 use flow::dp::Datapath;
 use flow::offload::nic::NicConfig;
@@ -19,7 +20,7 @@ use crate::{Error, Result};
 pub struct DatapathOpts {
     /// [hw-offload]
     pub hw_offload: bool,
-    /// [hw-offload-priority]: providers in order, `tc`, `rte`.
+    /// [hw-offload-priority]: providers in order, `tc`, `rte`, `tc-linux`.
     pub offload_priority: String,
     /// [n-offload-threads]
     pub n_offload_threads: usize,
@@ -34,6 +35,9 @@ pub struct DatapathOpts {
     /// Frames a port's transmit queue holds while the kernel has no room
     /// (past it: dropped, counted in `port_tx_dropped`).
     pub port_tx_queue: usize,
+    /// (port, interface) of the afpacket ports, for the `tc-linux` provider (set by
+    /// the runtime from `--port N=afpacket:IF`).
+    pub linux_ports: Vec<(u32, String)>,
 }
 
 impl Default for DatapathOpts {
@@ -47,6 +51,7 @@ impl Default for DatapathOpts {
             offloaded_stats_delay_ms: 2000,
             nic_capacity: 65536,
             port_tx_queue: crate::port::DEFAULT_TX_QUEUE,
+            linux_ports: Vec::new(),
         }
     }
 }
@@ -72,6 +77,7 @@ impl DatapathOpts {
                 ..Default::default()
             },
             tc_policy: self.tc_policy.parse().map_err(Error::Config)?,
+            linux_ports: self.linux_ports.clone(),
         };
         if cfg.priority.is_empty() {
             return Err(Error::Config(

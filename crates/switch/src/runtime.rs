@@ -184,6 +184,21 @@ fn setup(a: &SwitchOpts) -> Result<Setup> {
     Ok((table, ports))
 }
 
+/// (port, interface) of the `N=afpacket:IF` ports.
+fn afpacket_ports(a: &SwitchOpts) -> Vec<(u32, String)> {
+    a.ports
+        .iter()
+        .filter_map(|s| {
+            let (n, rest) = s.split_once('=')?;
+            let n: u32 = n.trim().parse().ok()?;
+            match rest.split_once(':') {
+                Some(("afpacket", ifname)) => Some((n, ifname.to_string())),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
 fn run_loop(
     a: &SwitchOpts,
     stop: &StopHandle,
@@ -194,12 +209,23 @@ fn run_loop(
 ) -> Result<()> {
     let mut dp = Datapath::new();
     let mut dpo = a.dp.clone();
+    dpo.linux_ports = afpacket_ports(a);
     dp.set_offload(dpo.offload()?);
     if dpo.hw_offload {
+        let emu = dpo
+            .offload_priority
+            .split(',')
+            .any(|p| matches!(p.trim(), "tc" | "rte" | "dpdk"));
         writeln!(
             log,
-            "hw-offload on: providers {} on an EMULATED NIC (no hardware is programmed), {} offload threads",
-            dpo.offload_priority, dpo.n_offload_threads
+            "hw-offload on: providers {}{}, {} offload threads",
+            dpo.offload_priority,
+            if emu {
+                " (tc, rte: an EMULATED NIC, no hardware is programmed; tc-linux: the kernel's tc flower, skip_hw)"
+            } else {
+                " (tc-linux: the kernel's tc flower, skip_hw)"
+            },
+            dpo.n_offload_threads
         )?;
     }
     let mut rv = dpo.revalidator(a.max_idle_ms);

@@ -147,7 +147,8 @@ pub struct RunArgs {
     /// Offload megaflows to an emulated NIC (OVS hw-offload; no hardware is programmed).
     #[arg(long)]
     pub hw_offload: bool,
-    /// Offload providers in priority order (OVS hw-offload-priority).
+    /// Offload providers in priority order (OVS hw-offload-priority): tc, rte (emulated
+    /// NIC), tc-linux (the kernel's tc flower on the afpacket ports, skip_hw; root).
     #[arg(long, default_value = "tc,rte")]
     pub offload_priority: String,
     /// Offload threads (OVS n-offload-threads).

@@ -9,16 +9,21 @@
 //! * [`rte`]: rte_flow-like provider: pattern items + actions, full or partial (MARK).
 //! * [`tc`]: tc-flower-like provider: flower keys + actions, chains, priorities,
 //!   skip_sw / skip_hw, ufid cookie.
+//! * [`tc_linux`] (feature `driver`): the same translation programmed into the Linux
+//!   kernel's tc flower (skip_hw) over rtnetlink ([`netlink`]: the messages, sans-IO).
 //! * [`pipeline`]: hw-offload on/off, provider priority, N offload threads each with an
 //!   MPSC queue of ADD / MOD / DEL / FLUSH, per-flow state.
 //!
 //! Every mask bit of a megaflow must be consumed by the translation, or the flow is
 //! refused with a reason naming the fields left over (the flow stays in software).
 
+pub mod netlink;
 pub mod nic;
 pub mod pipeline;
 pub mod rte;
 pub mod tc;
+#[cfg(feature = "driver")]
+pub mod tc_linux;
 #[cfg(test)]
 mod tests;
 

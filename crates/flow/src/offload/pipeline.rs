@@ -33,6 +33,9 @@ pub struct OffloadConfig {
     pub nic: NicConfig,
     /// [tc-policy]
     pub tc_policy: TcPolicy,
+    /// (datapath port, Linux interface) of the afpacket ports: the devices the
+    /// `tc-linux` provider programs.
+    pub linux_ports: Vec<(u32, String)>,
 }
 
 impl Default for OffloadConfig {
@@ -44,8 +47,31 @@ impl Default for OffloadConfig {
             stats_delay_ms: 2000,
             nic: NicConfig::default(),
             tc_policy: TcPolicy::None,
+            linux_ports: Vec::new(),
         }
     }
+}
+
+/// The real Linux tc-flower provider over the afpacket ports of `cfg`.
+#[cfg(feature = "driver")]
+fn tc_linux(cfg: &OffloadConfig) -> Result<Arc<dyn OffloadProvider>, String> {
+    if cfg.linux_ports.is_empty() {
+        return Err("tc-linux needs afpacket ports (Linux interfaces to put filters on)".into());
+    }
+    if cfg.tc_policy != TcPolicy::None && cfg.tc_policy != TcPolicy::SkipHw {
+        tracing::warn!(
+            "tc-linux: tc-policy {:?} ignored: filters are always skip_hw",
+            cfg.tc_policy
+        );
+    }
+    super::tc_linux::TcLinuxProvider::new(&cfg.linux_ports)
+        .map(|p| Arc::new(p) as Arc<dyn OffloadProvider>)
+        .map_err(|e| format!("tc-linux: {e}"))
+}
+
+#[cfg(not(feature = "driver"))]
+fn tc_linux(_: &OffloadConfig) -> Result<Arc<dyn OffloadProvider>, String> {
+    Err("tc-linux: built without the `driver` feature".into())
 }
 
 /// Work for an offload thread, keyed by megaflow id (ufid).
@@ -261,7 +287,12 @@ impl Offload {
             match n.as_str() {
                 "tc" => ps.push(Arc::new(TcProvider::new(cfg.nic.clone(), cfg.tc_policy))),
                 "rte" | "dpdk" => ps.push(Arc::new(RteProvider::new(cfg.nic.clone()))),
-                _ => return Err(format!("unknown offload provider {n:?} (tc, rte)")),
+                "tc-linux" => ps.push(tc_linux(&cfg)?),
+                _ => {
+                    return Err(format!(
+                        "unknown offload provider {n:?} (tc, rte, tc-linux)"
+                    ))
+                }
             }
         }
         Ok(Offload::with_providers(cfg, ps))
