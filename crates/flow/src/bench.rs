@@ -254,6 +254,173 @@ pub fn dpcls_lookups(t: Duration, n_masks: usize, n_flows: usize) -> (f64, f64) 
     (v, probes)
 }
 
+/// Traffic shape of the classifier-with-caches workloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Traffic {
+    /// Every connection equally likely.
+    Uniform,
+    /// Megaflow popularity Zipf-distributed ([`ZIPF_S`], ranks in random order, so
+    /// popularity follows neither creation order nor masks); a packet's connection is
+    /// uniform among its megaflow's connections.
+    Zipf,
+}
+
+/// Connections (distinct exact keys) of the classifier-with-caches workloads: more
+/// than the EMC holds (8 k), fewer than the SMC (1 M).
+pub const CONNS: usize = 1 << 17;
+/// Packets of the replayed stream (indices into the connections).
+pub const STREAM: usize = 1 << 18;
+/// Zipf exponent of [`Traffic::Zipf`] (P(rank r) ~ 1/r^s).
+pub const ZIPF_S: f64 = 1.0;
+
+/// Which caches a [`ClsWorkload::measure`] run uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caches {
+    pub emc: bool,
+    pub smc: bool,
+    /// Subtables re-sorted by recent hits (off: creation order).
+    pub ranking: bool,
+}
+
+/// One [`ClsWorkload::measure`] result.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClsFigure {
+    /// Lookups per second (hash + EMC / SMC / classifier).
+    pub rate: f64,
+    /// Share of lookups resolved by the EMC, the SMC, the classifier (%).
+    pub emc_pct: f64,
+    pub smc_pct: f64,
+    pub dpcls_pct: f64,
+    /// Subtables probed per classifier lookup.
+    pub probes: f64,
+}
+
+/// `n_masks` masks, `n_flows` (at most [`CONNS`]) disjoint megaflows (flow i has mask
+/// i % n_masks and its own dl_dst), [`CONNS`] connections (connection c is an exact
+/// key inside megaflow c % n_flows, its other bits random) and a stream of [`STREAM`]
+/// packets drawn by `traffic`. Built once; [`Self::measure`] then runs each cache
+/// configuration on the same datapath and stream.
+pub struct ClsWorkload {
+    dp: Datapath,
+    conns: Vec<FlowKey>,
+    stream: Vec<u32>,
+    pos: usize,
+}
+
+impl ClsWorkload {
+    pub fn new(n_masks: usize, n_flows: usize, traffic: Traffic) -> ClsWorkload {
+        let n_flows = n_flows.clamp(1, CONNS);
+        let mut r = Rng::new(40 + n_masks as u64 * 7 + n_flows as u64);
+        let masks = random_masks(&mut r, n_masks);
+        let mut dp = Datapath::new();
+        let mut flows = Vec::with_capacity(n_flows);
+        for i in 0..n_flows {
+            let m = masks[i % n_masks];
+            let mut k = random_key(&mut r);
+            k.set(f::DL_DST, 0x0200_0000_0000 | i as u64);
+            let k = k.and(&m);
+            dp.install(&k, &m, vec![OdpAction::Output(1 + (i % 4) as u32)]);
+            flows.push((k, m));
+        }
+        let conns: Vec<FlowKey> = (0..CONNS)
+            .map(|c| {
+                let (fk, m) = flows[c % n_flows];
+                let mut k = random_key(&mut r);
+                for i in 0..k.w.len() {
+                    k.w[i] = (k.w[i] & !m.w[i]) | fk.w[i];
+                }
+                k
+            })
+            .collect();
+        let stream = match traffic {
+            Traffic::Uniform => (0..STREAM).map(|_| r.below(CONNS as u64) as u32).collect(),
+            Traffic::Zipf => {
+                // rank -> megaflow: a random permutation
+                let mut perm: Vec<u32> = (0..n_flows as u32).collect();
+                for i in (1..perm.len()).rev() {
+                    perm.swap(i, r.below(i as u64 + 1) as usize);
+                }
+                let mut cdf = Vec::with_capacity(n_flows);
+                let mut acc = 0.0;
+                for rank in 1..=n_flows {
+                    acc += 1.0 / (rank as f64).powf(ZIPF_S);
+                    cdf.push(acc);
+                }
+                (0..STREAM)
+                    .map(|_| {
+                        let u = (r.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * acc;
+                        let rank = cdf.partition_point(|&c| c < u).min(n_flows - 1);
+                        let m = perm[rank] as usize;
+                        // the megaflow's connections: m, m + n_flows, ... < CONNS
+                        let n = (CONNS - m).div_ceil(n_flows);
+                        (m + n_flows * r.below(n as u64) as usize) as u32
+                    })
+                    .collect()
+            }
+        };
+        ClsWorkload {
+            dp,
+            conns,
+            stream,
+            pos: 0,
+        }
+    }
+
+    /// Share of the stream's packets that go to the `top` most frequent megaflows
+    /// (shows how skewed the traffic is).
+    pub fn top_share(&self, top: usize, n_flows: usize) -> f64 {
+        let mut cnt = vec![0u32; n_flows];
+        for &c in &self.stream {
+            cnt[c as usize % n_flows] += 1;
+        }
+        cnt.sort_unstable_by(|a, b| b.cmp(a));
+        cnt.iter().take(top).map(|&c| c as f64).sum::<f64>() / self.stream.len() as f64
+    }
+
+    /// Lookups/s over at least `t` with these caches (fresh EMC / SMC; one pass over
+    /// the stream first, untimed, fills them and ranks the subtables). Every lookup
+    /// hashes the key (as `Datapath::process` does) and must find its megaflow.
+    pub fn measure(&mut self, t: Duration, c: Caches) -> ClsFigure {
+        let dp = &mut self.dp;
+        dp.set_emc(c.emc);
+        dp.set_smc(c.smc);
+        dp.set_ranking(c.ranking);
+        let (conns, stream) = (&self.conns, &self.stream);
+        let mut missed = 0u64;
+        for &i in stream {
+            let k = &conns[i as usize];
+            missed += dp.lookup(k, hash_key(k)).is_none() as u64;
+        }
+        let s0 = dp.stats;
+        let pos = &mut self.pos;
+        let rate = rate(t, || {
+            for _ in 0..BATCH {
+                let k = &conns[stream[*pos] as usize];
+                *pos = (*pos + 1) & (STREAM - 1);
+                let r = dp.lookup(black_box(k), hash_key(k));
+                missed += r.is_none() as u64;
+                black_box(r);
+            }
+            BATCH as u64
+        });
+        assert_eq!(missed, 0, "every packet is inside an installed megaflow");
+        let s = dp.stats;
+        let (e, sm, m) = (
+            (s.emc_hits - s0.emc_hits) as f64,
+            (s.smc_hits - s0.smc_hits) as f64,
+            (s.megaflow_hits - s0.megaflow_hits) as f64,
+        );
+        let all = (e + sm + m).max(1.0);
+        ClsFigure {
+            rate,
+            emc_pct: 100.0 * e / all,
+            smc_pct: 100.0 * sm / all,
+            dpcls_pct: 100.0 * m / all,
+            probes: (s.subtable_probes - s0.subtable_probes) as f64 / m.max(1.0),
+        }
+    }
+}
+
 /// A random OpenFlow table of `n` rules with overlapping prefixes and port masks.
 pub fn random_table(r: &mut Rng, n: usize) -> FlowTable {
     let mut s = String::new();
@@ -630,6 +797,45 @@ mod tests {
         assert_eq!(k2.tp_dst(), k.tp_dst());
         let (v, probes) = dpcls_lookups(t, 10, 100);
         assert!(v > 0.0 && (1.0..=10.0).contains(&probes), "probes {probes}");
+        for tr in [Traffic::Uniform, Traffic::Zipf] {
+            let mut w = ClsWorkload::new(20, 200, tr);
+            let plain = w.measure(
+                t,
+                Caches {
+                    emc: false,
+                    smc: false,
+                    ranking: false,
+                },
+            );
+            assert!(plain.rate > 0.0 && plain.dpcls_pct == 100.0, "{plain:?}");
+            let smc = w.measure(
+                t,
+                Caches {
+                    emc: false,
+                    smc: true,
+                    ranking: true,
+                },
+            );
+            assert!(
+                smc.smc_pct > 99.0,
+                "{tr:?}: every connection fits the SMC: {smc:?}"
+            );
+            let emc = w.measure(
+                t,
+                Caches {
+                    emc: true,
+                    smc: false,
+                    ranking: true,
+                },
+            );
+            assert!(
+                emc.emc_pct > 0.0 && emc.emc_pct < 90.0,
+                "{tr:?}: more connections than the EMC holds: {emc:?}"
+            );
+        }
+        let z = ClsWorkload::new(20, 200, Traffic::Zipf).top_share(10, 200);
+        let u = ClsWorkload::new(20, 200, Traffic::Uniform).top_share(10, 200);
+        assert!(z > 0.3 && u < 0.1, "zipf top-10 share {z}, uniform {u}");
         let (v, per_mask) = upcalls(t, 50);
         assert!(v > 0.0 && per_mask > 0.0);
         let p = random_pipeline(&mut r, 4, 50);

@@ -360,6 +360,7 @@ impl Node {
                 n_offload_threads: c.n_offload_threads,
                 tc_policy: c.tc_policy.clone(),
                 flow_limit: c.flow_limit,
+                smc_enable: c.smc_enable,
                 ..Default::default()
             },
         };

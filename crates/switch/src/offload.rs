@@ -31,6 +31,9 @@ pub struct DatapathOpts {
     pub offloaded_stats_delay_ms: u64,
     /// Entries of the emulated NIC table behind each provider.
     pub nic_capacity: usize,
+    /// [smc-enable]: the signature match cache between the EMC and the megaflow
+    /// classifier (off by default, as in OVS).
+    pub smc_enable: bool,
 }
 
 impl Default for DatapathOpts {
@@ -43,6 +46,7 @@ impl Default for DatapathOpts {
             flow_limit: 200_000,
             offloaded_stats_delay_ms: 2000,
             nic_capacity: 65536,
+            smc_enable: false,
         }
     }
 }
@@ -114,8 +118,12 @@ pub fn offload_stats(dp: &Datapath, rv: &Revalidator) -> String {
         dp.n_flows()
     );
     s += &format!(
-        "packets: hw-forwarded {}, mark hits {}, upcalls {}, flow-limit hits {}\n",
-        dp.stats.hw_forwarded, dp.stats.mark_hits, dp.stats.upcalls, dp.stats.flow_limit_hits
+        "packets: hw-forwarded {}, mark hits {}, smc hits {}, upcalls {}, flow-limit hits {}\n",
+        dp.stats.hw_forwarded,
+        dp.stats.mark_hits,
+        dp.stats.smc_hits,
+        dp.stats.upcalls,
+        dp.stats.flow_limit_hits
     );
     s += &format!(
         "revalidator: flow-limit {} (configured {}), max-idle {} ms, rounds {}, last round {} ms\n",
@@ -125,7 +133,8 @@ pub fn offload_stats(dp: &Datapath, rv: &Revalidator) -> String {
 }
 
 /// `switch config KEY=VALUE ...` (keys: hw-offload, hw-offload-priority,
-/// n-offload-threads, tc-policy, max-idle (ms), flow-limit, offloaded-stats-delay (ms)).
+/// n-offload-threads, tc-policy, max-idle (ms), flow-limit, offloaded-stats-delay (ms),
+/// smc-enable).
 /// Applies them live: a change of the offload settings rebuilds the pipeline (the
 /// old one's flows are flushed from its providers, every megaflow is queued to the
 /// new one). Without arguments prints the settings.
@@ -157,6 +166,11 @@ pub fn apply_config(
             "max-idle" => max_idle = num(v)?,
             "flow-limit" => new.flow_limit = num(v)? as usize,
             "offloaded-stats-delay" => new.offloaded_stats_delay_ms = num(v)?,
+            "smc-enable" => {
+                new.smc_enable = v
+                    .parse()
+                    .map_err(|_| Error::Config(format!("{kv}: true or false")))?
+            }
             _ => return Err(Error::Config(format!("unknown key {k:?}"))),
         }
     }
@@ -177,6 +191,9 @@ pub fn apply_config(
         let o = new.offload()?; // validate before touching anything
         dp.set_offload(o);
     }
+    if new.smc_enable != dp.smc_enabled() {
+        dp.set_smc(new.smc_enable);
+    }
     rv.cfg.max_idle_ms = max_idle;
     rv.cfg.offloaded_stats_delay_ms = new.offloaded_stats_delay_ms;
     if new.flow_limit != opts.flow_limit {
@@ -185,14 +202,15 @@ pub fn apply_config(
     }
     *opts = new;
     Ok(format!(
-        "hw-offload={} hw-offload-priority={} n-offload-threads={} tc-policy={} max-idle={} flow-limit={} offloaded-stats-delay={}\n",
+        "hw-offload={} hw-offload-priority={} n-offload-threads={} tc-policy={} max-idle={} flow-limit={} offloaded-stats-delay={} smc-enable={}\n",
         opts.hw_offload,
         opts.offload_priority,
         opts.n_offload_threads,
         opts.tc_policy,
         rv.cfg.max_idle_ms,
         rv.cfg.flow_limit,
-        opts.offloaded_stats_delay_ms
+        opts.offloaded_stats_delay_ms,
+        opts.smc_enable
     ))
 }
 
@@ -217,6 +235,13 @@ mod tests {
         assert_eq!(dp.offload().unwrap().cfg.n_threads, 2);
         assert_eq!((rv.cfg.max_idle_ms, rv.flow_limit), (5000, 3000));
         assert!(offload_stats(&dp, &rv).contains("offload threads: 2"));
+        assert!(!dp.smc_enabled());
+        let r = apply_config("smc-enable=true", &mut o, &mut rv, &mut dp).unwrap();
+        assert!(r.contains("smc-enable=true") && dp.smc_enabled(), "{r}");
+        assert!(apply_config("smc-enable=yes", &mut o, &mut rv, &mut dp).is_err());
+        assert!(dp.smc_enabled(), "a bad value changes nothing");
+        apply_config("smc-enable=false", &mut o, &mut rv, &mut dp).unwrap();
+        assert!(!dp.smc_enabled());
         for bad in [
             "hw-offload=maybe",
             "bogus=1",

@@ -189,6 +189,7 @@ fn run_loop(
     let mut dp = Datapath::new();
     let mut dpo = a.dp.clone();
     dp.set_offload(dpo.offload()?);
+    dp.set_smc(dpo.smc_enable);
     if dpo.hw_offload {
         writeln!(
             log,
