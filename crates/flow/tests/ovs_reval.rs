@@ -247,13 +247,13 @@ fn idle_with_ovs(o: &Oracle) -> Option<String> {
     let ovs_before = ovs_flows(o);
     assert_eq!(ovs_before.len(), 2, "{ovs_before:?}");
     let (oa, ob) = {
-        // OVS's ufids by actions: A outputs to 2, B to 4
+        // OVS's ufids by actions: A outputs to 2, B to 4 (`-m` names the ports)
         let find = |act: &str| {
             ovs_before
                 .iter()
-                .find(|(_, x)| x.as_str() == act)
+                .find(|(_, x)| x.trim_start_matches('p') == act)
                 .map(|(u, _)| u.clone())
-                .expect("flow")
+                .unwrap_or_else(|| panic!("no OVS flow with actions {act}: {ovs_before:?}"))
         };
         (find("2"), find("4"))
     };
