@@ -49,6 +49,8 @@ fn classifier_with_caches() {
                         res[i].push(w.measure(t, *c));
                     }
                 }
+                let base = flow::bench::baseline_hash(t) / 1e6;
+                print!("[key-hash baseline {base:.1} M/s] ");
                 print!("{masks:>4} masks {:>3}k flows {:<7} (top-10 share {:.2}):", flows / 1000, format!("{traffic:?}"), top10);
                 for (i, (name, _)) in CONFIGS.iter().enumerate() {
                     let (m, lo, hi) = med(res[i].iter().map(|f| f.rate / 1e6).collect());
