@@ -747,6 +747,7 @@ impl Datapath {
         }
         let mut remove = vec![false; self.flows.len()];
         let mut modified = Vec::new();
+        #[allow(clippy::needless_range_loop)] // reval_flow needs &mut self
         for i in 0..self.flows.len() {
             let fl = &self.flows[i];
             if !fl.alive {

@@ -59,7 +59,8 @@ impl Smc {
         let b = &self.buckets[(hash as usize) & self.mask];
         let sig = sig_of(hash);
         (0..SMC_WAYS)
-            .filter_map(move |w| (b.flow[w] != 0 && b.sig[w] == sig).then(|| b.flow[w] - 1))
+            .filter(move |&w| b.flow[w] != 0 && b.sig[w] == sig)
+            .map(move |w| b.flow[w] - 1)
     }
 
     /// Remembers that the key of this hash matched megaflow `flow` (OVS

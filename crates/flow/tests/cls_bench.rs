@@ -12,15 +12,53 @@ use flow::bench::{Caches, ClsWorkload, Traffic};
 use std::time::Duration;
 
 const CONFIGS: [(&str, Caches); 5] = [
-    ("dpcls unranked", Caches { emc: false, smc: false, ranking: false }),
-    ("dpcls ranked", Caches { emc: false, smc: false, ranking: true }),
-    ("SMC+dpcls", Caches { emc: false, smc: true, ranking: true }),
-    ("EMC+dpcls", Caches { emc: true, smc: false, ranking: true }),
-    ("EMC+SMC+dpcls", Caches { emc: true, smc: true, ranking: true }),
+    (
+        "dpcls unranked",
+        Caches {
+            emc: false,
+            smc: false,
+            ranking: false,
+        },
+    ),
+    (
+        "dpcls ranked",
+        Caches {
+            emc: false,
+            smc: false,
+            ranking: true,
+        },
+    ),
+    (
+        "SMC+dpcls",
+        Caches {
+            emc: false,
+            smc: true,
+            ranking: true,
+        },
+    ),
+    (
+        "EMC+dpcls",
+        Caches {
+            emc: true,
+            smc: false,
+            ranking: true,
+        },
+    ),
+    (
+        "EMC+SMC+dpcls",
+        Caches {
+            emc: true,
+            smc: true,
+            ranking: true,
+        },
+    ),
 ];
 
 fn env<T: std::str::FromStr>(k: &str, d: T) -> T {
-    std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d)
+    std::env::var(k)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(d)
 }
 
 fn med(mut v: Vec<f64>) -> (f64, f64, f64) {
@@ -51,7 +89,12 @@ fn classifier_with_caches() {
                 }
                 let base = flow::bench::baseline_hash(t) / 1e6;
                 print!("[key-hash baseline {base:.1} M/s] ");
-                print!("{masks:>4} masks {:>3}k flows {:<7} (top-10 share {:.2}):", flows / 1000, format!("{traffic:?}"), top10);
+                print!(
+                    "{masks:>4} masks {:>3}k flows {:<7} (top-10 share {:.2}):",
+                    flows / 1000,
+                    format!("{traffic:?}"),
+                    top10
+                );
                 for (i, (name, _)) in CONFIGS.iter().enumerate() {
                     let (m, lo, hi) = med(res[i].iter().map(|f| f.rate / 1e6).collect());
                     let f = res[i][0];
