@@ -95,6 +95,42 @@ fn rate(t: Duration, mut f: impl FnMut() -> u64) -> f64 {
 
 const BATCH: usize = 4096;
 
+/// This thread's time on a CPU so far (ns), from `/proc/thread-self/schedstat`
+/// (None where that file does not exist).
+pub fn thread_cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Ops per second of this thread's CPU time, running `f` until it has had `t` of CPU
+/// (on a machine with more runnable threads than cores a wall-clock rate measures
+/// the share of a core the thread got; this measures the work). Returns (ops per
+/// CPU-second, ops per wall-second); without schedstat both are wall-clock rates.
+pub fn rate_cpu(t: Duration, mut f: impl FnMut() -> u64) -> (f64, f64) {
+    let _ = f(); // warm-up
+    let (w0, c0) = (Instant::now(), thread_cpu_ns());
+    let mut ops = 0u64;
+    loop {
+        for _ in 0..4 {
+            ops += f();
+        }
+        let cpu = c0.and_then(|c0| Some(thread_cpu_ns()?.saturating_sub(c0)));
+        let done = match cpu {
+            Some(ns) => ns >= t.as_nanos() as u64,
+            None => w0.elapsed() >= t,
+        };
+        if done {
+            let wall = ops as f64 / w0.elapsed().as_secs_f64();
+            let cpu = cpu.map_or(wall, |ns| ops as f64 / (ns as f64 / 1e9));
+            return (cpu, wall);
+        }
+    }
+}
+
 /// Baseline: hashing `BATCH` pre-built flow keys (the EMC's hash over all 15 words).
 pub fn baseline_hash(t: Duration) -> f64 {
     let mut r = Rng::new(1);
@@ -107,6 +143,21 @@ pub fn baseline_hash(t: Duration) -> f64 {
         black_box(acc);
         BATCH as u64
     })
+}
+
+/// [`baseline_hash`] per second of the thread's CPU time ([`rate_cpu`]).
+pub fn baseline_hash_cpu(t: Duration) -> f64 {
+    let mut r = Rng::new(1);
+    let keys: Vec<FlowKey> = (0..BATCH).map(|_| random_key(&mut r)).collect();
+    rate_cpu(t, || {
+        let mut acc = 0u64;
+        for k in &keys {
+            acc ^= hash_key(black_box(k));
+        }
+        black_box(acc);
+        BATCH as u64
+    })
+    .0
 }
 
 /// Baseline: copying a flow key per op (192 bytes since the pipeline registers and
@@ -285,8 +336,10 @@ pub struct Caches {
 /// One [`ClsWorkload::measure`] result.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ClsFigure {
-    /// Lookups per second (hash + EMC / SMC / classifier).
+    /// Lookups per second of the thread's CPU time (hash + EMC / SMC / classifier).
     pub rate: f64,
+    /// Lookups per wall-clock second (what the thread got of a shared core).
+    pub wall_rate: f64,
     /// Share of lookups resolved by the EMC, the SMC, the classifier (%).
     pub emc_pct: f64,
     pub smc_pct: f64,
@@ -377,7 +430,7 @@ impl ClsWorkload {
         cnt.iter().take(top).map(|&c| c as f64).sum::<f64>() / self.stream.len() as f64
     }
 
-    /// Lookups/s over at least `t` with these caches (fresh EMC / SMC; one pass over
+    /// Lookups per CPU-second over at least `t` of CPU time ([`rate_cpu`]) with these caches (fresh EMC / SMC; one pass over
     /// the stream first, untimed, fills them and ranks the subtables). Every lookup
     /// hashes the key (as `Datapath::process` does) and must find its megaflow.
     pub fn measure(&mut self, t: Duration, c: Caches) -> ClsFigure {
@@ -393,7 +446,7 @@ impl ClsWorkload {
         }
         let s0 = dp.stats;
         let pos = &mut self.pos;
-        let rate = rate(t, || {
+        let (rate, wall_rate) = rate_cpu(t, || {
             for _ in 0..BATCH {
                 let k = &conns[stream[*pos] as usize];
                 *pos = (*pos + 1) & (STREAM - 1);
@@ -413,6 +466,7 @@ impl ClsWorkload {
         let all = (e + sm + m).max(1.0);
         ClsFigure {
             rate,
+            wall_rate,
             emc_pct: 100.0 * e / all,
             smc_pct: 100.0 * sm / all,
             dpcls_pct: 100.0 * m / all,
