@@ -355,7 +355,10 @@ pub struct ClsFigure {
 /// configuration on the same datapath and stream.
 pub struct ClsWorkload {
     dp: Datapath,
-    conns: Vec<FlowKey>,
+    /// The stream's packets as keys, read in order (a datapath looks up the key of
+    /// the packet it just parsed: it is in cache, not fetched from a random place).
+    keys: Vec<FlowKey>,
+    /// Connection of each packet.
     stream: Vec<u32>,
     pos: usize,
 }
@@ -385,7 +388,7 @@ impl ClsWorkload {
                 k
             })
             .collect();
-        let stream = match traffic {
+        let stream: Vec<u32> = match traffic {
             Traffic::Uniform => (0..STREAM).map(|_| r.below(CONNS as u64) as u32).collect(),
             Traffic::Zipf => {
                 // rank -> megaflow: a random permutation
@@ -411,9 +414,10 @@ impl ClsWorkload {
                     .collect()
             }
         };
+        let keys = stream.iter().map(|&c| conns[c as usize]).collect();
         ClsWorkload {
             dp,
-            conns,
+            keys,
             stream,
             pos: 0,
         }
@@ -438,17 +442,16 @@ impl ClsWorkload {
         dp.set_emc(c.emc);
         dp.set_smc(c.smc);
         dp.set_ranking(c.ranking);
-        let (conns, stream) = (&self.conns, &self.stream);
+        let keys = &self.keys;
         let mut missed = 0u64;
-        for &i in stream {
-            let k = &conns[i as usize];
+        for k in keys {
             missed += dp.lookup(k, hash_key(k)).is_none() as u64;
         }
         let s0 = dp.stats;
         let pos = &mut self.pos;
         let (rate, wall_rate) = rate_cpu(t, || {
             for _ in 0..BATCH {
-                let k = &conns[stream[*pos] as usize];
+                let k = &keys[*pos];
                 *pos = (*pos + 1) & (STREAM - 1);
                 let r = dp.lookup(black_box(k), hash_key(k));
                 missed += r.is_none() as u64;
