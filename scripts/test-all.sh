@@ -86,7 +86,7 @@ else
   echo "test result: FAILED. 0 passed; 1 failed;" >> $log/cargo-test.txt; cargo_rc=1
 fi
 if [ -n "${DPUSTACK_SKIP_INTEROP:-}" ]; then
-  if command -v ovs-vswitchd >/dev/null; then ignored -p flow --test ovs_oracle --test ovs_rules
+  if command -v ovs-vswitchd >/dev/null; then ignored -p flow --test ovs_oracle --test ovs_rules --test ovs_reval
   else echo "openvswitch-switch missing: the OVS oracle tests (#[ignore]d) do not run"; fi
 fi
 read cp cf < <(awk '/^test result:/ {for(i=1;i<=NF;i++){if($(i)~/^passed/)p+=$(i-1); if($(i)~/^failed/)f+=$(i-1)}} END{print p+0, f+0}' $log/cargo-test.txt)

@@ -95,6 +95,42 @@ fn rate(t: Duration, mut f: impl FnMut() -> u64) -> f64 {
 
 const BATCH: usize = 4096;
 
+/// This thread's time on a CPU so far (ns), from `/proc/thread-self/schedstat`
+/// (None where that file does not exist).
+pub fn thread_cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Ops per second of this thread's CPU time, running `f` until it has had `t` of CPU
+/// (on a machine with more runnable threads than cores a wall-clock rate measures
+/// the share of a core the thread got; this measures the work). Returns (ops per
+/// CPU-second, ops per wall-second); without schedstat both are wall-clock rates.
+pub fn rate_cpu(t: Duration, mut f: impl FnMut() -> u64) -> (f64, f64) {
+    let _ = f(); // warm-up
+    let (w0, c0) = (Instant::now(), thread_cpu_ns());
+    let mut ops = 0u64;
+    loop {
+        for _ in 0..4 {
+            ops += f();
+        }
+        let cpu = c0.and_then(|c0| Some(thread_cpu_ns()?.saturating_sub(c0)));
+        let done = match cpu {
+            Some(ns) => ns >= t.as_nanos() as u64,
+            None => w0.elapsed() >= t,
+        };
+        if done {
+            let wall = ops as f64 / w0.elapsed().as_secs_f64();
+            let cpu = cpu.map_or(wall, |ns| ops as f64 / (ns as f64 / 1e9));
+            return (cpu, wall);
+        }
+    }
+}
+
 /// Baseline: hashing `BATCH` pre-built flow keys (the EMC's hash over all 15 words).
 pub fn baseline_hash(t: Duration) -> f64 {
     let mut r = Rng::new(1);
@@ -107,6 +143,21 @@ pub fn baseline_hash(t: Duration) -> f64 {
         black_box(acc);
         BATCH as u64
     })
+}
+
+/// [`baseline_hash`] per second of the thread's CPU time ([`rate_cpu`]).
+pub fn baseline_hash_cpu(t: Duration) -> f64 {
+    let mut r = Rng::new(1);
+    let keys: Vec<FlowKey> = (0..BATCH).map(|_| random_key(&mut r)).collect();
+    rate_cpu(t, || {
+        let mut acc = 0u64;
+        for k in &keys {
+            acc ^= hash_key(black_box(k));
+        }
+        black_box(acc);
+        BATCH as u64
+    })
+    .0
 }
 
 /// Baseline: copying a flow key per op (192 bytes since the pipeline registers and
@@ -252,6 +303,179 @@ pub fn dpcls_lookups(t: Duration, n_masks: usize, n_flows: usize) -> (f64, f64) 
     });
     let probes = (dp.stats.subtable_probes - p0) as f64 / n.max(1) as f64;
     (v, probes)
+}
+
+/// Traffic shape of the classifier-with-caches workloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Traffic {
+    /// Every connection equally likely.
+    Uniform,
+    /// Megaflow popularity Zipf-distributed ([`ZIPF_S`], ranks in random order, so
+    /// popularity follows neither creation order nor masks); a packet's connection is
+    /// uniform among its megaflow's connections.
+    Zipf,
+}
+
+/// Connections (distinct exact keys) of the classifier-with-caches workloads: more
+/// than the EMC holds (8 k), fewer than the SMC (1 M).
+pub const CONNS: usize = 1 << 17;
+/// Packets of the replayed stream (indices into the connections).
+pub const STREAM: usize = 1 << 18;
+/// Zipf exponent of [`Traffic::Zipf`] (P(rank r) ~ 1/r^s).
+pub const ZIPF_S: f64 = 1.0;
+
+/// Which caches a [`ClsWorkload::measure`] run uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caches {
+    pub emc: bool,
+    pub smc: bool,
+    /// Subtables re-sorted by recent hits (off: creation order).
+    pub ranking: bool,
+}
+
+/// One [`ClsWorkload::measure`] result.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClsFigure {
+    /// Lookups per second of the thread's CPU time (hash + EMC / SMC / classifier).
+    pub rate: f64,
+    /// Lookups per wall-clock second (what the thread got of a shared core).
+    pub wall_rate: f64,
+    /// Share of lookups resolved by the EMC, the SMC, the classifier (%).
+    pub emc_pct: f64,
+    pub smc_pct: f64,
+    pub dpcls_pct: f64,
+    /// Subtables probed per classifier lookup.
+    pub probes: f64,
+}
+
+/// `n_masks` masks, `n_flows` (at most [`CONNS`]) disjoint megaflows (flow i has mask
+/// i % n_masks and its own dl_dst), [`CONNS`] connections (connection c is an exact
+/// key inside megaflow c % n_flows, its other bits random) and a stream of [`STREAM`]
+/// packets drawn by `traffic`. Built once; [`Self::measure`] then runs each cache
+/// configuration on the same datapath and stream.
+pub struct ClsWorkload {
+    dp: Datapath,
+    /// The stream's packets as keys, read in order (a datapath looks up the key of
+    /// the packet it just parsed: it is in cache, not fetched from a random place).
+    keys: Vec<FlowKey>,
+    /// Connection of each packet.
+    stream: Vec<u32>,
+    pos: usize,
+}
+
+impl ClsWorkload {
+    pub fn new(n_masks: usize, n_flows: usize, traffic: Traffic) -> ClsWorkload {
+        let n_flows = n_flows.clamp(1, CONNS);
+        let mut r = Rng::new(40 + n_masks as u64 * 7 + n_flows as u64);
+        let masks = random_masks(&mut r, n_masks);
+        let mut dp = Datapath::new();
+        let mut flows = Vec::with_capacity(n_flows);
+        for i in 0..n_flows {
+            let m = masks[i % n_masks];
+            let mut k = random_key(&mut r);
+            k.set(f::DL_DST, 0x0200_0000_0000 | i as u64);
+            let k = k.and(&m);
+            dp.install(&k, &m, vec![OdpAction::Output(1 + (i % 4) as u32)]);
+            flows.push((k, m));
+        }
+        let conns: Vec<FlowKey> = (0..CONNS)
+            .map(|c| {
+                let (fk, m) = flows[c % n_flows];
+                let mut k = random_key(&mut r);
+                for i in 0..k.w.len() {
+                    k.w[i] = (k.w[i] & !m.w[i]) | fk.w[i];
+                }
+                k
+            })
+            .collect();
+        let stream: Vec<u32> = match traffic {
+            Traffic::Uniform => (0..STREAM).map(|_| r.below(CONNS as u64) as u32).collect(),
+            Traffic::Zipf => {
+                // rank -> megaflow: a random permutation
+                let mut perm: Vec<u32> = (0..n_flows as u32).collect();
+                for i in (1..perm.len()).rev() {
+                    perm.swap(i, r.below(i as u64 + 1) as usize);
+                }
+                let mut cdf = Vec::with_capacity(n_flows);
+                let mut acc = 0.0;
+                for rank in 1..=n_flows {
+                    acc += 1.0 / (rank as f64).powf(ZIPF_S);
+                    cdf.push(acc);
+                }
+                (0..STREAM)
+                    .map(|_| {
+                        let u = (r.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * acc;
+                        let rank = cdf.partition_point(|&c| c < u).min(n_flows - 1);
+                        let m = perm[rank] as usize;
+                        // the megaflow's connections: m, m + n_flows, ... < CONNS
+                        let n = (CONNS - m).div_ceil(n_flows);
+                        (m + n_flows * r.below(n as u64) as usize) as u32
+                    })
+                    .collect()
+            }
+        };
+        let keys = stream.iter().map(|&c| conns[c as usize]).collect();
+        ClsWorkload {
+            dp,
+            keys,
+            stream,
+            pos: 0,
+        }
+    }
+
+    /// Share of the stream's packets that go to the `top` most frequent megaflows
+    /// (shows how skewed the traffic is).
+    pub fn top_share(&self, top: usize, n_flows: usize) -> f64 {
+        let mut cnt = vec![0u32; n_flows];
+        for &c in &self.stream {
+            cnt[c as usize % n_flows] += 1;
+        }
+        cnt.sort_unstable_by(|a, b| b.cmp(a));
+        cnt.iter().take(top).map(|&c| c as f64).sum::<f64>() / self.stream.len() as f64
+    }
+
+    /// Lookups per CPU-second over at least `t` of CPU time ([`rate_cpu`]) with these caches (fresh EMC / SMC; one pass over
+    /// the stream first, untimed, fills them and ranks the subtables). Every lookup
+    /// hashes the key (as `Datapath::process` does) and must find its megaflow.
+    pub fn measure(&mut self, t: Duration, c: Caches) -> ClsFigure {
+        let dp = &mut self.dp;
+        dp.set_emc(c.emc);
+        dp.set_smc(c.smc);
+        dp.set_ranking(c.ranking);
+        let keys = &self.keys;
+        let mut missed = 0u64;
+        for k in keys {
+            missed += dp.lookup(k, hash_key(k)).is_none() as u64;
+        }
+        let s0 = dp.stats;
+        let pos = &mut self.pos;
+        let (rate, wall_rate) = rate_cpu(t, || {
+            for _ in 0..BATCH {
+                let k = &keys[*pos];
+                *pos = (*pos + 1) & (STREAM - 1);
+                let r = dp.lookup(black_box(k), hash_key(k));
+                missed += r.is_none() as u64;
+                black_box(r);
+            }
+            BATCH as u64
+        });
+        assert_eq!(missed, 0, "every packet is inside an installed megaflow");
+        let s = dp.stats;
+        let (e, sm, m) = (
+            (s.emc_hits - s0.emc_hits) as f64,
+            (s.smc_hits - s0.smc_hits) as f64,
+            (s.megaflow_hits - s0.megaflow_hits) as f64,
+        );
+        let all = (e + sm + m).max(1.0);
+        ClsFigure {
+            rate,
+            wall_rate,
+            emc_pct: 100.0 * e / all,
+            smc_pct: 100.0 * sm / all,
+            dpcls_pct: 100.0 * m / all,
+            probes: (s.subtable_probes - s0.subtable_probes) as f64 / m.max(1.0),
+        }
+    }
 }
 
 /// A random OpenFlow table of `n` rules with overlapping prefixes and port masks.
@@ -630,6 +854,45 @@ mod tests {
         assert_eq!(k2.tp_dst(), k.tp_dst());
         let (v, probes) = dpcls_lookups(t, 10, 100);
         assert!(v > 0.0 && (1.0..=10.0).contains(&probes), "probes {probes}");
+        for tr in [Traffic::Uniform, Traffic::Zipf] {
+            let mut w = ClsWorkload::new(20, 200, tr);
+            let plain = w.measure(
+                t,
+                Caches {
+                    emc: false,
+                    smc: false,
+                    ranking: false,
+                },
+            );
+            assert!(plain.rate > 0.0 && plain.dpcls_pct == 100.0, "{plain:?}");
+            let smc = w.measure(
+                t,
+                Caches {
+                    emc: false,
+                    smc: true,
+                    ranking: true,
+                },
+            );
+            assert!(
+                smc.smc_pct > 99.0,
+                "{tr:?}: every connection fits the SMC: {smc:?}"
+            );
+            let emc = w.measure(
+                t,
+                Caches {
+                    emc: true,
+                    smc: false,
+                    ranking: true,
+                },
+            );
+            assert!(
+                emc.emc_pct > 0.0 && emc.emc_pct < 90.0,
+                "{tr:?}: more connections than the EMC holds: {emc:?}"
+            );
+        }
+        let z = ClsWorkload::new(20, 200, Traffic::Zipf).top_share(10, 200);
+        let u = ClsWorkload::new(20, 200, Traffic::Uniform).top_share(10, 200);
+        assert!(z > 0.3 && u < 0.1, "zipf top-10 share {z}, uniform {u}");
         let (v, per_mask) = upcalls(t, 50);
         assert!(v > 0.0 && per_mask > 0.0);
         let p = random_pipeline(&mut r, 4, 50);

@@ -2,9 +2,13 @@
 //!
 //! * an **exact-match cache** (EMC): a direct-mapped, 2-way array keyed by the full flow
 //!   key's hash, pointing at megaflows;
+//! * optionally a **signature match cache** (SMC, [`crate::smc`], OVS `smc-enable`):
+//!   16-bit signature of the key's hash -> megaflow index, validated by a masked
+//!   compare;
 //! * a **megaflow classifier** (`dpcls`): one subtable per distinct mask (tuple space
 //!   search), each an open-addressing hash table over only the mask's non-zero words;
-//!   subtables are probed in order of hits ([`Datapath::sort_subtables`]);
+//!   subtables are probed in order of their recent hits ([`Datapath::sort_subtables`],
+//!   OVS `dpcls_sort_subtable_vector`);
 //! * on a miss, an **upcall** to the OpenFlow table ([`crate::FlowTable::xlate`]) yields
 //!   the megaflow (mask + actions), which is installed;
 //! * per-megaflow stats: packets, bytes, last use, OR of TCP flags;
@@ -19,7 +23,9 @@
 use std::collections::HashMap;
 
 use crate::key::{f, FlowKey, NW};
+use crate::normal::MacChanges;
 use crate::offload::{FlowSpec, HwRx, HwStats, Offload, OffloadOp, OffloadState};
+use crate::smc::Smc;
 use crate::xlate::{format_actions, format_megaflow, FlowTable, OdpAction};
 
 /// Hash of a (masked) flow key over the given words: multiply-xorshift, like a
@@ -75,6 +81,9 @@ pub struct Megaflow {
     pub groups: Box<[(u32, Option<u32>)]>,
     /// MACs NORMAL learned for it, refreshed when it has traffic.
     pub learned: Box<[(u64, u16, u32)]>,
+    /// The MAC-table entries (MAC, VLAN) its NORMAL decisions looked up: when one
+    /// changes the megaflow is translated again (not the others).
+    pub mac_deps: Box<[(u64, u16)]>,
     /// Unique flow id (stable for the megaflow's life; offload ops are keyed by it).
     pub ufid: u64,
     /// The key of the packet whose upcall installed it (what the revalidator
@@ -229,12 +238,18 @@ pub enum Hit {
     Emc,
     Megaflow,
     Upcall,
+    /// Signature match cache (validated), no classifier lookup.
+    Smc,
 }
 
 /// Counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DpStats {
     pub emc_hits: u64,
+    /// Lookups the SMC resolved (OVS pmd-stats "smc hits").
+    pub smc_hits: u64,
+    /// SMC candidates that failed validation (stale or colliding entries).
+    pub smc_rejects: u64,
     pub megaflow_hits: u64,
     pub upcalls: u64,
     /// Subtables probed by megaflow lookups (avg = probes / lookups).
@@ -254,6 +269,9 @@ pub struct DpStats {
     /// Slow-path packets not credited to their rules because too many waited for
     /// the next stats push ([`MAX_SLOW_CREDITS`]).
     pub uncredited: u64,
+    /// Megaflows translated again because a MAC they depend on was learned, moved,
+    /// aged or evicted (instead of flushing every megaflow).
+    pub mac_revalidated: u64,
 }
 
 /// OVS's default `flow-limit` (the revalidator's configured limit starts here).
@@ -262,6 +280,11 @@ pub const DEFAULT_FLOW_LIMIT: usize = 200_000;
 /// Slow-path packets (over the flow limit) kept for crediting their rules at the
 /// next [`Datapath::push_stats`]; more are counted in [`DpStats::uncredited`].
 pub const MAX_SLOW_CREDITS: usize = 4096;
+
+/// Classifier lookups between two re-sorts of the subtables by hits (OVS re-sorts
+/// every second, `DPCLS_OPTIMIZATION_INTERVAL`; counting lookups keeps `dpcls_lookup`
+/// free of a clock: at 1–10 M lookups/s this is every 6–60 ms).
+pub const RANK_INTERVAL: u64 = 1 << 16;
 
 /// dpif-netdev's `MAX_RECIRC_DEPTH`.
 pub const MAX_RECIRC_DEPTH: usize = 6;
@@ -282,6 +305,9 @@ pub struct Sweep {
     pub deleted_changed: usize,
     /// Megaflows deleted because the datapath held more than twice the flow limit.
     pub deleted_limit: usize,
+    /// Of `kept + modified + deleted_changed`: megaflows translated again because a
+    /// MAC-table entry their NORMAL decision looked up changed (no table change).
+    pub mac_revalidated: usize,
     /// Hardware counters were read in this round.
     pub hw_queried: bool,
 }
@@ -297,6 +323,14 @@ pub struct RevalParams {
     pub query_hw: bool,
 }
 
+/// What [`Datapath::reval_flow`] decided for one megaflow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Keep,
+    Modified,
+    Delete,
+}
+
 /// The datapath cache.
 #[derive(Debug)]
 pub struct Datapath {
@@ -309,6 +343,11 @@ pub struct Datapath {
     flows: Vec<Megaflow>,
     pub stats: DpStats,
     lookups_since_sort: u64,
+    /// Subtables re-sorted by hits every [`RANK_INTERVAL`] classifier lookups (off:
+    /// they stay in creation order).
+    ranking: bool,
+    /// The signature match cache (None: smc-enable=false, OVS's default).
+    smc: Option<Box<Smc>>,
     /// Latest time seen by `process` (install time of new megaflows).
     clock: u64,
     /// Megaflows flushed during an upcall (NORMAL's table changed) whose traffic was
@@ -319,6 +358,10 @@ pub struct Datapath {
     by_ufid: HashMap<u64, u32>,
     /// Partial offload: mark -> ufid.
     by_mark: HashMap<u32, u64>,
+    /// MAC-table entry -> ufids of the megaflows whose NORMAL decision looked it up
+    /// (may hold ufids of flows gone or changed since: checked on use; rebuilt with
+    /// the tables).
+    by_mac: HashMap<(u64, u16), Vec<u64>>,
     /// The offload pipeline (hw-offload on).
     offload: Option<Offload>,
     /// The table changed since the last revalidation: every megaflow is translated
@@ -354,11 +397,14 @@ impl Datapath {
             flows: Vec::new(),
             stats: DpStats::default(),
             lookups_since_sort: 0,
+            ranking: true,
+            smc: None,
             clock: 0,
             orphans: Vec::new(),
             next_ufid: 1,
             by_ufid: HashMap::new(),
             by_mark: HashMap::new(),
+            by_mac: HashMap::new(),
             offload: None,
             need_revalidate: false,
             flow_limit: DEFAULT_FLOW_LIMIT,
@@ -459,6 +505,27 @@ impl Datapath {
         self.emc_enabled = on;
         self.emc_clear();
     }
+    /// Turns the signature match cache on (a fresh table of [`crate::smc::SMC_ENTRIES`]
+    /// entries, allocated now) or off (freed). OVS `other_config:smc-enable`.
+    pub fn set_smc(&mut self, on: bool) {
+        self.set_smc_entries(on.then_some(crate::smc::SMC_ENTRIES));
+    }
+    /// Like [`Self::set_smc`] with a table of about `entries` entries.
+    pub fn set_smc_entries(&mut self, entries: Option<usize>) {
+        self.smc = entries.map(|n| Box::new(Smc::new(n)));
+    }
+    /// Whether the SMC is on.
+    pub fn smc_enabled(&self) -> bool {
+        self.smc.is_some()
+    }
+    /// Turns subtable ranking on (default) or off (subtables probed in creation
+    /// order; for comparisons).
+    pub fn set_ranking(&mut self, on: bool) {
+        self.ranking = on;
+        if !on {
+            self.order.sort_unstable();
+        }
+    }
     fn emc_clear(&mut self) {
         for e in self.emc.iter_mut() {
             e.flow = 0;
@@ -475,22 +542,14 @@ impl Datapath {
     pub fn flows(&self) -> impl Iterator<Item = &Megaflow> {
         self.flows.iter().filter(|f| f.alive)
     }
-    /// Removes every megaflow (e.g. after the OpenFlow table changed).
-    /// Flushes every megaflow, keeping their uncredited traffic for the next push.
-    fn flush_after_fdb_change(&mut self, _table: &FlowTable) {
-        let old = std::mem::take(&mut self.flows);
-        self.orphans.extend(old.into_iter().filter(|f| {
-            f.alive && (f.stats.packets + f.hw.packets > f.pushed.0 || f.upcall_credit.0 > 0)
-        }));
-        self.flush();
-    }
-
+    /// Removes every megaflow (their uncredited traffic is lost: push first).
     pub fn flush(&mut self) {
         if let Some(o) = self.offload.as_mut() {
             o.enqueue(OffloadOp::Flush);
         }
         self.by_ufid.clear();
         self.by_mark.clear();
+        self.by_mac.clear();
         self.emc_clear();
         self.subtables.clear();
         self.order.clear();
@@ -553,6 +612,7 @@ impl Datapath {
             later_rules: Box::default(),
             groups: Box::default(),
             learned: Box::default(),
+            mac_deps: Box::default(),
             ufid,
             orig_key: *key,
             hw: HwStats::default(),
@@ -605,10 +665,13 @@ impl Datapath {
                 for &(g, b) in fl.groups.iter() {
                     table.credit_group(g, b, dp, db);
                 }
-                if !fl.learned.is_empty() {
+                // XC_NORMAL: only datapath traffic refreshes the MACs (the upcall
+                // learned at its own time; re-learning for its credit would move a
+                // MAC back to where it was before a later move)
+                if !fl.learned.is_empty() && tp > p0 {
                     let mut ml = table.bridge.ml.borrow_mut();
                     for &(mac, vlan, port) in fl.learned.iter() {
-                        ml.learn(mac, vlan, port, used);
+                        ml.learn(mac, vlan, port, fl.stats.used.max(fl.hw.used));
                     }
                 }
             }
@@ -667,20 +730,26 @@ impl Datapath {
             self.query_hw_stats();
         }
         self.push_stats(table);
-        // NORMAL's MAC aging (mac_learning_run); a change makes megaflows stale.
+        // NORMAL's MAC aging (mac_learning_run); the megaflows that looked up an
+        // entry that went are translated again (all of them when too many went).
         let fdb = {
             let mut ml = table.bridge.ml.borrow_mut();
             ml.run(now);
-            ml.take_changed()
+            ml.take_changes()
         };
         sw.rules_expired = table.expire(now);
-        if fdb || !sw.rules_expired.is_empty() {
+        if !sw.rules_expired.is_empty() || fdb == Some(MacChanges::All) {
             self.need_revalidate = true;
         }
         let reval = std::mem::take(&mut self.need_revalidate);
+        if let (Some(ch), false) = (fdb, reval) {
+            self.mac_changed(table, ch, &mut sw);
+        }
         let mut remove = vec![false; self.flows.len()];
         let mut modified = Vec::new();
-        for (i, fl) in self.flows.iter_mut().enumerate() {
+        #[allow(clippy::needless_range_loop)] // reval_flow needs &mut self
+        for i in 0..self.flows.len() {
+            let fl = &self.flows[i];
             if !fl.alive {
                 remove[i] = true;
                 continue;
@@ -699,28 +768,16 @@ impl Datapath {
             if !reval {
                 continue;
             }
-            let mut x = table.xlate(&fl.orig_key);
-            x.wc.or(f::VLAN0_TCI, crate::key::VLAN_CFI as u64);
-            let extra = (0..NW).any(|w| x.wc.w[w] & !fl.mask.w[w] != 0);
-            if extra {
-                remove[i] = true;
-                sw.deleted_changed += 1;
-                continue;
-            }
-            let rules_same = x.rules.first().copied() == fl.rule
-                && x.rules.get(1..).unwrap_or(&[]) == &fl.later_rules[..];
-            if x.actions != fl.actions || !rules_same || x.groups[..] != fl.groups[..] {
-                fl.actions = x.actions;
-                fl.rule = x.rules.first().copied();
-                fl.later_rules = x.rules.get(1..).unwrap_or(&[]).into();
-                fl.groups = x.groups.into();
-                if !x.learned.is_empty() {
-                    fl.learned = x.learned.into();
+            match self.reval_flow(table, i as u32) {
+                Verdict::Delete => {
+                    remove[i] = true;
+                    sw.deleted_changed += 1;
                 }
-                modified.push(i as u32);
-                sw.modified += 1;
-            } else {
-                sw.kept += 1;
+                Verdict::Modified => {
+                    modified.push(i as u32);
+                    sw.modified += 1;
+                }
+                Verdict::Keep => sw.kept += 1,
             }
         }
         for i in modified {
@@ -732,6 +789,126 @@ impl Datapath {
             self.remove_flows(&remove);
         }
         sw
+    }
+
+    /// Translates megaflow `i`'s upcall key again with the current table (no side
+    /// effects): [`Verdict::Delete`] when the new megaflow needs mask bits the
+    /// installed one lacks (OVS `flow_wildcards_has_extra`: its match no longer
+    /// holds), else its actions / credited rules / groups / MAC dependencies are
+    /// updated in place ([`Verdict::Modified`] if the actions, rules or groups
+    /// changed; the caller queues the offload MOD).
+    fn reval_flow(&mut self, table: &FlowTable, i: u32) -> Verdict {
+        let fl = &self.flows[i as usize];
+        let mut x = table.xlate(&fl.orig_key);
+        x.wc.or(f::VLAN0_TCI, crate::key::VLAN_CFI as u64);
+        if (0..NW).any(|w| x.wc.w[w] & !fl.mask.w[w] != 0) {
+            return Verdict::Delete;
+        }
+        let rules_same = x.rules.first().copied() == fl.rule
+            && x.rules.get(1..).unwrap_or(&[]) == &fl.later_rules[..];
+        let deps_same = x.mac_deps[..] == fl.mac_deps[..];
+        let changed = x.actions != fl.actions || !rules_same || x.groups[..] != fl.groups[..];
+        let fl = &mut self.flows[i as usize];
+        if changed {
+            fl.actions = x.actions;
+            fl.rule = x.rules.first().copied();
+            fl.later_rules = x.rules.get(1..).unwrap_or(&[]).into();
+            fl.groups = x.groups.into();
+            if !x.learned.is_empty() {
+                fl.learned = x.learned.into();
+            }
+        }
+        if !deps_same {
+            fl.mac_deps = x.mac_deps.into();
+            self.register_mac_deps(i);
+        }
+        if changed {
+            Verdict::Modified
+        } else {
+            Verdict::Keep
+        }
+    }
+
+    /// Adds megaflow `i` under each MAC-table entry it depends on.
+    fn register_mac_deps(&mut self, i: u32) {
+        let fl = &self.flows[i as usize];
+        for d in fl.mac_deps.iter() {
+            let v = self.by_mac.entry(*d).or_default();
+            if !v.contains(&fl.ufid) {
+                v.push(fl.ufid);
+            }
+        }
+    }
+
+    /// NORMAL's MAC table changed: translates again, now, only the megaflows whose
+    /// NORMAL decision looked up a changed entry (every NORMAL megaflow for
+    /// [`MacChanges::All`]); each is kept, modified in place (offload MOD) or deleted
+    /// (its uncredited traffic kept for the next push). Counts go into `sw`.
+    fn mac_changed(&mut self, table: &FlowTable, ch: MacChanges, sw: &mut Sweep) {
+        let mut ids: Vec<u32> = match &ch {
+            MacChanges::All => (0..self.flows.len() as u32)
+                .filter(|&i| {
+                    let fl = &self.flows[i as usize];
+                    fl.alive && !fl.mac_deps.is_empty()
+                })
+                .collect(),
+            MacChanges::Keys(keys) => {
+                let mut v = Vec::new();
+                for k in keys {
+                    let Some(us) = self.by_mac.get(k) else {
+                        continue;
+                    };
+                    for u in us {
+                        if let Some(&i) = self.by_ufid.get(u) {
+                            let fl = &self.flows[i as usize];
+                            if fl.alive && fl.mac_deps.contains(k) {
+                                v.push(i);
+                            }
+                        }
+                    }
+                }
+                v
+            }
+        };
+        if ids.is_empty() {
+            return;
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        let mut remove: Option<Vec<bool>> = None;
+        for &i in &ids {
+            sw.mac_revalidated += 1;
+            self.stats.mac_revalidated += 1;
+            match self.reval_flow(table, i) {
+                Verdict::Keep => sw.kept += 1,
+                Verdict::Modified => {
+                    sw.modified += 1;
+                    if self.offload.is_some() {
+                        self.enqueue_put(i, true);
+                    }
+                }
+                Verdict::Delete => {
+                    sw.deleted_changed += 1;
+                    let fl = &mut self.flows[i as usize];
+                    let (tp, tb) = (
+                        fl.stats.packets + fl.hw.packets,
+                        fl.stats.bytes + fl.hw.bytes,
+                    );
+                    if tp > fl.pushed.0 || fl.upcall_credit.0 > 0 {
+                        // credited at the next push; what remove_flows reads from
+                        // the hardware on top of it is only the new part
+                        let orphan = fl.clone();
+                        fl.pushed = (tp, tb);
+                        fl.upcall_credit = (0, 0);
+                        self.orphans.push(orphan);
+                    }
+                    remove.get_or_insert_with(|| vec![false; self.flows.len()])[i as usize] = true;
+                }
+            }
+        }
+        if let Some(r) = remove {
+            self.remove_flows(&r);
+        }
     }
 
     /// Removes idle megaflows (see [`Self::revalidate`], which pushes their stats
@@ -814,9 +991,11 @@ impl Datapath {
             n.later_rules = fl.later_rules;
             n.groups = fl.groups;
             n.learned = fl.learned;
+            n.mac_deps = fl.mac_deps;
             n.stats = fl.stats;
             n.pushed = fl.pushed;
             n.upcall_credit = fl.upcall_credit;
+            self.register_mac_deps(id);
         }
         self.next_ufid = next;
         self.by_mark = marks;
@@ -824,11 +1003,14 @@ impl Datapath {
         self.clock = clock;
     }
 
-    /// Re-sorts the subtables by hits (most first) and halves the counters (aging).
+    /// Re-sorts the subtables by their hits (most first; ties by creation order) and
+    /// halves the counters, so the order follows the recent traffic (OVS
+    /// `dpcls_sort_subtable_vector`, run by each PMD every second, which resets the
+    /// counts). In place, no allocation.
     pub fn sort_subtables(&mut self) {
         let subs = &self.subtables;
         self.order
-            .sort_by(|&a, &b| subs[b as usize].hits.cmp(&subs[a as usize].hits));
+            .sort_unstable_by_key(|&a| (std::cmp::Reverse(subs[a as usize].hits), a));
         for s in self.subtables.iter_mut() {
             s.hits /= 2;
         }
@@ -852,10 +1034,34 @@ impl Datapath {
         let (si, id) = found?;
         self.subtables[si as usize].hits += 1;
         self.lookups_since_sort += 1;
-        if self.lookups_since_sort >= 1 << 16 {
+        if self.ranking && self.lookups_since_sort >= RANK_INTERVAL {
             self.sort_subtables();
         }
         Some(id)
+    }
+
+    /// SMC lookup: the first candidate of `hash`'s bucket whose megaflow is alive and
+    /// matches `k` under its mask (a full masked compare over the mask's words).
+    #[inline]
+    fn smc_lookup(&mut self, k: &FlowKey, hash: u64) -> Option<u32> {
+        let smc = self.smc.as_deref()?;
+        for id in smc.candidates(hash) {
+            let Some(fl) = self.flows.get(id as usize) else {
+                self.stats.smc_rejects += 1;
+                continue;
+            };
+            let st = &self.subtables[fl.subtable as usize];
+            let ok = fl.alive
+                && st.words[..st.nw]
+                    .iter()
+                    .zip(&st.mwords[..st.nw])
+                    .all(|(&w, &m)| k.w[w as usize] & m == fl.key.w[w as usize]);
+            if ok {
+                return Some(id);
+            }
+            self.stats.smc_rejects += 1;
+        }
+        None
     }
 
     /// Cache lookup (EMC, then megaflows). `hash` = [`hash_key`] of `k`. No allocation.
@@ -872,8 +1078,18 @@ impl Datapath {
                 }
             }
         }
+        if let Some(id) = self.smc_lookup(k, hash) {
+            self.stats.smc_hits += 1;
+            if self.emc_enabled {
+                self.emc_insert(k, hash, id);
+            }
+            return Some((id, Hit::Smc));
+        }
         let id = self.dpcls_lookup(k)?;
         self.stats.megaflow_hits += 1;
+        if let Some(smc) = self.smc.as_deref_mut() {
+            smc.insert(hash, id);
+        }
         if self.emc_enabled {
             self.emc_insert(k, hash, id);
         }
@@ -952,10 +1168,13 @@ impl Datapath {
         // frames. The CFI bit (our "tag present" marker) is therefore always in the
         // installed mask (and hidden again by `dump`).
         x.wc.or(f::VLAN0_TCI, crate::key::VLAN_CFI as u64);
-        if table.bridge.ml.borrow_mut().take_changed() {
-            // NORMAL learned or moved a MAC: decisions of installed megaflows may be
-            // stale; no revalidator, so they go (their stats first).
-            self.flush_after_fdb_change(table);
+        let changes = table.bridge.ml.borrow_mut().take_changes();
+        if let Some(ch) = changes {
+            // NORMAL learned, moved or evicted a MAC: the megaflows whose decision
+            // looked one of them up are translated again now (kept / modified /
+            // deleted), so no packet meets a stale one; the others stay.
+            let mut sw = Sweep::default();
+            self.mac_changed(table, ch, &mut sw);
         }
         if self.flows.len() >= self.flow_limit {
             self.stats.flow_limit_hits += 1;
@@ -977,6 +1196,7 @@ impl Datapath {
                 later_rules: x.rules.get(1..).unwrap_or_default().into(),
                 groups: x.groups.into(),
                 learned: x.learned.into(),
+                mac_deps: Box::default(),
                 ufid: 0,
                 orig_key: *k,
                 hw: HwStats::default(),
@@ -992,8 +1212,15 @@ impl Datapath {
         if !x.learned.is_empty() {
             self.flows[id as usize].learned = x.learned.into();
         }
+        if !x.mac_deps.is_empty() {
+            self.flows[id as usize].mac_deps = x.mac_deps.into();
+            self.register_mac_deps(id);
+        }
         if !x.groups.is_empty() {
             self.flows[id as usize].groups = x.groups.into();
+        }
+        if let Some(smc) = self.smc.as_deref_mut() {
+            smc.insert(hash, id);
         }
         if self.emc_enabled {
             self.emc_insert(k, hash, id);

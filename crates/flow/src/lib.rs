@@ -31,6 +31,7 @@ pub mod offload;
 pub mod ofproto;
 pub mod revalidator;
 pub mod rule_stats;
+pub mod smc;
 pub mod xlate;
 
 pub use key::FlowKey;

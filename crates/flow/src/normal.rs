@@ -141,6 +141,19 @@ impl PortVlan {
     }
 }
 
+/// Most changed (MAC, VLAN) entries a [`MacTable`] remembers between two
+/// [`MacTable::take_changes`]; beyond it the change is "everything".
+pub const MAX_CHANGED_KEYS: usize = 1024;
+
+/// What changed in a [`MacTable`] since the last [`MacTable::take_changes`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MacChanges {
+    /// These (MAC, VLAN) entries were learned, moved, expired or evicted.
+    Keys(Vec<(u64, u16)>),
+    /// Too many to list: every decision may have changed.
+    All,
+}
+
 /// A learned MAC (`ovs-appctl fdb/show` row).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MacEntry {
@@ -160,8 +173,11 @@ pub struct MacTable {
     pub idle_ms: u64,
     pub max_entries: usize,
     seq: u64,
-    /// Entries learned, moved, expired or evicted since the last `take_changed`.
+    /// Entries learned, moved, expired or evicted since the last `take_changes`
+    /// (their keys, up to [`MAX_CHANGED_KEYS`]; `changed_all` past that).
     changed: bool,
+    changed_keys: Vec<(u64, u16)>,
+    changed_all: bool,
     pub learned: u64,
     pub moved: u64,
     pub expired: u64,
@@ -176,6 +192,8 @@ impl Default for MacTable {
             max_entries: 8192,
             seq: 0,
             changed: false,
+            changed_keys: Vec::new(),
+            changed_all: false,
             learned: 0,
             moved: 0,
             expired: 0,
@@ -225,7 +243,7 @@ impl MacTable {
                     },
                 );
                 self.learned += 1;
-                self.changed = true;
+                self.note_change((mac, vlan));
                 true
             }
             Some(e) => {
@@ -234,7 +252,7 @@ impl MacTable {
                 if e.port != port {
                     e.port = port;
                     self.moved += 1;
-                    self.changed = true;
+                    self.note_change((mac, vlan));
                     true
                 } else {
                     false
@@ -262,7 +280,7 @@ impl MacTable {
         {
             self.entries.remove(&k);
             self.evicted += 1;
-            self.changed = true;
+            self.note_change(k);
         }
     }
 
@@ -270,24 +288,66 @@ impl MacTable {
     /// the limit). Returns how many went.
     pub fn run(&mut self, now: u64) -> usize {
         let idle = self.idle_ms;
+        let gone: Vec<(u64, u16)> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| now >= e.refreshed.saturating_add(idle))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in &gone {
+            self.entries.remove(k);
+            self.note_change(*k);
+        }
+        self.expired += gone.len() as u64;
         let before = self.entries.len();
-        self.entries
-            .retain(|_, e| now < e.refreshed.saturating_add(idle));
         while self.entries.len() > self.max_entries {
             self.evict_fairly();
         }
-        let n = before - self.entries.len();
-        if n > 0 {
-            self.expired += n as u64;
-            self.changed = true;
+        gone.len() + (before - self.entries.len())
+    }
+
+    /// Removes every entry (`fdb/flush`); returns how many there were.
+    pub fn flush(&mut self) -> usize {
+        let n = self.entries.len();
+        let keys: Vec<(u64, u16)> = self.entries.keys().copied().collect();
+        self.entries.clear();
+        for k in keys {
+            self.note_change(k);
         }
         n
     }
 
-    /// Whether the table changed since the last call (then megaflows made by NORMAL
-    /// may be stale: the datapath flushes them, there is no revalidator).
+    fn note_change(&mut self, k: (u64, u16)) {
+        self.changed = true;
+        if self.changed_all {
+            return;
+        }
+        if self.changed_keys.len() >= MAX_CHANGED_KEYS {
+            self.changed_all = true;
+            self.changed_keys = Vec::new();
+        } else if !self.changed_keys.contains(&k) {
+            self.changed_keys.push(k);
+        }
+    }
+
+    /// Whether the table changed since the last call (forgets which entries did).
     pub fn take_changed(&mut self) -> bool {
-        std::mem::take(&mut self.changed)
+        self.take_changes().is_some()
+    }
+
+    /// Which entries changed since the last call (None: none). The datapath
+    /// revalidates the megaflows whose NORMAL decision looked them up (OVS of old
+    /// tagged flows with the MACs they depend on; 3.x revalidates all flows).
+    pub fn take_changes(&mut self) -> Option<MacChanges> {
+        if !std::mem::take(&mut self.changed) {
+            return None;
+        }
+        let keys = std::mem::take(&mut self.changed_keys);
+        Some(if std::mem::take(&mut self.changed_all) {
+            MacChanges::All
+        } else {
+            MacChanges::Keys(keys)
+        })
     }
 
     /// `ovs-appctl fdb/show` lines (LRU order, oldest first): ` port  VLAN  MAC  Age`.

@@ -395,6 +395,9 @@ pub struct Xlated {
     /// NORMAL learned (MAC, VLAN, port) while translating an upcall: refreshed again
     /// whenever the megaflow has traffic (OVS's xlate cache `XC_NORMAL`).
     pub learned: Vec<(u64, u16, u32)>,
+    /// The (MAC, VLAN) entries NORMAL looked up in the MAC table: the megaflow's
+    /// decision depends on them (the datapath revalidates it when one changes).
+    pub mac_deps: Vec<(u64, u16)>,
     /// For each `recirc(N)` in `actions`: the packet's key as the datapath recirculates
     /// it (after the actions before it), with `recirc_id=N` and `dp_hash` 0.
     pub recirc_keys: Vec<FlowKey>,
@@ -619,6 +622,7 @@ impl FlowTable {
             recirc_keys: Vec::new(),
             learn_now,
             learned: Vec::new(),
+            mac_deps: Vec::new(),
         };
         let recirc = flow.get(f::RECIRC_ID) as u32;
         let mut rule = None;
@@ -665,6 +669,7 @@ impl FlowTable {
                 groups: x.groups,
                 recirc_keys: Vec::new(),
                 learned: x.learned,
+                mac_deps: x.mac_deps,
             };
         }
         let mut wc = x.wc;
@@ -705,6 +710,7 @@ impl FlowTable {
             groups: x.groups,
             recirc_keys: x.recirc_keys,
             learned: x.learned,
+            mac_deps: x.mac_deps,
         }
     }
 
@@ -1116,6 +1122,9 @@ impl FlowTable {
             x.learned.push((src, vlan, in_port));
         }
         let learned = br.ml.borrow().lookup(dst, vlan);
+        if dst & (1 << 40) == 0 && !x.mac_deps.contains(&(dst, vlan)) {
+            x.mac_deps.push((dst, vlan)); // unicast: the MAC table decided
+        }
         match learned {
             Some(p) if p != in_port => {
                 if let Some(ob) = br.port(p) {
@@ -1290,6 +1299,7 @@ struct Ctx {
     /// Side effects allowed (an upcall, not a trace): NORMAL learns at this time (ms).
     learn_now: Option<u64>,
     learned: Vec<(u64, u16, u32)>,
+    mac_deps: Vec<(u64, u16)>,
     /// Nesting of resubmits to the same or an earlier table (OVS `ctx->depth`).
     depth: u32,
     /// goto_table + resubmit lookups so far (OVS `ctx->resubmits`).

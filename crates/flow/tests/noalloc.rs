@@ -1,4 +1,4 @@
-//! The datapath hit path (EMC and megaflow classifier) does not allocate.
+//! The datapath hit path (EMC, SMC and megaflow classifier) does not allocate.
 
 use flow::dp::{hash_key, Datapath, Hit};
 use flow::{parse_exact_flow, parse_flows, FlowTable};
@@ -57,12 +57,22 @@ fn hit_path_does_not_allocate() {
     assert!(emc > 0);
     dp.set_emc(false);
     let before = allocs();
-    for _ in 0..1000 {
+    // past RANK_INTERVAL lookups: the subtable re-sort runs too
+    for _ in 0..(flow::dp::RANK_INTERVAL as usize / pkts.len() + 100) {
         for k in &pkts {
             assert!(dp.lookup(k, hash_key(k)).is_some());
         }
     }
     assert_eq!(allocs(), before, "megaflow path allocated");
+    dp.set_smc(true); // allocates its table here, once
+    let before = allocs();
+    for _ in 0..1000 {
+        for k in &pkts {
+            assert!(dp.lookup(k, hash_key(k)).is_some());
+        }
+    }
+    assert_eq!(allocs(), before, "SMC path allocated");
+    assert!(dp.stats.smc_hits > 0);
 }
 
 /// The same for megaflows made by a pipeline: goto_table, resubmit, an `all` group, a

@@ -109,8 +109,8 @@ fn learning_then_unicast_then_aging() {
     let ex = dp.receive_execute(&t, 3, &mut frame(b, a, Some(10)), 20);
     assert_eq!(outs(&ex), [1]);
     assert_eq!(ex.outputs[0].1.len(), 60, "tag popped");
-    // A -> B again: the flood megaflow was flushed when B was learned; now unicast,
-    // tagged on the trunk
+    // A -> B again: the flood megaflow was translated again when B was learned; now
+    // unicast, tagged on the trunk
     let ex = dp.receive_execute(&t, 1, &mut frame(a, b, None), 30);
     assert_eq!(outs(&ex), [3]);
     assert_eq!(&ex.outputs[0].1[12..16], &[0x81, 0x00, 0x00, 0x0a]);
@@ -139,4 +139,83 @@ fn mac_table_limit() {
     let ml = t.bridge.ml.borrow();
     assert_eq!(ml.entries.len(), 4);
     assert_eq!(ml.evicted, 6);
+}
+
+fn mac(m: [u8; 6]) -> u64 {
+    let mut b = [0u8; 8];
+    b[2..].copy_from_slice(&m);
+    u64::from_be_bytes(b)
+}
+
+/// (ufid, actions) of the megaflow for dl_src -> dl_dst.
+fn mf(dp: &Datapath, src: [u8; 6], dst: [u8; 6]) -> (u64, String) {
+    let fl = dp
+        .flows()
+        .find(|fl| {
+            fl.key.get(flow::key::f::DL_SRC) == mac(src)
+                && fl.key.get(flow::key::f::DL_DST) == mac(dst)
+        })
+        .expect("megaflow");
+    (fl.ufid, flow::format_actions(&fl.actions))
+}
+
+#[test]
+fn a_learned_moved_or_aged_mac_revalidates_only_the_megaflows_that_looked_it_up() {
+    let mut t = table();
+    t.bridge.ml.borrow_mut().idle_ms = 5_000;
+    let mut dp = Datapath::new();
+    let (a, b, c, d) = (
+        [2, 0, 0, 0, 0x0a, 1],
+        [2, 0, 0, 0, 0x0a, 3],
+        [2, 0, 0, 0, 0x0a, 5],
+        [2, 0, 0, 0, 0x0a, 6],
+    );
+    let (e, g) = ([2, 0, 0, 0, 0x14, 1], [2, 0, 0, 0, 0x14, 2]);
+    let outs = |ex: &flow::exec::Executed| ex.outputs.iter().map(|o| o.0).collect::<Vec<_>>();
+    // A -> B and C -> D (p1, VLAN 10), E -> G (p2, VLAN 20): all flood
+    let ex = dp.receive_execute(&t, 1, &mut frame(a, b, None), 10);
+    assert_eq!(outs(&ex), [100, 4, 3]);
+    dp.receive_execute(&t, 1, &mut frame(c, d, None), 11);
+    dp.receive_execute(&t, 2, &mut frame(e, g, None), 12);
+    assert_eq!(dp.n_flows(), 3);
+    assert_eq!(
+        dp.stats.mac_revalidated, 0,
+        "no megaflow looked up A, C or E"
+    );
+    let (ab, ab_flood) = mf(&dp, a, b);
+    let cd = mf(&dp, c, d);
+    let eg = mf(&dp, e, g);
+    // B (p3, tagged 10) -> A: the upcall learns B; only A -> B looked B up
+    let ex = dp.receive_execute(&t, 3, &mut frame(b, a, Some(10)), 20);
+    assert_eq!(outs(&ex), [1]);
+    assert_eq!(dp.stats.mac_revalidated, 1);
+    assert_eq!(dp.n_flows(), 4, "nothing flushed");
+    assert_eq!(mf(&dp, a, b), (ab, "push_vlan(vid=10,pcp=0),3".to_string()));
+    assert_eq!(mf(&dp, c, d), cd, "C -> D untouched");
+    assert_eq!(mf(&dp, e, g), eg, "E -> G untouched");
+    // A -> B: a cache hit (no upcall) that now goes to p3 only
+    let up = dp.stats.upcalls;
+    let ex = dp.receive_execute(&t, 1, &mut frame(a, b, None), 30);
+    assert_eq!(outs(&ex), [3]);
+    assert_eq!(dp.stats.upcalls, up);
+    // B moves to p4 (native-untagged 10): A -> B modified again, in place
+    dp.receive_execute(&t, 4, &mut frame(b, a, None), 40);
+    assert_eq!(dp.stats.mac_revalidated, 2);
+    assert_eq!(mf(&dp, a, b), (ab, "4".to_string()));
+    let ex = dp.receive_execute(&t, 1, &mut frame(a, b, None), 50);
+    assert_eq!(outs(&ex), [4]);
+    assert_eq!(dp.stats.upcalls, up + 1, "only B's move was an upcall");
+    // A kept alive by traffic; B ages out at 5 s: the sweep revalidates A -> B only
+    dp.receive_execute(&t, 1, &mut frame(a, b, None), 3_000);
+    let sw = dp.sweep(&mut t, 3_000, 10_000);
+    assert_eq!(sw.mac_revalidated, 0);
+    let sw = dp.sweep(&mut t, 6_000, 10_000);
+    assert_eq!(t.bridge.ml.borrow().lookup(mac(b), 10), None, "B aged out");
+    assert_eq!(
+        (sw.mac_revalidated, sw.modified, sw.kept, sw.deleted_changed),
+        (1, 1, 0, 0),
+        "{sw:?}"
+    );
+    assert_eq!(mf(&dp, a, b), (ab, ab_flood), "back to flooding");
+    assert_eq!(mf(&dp, c, d), cd);
 }

@@ -247,6 +247,8 @@ pub struct SwitchConfig {
     pub max_idle: u64,
     /// Most datapath flows (OVS flow-limit).
     pub flow_limit: usize,
+    /// Signature match cache before the megaflow classifier (OVS smc-enable).
+    pub smc_enable: bool,
     /// OpenFlow 1.3 passive targets, as `switch run --listen`: "ptcp:[PORT][:IP]", "punix:PATH".
     pub openflow_listen: Vec<String>,
     /// OpenFlow controllers to connect to, as `switch run --controller`: "tcp:IP[:PORT]".
@@ -277,6 +279,7 @@ impl Default for SwitchConfig {
             tc_policy: "none".into(),
             max_idle: 10_000,
             flow_limit: 200_000,
+            smc_enable: false,
             openflow_listen: Vec::new(),
             controllers: Vec::new(),
             fail_mode: "secure".into(),

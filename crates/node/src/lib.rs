@@ -363,6 +363,7 @@ impl Node {
                 tc_policy: c.tc_policy.clone(),
                 flow_limit: c.flow_limit,
                 port_tx_queue: c.port_tx_queue,
+                smc_enable: c.smc_enable,
                 ..Default::default()
             },
         };

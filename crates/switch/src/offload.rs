@@ -38,6 +38,9 @@ pub struct DatapathOpts {
     /// (port, interface) of the afpacket ports, for the `tc-linux` provider (set by
     /// the runtime from `--port N=afpacket:IF`).
     pub linux_ports: Vec<(u32, String)>,
+    /// [smc-enable]: the signature match cache between the EMC and the megaflow
+    /// classifier (off by default, as in OVS).
+    pub smc_enable: bool,
 }
 
 impl Default for DatapathOpts {
@@ -52,6 +55,7 @@ impl Default for DatapathOpts {
             nic_capacity: 65536,
             port_tx_queue: crate::port::DEFAULT_TX_QUEUE,
             linux_ports: Vec::new(),
+            smc_enable: false,
         }
     }
 }
@@ -124,8 +128,12 @@ pub fn offload_stats(dp: &Datapath, rv: &Revalidator) -> String {
         dp.n_flows()
     );
     s += &format!(
-        "packets: hw-forwarded {}, mark hits {}, upcalls {}, flow-limit hits {}\n",
-        dp.stats.hw_forwarded, dp.stats.mark_hits, dp.stats.upcalls, dp.stats.flow_limit_hits
+        "packets: hw-forwarded {}, mark hits {}, smc hits {}, upcalls {}, flow-limit hits {}\n",
+        dp.stats.hw_forwarded,
+        dp.stats.mark_hits,
+        dp.stats.smc_hits,
+        dp.stats.upcalls,
+        dp.stats.flow_limit_hits
     );
     s += &format!(
         "revalidator: flow-limit {} (configured {}), max-idle {} ms, rounds {}, last round {} ms\n",
@@ -135,7 +143,8 @@ pub fn offload_stats(dp: &Datapath, rv: &Revalidator) -> String {
 }
 
 /// `switch config KEY=VALUE ...` (keys: hw-offload, hw-offload-priority,
-/// n-offload-threads, tc-policy, max-idle (ms), flow-limit, offloaded-stats-delay (ms)).
+/// n-offload-threads, tc-policy, max-idle (ms), flow-limit, offloaded-stats-delay (ms),
+/// smc-enable).
 /// Applies them live: a change of the offload settings rebuilds the pipeline (the
 /// old one's flows are flushed from its providers, every megaflow is queued to the
 /// new one). Without arguments prints the settings.
@@ -167,6 +176,11 @@ pub fn apply_config(
             "max-idle" => max_idle = num(v)?,
             "flow-limit" => new.flow_limit = num(v)? as usize,
             "offloaded-stats-delay" => new.offloaded_stats_delay_ms = num(v)?,
+            "smc-enable" => {
+                new.smc_enable = v
+                    .parse()
+                    .map_err(|_| Error::Config(format!("{kv}: true or false")))?
+            }
             _ => return Err(Error::Config(format!("unknown key {k:?}"))),
         }
     }
@@ -187,6 +201,9 @@ pub fn apply_config(
         let o = new.offload()?; // validate before touching anything
         dp.set_offload(o);
     }
+    if new.smc_enable != dp.smc_enabled() {
+        dp.set_smc(new.smc_enable);
+    }
     rv.cfg.max_idle_ms = max_idle;
     rv.cfg.offloaded_stats_delay_ms = new.offloaded_stats_delay_ms;
     if new.flow_limit != opts.flow_limit {
@@ -195,14 +212,15 @@ pub fn apply_config(
     }
     *opts = new;
     Ok(format!(
-        "hw-offload={} hw-offload-priority={} n-offload-threads={} tc-policy={} max-idle={} flow-limit={} offloaded-stats-delay={}\n",
+        "hw-offload={} hw-offload-priority={} n-offload-threads={} tc-policy={} max-idle={} flow-limit={} offloaded-stats-delay={} smc-enable={}\n",
         opts.hw_offload,
         opts.offload_priority,
         opts.n_offload_threads,
         opts.tc_policy,
         rv.cfg.max_idle_ms,
         rv.cfg.flow_limit,
-        opts.offloaded_stats_delay_ms
+        opts.offloaded_stats_delay_ms,
+        opts.smc_enable
     ))
 }
 
@@ -227,6 +245,13 @@ mod tests {
         assert_eq!(dp.offload().unwrap().cfg.n_threads, 2);
         assert_eq!((rv.cfg.max_idle_ms, rv.flow_limit), (5000, 3000));
         assert!(offload_stats(&dp, &rv).contains("offload threads: 2"));
+        assert!(!dp.smc_enabled());
+        let r = apply_config("smc-enable=true", &mut o, &mut rv, &mut dp).unwrap();
+        assert!(r.contains("smc-enable=true") && dp.smc_enabled(), "{r}");
+        assert!(apply_config("smc-enable=yes", &mut o, &mut rv, &mut dp).is_err());
+        assert!(dp.smc_enabled(), "a bad value changes nothing");
+        apply_config("smc-enable=false", &mut o, &mut rv, &mut dp).unwrap();
+        assert!(!dp.smc_enabled());
         for bad in [
             "hw-offload=maybe",
             "bogus=1",

@@ -211,6 +211,7 @@ fn run_loop(
     let mut dpo = a.dp.clone();
     dpo.linux_ports = afpacket_ports(a);
     dp.set_offload(dpo.offload()?);
+    dp.set_smc(dpo.smc_enable);
     if dpo.hw_offload {
         let emu = dpo
             .offload_priority

@@ -176,6 +176,10 @@ pub struct RunArgs {
     /// PORT_STATUS to that connection are dropped (`of_async_dropped`).
     #[arg(long, default_value_t = switch::openflow::ASYNC_BACKLOG)]
     pub of_async_backlog: usize,
+    /// Signature match cache between the EMC and the megaflow classifier (OVS
+    /// other_config:smc-enable; off by default as in OVS).
+    #[arg(long)]
+    pub smc_enable: bool,
 }
 
 #[derive(Args, Debug)]
@@ -485,6 +489,7 @@ fn run_switch(a: &RunArgs) -> Result<()> {
             tc_policy: a.tc_policy.clone(),
             flow_limit: a.flow_limit,
             port_tx_queue: a.port_tx_queue,
+            smc_enable: a.smc_enable,
             ..Default::default()
         },
     };
@@ -670,6 +675,126 @@ pub fn bench_offload(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report
     Ok(rep)
 }
 
+/// `bench flow` rows of the classifier with caches (issue 14): for 10 / 100 / 1000
+/// masks x 1 k / 100 k megaflows x uniform / Zipf traffic over 128 k connections, the
+/// lookup rate (hash + EMC / SMC / ranked classifier) with: the SMC (EMC off) next to
+/// the ranked classifier alone; EMC + SMC next to the EMC alone; the ranked
+/// classifier next to the classifier in creation order. All configurations of a
+/// cell run on the same datapath and stream, interleaved in each run; every row is
+/// the median of `runs`, min/max and hit shares in its detail.
+fn bench_caches(rep: &mut benchkit::Report, t: std::time::Duration, runs: u32, quick: bool) {
+    use benchkit::{Better, Figure};
+    use flow::bench::{Caches, ClsFigure, ClsWorkload, Traffic};
+    const CONFIGS: [(&str, Caches); 5] = [
+        (
+            "classifier, creation order",
+            Caches {
+                emc: false,
+                smc: false,
+                ranking: false,
+            },
+        ),
+        (
+            "classifier, ranked",
+            Caches {
+                emc: false,
+                smc: false,
+                ranking: true,
+            },
+        ),
+        (
+            "SMC + ranked classifier",
+            Caches {
+                emc: false,
+                smc: true,
+                ranking: true,
+            },
+        ),
+        (
+            "EMC + ranked classifier",
+            Caches {
+                emc: true,
+                smc: false,
+                ranking: true,
+            },
+        ),
+        (
+            "EMC + SMC + ranked classifier",
+            Caches {
+                emc: true,
+                smc: true,
+                ranking: true,
+            },
+        ),
+    ];
+    // (value config, baseline config)
+    const ROWS: [(usize, usize); 3] = [(2, 1), (4, 3), (1, 0)];
+    for &masks in &[10usize, 100, 1000] {
+        for &flows in &[1_000usize, 100_000] {
+            if quick && flows > 1000 {
+                continue;
+            }
+            for traffic in [Traffic::Uniform, Traffic::Zipf] {
+                let mut w = ClsWorkload::new(masks, flows, traffic);
+                let top10 = w.top_share(10, flows);
+                let mut res: Vec<Vec<ClsFigure>> = vec![Vec::new(); CONFIGS.len()];
+                for _ in 0..runs {
+                    for (i, (_, c)) in CONFIGS.iter().enumerate() {
+                        res[i].push(w.measure(t, *c));
+                    }
+                }
+                let stat = |i: usize| {
+                    let v: Vec<f64> = res[i].iter().map(|f| f.rate / 1e6).collect();
+                    let (m, lo, hi) = mmm(v);
+                    let mid = |g: fn(&ClsFigure) -> f64| {
+                        let (x, _, _) = mmm(res[i].iter().map(g).collect());
+                        x
+                    };
+                    let (wall, _, _) = mmm(res[i].iter().map(|f| f.wall_rate / 1e6).collect());
+                    (
+                        m,
+                        serde_json::json!({
+                            "min": lo, "max": hi, "runs": runs, "wall_clock_median": wall,
+                            "emc_pct": mid(|f| f.emc_pct), "smc_pct": mid(|f| f.smc_pct),
+                            "classifier_pct": mid(|f| f.dpcls_pct),
+                            "subtables_per_classifier_lookup": mid(|f| f.probes),
+                        }),
+                    )
+                };
+                let tname = match traffic {
+                    Traffic::Uniform => "uniform",
+                    Traffic::Zipf => "Zipf",
+                };
+                for (v, b) in ROWS {
+                    let (vm, vd) = stat(v);
+                    let (bm, bd) = stat(b);
+                    rep.push(
+                        Figure::new(
+                            format!(
+                                "{}, {masks} masks, {}k flows, {tname}",
+                                CONFIGS[v].0,
+                                flows / 1000
+                            ),
+                            vm,
+                            "Mlookup/CPU-s",
+                            CONFIGS[b].0,
+                            bm,
+                            Better::Higher,
+                        )
+                        .with_detail(serde_json::json!({
+                            "value": vd, "baseline": bd, "traffic": tname,
+                            "top10_megaflow_share": top10,
+                            "connections": flow::bench::CONNS,
+                            "zipf_s": flow::bench::ZIPF_S,
+                        })),
+                    );
+                }
+            }
+        }
+    }
+    rep.note("classifier-with-caches rows: 128k connections (exact keys) over the megaflows, a stream of 256k packets replayed; Zipf: megaflow popularity ~1/rank (ranks shuffled), connection uniform within its megaflow; every lookup hashes the key; EMC 8k entries, SMC 1M entries; rates per second of the thread's CPU time (schedstat), the wall-clock median in the detail");
+}
+
 /// `dpustack bench flow`: single-core lookup rates of the datapath cache, each next to
 /// the same-run cost of hashing a flow key (the EMC's own hash over the whole key).
 pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
@@ -752,6 +877,7 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
             );
         }
     }
+    bench_caches(&mut rep, t, runs, quick);
     let (mut v, mut fr) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         let (x, frac) = fb::upcalls(t, 1000);
