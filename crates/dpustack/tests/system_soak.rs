@@ -17,6 +17,13 @@
 //! Failed or timed-out writes are `info` (indeterminate: a DTX whose reply
 //! was lost may have committed), never `fail`.
 //!
+//! Half the writes are KV puts (the value under the KV akey), half are
+//! multi-akey DTX updates writing the value both as that single value and
+//! as an array extent under a second akey; half the reads fetch both akeys
+//! at once: a single value written by a two-akey update must come with the
+//! same array bytes (a torn update — one akey applied, not the other — is a
+//! violation, checked in the history as `torn`).
+//!
 //! Kills: the first kill hits a random engine under load (a DTX leader or
 //! follower with transactions in flight); the pool service marks it DOWN;
 //! it is restarted (its data is stale and, without reintegration, it stays
@@ -37,7 +44,8 @@ use std::time::{Duration, Instant};
 use obj::dist::DistClient;
 use obj::membership::DetectorConfig;
 use obj::placement::PoolMap;
-use obj::types::{ObjClass, ObjType, ObjectId, Redundancy};
+use obj::client::kv::KV_AKEY;
+use obj::types::{Iod, ObjClass, ObjType, ObjectId, Recx, Redundancy};
 use poolsvc::client::BlockingClient;
 
 mod common;
@@ -45,7 +53,8 @@ use common::*;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Kind {
-    Write(String),
+    /// `true`: the two-akey update (single value + array extent).
+    Write(String, bool),
     Read,
 }
 
@@ -54,6 +63,9 @@ enum Res {
     /// A write acknowledged, or a read with what it returned (`None`: the
     /// initial value, no value).
     Ok(Option<String>),
+    /// A read of both akeys whose array did not hold the single value
+    /// (only a problem when that value's write was a two-akey update).
+    Torn(Option<String>, String),
     /// Definitely had no effect (reads only here).
     Fail,
     /// Indeterminate (a write whose outcome is unknown).
@@ -81,8 +93,22 @@ fn check(history: &[Op]) -> Vec<String> {
         // value -> its write (values are unique)
         let mut writes: HashMap<&str, &Op> = HashMap::new();
         for o in &ops {
-            if let Kind::Write(v) = &o.kind {
+            if let Kind::Write(v, _) = &o.kind {
                 assert!(writes.insert(v, o).is_none(), "value {v} written twice");
+            }
+        }
+        // atomicity of two-akey updates
+        for r in &ops {
+            if let Res::Torn(Some(v), arr) = &r.res {
+                if let Some(Op {
+                    kind: Kind::Write(_, true),
+                    ..
+                }) = writes.get(v.as_str())
+                {
+                    bad.push(format!(
+                        "key {key}: torn update: single value {v:?} with array {arr:?}: {r:?}"
+                    ));
+                }
             }
         }
         // when a write's effect is certainly over: its completion if
@@ -96,7 +122,7 @@ fn check(history: &[Op]) -> Vec<String> {
         let replaced_before = |v: Option<&str>, t: Duration| -> Option<String> {
             let vw = v.and_then(|v| writes.get(v));
             ops.iter()
-                .filter(|w| matches!(w.kind, Kind::Write(_)) && w.res == Res::Ok(None))
+                .filter(|w| matches!(w.kind, Kind::Write(..)) && w.res == Res::Ok(None))
                 .find(|w2| {
                     w2.complete < t
                         && match vw {
@@ -107,7 +133,10 @@ fn check(history: &[Op]) -> Vec<String> {
                 .map(|w2| format!("{:?} (acked at {:?})", w2.kind, w2.complete))
         };
         for r in ops.iter().filter(|o| o.kind == Kind::Read) {
-            let Res::Ok(v) = &r.res else { continue };
+            let v = match &r.res {
+                Res::Ok(v) | Res::Torn(v, _) => v,
+                _ => continue,
+            };
             if let Some(v) = v {
                 match writes.get(v.as_str()) {
                     None => bad.push(format!("key {key}: read {v:?} never written: {r:?}")),
@@ -128,13 +157,17 @@ fn check(history: &[Op]) -> Vec<String> {
         let mut last: HashMap<usize, &Op> = HashMap::new();
         let mut reads: Vec<&&Op> = ops.iter().filter(|o| o.kind == Kind::Read).collect();
         reads.sort_by_key(|o| o.invoke);
+        let read_value = |o: &Op| match &o.res {
+            Res::Ok(Some(v)) | Res::Torn(Some(v), _) => Some(v.clone()),
+            _ => None,
+        };
         for r in reads {
-            let Res::Ok(Some(v)) = &r.res else { continue };
+            let Some(v) = read_value(r) else { continue };
             let Some(w) = writes.get(v.as_str()) else {
                 continue;
             };
             if let Some(prev) = last.get(&r.client) {
-                if let Res::Ok(Some(pv)) = &prev.res {
+                if let Some(pv) = read_value(prev) {
                     if let Some(pw) = writes.get(pv.as_str()) {
                         if done(w).is_some_and(|c| c < pw.invoke) {
                             bad.push(format!(
@@ -157,7 +190,7 @@ fn checker_finds_what_it_must() {
     let w = |c, v: &str, i, e, res| Op {
         client: c,
         key: 0,
-        kind: Kind::Write(v.into()),
+        kind: Kind::Write(v.into(), false),
         invoke: d(i),
         complete: d(e),
         res,
@@ -201,6 +234,25 @@ fn checker_finds_what_it_must() {
         r(2, Some("a"), 27, 28),
     ];
     assert_eq!(check(&h).len(), 1, "{:?}", check(&h));
+    // a torn two-akey update (its single value read with other array
+    // bytes); the same read of a KV put's value is fine
+    let mut h = good.clone();
+    h.push(Op {
+        client: 3,
+        key: 0,
+        kind: Kind::Write("t".into(), true),
+        invoke: d(70),
+        complete: d(80),
+        res: okw.clone(),
+    });
+    let mut torn = r(3, None, 90, 91);
+    torn.res = Res::Torn(Some("t".into()), "c".into());
+    h.push(torn.clone());
+    assert_eq!(check(&h).len(), 1, "{:?}", check(&h));
+    let mut h = good.clone();
+    torn.res = Res::Torn(Some("c".into()), "b".into());
+    h.push(torn);
+    assert!(check(&h).is_empty(), "{:?}", check(&h));
 }
 
 // ---------------------------------------------------------------- the soak
@@ -211,6 +263,17 @@ fn kv_oid(lo: u64) -> ObjectId {
         groups: 1,
     };
     ObjectId::generate(0, lo, ObjType::KvHashed, class).unwrap()
+}
+
+/// The second akey of a two-akey update: the value as bytes 0.. of an
+/// array of 1-byte records, zero-padded to `ARR_LEN`.
+const ARR_AKEY: &[u8] = b"arr";
+const ARR_LEN: u64 = 24;
+
+fn arr_of(v: &str) -> Vec<u8> {
+    let mut a = v.as_bytes().to_vec();
+    a.resize(ARR_LEN as usize, 0);
+    a
 }
 
 const OBJS: usize = 2;
@@ -321,11 +384,39 @@ fn round(ip: &str, seed: u64, load: Duration, clients: usize) -> Round {
                 let (kind, res) = if rnd() % 2 == 0 {
                     n += 1;
                     let v = format!("c{c}-{n}");
-                    let res = match dc.kv_put(oid, &key, v.as_bytes()) {
+                    let both = rnd() % 2 == 0;
+                    let r = if both {
+                        let iods = [
+                            Iod::single(KV_AKEY, v.len() as u64),
+                            Iod::array(ARR_AKEY, 1, vec![Recx { idx: 0, nr: ARR_LEN }]),
+                        ];
+                        dc.update(oid, &key, &iods, vec![v.clone().into_bytes(), arr_of(&v)])
+                    } else {
+                        dc.kv_put(oid, &key, v.as_bytes())
+                    };
+                    let res = match r {
                         Ok(_) => Res::Ok(None),
                         Err(_) => Res::Info,
                     };
-                    (Kind::Write(v), res)
+                    (Kind::Write(v, both), res)
+                } else if rnd() % 2 == 0 {
+                    let iods = [
+                        Iod::single(KV_AKEY, 0),
+                        Iod::array(ARR_AKEY, 1, vec![Recx { idx: 0, nr: ARR_LEN }]),
+                    ];
+                    let res = match dc.fetch(oid, &key, &iods) {
+                        Ok(b) if b[0].is_empty() => Res::Ok(None),
+                        Ok(b) => {
+                            let v = String::from_utf8(b[0].clone()).unwrap();
+                            if arr_of(&v) == b[1] {
+                                Res::Ok(Some(v))
+                            } else {
+                                Res::Torn(Some(v), String::from_utf8_lossy(&b[1]).into_owned())
+                            }
+                        }
+                        Err(_) => Res::Fail,
+                    };
+                    (Kind::Read, res)
                 } else {
                     let res = match dc.kv_get(oid, &key) {
                         Ok(v) => Res::Ok(Some(String::from_utf8(v).unwrap())),
@@ -456,8 +547,8 @@ fn round(ip: &str, seed: u64, load: Duration, clients: usize) -> Round {
     let count = |f: &dyn Fn(&Op) -> bool| history.iter().filter(|o| f(o)).count();
     let r = Round {
         ops: history.len(),
-        writes_ok: count(&|o| matches!(o.kind, Kind::Write(_)) && o.res == Res::Ok(None)),
-        writes_info: count(&|o| matches!(o.kind, Kind::Write(_)) && o.res == Res::Info),
+        writes_ok: count(&|o| matches!(o.kind, Kind::Write(..)) && o.res == Res::Ok(None)),
+        writes_info: count(&|o| matches!(o.kind, Kind::Write(..)) && o.res == Res::Info),
         reads_ok: count(&|o| o.kind == Kind::Read && matches!(o.res, Res::Ok(_))),
         reads_fail: count(&|o| o.kind == Kind::Read && o.res == Res::Fail),
         kills,
