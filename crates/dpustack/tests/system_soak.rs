@@ -41,10 +41,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use obj::client::kv::KV_AKEY;
 use obj::dist::DistClient;
 use obj::membership::DetectorConfig;
 use obj::placement::PoolMap;
-use obj::client::kv::KV_AKEY;
 use obj::types::{Iod, ObjClass, ObjType, ObjectId, Recx, Redundancy};
 use poolsvc::client::BlockingClient;
 
@@ -388,7 +388,14 @@ fn round(ip: &str, seed: u64, load: Duration, clients: usize) -> Round {
                     let r = if both {
                         let iods = [
                             Iod::single(KV_AKEY, v.len() as u64),
-                            Iod::array(ARR_AKEY, 1, vec![Recx { idx: 0, nr: ARR_LEN }]),
+                            Iod::array(
+                                ARR_AKEY,
+                                1,
+                                vec![Recx {
+                                    idx: 0,
+                                    nr: ARR_LEN,
+                                }],
+                            ),
                         ];
                         dc.update(oid, &key, &iods, vec![v.clone().into_bytes(), arr_of(&v)])
                     } else {
@@ -402,7 +409,14 @@ fn round(ip: &str, seed: u64, load: Duration, clients: usize) -> Round {
                 } else if rnd() % 2 == 0 {
                     let iods = [
                         Iod::single(KV_AKEY, 0),
-                        Iod::array(ARR_AKEY, 1, vec![Recx { idx: 0, nr: ARR_LEN }]),
+                        Iod::array(
+                            ARR_AKEY,
+                            1,
+                            vec![Recx {
+                                idx: 0,
+                                nr: ARR_LEN,
+                            }],
+                        ),
                     ];
                     let res = match dc.fetch(oid, &key, &iods) {
                         Ok(b) if b[0].is_empty() => Res::Ok(None),

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::kv::KV_AKEY;
 use crate::client::{Client, ContHandle, Error as ClientError, Kv, ObjHandle};
-use crate::engine::dtx_op::DtxOp;
+use crate::dtx_op::DtxOp;
 use crate::membership::{Detector, DetectorConfig, Liveness};
 use crate::placement::{layout, MapError, PoolMap, TargetState};
 use crate::rpc::Status;
@@ -500,7 +500,11 @@ impl DistClient {
 
     /// The serving replicas an operation goes to, the leader first: the
     /// dkey's group, or (object punch) every group's, each rank once.
-    fn participants(&self, oid: ObjectId, dkey: Option<&[u8]>) -> Result<(Vec<(u32, String)>, usize)> {
+    fn participants(
+        &self,
+        oid: ObjectId,
+        dkey: Option<&[u8]>,
+    ) -> Result<(Vec<(u32, String)>, usize)> {
         let l = layout(oid, &self.map)?;
         let groups: Vec<&Vec<u32>> = match dkey {
             Some(k) => vec![&l.groups[crate::placement::group_of(k, l.groups.len())]],
@@ -720,7 +724,14 @@ impl DistClient {
         offset: u64,
         len: u64,
     ) -> Result<Vec<u8>> {
-        let iod = Iod::array(AKey(akey.to_vec()), 1, vec![Recx { idx: offset, nr: len }]);
+        let iod = Iod::array(
+            AKey(akey.to_vec()),
+            1,
+            vec![Recx {
+                idx: offset,
+                nr: len,
+            }],
+        );
         Ok(self.fetch(oid, dkey, &[iod])?.pop().unwrap_or_default())
     }
 

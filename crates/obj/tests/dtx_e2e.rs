@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use obj::client::{kv::KV_AKEY, Client, Kv};
 use obj::dist::{DistClient, Replication};
+use obj::dtx_op::{held_keys, DtxOp, DtxWrite};
 use obj::engine::dtx::{DtxId, Msg, Update};
-use obj::engine::dtx_op::{held_keys, DtxOp, DtxWrite};
 use obj::engine::vos_backend::VosBackend;
 use obj::engine::{Engine, EngineConfig};
 use obj::membership::DetectorConfig;
@@ -340,7 +340,9 @@ fn dtx_puts_one_epoch_holds_readers_and_resolves_orphans() {
     assert!(!grp2.contains(&(follower as u32)));
     for &t in grp2 {
         let d = direct(&addrs[t as usize], oid);
-        wait_until("committed", || d.at(&key, Some(e)) != Err(Status::InProgress));
+        wait_until("committed", || {
+            d.at(&key, Some(e)) != Err(Status::InProgress)
+        });
         assert_eq!(d.at(&key, Some(e)).unwrap(), Some(b"survived".to_vec()));
     }
     assert_eq!(dc.kv_get(oid, &key).unwrap(), b"survived");
@@ -452,7 +454,10 @@ fn dtx_updates_punches_and_a_follower_restart() {
     // the array convenience on top, read back through the client
     let e2 = dc.array_write(oid, b"d", b"a", 4, b"XYZ").unwrap();
     assert!(e2 > e1);
-    assert_eq!(dc.array_read(oid, b"d", b"a", 0, 8).unwrap(), b"\0\0abXYZ\0");
+    assert_eq!(
+        dc.array_read(oid, b"d", b"a", 0, 8).unwrap(),
+        b"\0\0abXYZ\0"
+    );
 
     // 2. punch one akey: gone on every replica at one epoch, the other stays
     let e3 = dc.punch_akeys(oid, b"d", &[b"s"]).unwrap();
@@ -470,7 +475,9 @@ fn dtx_updates_punches_and_a_follower_restart() {
     let l = layout(kv, dc.map()).unwrap();
     for &t in &l.groups[group_of(b"k", l.groups.len())] {
         let d = direct(&addrs[t as usize], kv);
-        wait_until("committed", || d.at(b"k", Some(e4)) != Err(Status::InProgress));
+        wait_until("committed", || {
+            d.at(b"k", Some(e4)) != Err(Status::InProgress)
+        });
         assert_eq!(d.at(b"k", Some(e4)), Ok(None));
         assert_eq!(d.at(b"k", Some(Epoch(e4.0 - 1))), Ok(Some(b"v".to_vec())));
     }
@@ -480,7 +487,8 @@ fn dtx_updates_punches_and_a_follower_restart() {
     let sx = oid_of(3, ObjClass::SX);
     let dkeys: Vec<Vec<u8>> = (0..12).map(|i| format!("dk{i}").into_bytes()).collect();
     for d in &dkeys {
-        dc.update(sx, d, &iods[..1], vec![b"12345".to_vec()]).unwrap();
+        dc.update(sx, d, &iods[..1], vec![b"12345".to_vec()])
+            .unwrap();
     }
     let on: std::collections::HashSet<usize> = {
         let l = layout(sx, dc.map()).unwrap();
@@ -627,7 +635,8 @@ fn dtx_updates_punches_and_a_follower_restart() {
     arr[2..5].copy_from_slice(b"fgh");
     arr[10..12].copy_from_slice(b"ij");
     wait_until("committed after the restart", || {
-        read_akeys(&addrs[f as usize], multi, b"z", None) == Ok((Some(b"after".to_vec()), arr.clone()))
+        read_akeys(&addrs[f as usize], multi, b"z", None)
+            == Ok((Some(b"after".to_vec()), arr.clone()))
     });
     assert_eq!(
         read_akeys(&addrs[f as usize], multi, b"z", Some(Epoch(base + 9))),

@@ -133,7 +133,8 @@ impl Store {
                     .filter(|t| {
                         matches!(
                             t.state,
-                            obj::placement::TargetState::Down | obj::placement::TargetState::Excluded
+                            obj::placement::TargetState::Down
+                                | obj::placement::TargetState::Excluded
                         )
                     })
                     .map(|t| t.domain)

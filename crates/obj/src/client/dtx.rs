@@ -8,7 +8,7 @@ use tse::Event;
 use super::kv::{Kv, KV_AKEY};
 use super::obj::{decode_update, ObjHandle};
 use super::{Client, Error, Pending, Result};
-use crate::engine::dtx_op::DtxOp;
+use crate::dtx_op::DtxOp;
 use crate::rpc::msg::{Request, MAX_DTX_VALUE};
 use crate::types::{Epoch, Iod};
 

@@ -1091,7 +1091,10 @@ mod tests {
         };
         let a = f.handle(t0, 0, msg.clone());
         // the follower's entry too, before its ack
-        assert!(matches!(&a[0], Action::Persist(LogRec::Prepared { epoch: 42, .. })));
+        assert!(matches!(
+            &a[0],
+            Action::Persist(LogRec::Prepared { epoch: 42, .. })
+        ));
         assert_eq!(
             a[1],
             Action::Hold {

@@ -79,7 +79,12 @@ impl DtxLog {
         let mut old = Vec::new();
         {
             let r = self.db.begin_read().map_err(dberr)?;
-            if let Some(v) = r.open_table(META).map_err(dberr)?.get("rank").map_err(dberr)? {
+            if let Some(v) = r
+                .open_table(META)
+                .map_err(dberr)?
+                .get("rank")
+                .map_err(dberr)?
+            {
                 out.rank = u32::try_from(v.value()).ok();
             }
             for e in r.open_table(ADDRS).map_err(dberr)?.iter().map_err(dberr)? {
@@ -147,7 +152,8 @@ impl DtxLog {
                     }
                     LogRec::Resolved { committed, .. } => {
                         prep.remove(k.as_slice()).map_err(dberr)?;
-                        done.insert(k.as_slice(), (*committed, now)).map_err(dberr)?;
+                        done.insert(k.as_slice(), (*committed, now))
+                            .map_err(dberr)?;
                     }
                 }
             }

@@ -46,28 +46,19 @@ use tracing::{debug, error, info, warn};
 
 use super::dtx::{Action, Dtx, DtxConfig, DtxId, LogRec, Msg, Outcome, Rank, Update};
 use super::dtx_log::DtxLog;
-use super::dtx_op::{held_keys, DtxWrite};
 use super::hlc::SharedHlc;
 use super::map_version::MapVersions;
 use super::route;
 use super::target::TargetMsg;
 use crate::client::{Client, Error as ClientError};
+use crate::dtx_op::{held_keys, DtxWrite};
 use crate::rpc::frame::encode_reply;
 use crate::rpc::msg::{Request, WireOid};
 use crate::rpc::tcp::{ConnId, ReplySender};
 use crate::rpc::{HeaderRepr, Reply, Status};
 use crate::types::{Epoch, ObjectId};
 
-/// The key readers are held on: OID and dkey (containers are not told
-/// apart: a key of another container with the same OID and dkey waits too).
-/// An empty dkey (never a real one) holds the whole object (a punch).
-pub fn held_key(oid: WireOid, dkey: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(16 + dkey.len());
-    k.extend_from_slice(&oid.hi.to_be_bytes());
-    k.extend_from_slice(&oid.lo.to_be_bytes());
-    k.extend_from_slice(dkey);
-    k
-}
+pub use crate::dtx_op::held_key;
 
 /// Keys with a prepared update (counted); read by the network threads.
 #[derive(Debug, Default)]
@@ -445,7 +436,10 @@ impl Driver {
             }
             DtxEvent::Unreachable { to } => {
                 if self.map_down_now().is_some() {
-                    debug!(to, "dtx: connection refused (the pool map decides if it is down)");
+                    debug!(
+                        to,
+                        "dtx: connection refused (the pool map decides if it is down)"
+                    );
                     return;
                 }
                 if let Some(core) = self.core.as_mut() {
@@ -486,7 +480,7 @@ impl Driver {
             Err(_) => return self.reply(conn, &hdr, Err(Status::Proto)),
         };
         let (t, pool, cont, op, replicas) = req;
-        let op = match super::dtx_op::DtxOp::from_bytes(&op) {
+        let op = match crate::dtx_op::DtxOp::from_bytes(&op) {
             Ok(op) => op,
             Err(_) => return self.reply(conn, &hdr, Err(Status::Proto)),
         };

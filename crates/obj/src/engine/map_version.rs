@@ -107,7 +107,11 @@ impl MapVersions {
         if g.down.is_empty() {
             return None;
         }
-        let mut v: Vec<u32> = g.down.values().flat_map(|(_, r)| r.iter().copied()).collect();
+        let mut v: Vec<u32> = g
+            .down
+            .values()
+            .flat_map(|(_, r)| r.iter().copied())
+            .collect();
         v.sort_unstable();
         v.dedup();
         Some(v)

@@ -22,7 +22,6 @@
 pub mod backend;
 pub mod dtx;
 pub mod dtx_log;
-pub mod dtx_op;
 pub mod dtx_service;
 pub mod hlc;
 pub mod map_version;

@@ -128,7 +128,7 @@ pub enum TargetMsg {
     DtxApply {
         coh: u64,
         oid: ObjectId,
-        op: super::dtx_op::DtxOp,
+        op: crate::dtx_op::DtxOp,
         epoch: Epoch,
         done: DtxDone,
     },
@@ -425,11 +425,11 @@ impl Target {
         &mut self,
         coh: u64,
         oid: ObjectId,
-        op: super::dtx_op::DtxOp,
+        op: crate::dtx_op::DtxOp,
         epoch: Epoch,
         done: DtxDone,
     ) -> Outgoing {
-        use super::dtx_op::DtxOp;
+        use crate::dtx_op::DtxOp;
         self.executed += 1;
         let mut o = Outgoing {
             conn: 0,

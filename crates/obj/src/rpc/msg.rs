@@ -430,7 +430,7 @@ pub enum Request {
         anchor: Vec<u8>,
         max: u32,
     },
-    /// An update or punch (`op`: an encoded `engine::dtx_op::DtxOp`)
+    /// An update or punch (`op`: an encoded `dtx_op::DtxOp`)
     /// replicated through this engine as the DTX leader; `replicas`: (rank,
     /// address) of every replica, this engine first; `pool`/`cont`: labels
     /// (the same on every engine).

@@ -1,5 +1,5 @@
 //! What a replicated update through DTX writes (the payload of
-//! [`super::dtx::Update`] in an engine): a multi-akey update of one dkey
+//! [`crate::engine::dtx::Update`] in an engine): a multi-akey update of one dkey
 //! (single values and array extents), or a punch of the object, a dkey or
 //! akeys — every one at the transaction's one epoch on every replica.
 
@@ -40,7 +40,9 @@ pub enum OpError {
     Nothing,
     #[error("iod {0}: its data is not the size its extents say")]
     DataSize(usize),
-    #[error("iod {0}: a single value needs a size and no extents; an array extents and a record size")]
+    #[error(
+        "iod {0}: a single value needs a size and no extents; an array extents and a record size"
+    )]
     BadIod(usize),
     #[error("more than {MAX_DTX_DATA} bytes of data")]
     TooLarge,
@@ -221,10 +223,21 @@ impl DtxOp {
     }
 }
 
+/// The key readers are held on: OID and dkey (containers are not told
+/// apart: a key of another container with the same OID and dkey waits too).
+/// An empty dkey (never a real one) holds the whole object (a punch).
+pub fn held_key(oid: WireOid, dkey: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(16 + dkey.len());
+    k.extend_from_slice(&oid.hi.to_be_bytes());
+    k.extend_from_slice(&oid.lo.to_be_bytes());
+    k.extend_from_slice(dkey);
+    k
+}
+
 /// The keys readers are held on while `op` of `oid` is prepared: OID + dkey
-/// (an object punch: the OID alone, see [`super::dtx_service::held_key`]).
+/// (an object punch: the OID alone).
 pub fn held_keys(oid: WireOid, op: &DtxOp) -> Vec<Vec<u8>> {
-    vec![super::dtx_service::held_key(oid, op.dkey().unwrap_or(&[]))]
+    vec![held_key(oid, op.dkey().unwrap_or(&[]))]
 }
 
 /// A DTX update as the engines carry it: container labels (the same on
