@@ -99,7 +99,7 @@ fn two_leaders(samples: &[Sample]) -> Vec<String> {
                 .iter()
                 .filter(|s| s.term == t)
                 .take(12)
-                .map(|s| format!("{s:?}"))
+                .map(|s| format!("at {:?}: {s:?}", s.at))
                 .collect();
             format!("term {t}: leaders {ls:?}; samples {first:?}")
         })

@@ -22,7 +22,10 @@
 //! told to retry. [`Replication::ClientDriven`] keeps the older path (the
 //! client writes each replica in turn; a put failing half-way stays visible
 //! on the replicas that took it, each replica takes its own epoch), kept for
-//! comparison and for engines without DTX.
+//! comparison and for engines without DTX. Updates of several akeys
+//! (single values, array extents: [`DistClient::update`],
+//! [`DistClient::array_write`]) and punches (object, dkey, akeys;
+//! [`DistClient::kv_remove`]) always go through DTX, whatever the mode.
 //!
 //! What this is **not** yet (see docs/obj-dist.md):
 //! - rebuild (copying older data to the spare) and reintegration are the pool
@@ -31,11 +34,13 @@
 
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, ContHandle, Error as ClientError, Kv};
+use crate::client::kv::KV_AKEY;
+use crate::client::{Client, ContHandle, Error as ClientError, Kv, ObjHandle};
+use crate::dtx_op::DtxOp;
 use crate::membership::{Detector, DetectorConfig, Liveness};
 use crate::placement::{layout, MapError, PoolMap, TargetState};
 use crate::rpc::Status;
-use crate::types::{Epoch, ObjectId};
+use crate::types::{AKey, DKey, Epoch, Iod, ObjectId, Recx};
 
 /// How a put reaches the replicas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -392,6 +397,12 @@ impl DistClient {
         Some((c, kv))
     }
 
+    fn oh(&self, rank: usize, oid: ObjectId) -> Option<(&Client, ObjHandle)> {
+        let (c, coh) = self.conns[rank].client.as_ref()?;
+        let oh = c.obj_open(coh, oid, None).ok()?.get().ok()?;
+        Some((c, oh))
+    }
+
     /// Puts `value` under `key` on every serving replica of the key's group
     /// (see [`Replication`]). Returns the epoch (DTX: the one epoch of every
     /// replica; client-driven: the highest replica epoch).
@@ -402,45 +413,148 @@ impl DistClient {
         }
     }
 
-    /// DTX put: sent to the leader replica (the first serving replica of the
-    /// group) with every serving replica's rank and address; the leader
-    /// commits it at one epoch everywhere or nowhere. Retried (new
-    /// transaction) under a new layout when the leader fails at the
-    /// transport level (marked DOWN; the put may have committed: a retry
-    /// writes the same value again) or reports a follower unreachable (the
-    /// followers that do not answer a ping are marked DOWN), after a refresh
-    /// on a stale map, and after a short pause when a follower refused or the
-    /// leader timed out (nothing or — timeout — maybe committed).
+    /// DTX put of a KV value (the akey `KV_AKEY` under the dkey `key`).
     fn kv_put_dtx(&mut self, oid: ObjectId, key: &[u8], value: &[u8]) -> Result<Epoch> {
+        // an empty value is refused by the operation's check (use kv_remove)
+        self.dtx(
+            oid,
+            DtxOp::Update {
+                dkey: key.to_vec(),
+                iods: vec![Iod::single(KV_AKEY, value.len() as u64)],
+                data: vec![value.to_vec()],
+            },
+        )
+    }
+
+    /// `daos_obj_update` through DTX: several akeys of `dkey` (`data[i]`:
+    /// exactly iod `i`'s bytes: single values and array extents), at one
+    /// epoch on every serving replica of the dkey's group, or nowhere.
+    pub fn update(
+        &mut self,
+        oid: ObjectId,
+        dkey: &[u8],
+        iods: &[Iod],
+        data: Vec<Vec<u8>>,
+    ) -> Result<Epoch> {
+        self.dtx(
+            oid,
+            DtxOp::Update {
+                dkey: dkey.to_vec(),
+                iods: iods.to_vec(),
+                data,
+            },
+        )
+    }
+
+    /// Array convenience: `data` written as bytes (record size 1) at
+    /// `offset` of `akey` under `dkey`, through DTX.
+    pub fn array_write(
+        &mut self,
+        oid: ObjectId,
+        dkey: &[u8],
+        akey: &[u8],
+        offset: u64,
+        data: &[u8],
+    ) -> Result<Epoch> {
+        let iod = Iod::array(
+            akey,
+            1,
+            vec![Recx {
+                idx: offset,
+                nr: data.len() as u64,
+            }],
+        );
+        self.update(oid, dkey, &[iod], vec![data.to_vec()])
+    }
+
+    /// `daos_obj_punch` through DTX: every group of the object, one epoch.
+    pub fn punch_obj(&mut self, oid: ObjectId) -> Result<Epoch> {
+        self.dtx(oid, DtxOp::PunchObj)
+    }
+
+    /// `daos_obj_punch_dkeys` (one dkey) through DTX.
+    pub fn punch_dkey(&mut self, oid: ObjectId, dkey: &[u8]) -> Result<Epoch> {
+        self.dtx(
+            oid,
+            DtxOp::PunchDkey {
+                dkey: dkey.to_vec(),
+            },
+        )
+    }
+
+    /// `daos_obj_punch_akeys` through DTX.
+    pub fn punch_akeys(&mut self, oid: ObjectId, dkey: &[u8], akeys: &[&[u8]]) -> Result<Epoch> {
+        self.dtx(
+            oid,
+            DtxOp::PunchAkeys {
+                dkey: dkey.to_vec(),
+                akeys: akeys.iter().map(|a| a.to_vec()).collect(),
+            },
+        )
+    }
+
+    /// `daos_kv_remove` through DTX (a punch of the key's dkey).
+    pub fn kv_remove(&mut self, oid: ObjectId, key: &[u8]) -> Result<Epoch> {
+        self.punch_dkey(oid, key)
+    }
+
+    /// The serving replicas an operation goes to, the leader first: the
+    /// dkey's group, or (object punch) every group's, each rank once.
+    fn participants(
+        &self,
+        oid: ObjectId,
+        dkey: Option<&[u8]>,
+    ) -> Result<(Vec<(u32, String)>, usize)> {
+        let l = layout(oid, &self.map)?;
+        let groups: Vec<&Vec<u32>> = match dkey {
+            Some(k) => vec![&l.groups[crate::placement::group_of(k, l.groups.len())]],
+            None => l.groups.iter().collect(),
+        };
+        let mut reps: Vec<(u32, String)> = Vec::new();
+        let mut total = 0;
+        for grp in groups {
+            total += grp.len();
+            for &t in grp {
+                let tgt = *self.map.target(t)?;
+                if tgt.state.is_serving() && !reps.iter().any(|(r, _)| *r == tgt.domain) {
+                    reps.push((tgt.domain, self.conns[tgt.domain as usize].addr.clone()));
+                }
+            }
+        }
+        Ok((reps, total))
+    }
+
+    /// One operation as a DTX: sent to the leader replica (the first
+    /// serving replica of the group) with every serving replica's rank and
+    /// address; the leader commits it at one epoch everywhere or nowhere.
+    /// Retried (new transaction) under a new layout when the leader fails at
+    /// the transport level (marked DOWN; the operation may have committed: a
+    /// retry applies it again, which an update or punch at a newer epoch
+    /// tolerates) or reports a follower unreachable (the followers that do
+    /// not answer a ping are marked DOWN), after a refresh on a stale map,
+    /// and after a short pause when a follower refused or the leader timed
+    /// out (nothing or — timeout — maybe committed).
+    fn dtx(&mut self, oid: ObjectId, op: DtxOp) -> Result<Epoch> {
         let deadline = Instant::now() + self.timeout;
         let mut last = None;
         for _ in 0..=4 * self.conns.len() + 64 {
-            let l = layout(oid, &self.map)?;
-            let grp = l.groups[crate::placement::group_of(key, l.groups.len())].clone();
-            let mut reps = Vec::with_capacity(grp.len());
-            for &t in &grp {
-                let tgt = *self.map.target(t)?;
-                if tgt.state.is_serving() {
-                    let r = tgt.domain as usize;
-                    reps.push((tgt.domain, self.conns[r].addr.clone()));
-                }
-            }
+            let (reps, total) = self.participants(oid, op.dkey())?;
             let Some(&(leader, _)) = reps.first() else {
                 return Err(Error::NoReplica);
             };
             let leader = leader as usize;
-            let Some((c, kv)) = self.kv(leader, oid) else {
+            let Some((c, oh)) = self.oh(leader, oid) else {
                 self.mark_down(leader)?;
                 continue;
             };
             let (pool, cont) = (self.pool.clone(), self.cont.clone());
             match c
-                .kv_put_dtx(&kv, &pool, &cont, key, value, &reps, None)
+                .obj_dtx(&oh, &pool, &cont, &op, &reps, None)
                 .and_then(|p| p.get())
             {
                 Ok(e) => {
-                    if reps.len() < grp.len() {
-                        tracing::warn!(%oid, written = reps.len(), replicas = grp.len(), "degraded write");
+                    if reps.len() < total {
+                        tracing::warn!(%oid, written = reps.len(), replicas = total, "degraded write");
                     }
                     return Ok(e);
                 }
@@ -582,6 +696,52 @@ impl DistClient {
     /// progress": the next replica is tried, and when every one did, the
     /// read is retried after a pause (until the client's timeout).
     pub fn kv_get(&mut self, oid: ObjectId, key: &[u8]) -> Result<Vec<u8>> {
+        self.read(oid, key, |c, oh| {
+            c.kv_get(&Kv { oh: *oh }, key, None).and_then(|p| p.get())
+        })
+    }
+
+    /// `daos_obj_fetch` of `dkey` (one buffer per iod: a single value as
+    /// stored, empty when none; an array's records, holes as zeroes), from
+    /// a replica as [`Self::kv_get`] picks it.
+    pub fn fetch(&mut self, oid: ObjectId, dkey: &[u8], iods: &[Iod]) -> Result<Vec<Vec<u8>>> {
+        let d = DKey(dkey.to_vec());
+        self.read(oid, dkey, |c, oh| {
+            let f = c.obj_fetch(oh, None, &d, iods, Vec::new(), None)?.get()?;
+            Ok(f.sgls
+                .into_iter()
+                .map(|s| s.iovs.into_iter().next().unwrap_or_default())
+                .collect())
+        })
+    }
+
+    /// Array convenience: `len` bytes at `offset` of `akey` (record size 1).
+    pub fn array_read(
+        &mut self,
+        oid: ObjectId,
+        dkey: &[u8],
+        akey: &[u8],
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>> {
+        let iod = Iod::array(
+            AKey(akey.to_vec()),
+            1,
+            vec![Recx {
+                idx: offset,
+                nr: len,
+            }],
+        );
+        Ok(self.fetch(oid, dkey, &[iod])?.pop().unwrap_or_default())
+    }
+
+    /// One read of `dkey`, tried replica by replica (see [`Self::kv_get`]).
+    fn read<T>(
+        &mut self,
+        oid: ObjectId,
+        key: &[u8],
+        f: impl Fn(&Client, &ObjHandle) -> std::result::Result<T, ClientError>,
+    ) -> Result<T> {
         let deadline = Instant::now() + self.timeout;
         let mut refreshes = 0;
         'refreshed: while refreshes < 4 {
@@ -603,11 +763,11 @@ impl DistClient {
                 }
             }
             for rank in order {
-                let Some((c, kv)) = self.kv(rank, oid) else {
+                let Some((c, oh)) = self.oh(rank, oid) else {
                     self.mark_down(rank)?;
                     continue;
                 };
-                match c.kv_get(&kv, key, None).and_then(|p| p.get()) {
+                match f(c, &oh) {
                     Ok(v) => return Ok(v),
                     Err(e) if is_transport(&e) => self.mark_down(rank)?,
                     Err(ClientError::StaleMap { version }) => {

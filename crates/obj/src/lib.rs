@@ -15,6 +15,7 @@ pub const IMPLEMENTED: bool = true;
 
 pub mod client;
 pub mod dist;
+pub mod dtx_op;
 pub mod engine;
 pub mod fault;
 pub mod membership;

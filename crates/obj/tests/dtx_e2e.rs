@@ -9,21 +9,28 @@
 //!   committed);
 //! - a follower stopped: the leader aborts (unreachable), the client marks
 //!   it DOWN and the retried put commits on survivor + spare.
+//!
+//! Second test: multi-akey updates (single values and array extents) and
+//! punches (akeys, dkey, a whole SX object over every engine) at one epoch
+//! on every replica; a prepared object punch holds reads of every dkey; a
+//! follower engine stopped and restarted (same address and directory)
+//! between a prepare and its commit still holds the key and applies the
+//! commit (its prepared entry was persisted).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use obj::client::{kv::KV_AKEY, Client, Kv};
 use obj::dist::{DistClient, Replication};
+use obj::dtx_op::{held_keys, DtxOp, DtxWrite};
 use obj::engine::dtx::{DtxId, Msg, Update};
-use obj::engine::dtx_service::{held_key, KvPut};
 use obj::engine::vos_backend::VosBackend;
 use obj::engine::{Engine, EngineConfig};
 use obj::membership::DetectorConfig;
 use obj::placement::{group_of, layout};
 use obj::rpc::msg::WireOid;
 use obj::rpc::Status;
-use obj::types::{DKey, Epoch, Iod, ObjClass, ObjType, ObjectId, Redundancy};
+use obj::types::{AKey, DKey, Epoch, Iod, ObjClass, ObjType, ObjectId, Recx, Redundancy};
 
 fn start(dir: &std::path::Path, ip: &str) -> Engine {
     let cfg = EngineConfig {
@@ -96,6 +103,31 @@ fn send(addr: &str, from: u32, from_addr: &str, to: u32, m: &Msg, peers: &[Strin
         .unwrap();
 }
 
+/// The `Update` a leader would prepare for a KV put.
+fn kv_update(wire: WireOid, key: &[u8], val: &[u8]) -> Update {
+    op_update(
+        wire,
+        DtxOp::Update {
+            dkey: key.to_vec(),
+            iods: vec![Iod::single(KV_AKEY, val.len() as u64)],
+            data: vec![val.to_vec()],
+        },
+    )
+}
+
+fn op_update(wire: WireOid, op: DtxOp) -> Update {
+    Update {
+        keys: held_keys(wire, &op),
+        payload: DtxWrite {
+            pool: "dp".into(),
+            cont: "dc".into(),
+            oid: wire,
+            op,
+        }
+        .emit(),
+    }
+}
+
 fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     let t = Instant::now();
     while !f() {
@@ -138,6 +170,10 @@ fn dtx_puts_one_epoch_holds_readers_and_resolves_orphans() {
             let grp = &l.groups[group_of(&key, l.groups.len())];
             for &t in grp {
                 let d = direct(&addrs[t as usize], oid);
+                // the commit reaches a follower after the client's answer
+                wait_until("committed on the follower", || {
+                    d.at(&key, Some(e)) != Err(Status::InProgress)
+                });
                 assert_eq!(
                     d.at(&key, Some(e)).unwrap(),
                     Some(val.clone()),
@@ -190,17 +226,7 @@ fn dtx_puts_one_epoch_holds_readers_and_resolves_orphans() {
                 parts
             },
             epoch,
-            update: Update {
-                key: held_key(wire, key),
-                payload: KvPut {
-                    pool: "dp".into(),
-                    cont: "dc".into(),
-                    oid: wire,
-                    dkey: key.to_vec(),
-                    value: val.to_vec(),
-                }
-                .emit(),
-            },
+            update: kv_update(wire, key, val),
         };
     let d0 = direct(&addrs[0], oid);
     // any epoch above the container's floor works (no snapshot here)
@@ -314,9 +340,309 @@ fn dtx_puts_one_epoch_holds_readers_and_resolves_orphans() {
     assert!(!grp2.contains(&(follower as u32)));
     for &t in grp2 {
         let d = direct(&addrs[t as usize], oid);
+        wait_until("committed", || {
+            d.at(&key, Some(e)) != Err(Status::InProgress)
+        });
         assert_eq!(d.at(&key, Some(e)).unwrap(), Some(b"survived".to_vec()));
     }
     assert_eq!(dc.kv_get(oid, &key).unwrap(), b"survived");
+}
+
+/// What `akeys` of `dkey` hold on the engine at `addr` as of `epoch`
+/// (single values; arrays of 1-byte records over `0..16`); `Err` = status.
+fn read_akeys(
+    addr: &str,
+    oid: ObjectId,
+    dkey: &[u8],
+    epoch: Option<Epoch>,
+) -> Result<(Option<Vec<u8>>, Vec<u8>), Status> {
+    let c = Client::connect(addr).unwrap();
+    let poh = c.pool_connect("dp", None).unwrap().get().unwrap();
+    let coh = c.cont_open(&poh, "dc", None).unwrap().get().unwrap();
+    let oh = c.obj_open(&coh, oid, None).unwrap().get().unwrap();
+    let iods = [
+        Iod::single(AKey(b"s".to_vec()), 0),
+        Iod::array(AKey(b"a".to_vec()), 1, vec![Recx { idx: 0, nr: 16 }]),
+    ];
+    match c
+        .obj_fetch(&oh, epoch, &DKey(dkey.to_vec()), &iods, Vec::new(), None)
+        .and_then(|p| p.get())
+    {
+        Ok(mut f) => {
+            let arr = f.sgls.pop().unwrap().concat();
+            let single = f.sgls.pop().unwrap().concat();
+            Ok(((f.sizes[0] > 0).then_some(single), arr))
+        }
+        Err(e) => Err(e.status().unwrap_or(Status::Misc)),
+    }
+}
+
+/// [`read_akeys`] once the replica has the commit (a follower gets it after
+/// the client's answer: until then it answers `InProgress`).
+fn settled(
+    addr: &str,
+    oid: ObjectId,
+    dkey: &[u8],
+    epoch: Option<Epoch>,
+) -> Result<(Option<Vec<u8>>, Vec<u8>), Status> {
+    let t = Instant::now();
+    loop {
+        match read_akeys(addr, oid, dkey, epoch) {
+            Err(Status::InProgress) if t.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(2))
+            }
+            r => return r,
+        }
+    }
+}
+
+fn oid_of(lo: u64, class: ObjClass) -> ObjectId {
+    ObjectId::generate(0, lo, ObjType::MultiHashed, class).unwrap()
+}
+
+#[test]
+fn dtx_updates_punches_and_a_follower_restart() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut engines: Vec<Option<Engine>> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| Some(start(d.path(), &format!("127.0.0.{}", 57 + i))))
+        .collect();
+    let addrs: Vec<String> = engines
+        .iter()
+        .map(|e| e.as_ref().unwrap().addr().to_string())
+        .collect();
+    DistClient::create(&addrs, "dp", 64 << 20, "dc").unwrap();
+    let mut dc = DistClient::connect(
+        &addrs,
+        "dp",
+        "dc",
+        Duration::from_secs(3),
+        DetectorConfig::default(),
+    )
+    .unwrap();
+    let zeros = vec![0u8; 16];
+
+    // 1. a multi-akey update (single value + array extents) on RP_3: both
+    // akeys on every replica at one epoch, nothing one below
+    let oid = oid_of(1, rp(3));
+    let iods = [
+        Iod::single(AKey(b"s".to_vec()), 5),
+        Iod::array(
+            AKey(b"a".to_vec()),
+            1,
+            vec![Recx { idx: 2, nr: 3 }, Recx { idx: 10, nr: 2 }],
+        ),
+    ];
+    let e1 = dc
+        .update(oid, b"d", &iods, vec![b"hello".to_vec(), b"abcde".to_vec()])
+        .unwrap();
+    let mut arr = zeros.clone();
+    arr[2..5].copy_from_slice(b"abc");
+    arr[10..12].copy_from_slice(b"de");
+    for a in &addrs {
+        assert_eq!(
+            settled(a, oid, b"d", Some(e1)),
+            Ok((Some(b"hello".to_vec()), arr.clone())),
+            "{a}"
+        );
+        assert_eq!(
+            settled(a, oid, b"d", Some(Epoch(e1.0 - 1))),
+            Ok((None, zeros.clone()))
+        );
+    }
+    // the array convenience on top, read back through the client
+    let e2 = dc.array_write(oid, b"d", b"a", 4, b"XYZ").unwrap();
+    assert!(e2 > e1);
+    assert_eq!(
+        dc.array_read(oid, b"d", b"a", 0, 8).unwrap(),
+        b"\0\0abXYZ\0"
+    );
+
+    // 2. punch one akey: gone on every replica at one epoch, the other stays
+    let e3 = dc.punch_akeys(oid, b"d", &[b"s"]).unwrap();
+    for a in &addrs {
+        let (s_now, a_now) = settled(a, oid, b"d", Some(e3)).unwrap();
+        assert_eq!(s_now, None, "{a}");
+        assert_ne!(a_now, zeros, "{a}");
+        let (s_before, _) = settled(a, oid, b"d", Some(Epoch(e3.0 - 1))).unwrap();
+        assert_eq!(s_before, Some(b"hello".to_vec()), "{a}");
+    }
+    // a dkey punch (the KV remove on top)
+    let kv = kv_oid(2, rp(2));
+    dc.kv_put(kv, b"k", b"v").unwrap();
+    let e4 = dc.kv_remove(kv, b"k").unwrap();
+    let l = layout(kv, dc.map()).unwrap();
+    for &t in &l.groups[group_of(b"k", l.groups.len())] {
+        let d = direct(&addrs[t as usize], kv);
+        wait_until("committed", || {
+            d.at(b"k", Some(e4)) != Err(Status::InProgress)
+        });
+        assert_eq!(d.at(b"k", Some(e4)), Ok(None));
+        assert_eq!(d.at(b"k", Some(Epoch(e4.0 - 1))), Ok(Some(b"v".to_vec())));
+    }
+
+    // 3. an SX object (one group per engine): an object punch is one
+    // transaction over every engine
+    let sx = oid_of(3, ObjClass::SX);
+    let dkeys: Vec<Vec<u8>> = (0..12).map(|i| format!("dk{i}").into_bytes()).collect();
+    for d in &dkeys {
+        dc.update(sx, d, &iods[..1], vec![b"12345".to_vec()])
+            .unwrap();
+    }
+    let on: std::collections::HashSet<usize> = {
+        let l = layout(sx, dc.map()).unwrap();
+        dkeys
+            .iter()
+            .map(|d| l.groups[group_of(d, l.groups.len())][0] as usize)
+            .collect()
+    };
+    assert!(on.len() > 1, "the dkeys spread over engines: {on:?}");
+    let e5 = dc.punch_obj(sx).unwrap();
+    let l = layout(sx, dc.map()).unwrap();
+    for d in &dkeys {
+        let t = l.groups[group_of(d, l.groups.len())][0] as usize;
+        assert_eq!(settled(&addrs[t], sx, d, Some(e5)).unwrap().0, None);
+        assert_eq!(
+            settled(&addrs[t], sx, d, Some(Epoch(e5.0 - 1))).unwrap().0,
+            Some(b"12345".to_vec())
+        );
+    }
+
+    // 4. a prepared object punch holds every dkey of the object; its commit
+    // punches them
+    let silent = std::net::TcpListener::bind("127.0.0.57:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap().to_string();
+    let id = |seq| DtxId {
+        leader: 7,
+        incarnation: 1,
+        seq,
+    };
+    let multi = oid_of(4, rp(2));
+    dc.update(multi, b"x", &iods[..1], vec![b"xxxxx".to_vec()])
+        .unwrap();
+    let ey = dc
+        .update(multi, b"y", &iods[..1], vec![b"yyyyy".to_vec()])
+        .unwrap();
+    let w = WireOid {
+        hi: multi.hi,
+        lo: multi.lo,
+    };
+    let l = layout(multi, dc.map()).unwrap();
+    let f = l.groups[0][0];
+    // above every epoch written so far (the punch must be the newest)
+    let base = ey.0.max(e5.0) + 1000;
+    send(
+        &addrs[f as usize],
+        7,
+        &silent_addr,
+        f,
+        &Msg::Prepare {
+            id: id(1),
+            epoch: base,
+            participants: vec![7, f],
+            update: op_update(w, DtxOp::PunchObj),
+        },
+        &addrs,
+    );
+    for d in [&b"x"[..], b"y"] {
+        wait_until("held", || {
+            read_akeys(&addrs[f as usize], multi, d, None) == Err(Status::InProgress)
+        });
+    }
+    send(
+        &addrs[f as usize],
+        7,
+        &silent_addr,
+        f,
+        &Msg::Commit { id: id(1) },
+        &addrs,
+    );
+    for d in [&b"x"[..], b"y"] {
+        let t = Instant::now();
+        loop {
+            let r = read_akeys(&addrs[f as usize], multi, d, None);
+            if r.as_ref().is_ok_and(|r| r.0.is_none()) {
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(5), "not punched: {r:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    // 5. a follower restarted between prepare and commit: the persisted
+    // entry is held again after the restart and the commit applies
+    let upd = op_update(
+        w,
+        DtxOp::Update {
+            dkey: b"z".to_vec(),
+            iods: iods.to_vec(),
+            data: vec![b"after".to_vec(), b"fghij".to_vec()],
+        },
+    );
+    send(
+        &addrs[f as usize],
+        7,
+        &silent_addr,
+        f,
+        &Msg::Prepare {
+            id: id(2),
+            epoch: base + 10,
+            participants: vec![7, f],
+            update: upd,
+        },
+        &addrs,
+    );
+    wait_until("held", || {
+        read_akeys(&addrs[f as usize], multi, b"z", None) == Err(Status::InProgress)
+    });
+    engines[f as usize].take().unwrap().stop();
+    let ip = addrs[f as usize].rsplit_once(':').unwrap().0.to_string();
+    let restarted = {
+        let t = Instant::now();
+        loop {
+            let cfg = EngineConfig {
+                listen: addrs[f as usize].parse().unwrap(),
+                data_dir: dirs[f as usize].path().to_path_buf(),
+                targets: 2,
+                rdma_listen: None,
+                aggregation: Default::default(),
+            };
+            match Engine::start(&cfg, Arc::new(VosBackend::default())) {
+                Ok(e) => break e,
+                Err(e) => {
+                    assert!(t.elapsed() < Duration::from_secs(5), "restart on {ip}: {e}");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
+    };
+    engines[f as usize] = Some(restarted);
+    assert_eq!(
+        read_akeys(&addrs[f as usize], multi, b"z", None),
+        Err(Status::InProgress),
+        "the prepared entry survived the restart"
+    );
+    send(
+        &addrs[f as usize],
+        7,
+        &silent_addr,
+        f,
+        &Msg::Commit { id: id(2) },
+        &addrs,
+    );
+    let mut arr = zeros.clone();
+    arr[2..5].copy_from_slice(b"fgh");
+    arr[10..12].copy_from_slice(b"ij");
+    wait_until("committed after the restart", || {
+        read_akeys(&addrs[f as usize], multi, b"z", None)
+            == Ok((Some(b"after".to_vec()), arr.clone()))
+    });
+    assert_eq!(
+        read_akeys(&addrs[f as usize], multi, b"z", Some(Epoch(base + 9))),
+        Ok((None, zeros.clone()))
+    );
+    drop(silent);
 }
 
 fn median(v: &mut [f64]) -> f64 {

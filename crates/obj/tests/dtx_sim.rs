@@ -12,12 +12,18 @@
 //!   aborted → nowhere (crashed replicas' stores included);
 //! - after the load, nothing stays prepared or held.
 //!
+//! A second scenario (`two_failures_with_persisted_records`): a leader with
+//! transactions in flight and one of its followers crash at the same
+//! instant (memory lost; store and DTX records kept: `Action::Persist`) and
+//! restart from their records as new incarnations that stay in the
+//! placement; the same checks over every replica, restarted ones included.
+//!
 //! `DTX_SIM_SEEDS=N` runs seeds 1..=N (default 16; 40 swept: all pass).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use obj::engine::dtx::{Action, Dtx, DtxConfig, DtxId, Msg, Outcome, Rank, Update};
+use obj::engine::dtx::{Action, Dtx, DtxConfig, DtxId, LogRec, Msg, Outcome, Rank, Update};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use sim::{Clock, Link, LinkConfig};
@@ -30,6 +36,8 @@ struct Node {
     /// Durable: key → epoch → value.
     store: HashMap<Vec<u8>, BTreeMap<u64, Vec<u8>>>,
     held: HashMap<Vec<u8>, u32>,
+    /// Durable DTX records, in the order written.
+    log: Vec<LogRec>,
     alive: bool,
     /// Crashed once: excluded from placement and reads for the rest of the run.
     excluded: bool,
@@ -77,6 +85,7 @@ impl World {
                 dtx: Dtx::new(r as Rank, seed * 100 + r as u64, cfg),
                 store: HashMap::new(),
                 held: HashMap::new(),
+                log: Vec::new(),
                 alive: true,
                 excluded: false,
                 hlc: 0,
@@ -110,6 +119,15 @@ impl World {
         self.clock.now()
     }
 
+    fn cfg() -> DtxConfig {
+        DtxConfig {
+            retry: Duration::from_millis(5),
+            deadline: Duration::from_millis(300),
+            resolve_after: Duration::from_millis(20),
+            keep: Duration::from_secs(60),
+        }
+    }
+
     /// The key's replicas: a per-key permutation of the nodes, the first `r`
     /// not excluded (the spare takes a crashed replica's place).
     fn replicas(&self, key: u32, r: usize) -> Vec<Rank> {
@@ -137,19 +155,26 @@ impl World {
                     msg.emit(&mut b);
                     self.links[me as usize][to as usize].send(now, (), &b);
                 }
-                Action::Hold { key } => *node.held.entry(key).or_default() += 1,
-                Action::Release { key } => {
-                    let c = node.held.get_mut(&key).expect("release of a key not held");
-                    *c -= 1;
-                    if *c == 0 {
-                        node.held.remove(&key);
+                Action::Persist(rec) => node.log.push(rec),
+                Action::Hold { keys } => {
+                    for key in keys {
+                        *node.held.entry(key).or_default() += 1
+                    }
+                }
+                Action::Release { keys } => {
+                    for key in keys {
+                        let c = node.held.get_mut(&key).expect("release of a key not held");
+                        *c -= 1;
+                        if *c == 0 {
+                            node.held.remove(&key);
+                        }
                     }
                 }
                 Action::Apply { id, epoch, update } => {
                     node.hlc = node.hlc.max(epoch);
                     let prev = node
                         .store
-                        .entry(update.key.clone())
+                        .entry(update.keys[0].clone())
                         .or_default()
                         .insert(epoch, update.payload.clone());
                     assert!(
@@ -176,6 +201,9 @@ impl World {
     fn write(&mut self, key: u32, r: usize, value: Vec<u8>) {
         let reps = self.replicas(key, r);
         let leader = reps[0];
+        if !self.nodes[leader as usize].alive {
+            return; // the client cannot reach it
+        }
         let now = self.now();
         let node = &mut self.nodes[leader as usize];
         let phys = self.clock.elapsed().as_nanos() as u64;
@@ -186,7 +214,7 @@ impl World {
             now,
             epoch,
             Update {
-                key: k.clone(),
+                keys: vec![k.clone()],
                 payload: value.clone(),
             },
             reps[1..].to_vec(),
@@ -206,6 +234,9 @@ impl World {
         let reps = self.replicas(key, r);
         let n = reps[pick % reps.len()];
         let node = &self.nodes[n as usize];
+        if !node.alive {
+            return;
+        }
         let k = format!("k{key}").into_bytes();
         if node.held.contains_key(&k) {
             self.in_progress_reads += 1;
@@ -233,6 +264,27 @@ impl World {
         node.dtx = Dtx::new(n, seed * 100 + 50 + u64::from(n), DtxConfig::default());
     }
 
+    /// Memory lost, store and records kept (`keep_log: false` — a mutant —
+    /// loses the records too).
+    fn crash_keeping_records(&mut self, n: Rank) {
+        let node = &mut self.nodes[n as usize];
+        node.alive = false;
+        node.held.clear();
+    }
+
+    /// Restarts `n` from its records as incarnation `inc`.
+    fn restart_from_records(&mut self, n: Rank, inc: u64, keep_log: bool) {
+        let now = self.now();
+        let node = &mut self.nodes[n as usize];
+        if !keep_log {
+            node.log.clear();
+        }
+        let (dtx, holds) = Dtx::restore(n, inc, World::cfg(), now, node.log.clone());
+        node.dtx = dtx;
+        node.alive = true;
+        self.run_actions(n, holds);
+    }
+
     /// Delivers due messages and runs timers.
     fn step(&mut self, tick: bool) {
         let now = self.now();
@@ -243,6 +295,8 @@ impl World {
                         continue;
                     }
                     let msg = Msg::parse(&data).expect("the sim does not corrupt");
+                    // as the engine's driver: a message from a peer means up
+                    self.nodes[b].dtx.peer_up(a as Rank);
                     let acts = self.nodes[b].dtx.handle(now, a as Rank, msg);
                     self.run_actions(b as Rank, acts);
                 }
@@ -306,6 +360,73 @@ fn run(seed: u64, loss: f64, crash: bool) {
         i += 1;
     }
     check(&w, seed, crash.then_some(victim));
+}
+
+/// A leader with transactions in flight and one of its followers crash at
+/// once, keeping their stores and records, and restart from them.
+fn run_two_failures(seed: u64, loss: f64, keep_log: bool) {
+    let mut w = World::new(seed, loss);
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed);
+    let step = Duration::from_micros(100);
+    let load = Duration::from_millis(1500);
+    let crash_at = Duration::from_millis(rng.gen_range(300..900));
+    let detect = Duration::from_millis(rng.gen_range(5..60));
+    let restart = Duration::from_millis(rng.gen_range(100..300));
+    let mut victims: Vec<Rank> = Vec::new();
+    let (mut detected, mut restarted) = (false, false);
+    let mut i = 0u64;
+    while w.clock.elapsed() < load + Duration::from_secs(3) {
+        let t = w.clock.elapsed();
+        if victims.is_empty() && t >= crash_at {
+            // the newest write still waiting for its outcome: its leader and
+            // a follower (the transaction is prepared there, maybe acked)
+            let pick = w
+                .writes
+                .iter()
+                .rev()
+                .find(|x| x.outcome.is_none() && x.participants.len() > 1)
+                .map(|x| (x.participants[0], x.participants[1]));
+            let (l, f) = pick.unwrap_or((0, 1));
+            victims = vec![l, f];
+            for &v in &victims {
+                w.crash_keeping_records(v);
+            }
+        }
+        if !victims.is_empty() && !detected && t >= crash_at + detect {
+            detected = true;
+            let now = w.now();
+            for n in 0..N as Rank {
+                if w.nodes[n as usize].alive {
+                    for &v in &victims {
+                        let acts = w.nodes[n as usize].dtx.peer_down(now, v);
+                        w.run_actions(n, acts);
+                    }
+                }
+            }
+        }
+        if !victims.is_empty() && !restarted && t >= crash_at + restart {
+            restarted = true;
+            for &v in &victims.clone() {
+                w.restart_from_records(v, seed * 100 + 70 + u64::from(v), keep_log);
+            }
+        }
+        if t < load && rng.gen_bool(0.3) {
+            let key = rng.gen_range(0..KEYS);
+            let r = if key % 2 == 0 { 2 } else { 3 };
+            if rng.gen_bool(0.5) {
+                let v = format!("s{seed}w{}", w.writes.len()).into_bytes();
+                w.write(key, r, v);
+            } else {
+                let pick = rng.gen_range(0..3);
+                w.read(key, r, pick);
+            }
+        }
+        w.step(i.is_multiple_of(10));
+        w.clock.advance(step);
+        i += 1;
+    }
+    // every replica counts: the restarted ones kept their records
+    check(&w, seed, None);
 }
 
 fn check(w: &World, seed: u64, victim: Option<Rank>) {
@@ -427,6 +548,13 @@ fn no_loss_no_crash() {
 fn lossy_network_with_a_replica_crash() {
     for seed in 1..=seeds() {
         run(seed, 0.05, true);
+    }
+}
+
+#[test]
+fn two_failures_with_persisted_records() {
+    for seed in 1..=seeds() {
+        run_two_failures(seed, 0.05, true);
     }
 }
 

@@ -124,7 +124,23 @@ impl Store {
     fn publish(&self, a: &Applied) {
         if let Some(m) = &self.versions {
             for (label, p) in &a.state.pools {
-                m.raise(label, p.map().version());
+                let map = p.map();
+                m.raise(label, map.version());
+                // the engine's DTX takes these as its peers' liveness
+                let mut down: Vec<u32> = map
+                    .targets()
+                    .iter()
+                    .filter(|t| {
+                        matches!(
+                            t.state,
+                            obj::placement::TargetState::Down
+                                | obj::placement::TargetState::Excluded
+                        )
+                    })
+                    .map(|t| t.domain)
+                    .collect();
+                down.dedup();
+                m.publish_down(label, map.version(), down);
             }
         }
     }

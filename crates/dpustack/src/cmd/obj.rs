@@ -972,7 +972,7 @@ fn on_tmpfs(dir: &std::path::Path) -> bool {
     // SAFETY: `c` is a NUL-terminated path and `st` a statfs that the call
     // fills; both outlive the call.
     let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
-    r == 0 && st.f_type as i64 == libc::TMPFS_MAGIC as i64
+    r == 0 && st.f_type as i64 == libc::TMPFS_MAGIC
 }
 
 /// Raw soft-RoCE SEND bandwidth of 64 KiB messages, 8 in flight, between

@@ -178,7 +178,7 @@ impl FilterMsg {
         self.buf.extend_from_slice(&info.to_ne_bytes());
     }
     fn pad(&mut self) {
-        while self.buf.len() % 4 != 0 {
+        while !self.buf.len().is_multiple_of(4) {
             self.buf.push(0);
         }
     }
@@ -673,7 +673,7 @@ impl<'a> Iterator for Attrs<'a> {
     }
 }
 
-fn find<'a>(b: &'a [u8], ty: u16) -> Option<&'a [u8]> {
+fn find(b: &[u8], ty: u16) -> Option<&[u8]> {
     Attrs::new(b).find(|&(t, _)| t == ty).map(|(_, v)| v)
 }
 

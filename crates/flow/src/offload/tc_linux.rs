@@ -158,10 +158,8 @@ impl NlSocket {
                     Reply::Ack { seq: s } if s == seq => return Ok(()),
                     Reply::Err { seq: s, err } if s == seq => return Err(err.into()),
                     Reply::Done { seq: s } if s == seq => return Ok(()),
-                    Reply::Msg { ty, seq: s, body } if s == seq => {
-                        if on_msg(ty, body) {
-                            return Ok(());
-                        }
+                    Reply::Msg { ty, seq: s, body } if s == seq && on_msg(ty, body) => {
+                        return Ok(());
                     }
                     _ => {} // a stale reply of an earlier request
                 }

@@ -1,14 +1,16 @@
-//! DTX requests: a replicated KV put through a leader replica
-//! (`Opcode::DtxUpdate`, see `engine::dtx`) and the engine-to-engine DTX
-//! message (`Opcode::DtxMsg`, sent by engines).
+//! DTX requests: a replicated update or punch through a leader replica
+//! (`Opcode::DtxUpdate`, see `engine::dtx`; a KV put is an update of the
+//! akey `KV_AKEY`) and the engine-to-engine DTX message (`Opcode::DtxMsg`,
+//! sent by engines).
 
 use tse::Event;
 
-use super::kv::Kv;
-use super::obj::decode_update;
+use super::kv::{Kv, KV_AKEY};
+use super::obj::{decode_update, ObjHandle};
 use super::{Client, Error, Pending, Result};
+use crate::dtx_op::DtxOp;
 use crate::rpc::msg::{Request, MAX_DTX_VALUE};
-use crate::types::Epoch;
+use crate::types::{Epoch, Iod};
 
 impl Client {
     /// KV put of `value` under `key`, replicated by the engine this client
@@ -38,15 +40,38 @@ impl Client {
                 limit: MAX_DTX_VALUE as u64,
             });
         }
+        let op = DtxOp::Update {
+            dkey: key.to_vec(),
+            iods: vec![Iod::single(KV_AKEY, value.len() as u64)],
+            data: vec![value.to_vec()],
+        };
+        self.obj_dtx(&kv.oh, pool, cont, &op, replicas, ev)
+    }
+
+    /// An update or punch of `oh` (`op`), replicated by the engine this
+    /// client is connected to as the DTX leader over `replicas` (that engine
+    /// first). `Ok(epoch)`: applied at that one epoch on every replica.
+    pub fn obj_dtx(
+        &self,
+        oh: &ObjHandle,
+        pool: &str,
+        cont: &str,
+        op: &DtxOp,
+        replicas: &[(u32, String)],
+        ev: Option<&Event>,
+    ) -> Result<Pending<Epoch>> {
         if replicas.is_empty() {
             return Err(Error::Invalid("a DTX update needs its replicas"));
         }
+        if let Err(e) = op.validate() {
+            tracing::debug!(error = %e, "DTX operation refused");
+            return Err(Error::Invalid("malformed DTX operation (sizes or keys)"));
+        }
         let req = Request::DtxUpdate {
-            t: kv.oh.target(None),
+            t: oh.target(None),
             pool: pool.to_string(),
             cont: cont.to_string(),
-            dkey: key.to_vec(),
-            value: value.to_vec(),
+            op: op.to_bytes(),
             replicas: replicas.to_vec(),
         };
         self.rpc(ev, req, Vec::new(), decode_update)

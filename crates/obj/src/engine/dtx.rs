@@ -51,12 +51,34 @@ pub struct DtxId {
     pub seq: u64,
 }
 
-/// What a transaction writes: `key` is what readers are held on (the driver
-/// chooses it; the engine uses OID + dkey), `payload` is opaque here.
+/// What a transaction writes: `keys` are what readers are held on (the
+/// driver chooses them; the engine uses OID + dkey, or OID alone for an
+/// object punch), `payload` is opaque here.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Update {
-    pub key: Vec<u8>,
+    pub keys: Vec<Vec<u8>>,
     pub payload: Vec<u8>,
+}
+
+/// A record the driver must make durable (DAOS keeps its DTX entries in
+/// VOS): a replica that restarts reloads them ([`Dtx::restore`]) and
+/// resolves its prepared entries by the resync rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogRec {
+    /// A follower's prepared entry, or the leader's intent (written before
+    /// its `Prepare`s go out). Durable before the actions after it run (the
+    /// follower's `Ack`, the leader's `Prepare`s).
+    Prepared {
+        id: DtxId,
+        epoch: u64,
+        participants: Vec<Rank>,
+        update: Update,
+    },
+    /// The entry is resolved (its `Prepared` record can go). A commit's
+    /// record is written once the preceding `Apply` is durable; it need not
+    /// be durable at once (a lost one makes the entry resolve again after a
+    /// restart: the apply is redone at the same epoch).
+    Resolved { id: DtxId, committed: bool },
 }
 
 /// What a replica knows of a transaction (answer to `Query`).
@@ -121,10 +143,107 @@ pub enum Msg {
     },
 }
 
-/// Largest key / payload a message carries.
+/// Largest key / payload a message carries; most held keys per update.
 pub const MAX_KEY: usize = 64 * 1024;
+pub const MAX_KEYS: usize = 64;
 pub const MAX_PAYLOAD: usize = 4 << 20;
 const MAX_PARTICIPANTS: usize = 16;
+
+impl Update {
+    fn emit(&self, w: &mut Writer<'_>) {
+        w.count(self.keys.len());
+        for k in &self.keys {
+            w.blob(k);
+        }
+        w.blob(&self.payload);
+    }
+    fn parse(r: &mut Reader<'_>) -> Result<Update, WireError> {
+        let n = r.count(MAX_KEYS, 4)?;
+        let mut keys = Vec::with_capacity(n);
+        for _ in 0..n {
+            keys.push(r.blob(MAX_KEY)?.to_vec());
+        }
+        let payload = r.blob(MAX_PAYLOAD)?.to_vec();
+        Ok(Update { keys, payload })
+    }
+}
+
+impl LogRec {
+    pub fn id(&self) -> DtxId {
+        match self {
+            LogRec::Prepared { id, .. } | LogRec::Resolved { id, .. } => *id,
+        }
+    }
+
+    /// The record's key in a store (big-endian: ordered by leader, seq).
+    pub fn key(id: &DtxId) -> [u8; 20] {
+        let mut k = [0u8; 20];
+        k[..4].copy_from_slice(&id.leader.to_be_bytes());
+        k[4..12].copy_from_slice(&id.incarnation.to_be_bytes());
+        k[12..].copy_from_slice(&id.seq.to_be_bytes());
+        k
+    }
+
+    pub fn emit(&self, out: &mut Vec<u8>) {
+        let mut w = Writer::new(out);
+        match self {
+            LogRec::Prepared {
+                id,
+                epoch,
+                participants,
+                update,
+            } => {
+                w.u8(1);
+                id.emit(&mut w);
+                w.u64(*epoch).count(participants.len());
+                for p in participants {
+                    w.u32(*p);
+                }
+                update.emit(&mut w);
+            }
+            LogRec::Resolved { id, committed } => {
+                w.u8(2);
+                id.emit(&mut w);
+                w.bool(*committed);
+            }
+        }
+    }
+
+    /// Parses a stored record (a damaged one is a typed error).
+    pub fn parse(b: &[u8]) -> Result<LogRec, WireError> {
+        let mut r = Reader::new(b);
+        let kind = r.u8()?;
+        let id = DtxId::parse(&mut r)?;
+        let rec = match kind {
+            1 => {
+                let epoch = r.u64()?;
+                let n = r.count(MAX_PARTICIPANTS, 4)?;
+                let mut participants = Vec::with_capacity(n);
+                for _ in 0..n {
+                    participants.push(r.u32()?);
+                }
+                LogRec::Prepared {
+                    id,
+                    epoch,
+                    participants,
+                    update: Update::parse(&mut r)?,
+                }
+            }
+            2 => LogRec::Resolved {
+                id,
+                committed: r.bool()?,
+            },
+            v => {
+                return Err(WireError::BadValue {
+                    field: "dtx record kind",
+                    value: u64::from(v),
+                })
+            }
+        };
+        r.finish()?;
+        Ok(rec)
+    }
+}
 
 impl DtxId {
     fn emit(&self, w: &mut Writer<'_>) {
@@ -166,7 +285,7 @@ impl Msg {
                 for p in participants {
                     w.u32(*p);
                 }
-                w.blob(&update.key).blob(&update.payload);
+                update.emit(&mut w);
             }
             Msg::Ack { id, ok } => {
                 w.u8(2);
@@ -206,13 +325,12 @@ impl Msg {
                 for _ in 0..n {
                     participants.push(r.u32()?);
                 }
-                let key = r.blob(MAX_KEY)?.to_vec();
-                let payload = r.blob(MAX_PAYLOAD)?.to_vec();
+                let update = Update::parse(&mut r)?;
                 Msg::Prepare {
                     id,
                     epoch,
                     participants,
-                    update: Update { key, payload },
+                    update,
                 }
             }
             2 => Msg::Ack { id, ok: r.bool()? },
@@ -258,13 +376,16 @@ pub enum Action {
         to: Rank,
         msg: Msg,
     },
-    /// Readers of `key` get "in progress" until the matching `Release`
+    /// Make `0` durable before running the actions after it (see
+    /// [`LogRec`] for the one exception).
+    Persist(LogRec),
+    /// Readers of `keys` get "in progress" until the matching `Release`
     /// (counted: a key may be held by several transactions).
     Hold {
-        key: Vec<u8>,
+        keys: Vec<Vec<u8>>,
     },
     Release {
-        key: Vec<u8>,
+        keys: Vec<Vec<u8>>,
     },
     /// Write `update` durably at `epoch`. On the leader the driver then calls
     /// [`Dtx::applied`] with the result.
@@ -368,6 +489,60 @@ impl Dtx {
         }
     }
 
+    /// A replica restarted with its persisted records (in the order they
+    /// were written; a `Resolved` drops the `Prepared` of the same id): the
+    /// prepared entries are held again and resolved by asking (the ones
+    /// this rank led in a previous incarnation too, as a follower of it),
+    /// the outcomes answer queries. Returns the `Hold`s to run.
+    pub fn restore(
+        me: Rank,
+        incarnation: u64,
+        cfg: DtxConfig,
+        now: Instant,
+        recs: impl IntoIterator<Item = LogRec>,
+    ) -> (Dtx, Vec<Action>) {
+        let mut d = Dtx::new(me, incarnation, cfg);
+        for r in recs {
+            match r {
+                LogRec::Prepared {
+                    id,
+                    epoch,
+                    participants,
+                    update,
+                } => {
+                    d.prepared.insert(
+                        id,
+                        Prep {
+                            epoch,
+                            update,
+                            participants,
+                            since: now,
+                            last_query: None,
+                            answers: HashMap::new(),
+                        },
+                    );
+                }
+                LogRec::Resolved { id, committed } => {
+                    d.prepared.remove(&id);
+                    let k = if committed {
+                        Known::Committed
+                    } else {
+                        Known::Aborted
+                    };
+                    d.outcomes.insert(id, (k, now));
+                }
+            }
+        }
+        let out = d
+            .prepared
+            .values()
+            .map(|p| Action::Hold {
+                keys: p.update.keys.clone(),
+            })
+            .collect();
+        (d, out)
+    }
+
     pub fn rank(&self) -> Rank {
         self.me
     }
@@ -407,6 +582,15 @@ impl Dtx {
         }
         let mut participants = vec![self.me];
         participants.extend(&followers);
+        if !followers.is_empty() {
+            // the intent: a restarted leader resolves it with the followers
+            out.push(Action::Persist(LogRec::Prepared {
+                id,
+                epoch,
+                participants: participants.clone(),
+                update: update.clone(),
+            }));
+        }
         for &f in &followers {
             out.push(Action::Send {
                 to: f,
@@ -450,6 +634,10 @@ impl Dtx {
         if ok {
             self.outcomes.insert(id, (Known::Committed, now));
             self.stats.committed += 1;
+            out.push(Action::Persist(LogRec::Resolved {
+                id,
+                committed: true,
+            }));
             out.push(Action::Reply {
                 id,
                 outcome: Outcome::Committed { epoch: l.epoch },
@@ -463,6 +651,10 @@ impl Dtx {
         } else {
             self.outcomes.insert(id, (Known::Aborted, now));
             self.stats.aborted += 1;
+            out.push(Action::Persist(LogRec::Resolved {
+                id,
+                committed: false,
+            }));
             out.push(Action::Reply {
                 id,
                 outcome: Outcome::Aborted {
@@ -485,6 +677,12 @@ impl Dtx {
             return;
         };
         self.outcomes.insert(id, (Known::Aborted, now));
+        if !l.followers.is_empty() {
+            out.push(Action::Persist(LogRec::Resolved {
+                id,
+                committed: false,
+            }));
+        }
         if outcome == Outcome::Unknown {
             self.stats.unknown += 1;
         } else {
@@ -593,8 +791,16 @@ impl Dtx {
                         if let std::collections::hash_map::Entry::Vacant(e) =
                             self.prepared.entry(id)
                         {
+                            // durable before the ack: a restarted follower
+                            // still has what it promised
+                            out.push(Action::Persist(LogRec::Prepared {
+                                id,
+                                epoch,
+                                participants: participants.clone(),
+                                update: update.clone(),
+                            }));
                             out.push(Action::Hold {
-                                key: update.key.clone(),
+                                keys: update.keys.clone(),
                             });
                             e.insert(Prep {
                                 epoch,
@@ -621,14 +827,21 @@ impl Dtx {
                     Known::Pending
                 } else if let Some((k, _)) = self.outcomes.get(&id) {
                     *k
+                } else if id.leader == self.me && id.incarnation != self.incarnation {
+                    // a previous incarnation's: its intent, if reloaded, is
+                    // resolved here like a follower's entry
+                    Known::Lost
                 } else if self.prepared.contains_key(&id) {
                     Known::Prepared
-                } else if id.leader == self.me && id.incarnation != self.incarnation {
-                    Known::Lost
                 } else {
                     // never seen (or forgotten): it can no longer be acked
-                    // here, so it cannot commit
+                    // here, so it cannot commit (durably: a restart must not
+                    // forget it)
                     self.outcomes.insert(id, (Known::Aborted, now));
+                    out.push(Action::Persist(LogRec::Resolved {
+                        id,
+                        committed: false,
+                    }));
                     Known::Unknown
                 };
                 out.push(Action::Send {
@@ -672,7 +885,7 @@ impl Dtx {
         };
         if asked {
             self.stats.resolved += 1;
-            if self.down.contains(&id.leader) {
+            if self.leader_gone(&id) {
                 self.stats.resynced += 1;
             }
         }
@@ -684,11 +897,32 @@ impl Dtx {
                 epoch: p.epoch,
                 update: p.update.clone(),
             });
+            out.push(Action::Release {
+                keys: p.update.keys,
+            });
+            // after the apply is durable (the driver defers it)
+            out.push(Action::Persist(LogRec::Resolved {
+                id,
+                committed: true,
+            }));
         } else {
             self.outcomes.insert(id, (Known::Aborted, now));
             self.stats.aborted += 1;
+            out.push(Action::Persist(LogRec::Resolved {
+                id,
+                committed: false,
+            }));
+            out.push(Action::Release {
+                keys: p.update.keys,
+            });
         }
-        out.push(Action::Release { key: p.update.key });
+    }
+
+    /// The leader of `id` is down, restarted (answered `Lost`), or this
+    /// replica's own previous incarnation.
+    fn leader_gone(&self, id: &DtxId) -> bool {
+        self.down.contains(&id.leader)
+            || (id.leader == self.me && id.incarnation != self.incarnation)
     }
 
     /// Follower: decides a prepared entry from the answers so far.
@@ -706,7 +940,7 @@ impl Dtx {
             }
             let _ = r;
         }
-        if verdict.is_none() && self.down.contains(&leader) {
+        if verdict.is_none() && self.leader_gone(&id) {
             // resync without the leader: every other follower prepared
             let others: Vec<Rank> = p
                 .participants
@@ -800,7 +1034,7 @@ mod tests {
 
     fn upd(k: &str, v: &str) -> Update {
         Update {
-            key: k.as_bytes().to_vec(),
+            keys: vec![k.as_bytes().to_vec()],
             payload: v.as_bytes().to_vec(),
         }
     }
@@ -850,12 +1084,24 @@ mod tests {
         let mut l = Dtx::new(0, 1, DtxConfig::default());
         let mut f = Dtx::new(1, 2, DtxConfig::default());
         let (id, a) = l.begin(t0, 42, upd("k", "v"), vec![1]);
-        let [Action::Send { to: 1, msg }] = a.as_slice() else {
+        // the leader's intent is durable before its prepare goes out
+        let [Action::Persist(LogRec::Prepared { .. }), Action::Send { to: 1, msg }] = a.as_slice()
+        else {
             panic!("{a:?}")
         };
         let a = f.handle(t0, 0, msg.clone());
-        assert_eq!(a[0], Action::Hold { key: b"k".to_vec() });
-        let Action::Send { to: 0, msg: ack } = &a[1] else {
+        // the follower's entry too, before its ack
+        assert!(matches!(
+            &a[0],
+            Action::Persist(LogRec::Prepared { epoch: 42, .. })
+        ));
+        assert_eq!(
+            a[1],
+            Action::Hold {
+                keys: vec![b"k".to_vec()]
+            }
+        );
+        let Action::Send { to: 0, msg: ack } = &a[2] else {
             panic!("{a:?}")
         };
         let a = l.handle(t0, 1, ack.clone());
@@ -863,17 +1109,36 @@ mod tests {
         let a = l.applied(t0, id, true);
         assert_eq!(
             a[0],
+            Action::Persist(LogRec::Resolved {
+                id,
+                committed: true
+            })
+        );
+        assert_eq!(
+            a[1],
             Action::Reply {
                 id,
                 outcome: Outcome::Committed { epoch: 42 }
             }
         );
-        let Action::Send { msg: commit, .. } = &a[1] else {
+        let Action::Send { msg: commit, .. } = &a[2] else {
             panic!()
         };
         let a = f.handle(t0, 0, commit.clone());
         assert!(matches!(&a[0], Action::Apply { epoch: 42, .. }));
-        assert_eq!(a[1], Action::Release { key: b"k".to_vec() });
+        assert_eq!(
+            a[1],
+            Action::Release {
+                keys: vec![b"k".to_vec()]
+            }
+        );
+        assert_eq!(
+            a[2],
+            Action::Persist(LogRec::Resolved {
+                id,
+                committed: true
+            })
+        );
         assert_eq!(f.in_flight(), (0, 0));
     }
 
@@ -896,13 +1161,19 @@ mod tests {
         let a = f.handle(t0, 1, Msg::Query { id });
         assert_eq!(
             a,
-            vec![Action::Send {
-                to: 1,
-                msg: Msg::Answer {
+            vec![
+                Action::Persist(LogRec::Resolved {
                     id,
-                    state: Known::Unknown
+                    committed: false
+                }),
+                Action::Send {
+                    to: 1,
+                    msg: Msg::Answer {
+                        id,
+                        state: Known::Unknown
+                    }
                 }
-            }]
+            ]
         );
         let a = f.handle(t0, 0, prep);
         assert_eq!(
@@ -920,5 +1191,53 @@ mod tests {
                 unreachable: vec![]
             }
         }));
+    }
+
+    /// A follower restarted from its records still holds the key and
+    /// commits what its leader committed; the records round-trip and a
+    /// damaged one is an error.
+    #[test]
+    fn restored_follower_holds_and_resolves() {
+        let t0 = Instant::now();
+        let cfg = DtxConfig::default();
+        let mut l = Dtx::new(0, 1, cfg);
+        let mut f = Dtx::new(1, 2, cfg);
+        let (id, a) = l.begin(t0, 9, upd("k", "v"), vec![1]);
+        let Action::Send { msg, .. } = &a[1] else {
+            panic!("{a:?}")
+        };
+        let mut log = Vec::new();
+        for x in f.handle(t0, 0, msg.clone()) {
+            if let Action::Persist(r) = x {
+                let mut b = Vec::new();
+                r.emit(&mut b);
+                assert_eq!(LogRec::parse(&b).unwrap(), r);
+                assert!(LogRec::parse(&b[..b.len() - 1]).is_err());
+                log.push(r);
+            }
+        }
+        let _ = l.handle(t0, 1, Msg::Ack { id, ok: true });
+        let _ = l.applied(t0, id, true);
+        // the follower restarts before the commit reaches it
+        let (mut f, holds) = Dtx::restore(1, 3, cfg, t0, log);
+        assert_eq!(
+            holds,
+            vec![Action::Hold {
+                keys: vec![b"k".to_vec()]
+            }]
+        );
+        let t1 = t0 + cfg.resolve_after;
+        let a = f.tick(t1);
+        assert!(a.contains(&Action::Send {
+            to: 0,
+            msg: Msg::Query { id }
+        }));
+        let ans = l.handle(t1, 1, Msg::Query { id });
+        let [Action::Send { msg: ans, .. }] = ans.as_slice() else {
+            panic!("{ans:?}")
+        };
+        let a = f.handle(t1, 0, ans.clone());
+        assert!(matches!(&a[0], Action::Apply { epoch: 9, .. }));
+        assert_eq!(f.in_flight(), (0, 0));
     }
 }

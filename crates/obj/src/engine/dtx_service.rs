@@ -6,9 +6,14 @@
 //!   answered at once (empty) and handled here: the DTX messages are one-way
 //!   datagrams, the core resends and asks on its timers.
 //! - Messages to another engine go through one sender thread per peer (a
-//!   blocking [`Client`]); a peer whose connection is refused is reported
-//!   down to the core (TCP on the engines' addresses: refused = the process
-//!   is gone; a timeout is not taken as down).
+//!   blocking [`Client`]).
+//! - Peers down: where the engine hosts a pool-service replica, the pool
+//!   map it applies ([`MapVersions::down_ranks`]: engines with a target
+//!   DOWN or EXCLUDED) is the only source, as in DAOS — checked every tick,
+//!   a rank entering the set is reported down to the core, one leaving it
+//!   up. Without a map (a lone engine, the in-process tests), a peer whose
+//!   connection is refused is reported down (TCP on the engines' addresses:
+//!   refused = the process is gone; a timeout is not taken as down).
 //! - `Apply` goes to the target owning the object as
 //!   [`TargetMsg::DtxApply`] at the transaction's epoch; its completion comes
 //!   back after the target's commit (durable), then the leader answers the
@@ -19,10 +24,18 @@
 //!   opens them on its own engine through a loopback client connection to
 //!   get a container handle the targets know.
 //!
+//! - Records ([`super::dtx::LogRec`]: prepared entries, the leader's
+//!   intents, outcomes) go to `DATA_DIR/dtx.redb` ([`super::dtx_log`]), one
+//!   transaction per batch of actions, durable before the messages that
+//!   depend on them are sent; a restarted engine reloads them, holds the
+//!   prepared keys again and resolves them by the resync rules.
+//!
 //! The engine's rank is the one the first DTX request names for it (the
-//! client's placement); a later request naming another rank is refused.
+//! client's placement; recorded in the log, so a restarted engine knows it
+//! at once); a later request naming another rank is refused.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
@@ -31,27 +44,21 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, error, info, warn};
 
-use super::dtx::{Action, Dtx, DtxConfig, DtxId, Msg, Outcome, Rank, Update};
+use super::dtx::{Action, Dtx, DtxConfig, DtxId, LogRec, Msg, Outcome, Rank, Update};
+use super::dtx_log::DtxLog;
 use super::hlc::SharedHlc;
+use super::map_version::MapVersions;
 use super::route;
 use super::target::TargetMsg;
 use crate::client::{Client, Error as ClientError};
-use crate::rpc::codec::{Reader, Writer};
+use crate::dtx_op::{held_keys, DtxWrite};
 use crate::rpc::frame::encode_reply;
-use crate::rpc::msg::{Request, WireOid, MAX_KEY_LEN, MAX_LABEL_LEN};
+use crate::rpc::msg::{Request, WireOid};
 use crate::rpc::tcp::{ConnId, ReplySender};
-use crate::rpc::{HeaderRepr, Reply, Status, WireError};
+use crate::rpc::{HeaderRepr, Reply, Status};
 use crate::types::{Epoch, ObjectId};
 
-/// The key readers are held on: OID and dkey (containers are not told
-/// apart: a key of another container with the same OID and dkey waits too).
-pub fn held_key(oid: WireOid, dkey: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(16 + dkey.len());
-    k.extend_from_slice(&oid.hi.to_be_bytes());
-    k.extend_from_slice(&oid.lo.to_be_bytes());
-    k.extend_from_slice(dkey);
-    k
-}
+pub use crate::dtx_op::held_key;
 
 /// Keys with a prepared update (counted); read by the network threads.
 #[derive(Debug, Default)]
@@ -65,21 +72,36 @@ impl HeldKeys {
     pub fn is_held(&self, key: &[u8]) -> bool {
         self.n.load(Ordering::Acquire) > 0 && self.keys.lock().is_ok_and(|k| k.contains_key(key))
     }
+    /// Whether a fetch of `dkey` of `oid` must wait: the dkey or the whole
+    /// object is held.
+    pub fn is_held_dkey(&self, oid: WireOid, dkey: &[u8]) -> bool {
+        if self.n.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let Ok(k) = self.keys.lock() else {
+            return false;
+        };
+        k.contains_key(&held_key(oid, dkey)) || k.contains_key(&held_key(oid, &[]))
+    }
     pub fn any(&self) -> bool {
         self.n.load(Ordering::Acquire) > 0
     }
-    fn hold(&self, key: Vec<u8>) {
+    fn hold(&self, keys: &[Vec<u8>]) {
         if let Ok(mut k) = self.keys.lock() {
-            *k.entry(key).or_default() += 1;
+            for key in keys {
+                *k.entry(key.clone()).or_default() += 1;
+            }
             self.n.store(k.len(), Ordering::Release);
         }
     }
-    fn release(&self, key: &[u8]) {
+    fn release(&self, keys: &[Vec<u8>]) {
         if let Ok(mut k) = self.keys.lock() {
-            if let Some(c) = k.get_mut(key) {
-                *c -= 1;
-                if *c == 0 {
-                    k.remove(key);
+            for key in keys {
+                if let Some(c) = k.get_mut(key) {
+                    *c -= 1;
+                    if *c == 0 {
+                        k.remove(key);
+                    }
                 }
             }
             self.n.store(k.len(), Ordering::Release);
@@ -118,21 +140,43 @@ pub struct DtxService {
 }
 
 impl DtxService {
+    /// `data_dir`: where the log lives (`None`: records are not kept, a
+    /// restart forgets prepared entries — tests of the protocol alone).
+    /// `map`: the pool maps the engine's pool-service replica publishes
+    /// (peers down come from them once one is known).
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         my_addr: String,
+        data_dir: Option<PathBuf>,
+        map: Option<Arc<MapVersions>>,
         hlc: Arc<SharedHlc>,
         held: Arc<HeldKeys>,
         targets: Vec<Sender<TargetMsg>>,
         replies: ReplySender,
     ) -> std::io::Result<DtxService> {
+        let log = match data_dir {
+            Some(d) => Some(
+                DtxLog::open(&d.join("dtx.redb"))
+                    .map_err(|e| std::io::Error::other(e.to_string()))?,
+            ),
+            None => {
+                warn!("dtx: no data directory: prepared entries are not persisted");
+                None
+            }
+        };
         let (tx, rx) = channel();
         let me_tx = tx.clone();
         let thread = std::thread::Builder::new()
             .name("obj-dtx".into())
             .spawn(move || {
-                Driver {
+                let mut d = Driver {
                     me: None,
                     core: None,
+                    log,
+                    pending: Vec::new(),
+                    rank_dirty: false,
+                    map,
+                    map_down: Vec::new(),
                     my_addr,
                     hlc,
                     held,
@@ -145,8 +189,9 @@ impl DtxService {
                     cohs: HashMap::new(),
                     clients: HashMap::new(),
                     applying: HashMap::new(),
-                }
-                .run(rx)
+                };
+                d.restore();
+                d.run(rx)
             })?;
         Ok(DtxService {
             tx,
@@ -173,48 +218,17 @@ impl Drop for DtxService {
     }
 }
 
-/// What `Update::payload` holds in an engine: a KV put.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KvPut {
-    pub pool: String,
-    pub cont: String,
-    pub oid: WireOid,
-    pub dkey: Vec<u8>,
-    pub value: Vec<u8>,
-}
-
-impl KvPut {
-    pub fn emit(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(self.value.len() + self.dkey.len() + 64);
-        let mut w = Writer::new(&mut v);
-        w.str(&self.pool)
-            .str(&self.cont)
-            .u64(self.oid.hi)
-            .u64(self.oid.lo)
-            .blob(&self.dkey)
-            .blob(&self.value);
-        v
-    }
-    pub fn parse(b: &[u8]) -> Result<KvPut, WireError> {
-        let mut r = Reader::new(b);
-        let p = KvPut {
-            pool: r.str(MAX_LABEL_LEN)?,
-            cont: r.str(MAX_LABEL_LEN)?,
-            oid: WireOid {
-                hi: r.u64()?,
-                lo: r.u64()?,
-            },
-            dkey: r.blob(MAX_KEY_LEN)?.to_vec(),
-            value: r.blob(super::dtx::MAX_PAYLOAD)?.to_vec(),
-        };
-        r.finish()?;
-        Ok(p)
-    }
-}
-
 struct Driver {
     me: Option<Rank>,
     core: Option<Dtx>,
+    log: Option<DtxLog>,
+    /// Records to write before the next message goes out.
+    pending: Vec<LogRec>,
+    /// The rank is not in the log yet.
+    rank_dirty: bool,
+    map: Option<Arc<MapVersions>>,
+    /// The ranks the pool map had down at the last tick.
+    map_down: Vec<Rank>,
     my_addr: String,
     hlc: Arc<SharedHlc>,
     held: Arc<HeldKeys>,
@@ -229,8 +243,9 @@ struct Driver {
     cohs: HashMap<(String, String), u64>,
     /// The client waiting for each transaction led here.
     clients: HashMap<DtxId, (ConnId, HeaderRepr)>,
-    /// Transactions being applied, with the keys to release afterwards.
-    applying: HashMap<DtxId, Vec<Vec<u8>>>,
+    /// Transactions being applied: the keys to release afterwards, and
+    /// whether their `Resolved` record waits for the apply.
+    applying: HashMap<DtxId, (Vec<Vec<u8>>, bool)>,
 }
 
 /// To a peer's sender thread: an encoded message and the addresses to send
@@ -240,6 +255,40 @@ type PeerMsg = (Vec<u8>, Vec<(Rank, String)>);
 const TICK: Duration = Duration::from_millis(5);
 
 impl Driver {
+    /// A restarted engine: its rank, peers and records from the log.
+    fn restore(&mut self) {
+        let Some(log) = &self.log else { return };
+        let loaded = match log.load(DtxConfig::default().keep) {
+            Ok(l) => l,
+            Err(e) => {
+                error!(error = %e, "dtx: the log cannot be read: prepared entries are lost");
+                return;
+            }
+        };
+        let Some(rank) = loaded.rank else { return };
+        self.addrs.extend(loaded.addrs);
+        let prepared = loaded
+            .recs
+            .iter()
+            .filter(|r| matches!(r, LogRec::Prepared { .. }))
+            .count();
+        let incarnation = new_incarnation();
+        let (core, holds) = Dtx::restore(
+            rank,
+            incarnation,
+            DtxConfig::default(),
+            Instant::now(),
+            loaded.recs,
+        );
+        info!(
+            rank,
+            incarnation, prepared, "dtx: restarted with the log's prepared entries"
+        );
+        self.me = Some(rank);
+        self.core = Some(core);
+        self.run_actions(holds);
+    }
+
     fn run(mut self, rx: Receiver<DtxEvent>) {
         let mut next_tick = Instant::now() + TICK;
         loop {
@@ -252,6 +301,7 @@ impl Driver {
             let now = Instant::now();
             if now >= next_tick {
                 next_tick = now + TICK;
+                self.check_map(now);
                 if let Some(c) = self.core.as_mut() {
                     let a = c.tick(now);
                     self.run_actions(a);
@@ -261,6 +311,39 @@ impl Driver {
         if let Some(c) = &self.core {
             info!(rank = ?self.me, stats = ?c.stats, in_flight = ?c.in_flight(), "dtx stopped");
         }
+    }
+
+    /// The ranks the pool map has down, when a map is known.
+    fn map_down_now(&self) -> Option<Vec<Rank>> {
+        self.map.as_ref().and_then(|m| m.down_ranks())
+    }
+
+    /// Peers entering / leaving the pool map's down set, to the core.
+    fn check_map(&mut self, now: Instant) {
+        let Some(down) = self.map_down_now() else {
+            return;
+        };
+        if down == self.map_down {
+            return;
+        }
+        let was = std::mem::replace(&mut self.map_down, down.clone());
+        let Some(core) = self.core.as_mut() else {
+            return;
+        };
+        let mut acts = Vec::new();
+        for r in &down {
+            if !was.contains(r) {
+                info!(rank = r, "dtx: peer down in the pool map");
+                acts.extend(core.peer_down(now, *r));
+            }
+        }
+        for r in &was {
+            if !down.contains(r) {
+                info!(rank = r, "dtx: peer back in the pool map");
+                core.peer_up(*r);
+            }
+        }
+        self.run_actions(acts);
     }
 
     /// The core, made when the engine learns its rank.
@@ -276,13 +359,16 @@ impl Driver {
             }
             Some(_) => {}
             None => {
-                let incarnation = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos() as u64)
-                    ^ u64::from(std::process::id()).rotate_left(40);
+                let incarnation = new_incarnation();
                 info!(rank, incarnation, "dtx: this engine is rank {rank}");
                 self.me = Some(rank);
-                self.core = Some(Dtx::new(rank, incarnation, DtxConfig::default()));
+                self.rank_dirty = true;
+                let mut core = Dtx::new(rank, incarnation, DtxConfig::default());
+                for &r in &self.map_down {
+                    // nothing in flight yet: no actions
+                    let _ = core.peer_down(Instant::now(), r);
+                }
+                self.core = Some(core);
             }
         }
         self.core.as_mut()
@@ -317,19 +403,29 @@ impl Driver {
                         self.addrs.entry(r).or_insert(a);
                     }
                 }
+                // with a pool map, liveness is the map's
+                let map_down = self.map_down_now().map(|d| d.contains(&from));
                 let Some(core) = self.core_for(to) else {
                     return;
                 };
-                core.peer_up(from);
+                if map_down != Some(true) {
+                    core.peer_up(from);
+                }
                 let a = core.handle(now, from, msg);
                 self.run_actions(a);
             }
             DtxEvent::Applied { id, result } => {
-                for k in self.applying.remove(&id).unwrap_or_default() {
-                    self.held.release(&k);
-                }
+                let (keys, resolved) = self.applying.remove(&id).unwrap_or_default();
+                self.held.release(&keys);
                 if let Err(st) = result {
+                    // the prepared record stays: a restart applies it again
                     error!(?id, status = %st, "DTX apply failed on this replica");
+                } else if resolved {
+                    self.pending.push(LogRec::Resolved {
+                        id,
+                        committed: true,
+                    });
+                    self.flush_log();
                 }
                 if let Some(core) = self.core.as_mut() {
                     if core.is_leading(&id) {
@@ -339,6 +435,13 @@ impl Driver {
                 }
             }
             DtxEvent::Unreachable { to } => {
+                if self.map_down_now().is_some() {
+                    debug!(
+                        to,
+                        "dtx: connection refused (the pool map decides if it is down)"
+                    );
+                    return;
+                }
                 if let Some(core) = self.core.as_mut() {
                     let a = core.peer_down(now, to);
                     self.run_actions(a);
@@ -370,16 +473,21 @@ impl Driver {
                 t,
                 pool,
                 cont,
-                dkey,
-                value,
+                op,
                 replicas,
-            }) if !replicas.is_empty() && !dkey.is_empty() && !value.is_empty() && t.epoch == 0 => {
-                (t, pool, cont, dkey, value, replicas)
-            }
+            }) if !replicas.is_empty() && t.epoch == 0 => (t, pool, cont, op, replicas),
             Ok(_) => return self.reply(conn, &hdr, Err(Status::Invalid)),
             Err(_) => return self.reply(conn, &hdr, Err(Status::Proto)),
         };
-        let (t, pool, cont, dkey, value, replicas) = req;
+        let (t, pool, cont, op, replicas) = req;
+        let op = match crate::dtx_op::DtxOp::from_bytes(&op) {
+            Ok(op) => op,
+            Err(_) => return self.reply(conn, &hdr, Err(Status::Proto)),
+        };
+        if let Err(e) = op.validate() {
+            debug!(error = %e, "DTX operation refused");
+            return self.reply(conn, &hdr, Err(Status::Invalid));
+        }
         for (r, a) in &replicas[1..] {
             self.addrs.insert(*r, a.clone());
         }
@@ -390,13 +498,12 @@ impl Driver {
         }
         let epoch = self.hlc.now().0;
         let update = Update {
-            key: held_key(t.oid, &dkey),
-            payload: KvPut {
+            keys: held_keys(t.oid, &op),
+            payload: DtxWrite {
                 pool,
                 cont,
                 oid: t.oid,
-                dkey,
-                value,
+                op,
             }
             .emit(),
         };
@@ -408,20 +515,81 @@ impl Driver {
         self.run_actions(a);
     }
 
+    /// Writes the pending records: durable (fsync) unless they are only
+    /// commits' `Resolved` records.
+    fn flush_log(&mut self) {
+        if self.pending.is_empty() && !self.rank_dirty {
+            return;
+        }
+        let Some(log) = &self.log else {
+            self.pending.clear();
+            return;
+        };
+        let durable = self.rank_dirty
+            || self.pending.iter().any(|r| {
+                !matches!(
+                    r,
+                    LogRec::Resolved {
+                        committed: true,
+                        ..
+                    }
+                )
+            });
+        let mut addrs: Vec<(Rank, String)> = Vec::new();
+        for r in &self.pending {
+            if let LogRec::Prepared { participants, .. } = r {
+                for p in participants {
+                    if Some(*p) != self.me && !addrs.iter().any(|(q, _)| q == p) {
+                        if let Some(a) = self.addrs.get(p) {
+                            addrs.push((*p, a.clone()));
+                        }
+                    }
+                }
+            }
+        }
+        let rank = if self.rank_dirty { self.me } else { None };
+        match log.write(rank, &self.pending, &addrs, durable) {
+            Ok(()) => self.rank_dirty = false,
+            Err(e) => error!(
+                error = %e,
+                "dtx: writing the log failed: these prepared entries will not survive a restart"
+            ),
+        }
+        self.pending.clear();
+    }
+
     fn run_actions(&mut self, actions: Vec<Action>) {
         let mut q: std::collections::VecDeque<Action> = actions.into();
         while let Some(a) = q.pop_front() {
+            if !matches!(a, Action::Persist(_)) {
+                // records are durable before anything that depends on them
+                self.flush_log();
+            }
             match a {
+                Action::Persist(rec) => {
+                    if let LogRec::Resolved {
+                        id,
+                        committed: true,
+                    } = &rec
+                    {
+                        if let Some(e) = self.applying.get_mut(id) {
+                            // written once the apply is durable
+                            e.1 = true;
+                            continue;
+                        }
+                    }
+                    self.pending.push(rec);
+                }
                 Action::Send { to, msg } => self.send(to, &msg),
-                Action::Hold { key } => self.held.hold(key),
-                Action::Release { key } => self.held.release(&key),
+                Action::Hold { keys } => self.held.hold(&keys),
+                Action::Release { keys } => self.held.release(&keys),
                 Action::Apply { id, epoch, update } => {
                     // a follower's commit is Apply then Release of the same
-                    // key: the release waits until the apply is durable
+                    // keys: the release waits until the apply is durable
                     let release = q
                         .front()
                         .and_then(|n| match n {
-                            Action::Release { key } if *key == update.key => Some(key.clone()),
+                            Action::Release { keys } if *keys == update.keys => Some(()),
                             _ => None,
                         })
                         .is_some();
@@ -457,9 +625,10 @@ impl Driver {
                 }
             }
         }
+        self.flush_log();
     }
 
-    /// Sends `update` to its target at `epoch`; `release`: the key is
+    /// Sends `update` to its target at `epoch`; `release`: the keys are
     /// released once it is durable.
     fn apply(
         &mut self,
@@ -470,13 +639,16 @@ impl Driver {
     ) -> Result<(), Status> {
         self.applying.insert(
             id,
-            if release {
-                vec![update.key.clone()]
-            } else {
-                Vec::new()
-            },
+            (
+                if release {
+                    update.keys.clone()
+                } else {
+                    Vec::new()
+                },
+                false,
+            ),
         );
-        let p = KvPut::parse(&update.payload).map_err(|_| Status::Proto)?;
+        let p = DtxWrite::parse(&update.payload).map_err(|_| Status::Proto)?;
         let coh = self.local_coh(&p.pool, &p.cont)?;
         let t = route(p.oid, self.targets.len());
         let tx = self.tx.clone();
@@ -487,8 +659,7 @@ impl Driver {
                     hi: p.oid.hi,
                     lo: p.oid.lo,
                 },
-                dkey: p.dkey,
-                value: p.value,
+                op: p.op,
                 epoch: Epoch(epoch),
                 done: Box::new(move |result| {
                     let _ = tx.send(DtxEvent::Applied { id, result });
@@ -594,4 +765,12 @@ fn peer_sender(
             conn = None;
         }
     }
+}
+
+/// A number a restarted process never reuses (its transaction ids differ).
+fn new_incarnation() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ u64::from(std::process::id()).rotate_left(40)
 }

@@ -22,6 +22,9 @@ struct Inner {
     by_label: HashMap<String, u32>,
     /// Open container handle → its pool's label.
     by_coh: HashMap<u64, String>,
+    /// Pool label → (map version, engine ranks — fault domains — with a
+    /// target DOWN or EXCLUDED in that map): the DTX driver's "peer down".
+    down: HashMap<String, (u32, Vec<u32>)>,
 }
 
 /// Shared by the engine's threads and the pool-service replica.
@@ -87,6 +90,33 @@ impl MapVersions {
         }
     }
 
+    /// Pool `label`'s map at `version` has the engines `ranks` DOWN or
+    /// EXCLUDED (an older version than the one known is ignored).
+    pub fn publish_down(&self, label: &str, version: u32, ranks: Vec<u32>) {
+        let mut g = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let e = g.down.entry(label.to_string()).or_insert((0, Vec::new()));
+        if version >= e.0 {
+            *e = (version, ranks);
+        }
+    }
+
+    /// The engines down in any pool's map; `None` when no map is known
+    /// (an engine without a pool service).
+    pub fn down_ranks(&self) -> Option<Vec<u32>> {
+        let g = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        if g.down.is_empty() {
+            return None;
+        }
+        let mut v: Vec<u32> = g
+            .down
+            .values()
+            .flat_map(|(_, r)| r.iter().copied())
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        Some(v)
+    }
+
     /// Requests refused as stale so far.
     pub fn refused(&self) -> u64 {
         self.refused.load(Ordering::Relaxed)
@@ -115,5 +145,18 @@ mod tests {
         m.close_coh(1);
         assert_eq!(m.check(1, 1), None);
         assert_eq!(m.refused(), 1);
+    }
+
+    #[test]
+    fn down_ranks_from_the_newest_maps() {
+        let m = MapVersions::new();
+        assert_eq!(m.down_ranks(), None, "no map: no opinion");
+        m.publish_down("a", 2, vec![1]);
+        m.publish_down("b", 5, vec![]);
+        assert_eq!(m.down_ranks(), Some(vec![1]));
+        m.publish_down("a", 1, vec![0, 2]);
+        assert_eq!(m.down_ranks(), Some(vec![1]), "an older map is ignored");
+        m.publish_down("a", 3, vec![]);
+        assert_eq!(m.down_ranks(), Some(vec![]));
     }
 }

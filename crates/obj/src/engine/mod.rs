@@ -21,6 +21,7 @@
 
 pub mod backend;
 pub mod dtx;
+pub mod dtx_log;
 pub mod dtx_service;
 pub mod hlc;
 pub mod map_version;
@@ -45,7 +46,7 @@ use crate::rpc::{HeaderRepr, Opcode, Reply, Status};
 use crate::types::StoreError;
 
 pub use backend::StoreBackend;
-use dtx_service::{held_key, DtxEvent, DtxService, HeldKeys};
+use dtx_service::{DtxEvent, DtxService, HeldKeys};
 use hlc::SharedHlc;
 pub use map_version::MapVersions;
 pub use mgmt::AggregationPolicy;
@@ -299,6 +300,8 @@ impl Engine {
         let held_keys = Arc::new(HeldKeys::default());
         let mut dtx = DtxService::start(
             addr.to_string(),
+            Some(cfg.data_dir.clone()),
+            Some(map_versions.clone()),
             hlc.clone(),
             held_keys.clone(),
             targets.clone(),
@@ -518,7 +521,7 @@ impl Dispatch for EngineDispatch {
                             if let Ok(crate::rpc::msg::Request::ObjFetch { t, dkey, .. }) =
                                 crate::rpc::msg::Request::parse(op, args, hdr.bulk_len as usize)
                             {
-                                if self.held_keys.is_held(&held_key(t.oid, &dkey)) {
+                                if self.held_keys.is_held_dkey(t.oid, &dkey) {
                                     io.reply_error(&hdr, Status::InProgress);
                                     return;
                                 }

@@ -122,14 +122,13 @@ pub enum TargetMsg {
         op: CtlOp,
         reply: Sender<CtlResult>,
     },
-    /// DTX (`super::dtx_service`): write a KV value at the transaction's
+    /// DTX (`super::dtx_service`): an update or punch at the transaction's
     /// epoch (the one epoch of every replica; the engine's clock observes
     /// it). `done` runs after the batch's commit (durable) or failure.
     DtxApply {
         coh: u64,
         oid: ObjectId,
-        dkey: Vec<u8>,
-        value: Vec<u8>,
+        op: crate::dtx_op::DtxOp,
         epoch: Epoch,
         done: DtxDone,
     },
@@ -212,12 +211,11 @@ impl Target {
                     TargetMsg::DtxApply {
                         coh,
                         oid,
-                        dkey,
-                        value,
+                        op,
                         epoch,
                         done,
                     } => {
-                        let o = self.dtx_apply(coh, oid, dkey, value, epoch, done);
+                        let o = self.dtx_apply(coh, oid, op, epoch, done);
                         if let Some(p) = o.dirtied {
                             if !dirty.contains(&p) {
                                 dirty.push(p);
@@ -427,11 +425,11 @@ impl Target {
         &mut self,
         coh: u64,
         oid: ObjectId,
-        dkey: Vec<u8>,
-        value: Vec<u8>,
+        op: crate::dtx_op::DtxOp,
         epoch: Epoch,
         done: DtxDone,
     ) -> Outgoing {
+        use crate::dtx_op::DtxOp;
         self.executed += 1;
         let mut o = Outgoing {
             conn: 0,
@@ -456,10 +454,19 @@ impl Target {
             return o;
         };
         self.hlc.observe(epoch);
-        let iods = [Iod::single(crate::client::kv::KV_AKEY, value.len() as u64)];
-        let sgls = [SgList::one(value)];
-        o.result = store
-            .update(cont, oid, epoch, &DKey(dkey), &iods, &sgls)
+        let r = match op {
+            DtxOp::Update { dkey, iods, data } => {
+                let sgls: Vec<SgList> = data.into_iter().map(SgList::one).collect();
+                store.update(cont, oid, epoch, &DKey(dkey), &iods, &sgls)
+            }
+            DtxOp::PunchObj => store.punch_obj(cont, oid, epoch),
+            DtxOp::PunchDkey { dkey } => store.punch_dkeys(cont, oid, epoch, &[DKey(dkey)]),
+            DtxOp::PunchAkeys { dkey, akeys } => {
+                let akeys: Vec<AKey> = akeys.into_iter().map(AKey).collect();
+                store.punch_akeys(cont, oid, epoch, &DKey(dkey), &akeys)
+            }
+        };
+        o.result = r
             .map(|()| (Reply::Empty, Vec::new()))
             .map_err(|e| status_of(&e));
         if o.result.is_ok() {

@@ -430,15 +430,15 @@ pub enum Request {
         anchor: Vec<u8>,
         max: u32,
     },
-    /// KV put of `value` under `dkey` replicated through this engine as the
-    /// DTX leader; `replicas`: (rank, address) of every replica, this
-    /// engine first; `pool`/`cont`: labels (the same on every engine).
+    /// An update or punch (`op`: an encoded `dtx_op::DtxOp`)
+    /// replicated through this engine as the DTX leader; `replicas`: (rank,
+    /// address) of every replica, this engine first; `pool`/`cont`: labels
+    /// (the same on every engine).
     DtxUpdate {
         t: ObjTarget,
         pool: String,
         cont: String,
-        dkey: Vec<u8>,
-        value: Vec<u8>,
+        op: Vec<u8>,
         replicas: Vec<(u32, String)>,
     },
     /// Engine to engine: `msg` (an encoded `engine::dtx::Msg`) from rank
@@ -457,6 +457,8 @@ pub enum Request {
 /// Most replicas a DTX update names; largest DTX value and message.
 pub const MAX_DTX_REPLICAS: usize = 16;
 pub const MAX_DTX_VALUE: usize = 1 << 20;
+/// Largest encoded DTX operation (its data plus keys and extents).
+pub const MAX_DTX_OP: usize = MAX_DTX_VALUE + (512 << 10);
 pub const MAX_DTX_MSG: usize = 2 << 20;
 const MAX_ADDR_LEN: usize = 255;
 
@@ -602,16 +604,11 @@ impl Request {
                 t,
                 pool,
                 cont,
-                dkey,
-                value,
+                op,
                 replicas,
             } => {
                 t.emit(&mut w);
-                w.str(pool)
-                    .str(cont)
-                    .blob(dkey)
-                    .blob(value)
-                    .count(replicas.len());
+                w.str(pool).str(cont).blob(op).count(replicas.len());
                 for (r, a) in replicas {
                     w.u32(*r).str(a);
                 }
@@ -757,8 +754,7 @@ impl Request {
                 let t = ObjTarget::parse(&mut r)?;
                 let pool = r.str(MAX_LABEL_LEN)?;
                 let cont = r.str(MAX_LABEL_LEN)?;
-                let dkey = r.blob(MAX_KEY_LEN)?.to_vec();
-                let value = r.blob(MAX_DTX_VALUE)?.to_vec();
+                let op = r.blob(MAX_DTX_OP)?.to_vec();
                 let n = r.count(MAX_DTX_REPLICAS, 8)?;
                 let mut replicas = Vec::with_capacity(n);
                 for _ in 0..n {
@@ -768,8 +764,7 @@ impl Request {
                     t,
                     pool,
                     cont,
-                    dkey,
-                    value,
+                    op,
                     replicas,
                 }
             }
