@@ -71,7 +71,7 @@ fn send(dev: &str, dst: u64, n: usize) {
         let mut sll: libc::sockaddr_ll = std::mem::zeroed();
         sll.sll_family = libc::AF_PACKET as u16;
         sll.sll_ifindex = ix as i32;
-        let mut fr = vec![0u8; 60];
+        let mut fr = [0u8; 60];
         fr[..6].copy_from_slice(&dst.to_be_bytes()[2..]);
         fr[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
         fr[12..14].copy_from_slice(&[8, 0]);
