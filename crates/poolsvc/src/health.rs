@@ -7,10 +7,9 @@
 //! returns the commands to replicate. Engine rank `r` is fault domain `r` of
 //! every pool map (as `dpustack system` lays pools out).
 //!
-//! An engine that answers again stays DOWN or EXCLUDED until the rebuild
-//! driver ([`crate::rebuild`]) reintegrates it (DOWN → UP or EXCLUDED → UP,
-//! its data re-pulled, then UP-IN): it then calls [`Monitor::revive`] and the
-//! engine is judged afresh.
+//! An engine that answers again stays DOWN (until EXCLUDED) and EXCLUDED
+//! until the rebuild driver ([`crate::rebuild`]) reintegrates it: it then
+//! calls [`Monitor::revive`] and the engine is judged afresh.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -104,7 +103,7 @@ impl Monitor {
                             rank = d,
                             pool = %name,
                             "engine answers but is DOWN/EXCLUDED in the pool map: it stays out \
-                             until the rebuild driver reintegrates it"
+                             until the rebuild driver reintegrates it (once EXCLUDED)"
                         );
                     }
                     continue;

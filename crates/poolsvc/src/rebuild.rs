@@ -18,7 +18,7 @@
 //!   and a new leader resumes from the cursor (same map version) or starts
 //!   over (newer map; copies are compare-then-write, so redoing is harmless).
 //! - Throttled: [`RebuildConfig::rate`] values per second.
-//! - Reintegration: a `DOWN` or `EXCLUDED` engine that was seen gone (a probe failed,
+//! - Reintegration: an `EXCLUDED` engine that was seen gone (a probe failed,
 //!   or the monitor declared it dead) and answers again is revived in the
 //!   monitor and set `UP`; a job that finds `UP` targets first **discards**
 //!   their data (every container of the pool destroyed and created empty on
@@ -192,13 +192,15 @@ impl Driver {
             for (name, pool) in &st.pools {
                 let map = pool.map();
                 for d in 0..map.domains() as u32 {
-                    // DOWN too: a DOWN engine that answers again comes
-                    // back now (through UP: its data is not trusted)
+                    // EXCLUDED only: bringing a DOWN engine that answers
+                    // again straight back (DOWN → UP → UP-IN) made the soak
+                    // and the partition test read stale values (the
+                    // reintegration race, docs/obj-dist.md), so it waits
+                    // for EXCLUDED as before
                     let all_out = map.domain_targets(d).is_ok_and(|ts| {
                         ts.iter().all(|t| {
-                            map.target(*t).is_ok_and(|t| {
-                                matches!(t.state, TargetState::Excluded | TargetState::Down)
-                            })
+                            map.target(*t)
+                                .is_ok_and(|t| t.state == TargetState::Excluded)
                         })
                     });
                     if all_out && (d as usize) < self.engines.len() {
@@ -221,7 +223,7 @@ impl Driver {
                 }
                 tracing::warn!(
                     rank = d,
-                    "rebuild: DOWN/EXCLUDED engine answers again: reintegrating (UP)"
+                    "rebuild: excluded engine answers again: reintegrating (UP)"
                 );
                 mon.revive(d as usize, Instant::now());
                 self.seen_gone.remove(&d);
