@@ -29,6 +29,7 @@ fi
 
 step "2. fmt, clippy, unit + integration tests"
 cargo fmt --all -- --check || { echo "cargo fmt --check failed"; echo "total: 0 passed, 1 failed"; exit 1; }
+step "2a. clippy"
 cargo clippy --workspace --all-targets -- -D warnings || { echo "clippy failed"; echo "total: 0 passed, 1 failed"; exit 1; }
 # the rdma-core provider and its librdmacm CM backend (cargo feature; headers from step 1):
 # lint them too, and check the hand-written bindings against the installed headers
@@ -38,6 +39,7 @@ cargo clippy -p verbs -p cm -p dpustack --features rdma-core --all-targets -- -D
 cargo check -p bdev -p cm -p flow -p nvmf --no-default-features || { echo "build without drivers failed"; echo "total: 0 passed, 1 failed"; exit 1; }
 # no module import cycles inside a crate (layout shows the architecture)
 python3 scripts/modcycles.py || { echo "module import cycles (scripts/modcycles.py)"; echo "total: 0 passed, 1 failed"; exit 1; }
+step "2b. cargo test --workspace"
 cargo test --workspace 2>&1 | tee $log/cargo-test.txt
 cargo_rc=${PIPESTATUS[0]}
 cargo test -p verbs -p cm --features rdma-core --lib abi 2>&1 | tee -a $log/cargo-test.txt
@@ -47,13 +49,14 @@ cargo test -p verbs -p cm --features rdma-core --lib abi 2>&1 | tee -a $log/carg
 # their prerequisites exist, and there a failure to set up is a test failure. CI runs
 # as root with OVS installed (step 1). The OVS oracle tests run in the interop stage
 # (tests/interop/07-*.sh, with bigger random tables), or here when it is skipped.
-ignored() { echo "--- $* -- --ignored"; cargo test "$@" -- --ignored 2>&1 | tee -a $log/cargo-test.txt; [ ${PIPESTATUS[0]} = 0 ] || cargo_rc=1; }
+step "2c. #[ignore]d tests with their prerequisites"
+ignored() { echo "--- $* -- --ignored ($(( $(date +%s)-t0 )) s)"; cargo test "$@" -- --ignored 2>&1 | tee -a $log/cargo-test.txt; [ ${PIPESTATUS[0]} = 0 ] || cargo_rc=1; }
 if [ "$(id -u)" = 0 ]; then
-  ignored -p netio --lib xdp::tests
-  ignored -p cm --test removal
-  ignored -p switch --test normal_netns
+  ignored --workspace --lib xdp::tests
+  ignored --workspace --test removal
+  ignored --workspace --test normal_netns
   # OpenFlow 1.3 channel driven by a controller over veths to namespaces (docs/openflow.md)
-  ignored -p switch --test openflow_controller
+  ignored --workspace --test openflow_controller
   # a real controller: os-ken (PyPI, into .venv-osken) with a learning-switch app, three namespaces
   echo "--- crates/switch/tests/osken/controller_netns.sh"
   crates/switch/tests/osken/controller_netns.sh 2>&1 | tee $log/osken.txt
@@ -66,17 +69,18 @@ else
   echo "not root: the netio AF_XDP, cm and switch NORMAL network-namespace tests (#[ignore]d) do not run"
 fi
 # SPDK's spdk_rpc.py and spdkcli drive our JSON-RPC server (installed in step 1)
-ignored -p dpustack --test rpc_spdk
+ignored --workspace --test rpc_spdk
 # Prometheus's promtool and server scrape the metrics endpoint (installed in step 1)
-ignored -p dpustack --test metrics_prom
+ignored --workspace --test metrics_prom
 # the real ovs-ofctl -O OpenFlow13 against `switch run --listen` and against OVS (docs/openflow.md)
 if command -v ovs-vswitchd >/dev/null && command -v ovs-ofctl >/dev/null; then
   # one OVS sandbox at a time: its tests start their own and collide in parallel
-  echo "--- -p dpustack --test openflow_ofctl -- --ignored --test-threads=1"
-  cargo test -p dpustack --test openflow_ofctl -- --ignored --test-threads=1 2>&1 | tee -a $log/cargo-test.txt; [ ${PIPESTATUS[0]} = 0 ] || cargo_rc=1
+  echo "--- --workspace --test openflow_ofctl -- --ignored --test-threads=1"
+  cargo test --workspace --test openflow_ofctl -- --ignored --test-threads=1 2>&1 | tee -a $log/cargo-test.txt; [ ${PIPESTATUS[0]} = 0 ] || cargo_rc=1
 else echo "openvswitch missing: the ovs-ofctl OpenFlow tests (#[ignore]d) do not run"; fi
 # fuzz smoke: every fuzz/ target builds and runs 2 s with its invariants (docs/fuzzing.md);
 # each target that ran without a crash counts as one pass
+step "2d. fuzz smoke"
 command -v cargo-fuzz >/dev/null || cargo install --locked -q cargo-fuzz
 if scripts/fuzz.sh --secs 2 2>&1 | tee $log/fuzz-smoke.txt; then
   nf=$(scripts/fuzz.sh --list | wc -l)
@@ -86,7 +90,7 @@ else
   echo "test result: FAILED. 0 passed; 1 failed;" >> $log/cargo-test.txt; cargo_rc=1
 fi
 if [ -n "${DPUSTACK_SKIP_INTEROP:-}" ]; then
-  if command -v ovs-vswitchd >/dev/null; then ignored -p flow --test ovs_oracle --test ovs_rules --test ovs_reval
+  if command -v ovs-vswitchd >/dev/null; then ignored --workspace --test ovs_oracle --test ovs_rules --test ovs_reval
   else echo "openvswitch-switch missing: the OVS oracle tests (#[ignore]d) do not run"; fi
 fi
 read cp cf < <(awk '/^test result:/ {for(i=1;i<=NF;i++){if($(i)~/^passed/)p+=$(i-1); if($(i)~/^failed/)f+=$(i-1)}} END{print p+0, f+0}' $log/cargo-test.txt)
@@ -96,7 +100,7 @@ echo "cargo test: $cp passed, $cf failed"
 ip=0 if=0
 if [ -z "${DPUSTACK_SKIP_INTEROP:-}" ]; then
   step "3. interop stage (real peers)"
-  cargo build --release -p dpustack || { echo "release build failed"; echo "total: $cp passed, $((cf+1)) failed"; exit 1; }
+  cargo build --release -p dpustack --features rdma-core || { echo "release build failed"; echo "total: $cp passed, $((cf+1)) failed"; exit 1; }
   bash tests/interop/run.sh 2>&1 | tee $log/interop.txt
   irc=${PIPESTATUS[0]}
   read ip if < <(tail -1 $log/interop.txt | awk '/passed,/ {print $1, $3}')
