@@ -116,7 +116,9 @@ fn live_switch_offloads_and_shows_it() {
     let (r, log) = sw.join().unwrap();
     r.unwrap();
     assert!(
-        log.contains("hw-offload on: providers tc,rte (tc, rte: an EMULATED NIC, no hardware is programmed"),
+        log.contains(
+            "hw-offload on: providers tc,rte (tc, rte: an EMULATED NIC, no hardware is programmed"
+        ),
         "{log}"
     );
     assert!(log.contains("switch stopped: rx 3 tx 2"), "{log}");
