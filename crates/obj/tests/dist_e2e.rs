@@ -64,7 +64,21 @@ fn holds(addr: &str, oid: ObjectId, key: &[u8]) -> bool {
     let poh = c.pool_connect("dp", None).unwrap().get().unwrap();
     let coh = c.cont_open(&poh, "dc", None).unwrap().get().unwrap();
     let kv = c.kv_open(&coh, oid, None).unwrap().get().unwrap();
-    c.kv_get(&kv, key, None).unwrap().get().is_ok()
+    // A DTX leader commits on its followers asynchronously (DAOS's batched
+    // commit): a follower asked right after the put may still hold the entry
+    // prepared and answer "in progress" (a reader is told to retry). Retry
+    // that answer for a while; any other answer decides.
+    let t0 = Instant::now();
+    loop {
+        match c.kv_get(&kv, key, None).unwrap().get() {
+            Err(obj::client::Error::Engine(obj::rpc::Status::InProgress))
+                if t0.elapsed() < Duration::from_secs(10) =>
+            {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            r => return r.is_ok(),
+        }
+    }
 }
 
 #[test]
