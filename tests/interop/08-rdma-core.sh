@@ -319,6 +319,7 @@ if [ "${1:-}" = guest ]; then
 fi
 
 # host side
+ROOT=${ROOT:-$(cd "$(dirname "$0")/../.." && pwd)} V=${V:-$ROOT/tests/peers/vm.sh}
 if [ "${1:-}" = perf ]; then
   cd $ROOT && cargo build --release -p dpustack --features rdma-core >/dev/null 2>&1 || exit 1
   bash $V exec -t 1800 "bash $ROOT/tests/interop/08-rdma-core.sh perf-guest $ROOT/target/release/dpustack ${2:-3} ${3:-3} ${4:-1000}"
