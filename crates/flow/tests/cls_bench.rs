@@ -6,7 +6,8 @@
 //! cargo test --release -p flow --features bench --test cls_bench -- --ignored --nocapture
 //! # knobs: CLS_RUNS (3), CLS_SECS (0.5), CLS_QUICK=1 (1 k flows only),
 //! # CLS_MASKS=100 / CLS_FLOWS=1000 / CLS_TRAFFIC=zipf|uniform (one value each: only
-//! # those cells), CLS_CONFIGS=2 or 0,2 (indices into CONFIGS: only those columns)
+//! # those cells), CLS_CONFIGS=2 or 0,2 (indices into CONFIGS: only those columns),
+//! # CLS_UNBATCHED=1 (one `Datapath::lookup` per packet instead of `lookup_batch`)
 //! ```
 #![cfg(feature = "bench")]
 
@@ -74,6 +75,7 @@ fn classifier_with_caches() {
     let runs: usize = env("CLS_RUNS", 3);
     let t = Duration::from_secs_f64(env("CLS_SECS", 0.5));
     let quick = env("CLS_QUICK", 0) == 1;
+    let unbatched = env("CLS_UNBATCHED", 0) == 1;
     let only_masks: Option<usize> = std::env::var("CLS_MASKS").ok().and_then(|v| v.parse().ok());
     let only_flows: Option<usize> = std::env::var("CLS_FLOWS").ok().and_then(|v| v.parse().ok());
     let only_traffic = std::env::var("CLS_TRAFFIC").ok().map(|v| v.to_lowercase());
@@ -106,7 +108,7 @@ fn classifier_with_caches() {
                 let mut res = vec![Vec::new(); CONFIGS.len()];
                 for _ in 0..runs {
                     for &i in &cols {
-                        res[i].push(w.measure(t, CONFIGS[i].1));
+                        res[i].push(w.measure_with(t, CONFIGS[i].1, !unbatched));
                     }
                 }
                 let base = flow::bench::baseline_hash_cpu(t) / 1e6;
