@@ -171,10 +171,35 @@ impl Subtable {
     /// The slot of the flow whose masked key is `k`'s under this mask.
     #[inline(always)]
     fn find(&self, k: &FlowKey) -> Option<usize> {
-        let mut m = [0u64; NW];
-        self.extract(k, &mut m);
-        let mv = &m[..self.nw];
-        let h = hash_slice(mv);
+        self.probe(k, self.hash_of(k))
+    }
+    /// Hash of `k` under this mask (what the slots are placed by).
+    #[inline(always)]
+    fn hash_of(&self, k: &FlowKey) -> u64 {
+        // hash_slice over the masked words, without storing them
+        let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
+        for (&w, &m) in self.words[..self.nw].iter().zip(&self.mwords[..self.nw]) {
+            h = (h.rotate_left(5) ^ (k.w[w as usize % NW] & m)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+        h ^ (h >> 29)
+    }
+    /// `k` under this mask equals the compact masked key in `slot` (in range).
+    #[inline(always)]
+    fn key_at_matches(&self, k: &FlowKey, slot: usize) -> bool {
+        self.keys[slot * self.nw..(slot + 1) * self.nw]
+            .iter()
+            .zip(&self.words[..self.nw])
+            .zip(&self.mwords[..self.nw])
+            .all(|((&v, &w), &m)| k.w[w as usize % NW] & m == v)
+    }
+    /// Prefetches the first slot a key of masked hash `h` probes (and its key words).
+    #[inline(always)]
+    fn prefetch_hash(&self, h: u64) {
+        self.prefetch_slot((h as usize) & (self.slots.len() - 1));
+    }
+    /// [`Self::find`] with `h` = [`Self::hash_of`] `k`.
+    #[inline(always)]
+    fn probe(&self, k: &FlowKey, h: u64) -> Option<usize> {
         let mask = self.slots.len() - 1;
         let mut i = (h as usize) & mask;
         loop {
@@ -182,12 +207,7 @@ impl Subtable {
             if s.flow == 0 {
                 return None;
             }
-            if s.hash == h
-                && self.keys[i * self.nw..(i + 1) * self.nw]
-                    .iter()
-                    .zip(mv)
-                    .all(|(a, b)| a == b)
-            {
+            if s.hash == h && self.key_at_matches(k, i) {
                 return Some(i);
             }
             i = (i + 1) & mask;
@@ -203,13 +223,8 @@ impl Subtable {
         if s.flow == 0 {
             return None;
         }
-        let kw = self.keys.get(slot * self.nw..(slot + 1) * self.nw)?;
-        let ok = kw
-            .iter()
-            .zip(&self.words[..self.nw])
-            .zip(&self.mwords[..self.nw])
-            .all(|((&v, &w), &m)| k.w[w as usize] & m == v);
-        ok.then_some(s.flow - 1)
+        self.keys.get(slot * self.nw..(slot + 1) * self.nw)?;
+        self.key_at_matches(k, slot).then_some(s.flow - 1)
     }
     /// Prefetches what [`Self::matches_at`] reads for `slot`.
     #[inline(always)]
@@ -255,10 +270,14 @@ impl Subtable {
 pub const EMC_ENTRIES: usize = 8192;
 
 #[derive(Debug, Clone, Copy)]
+#[repr(C)]
 struct EmcEntry {
-    key: FlowKey,
+    /// [`hash_key`] of `key`, compared first (OVS `emc_lookup`): a miss reads one
+    /// cache line of the entry, not the key's three.
+    hash: u64,
     /// Megaflow index + 1 (0 = empty).
     flow: u32,
+    key: FlowKey,
 }
 
 /// Where a lookup was resolved.
@@ -417,8 +436,9 @@ impl Datapath {
         Datapath {
             emc: vec![
                 EmcEntry {
+                    hash: 0,
+                    flow: 0,
                     key: FlowKey::ZERO,
-                    flow: 0
                 };
                 EMC_ENTRIES
             ],
@@ -1116,7 +1136,7 @@ impl Datapath {
         let i1 = ((hash >> 32) as usize) & (EMC_ENTRIES - 1);
         for i in [i0, i1] {
             let e = &self.emc[i];
-            if e.flow != 0 && e.key == *k {
+            if e.hash == hash && e.flow != 0 && e.key == *k {
                 return Some(e.flow - 1);
             }
         }
@@ -1152,6 +1172,12 @@ impl Datapath {
     #[inline]
     fn lookup_group(&mut self, keys: &[FlowKey], hashes: &[u64], out: &mut [Option<(u32, Hit)>]) {
         debug_assert!(keys.len() <= LOOKUP_BATCH);
+        if self.emc_enabled {
+            for &h in hashes {
+                crate::smc::prefetch(&self.emc[(h as usize) & (EMC_ENTRIES - 1)]);
+                crate::smc::prefetch(&self.emc[((h >> 32) as usize) & (EMC_ENTRIES - 1)]);
+            }
+        }
         let mut miss = 0u64;
         for (i, (k, &h)) in keys.iter().zip(hashes).enumerate() {
             if self.emc_enabled {
@@ -1175,20 +1201,92 @@ impl Datapath {
                 self.smc_prefetch_candidate(hashes[i]);
             }
         }
-        while miss != 0 {
-            let i = miss.trailing_zeros() as usize;
-            miss &= miss - 1;
-            let (k, h) = (&keys[i], hashes[i]);
-            if let Some(id) = self.smc_lookup(k, h) {
-                self.stats.smc_hits += 1;
-                if self.emc_enabled {
-                    self.emc_insert(k, h, id);
+        if self.smc.is_some() {
+            let mut m = miss;
+            while m != 0 {
+                let i = m.trailing_zeros() as usize;
+                m &= m - 1;
+                let (k, h) = (&keys[i], hashes[i]);
+                if let Some(id) = self.smc_lookup(k, h) {
+                    self.stats.smc_hits += 1;
+                    if self.emc_enabled {
+                        self.emc_insert(k, h, id);
+                    }
+                    out[i] = Some((id, Hit::Smc));
+                    miss &= !(1 << i);
                 }
-                out[i] = Some((id, Hit::Smc));
-                continue;
             }
-            out[i] = self.dpcls_resolve(k, h).map(|id| (id, Hit::Megaflow));
         }
+        if miss == 0 {
+            return;
+        }
+        let mut found = [(0u32, 0u32); LOOKUP_BATCH];
+        let hit = self.dpcls_group(keys, miss, &mut found);
+        let mut m = hit;
+        while m != 0 {
+            let i = m.trailing_zeros() as usize;
+            m &= m - 1;
+            let (k, h) = (&keys[i], hashes[i]);
+            let (si, slot) = found[i];
+            let id = self.subtables[si as usize].slots[slot as usize].flow - 1;
+            self.stats.megaflow_hits += 1;
+            if let Some(smc) = self.smc.as_deref_mut() {
+                smc.insert(h, si, slot);
+            }
+            if self.emc_enabled {
+                self.emc_insert(k, h, id);
+            }
+            out[i] = Some((id, Hit::Megaflow));
+        }
+    }
+
+    /// The classifier for the packets of `map` (bits of `keys`) in one sweep over
+    /// the subtables, as OVS's `dpcls_lookup`: per subtable, every packet still
+    /// unresolved is hashed under its mask and its slot prefetched, then they are
+    /// compared. A packet gets the first subtable in probe order that matches, as
+    /// in [`Self::dpcls_lookup`] (same probe and hit counts too). Returns the map of
+    /// packets found, `found[i]` = (subtable, slot).
+    #[inline]
+    fn dpcls_group(
+        &mut self,
+        keys: &[FlowKey],
+        map: u64,
+        found: &mut [(u32, u32); LOOKUP_BATCH],
+    ) -> u64 {
+        let mut left = map;
+        let mut hs = [0u64; LOOKUP_BATCH];
+        let mut probes = 0u64;
+        for &si in &self.order {
+            if left == 0 {
+                break;
+            }
+            probes += left.count_ones() as u64;
+            let st = &mut self.subtables[si as usize];
+            let mut m = left;
+            while m != 0 {
+                let i = m.trailing_zeros() as usize;
+                m &= m - 1;
+                hs[i] = st.hash_of(&keys[i]);
+                st.prefetch_hash(hs[i]);
+            }
+            let mut m = left;
+            while m != 0 {
+                let i = m.trailing_zeros() as usize;
+                m &= m - 1;
+                if let Some(slot) = st.probe(&keys[i], hs[i]) {
+                    found[i] = (si, slot as u32);
+                    left &= !(1 << i);
+                    st.hits += 1;
+                }
+            }
+        }
+        self.stats.subtable_probes += probes;
+        let hit = map & !left;
+        self.lookups_since_sort += hit.count_ones() as u64;
+        if self.ranking && self.lookups_since_sort >= RANK_INTERVAL {
+            self.sort_subtables();
+        }
+        hit
     }
 
     /// The classifier after the caches missed: on a hit the SMC and EMC learn it.
@@ -1231,8 +1329,9 @@ impl Datapath {
         // Prefer an empty way, else replace the second way (OVS replaces by hash order).
         let i = if self.emc[i0].flow == 0 { i0 } else { i1 };
         self.emc[i] = EmcEntry {
-            key: *k,
+            hash,
             flow: id + 1,
+            key: *k,
         };
     }
 
