@@ -179,7 +179,7 @@ impl Subtable {
         // hash_slice over the masked words, without storing them
         let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
         for (&w, &m) in self.words[..self.nw].iter().zip(&self.mwords[..self.nw]) {
-            h = (h.rotate_left(5) ^ (k.w[w as usize % NW] & m)).wrapping_mul(0x517c_c1b7_2722_0a95);
+            h = (h.rotate_left(5) ^ (k.w[w as usize] & m)).wrapping_mul(0x517c_c1b7_2722_0a95);
         }
         h ^ (h >> 29)
     }
@@ -190,7 +190,7 @@ impl Subtable {
             .iter()
             .zip(&self.words[..self.nw])
             .zip(&self.mwords[..self.nw])
-            .all(|((&v, &w), &m)| k.w[w as usize % NW] & m == v)
+            .all(|((&v, &w), &m)| k.w[w as usize] & m == v)
     }
     /// Prefetches the first slot a key of masked hash `h` probes (and its key words).
     #[inline(always)]
