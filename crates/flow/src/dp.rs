@@ -168,12 +168,38 @@ impl Subtable {
             *o = k.w[w as usize] & m;
         }
     }
+    /// The slot of the flow whose masked key is `k`'s under this mask.
     #[inline(always)]
-    fn lookup(&self, k: &FlowKey) -> Option<u32> {
-        let mut m = [0u64; NW];
-        self.extract(k, &mut m);
-        let mv = &m[..self.nw];
-        let h = hash_slice(mv);
+    fn find(&self, k: &FlowKey) -> Option<usize> {
+        self.probe(k, self.hash_of(k))
+    }
+    /// Hash of `k` under this mask (what the slots are placed by).
+    #[inline(always)]
+    fn hash_of(&self, k: &FlowKey) -> u64 {
+        // hash_slice over the masked words, without storing them
+        let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
+        for (&w, &m) in self.words[..self.nw].iter().zip(&self.mwords[..self.nw]) {
+            h = (h.rotate_left(5) ^ (k.w[w as usize] & m)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+        h ^ (h >> 29)
+    }
+    /// `k` under this mask equals the compact masked key in `slot` (in range).
+    #[inline(always)]
+    fn key_at_matches(&self, k: &FlowKey, slot: usize) -> bool {
+        self.keys[slot * self.nw..(slot + 1) * self.nw]
+            .iter()
+            .zip(&self.words[..self.nw])
+            .zip(&self.mwords[..self.nw])
+            .all(|((&v, &w), &m)| k.w[w as usize] & m == v)
+    }
+    /// Prefetches the first slot a key of masked hash `h` probes (and its key words).
+    #[inline(always)]
+    fn prefetch_hash(&self, h: u64) {
+        self.prefetch_slot((h as usize) & (self.slots.len() - 1));
+    }
+    /// [`Self::find`] with `h` = [`Self::hash_of`] `k`.
+    #[inline(always)]
+    fn probe(&self, k: &FlowKey, h: u64) -> Option<usize> {
         let mask = self.slots.len() - 1;
         let mut i = (h as usize) & mask;
         loop {
@@ -181,15 +207,33 @@ impl Subtable {
             if s.flow == 0 {
                 return None;
             }
-            if s.hash == h
-                && self.keys[i * self.nw..(i + 1) * self.nw]
-                    .iter()
-                    .zip(mv)
-                    .all(|(a, b)| a == b)
-            {
-                return Some(s.flow - 1);
+            if s.hash == h && self.key_at_matches(k, i) {
+                return Some(i);
             }
             i = (i + 1) & mask;
+        }
+    }
+    /// The megaflow index in `slot` if `k` matches the flow there under this mask
+    /// (an SMC candidate's validation: the slot's compact masked key is compared,
+    /// the megaflow record is not fetched). Any slot number is safe: out of range or
+    /// empty is None.
+    #[inline(always)]
+    fn matches_at(&self, k: &FlowKey, slot: usize) -> Option<u32> {
+        let s = self.slots.get(slot)?;
+        if s.flow == 0 {
+            return None;
+        }
+        self.keys.get(slot * self.nw..(slot + 1) * self.nw)?;
+        self.key_at_matches(k, slot).then_some(s.flow - 1)
+    }
+    /// Prefetches what [`Self::matches_at`] reads for `slot`.
+    #[inline(always)]
+    fn prefetch_slot(&self, slot: usize) {
+        if let Some(s) = self.slots.get(slot) {
+            crate::smc::prefetch(s);
+        }
+        if let Some(v) = self.keys.get(slot * self.nw) {
+            crate::smc::prefetch(v);
         }
     }
     fn place(&mut self, h: u64, flow: u32, kw: &[u64]) {
@@ -226,10 +270,14 @@ impl Subtable {
 pub const EMC_ENTRIES: usize = 8192;
 
 #[derive(Debug, Clone, Copy)]
+#[repr(C)]
 struct EmcEntry {
-    key: FlowKey,
+    /// [`hash_key`] of `key`, compared first (OVS `emc_lookup`): a miss reads one
+    /// cache line of the entry, not the key's three.
+    hash: u64,
     /// Megaflow index + 1 (0 = empty).
     flow: u32,
+    key: FlowKey,
 }
 
 /// Where a lookup was resolved.
@@ -285,6 +333,9 @@ pub const MAX_SLOW_CREDITS: usize = 4096;
 /// every second, `DPCLS_OPTIMIZATION_INTERVAL`; counting lookups keeps `dpcls_lookup`
 /// free of a clock: at 1–10 M lookups/s this is every 6–60 ms).
 pub const RANK_INTERVAL: u64 = 1 << 16;
+
+/// Packets per group of [`Datapath::lookup_batch`] (OVS `NETDEV_MAX_BURST`).
+pub const LOOKUP_BATCH: usize = 32;
 
 /// dpif-netdev's `MAX_RECIRC_DEPTH`.
 pub const MAX_RECIRC_DEPTH: usize = 6;
@@ -385,8 +436,9 @@ impl Datapath {
         Datapath {
             emc: vec![
                 EmcEntry {
+                    hash: 0,
+                    flow: 0,
                     key: FlowKey::ZERO,
-                    flow: 0
                 };
                 EMC_ENTRIES
             ],
@@ -1020,62 +1072,244 @@ impl Datapath {
     /// Megaflow classifier lookup only (no EMC, no stats). No allocation.
     #[inline]
     pub fn dpcls_lookup(&mut self, k: &FlowKey) -> Option<u32> {
+        self.dpcls_find(k).map(|(_, _, id)| id)
+    }
+
+    /// [`Self::dpcls_lookup`] returning (subtable, slot, megaflow index).
+    #[inline]
+    fn dpcls_find(&mut self, k: &FlowKey) -> Option<(u32, u32, u32)> {
         let mut probes = 0u64;
         let mut found = None;
         for &si in &self.order {
             probes += 1;
             let st = &self.subtables[si as usize];
-            if let Some(id) = st.lookup(k) {
-                found = Some((si, id));
+            if let Some(slot) = st.find(k) {
+                found = Some((si, slot as u32, st.slots[slot].flow - 1));
                 break;
             }
         }
         self.stats.subtable_probes += probes;
-        let (si, id) = found?;
+        let (si, slot, id) = found?;
         self.subtables[si as usize].hits += 1;
         self.lookups_since_sort += 1;
         if self.ranking && self.lookups_since_sort >= RANK_INTERVAL {
             self.sort_subtables();
         }
-        Some(id)
+        Some((si, slot, id))
     }
 
-    /// SMC lookup: the first candidate of `hash`'s bucket whose megaflow is alive and
-    /// matches `k` under its mask (a full masked compare over the mask's words).
+    /// SMC lookup: the first candidate (subtable, slot) of `hash`'s bucket whose
+    /// slot holds a flow that `k` matches under the subtable's mask (compared with
+    /// the slot's compact masked key; flows in a subtable are always alive).
     #[inline]
     fn smc_lookup(&mut self, k: &FlowKey, hash: u64) -> Option<u32> {
         let smc = self.smc.as_deref()?;
-        for id in smc.candidates(hash) {
-            let Some(fl) = self.flows.get(id as usize) else {
-                self.stats.smc_rejects += 1;
-                continue;
-            };
-            let st = &self.subtables[fl.subtable as usize];
-            let ok = fl.alive
-                && st.words[..st.nw]
-                    .iter()
-                    .zip(&st.mwords[..st.nw])
-                    .all(|(&w, &m)| k.w[w as usize] & m == fl.key.w[w as usize]);
-            if ok {
-                return Some(id);
+        for (sub, slot) in smc.candidates(hash) {
+            let hit = self
+                .subtables
+                .get(sub as usize)
+                .and_then(|st| st.matches_at(k, slot as usize));
+            if hit.is_some() {
+                return hit;
             }
             self.stats.smc_rejects += 1;
         }
         None
     }
 
+    /// Prefetches the subtable slot of the first candidate of `hash`'s SMC bucket.
+    #[inline(always)]
+    fn smc_prefetch_candidate(&self, hash: u64) {
+        if let Some(smc) = self.smc.as_deref() {
+            if let Some((sub, slot)) = smc.candidates(hash).next() {
+                if let Some(st) = self.subtables.get(sub as usize) {
+                    st.prefetch_slot(slot as usize);
+                }
+            }
+        }
+    }
+
+    /// The EMC entry of `k`, if any.
+    #[inline(always)]
+    fn emc_find(&self, k: &FlowKey, hash: u64) -> Option<u32> {
+        let i0 = (hash as usize) & (EMC_ENTRIES - 1);
+        let i1 = ((hash >> 32) as usize) & (EMC_ENTRIES - 1);
+        for i in [i0, i1] {
+            let e = &self.emc[i];
+            if e.hash == hash && e.flow != 0 && e.key == *k {
+                return Some(e.flow - 1);
+            }
+        }
+        None
+    }
+
+    /// [`Self::lookup`] for a batch of packets: `hashes[i]` is [`hash_key`] of
+    /// `keys[i]`, the result goes to `out[i]` (as many as the shortest of the three).
+    /// Done in groups of [`LOOKUP_BATCH`] as OVS's `dfc_processing` +
+    /// `smc_lookup_batch`: the EMC for every packet of the group (the SMC bucket of
+    /// each miss prefetched), then the candidates' subtable slots prefetched, then
+    /// validation, then the classifier for what is left. Every packet gets what
+    /// [`Self::lookup`] would give it (a matching megaflow; the same one when one
+    /// matches), only where it is resolved may differ: an SMC / EMC entry inserted
+    /// for one packet is not looked at by the later packets of the same group, which
+    /// go to the classifier. No allocation.
+    pub fn lookup_batch(
+        &mut self,
+        keys: &[FlowKey],
+        hashes: &[u64],
+        out: &mut [Option<(u32, Hit)>],
+    ) {
+        let n = keys.len().min(hashes.len()).min(out.len());
+        let mut i = 0;
+        while i < n {
+            let end = (i + LOOKUP_BATCH).min(n);
+            self.lookup_group(&keys[i..end], &hashes[i..end], &mut out[i..end]);
+            i = end;
+        }
+    }
+
+    /// One group of [`Self::lookup_batch`] (at most [`LOOKUP_BATCH`] packets).
+    #[inline]
+    fn lookup_group(&mut self, keys: &[FlowKey], hashes: &[u64], out: &mut [Option<(u32, Hit)>]) {
+        debug_assert!(keys.len() <= LOOKUP_BATCH);
+        if self.emc_enabled {
+            for &h in hashes {
+                crate::smc::prefetch(&self.emc[(h as usize) & (EMC_ENTRIES - 1)]);
+                crate::smc::prefetch(&self.emc[((h >> 32) as usize) & (EMC_ENTRIES - 1)]);
+            }
+        }
+        let mut miss = 0u64;
+        for (i, (k, &h)) in keys.iter().zip(hashes).enumerate() {
+            if self.emc_enabled {
+                if let Some(id) = self.emc_find(k, h) {
+                    self.stats.emc_hits += 1;
+                    out[i] = Some((id, Hit::Emc));
+                    continue;
+                }
+            }
+            out[i] = None;
+            miss |= 1 << i;
+            if let Some(smc) = self.smc.as_deref() {
+                smc.prefetch(h);
+            }
+        }
+        if self.smc.is_some() {
+            let mut m = miss;
+            while m != 0 {
+                let i = m.trailing_zeros() as usize;
+                m &= m - 1;
+                self.smc_prefetch_candidate(hashes[i]);
+            }
+        }
+        if self.smc.is_some() {
+            let mut m = miss;
+            while m != 0 {
+                let i = m.trailing_zeros() as usize;
+                m &= m - 1;
+                let (k, h) = (&keys[i], hashes[i]);
+                if let Some(id) = self.smc_lookup(k, h) {
+                    self.stats.smc_hits += 1;
+                    if self.emc_enabled {
+                        self.emc_insert(k, h, id);
+                    }
+                    out[i] = Some((id, Hit::Smc));
+                    miss &= !(1 << i);
+                }
+            }
+        }
+        if miss == 0 {
+            return;
+        }
+        let mut found = [(0u32, 0u32); LOOKUP_BATCH];
+        let hit = self.dpcls_group(keys, miss, &mut found);
+        let mut m = hit;
+        while m != 0 {
+            let i = m.trailing_zeros() as usize;
+            m &= m - 1;
+            let (k, h) = (&keys[i], hashes[i]);
+            let (si, slot) = found[i];
+            let id = self.subtables[si as usize].slots[slot as usize].flow - 1;
+            self.stats.megaflow_hits += 1;
+            if let Some(smc) = self.smc.as_deref_mut() {
+                smc.insert(h, si, slot);
+            }
+            if self.emc_enabled {
+                self.emc_insert(k, h, id);
+            }
+            out[i] = Some((id, Hit::Megaflow));
+        }
+    }
+
+    /// The classifier for the packets of `map` (bits of `keys`) in one sweep over
+    /// the subtables, as OVS's `dpcls_lookup`: per subtable, every packet still
+    /// unresolved is hashed under its mask and its slot prefetched, then they are
+    /// compared. A packet gets the first subtable in probe order that matches, as
+    /// in [`Self::dpcls_lookup`] (same probe and hit counts too). Returns the map of
+    /// packets found, `found[i]` = (subtable, slot).
+    #[inline]
+    fn dpcls_group(
+        &mut self,
+        keys: &[FlowKey],
+        map: u64,
+        found: &mut [(u32, u32); LOOKUP_BATCH],
+    ) -> u64 {
+        let mut left = map;
+        let mut hs = [0u64; LOOKUP_BATCH];
+        let mut probes = 0u64;
+        for &si in &self.order {
+            if left == 0 {
+                break;
+            }
+            probes += left.count_ones() as u64;
+            let st = &mut self.subtables[si as usize];
+            let mut m = left;
+            while m != 0 {
+                let i = m.trailing_zeros() as usize;
+                m &= m - 1;
+                hs[i] = st.hash_of(&keys[i]);
+                st.prefetch_hash(hs[i]);
+            }
+            let mut m = left;
+            while m != 0 {
+                let i = m.trailing_zeros() as usize;
+                m &= m - 1;
+                if let Some(slot) = st.probe(&keys[i], hs[i]) {
+                    found[i] = (si, slot as u32);
+                    left &= !(1 << i);
+                    st.hits += 1;
+                }
+            }
+        }
+        self.stats.subtable_probes += probes;
+        let hit = map & !left;
+        self.lookups_since_sort += hit.count_ones() as u64;
+        if self.ranking && self.lookups_since_sort >= RANK_INTERVAL {
+            self.sort_subtables();
+        }
+        hit
+    }
+
+    /// The classifier after the caches missed: on a hit the SMC and EMC learn it.
+    #[inline]
+    fn dpcls_resolve(&mut self, k: &FlowKey, hash: u64) -> Option<u32> {
+        let (si, slot, id) = self.dpcls_find(k)?;
+        self.stats.megaflow_hits += 1;
+        if let Some(smc) = self.smc.as_deref_mut() {
+            smc.insert(hash, si, slot);
+        }
+        if self.emc_enabled {
+            self.emc_insert(k, hash, id);
+        }
+        Some(id)
+    }
+
     /// Cache lookup (EMC, then megaflows). `hash` = [`hash_key`] of `k`. No allocation.
     #[inline]
     pub fn lookup(&mut self, k: &FlowKey, hash: u64) -> Option<(u32, Hit)> {
         if self.emc_enabled {
-            let i0 = (hash as usize) & (EMC_ENTRIES - 1);
-            let i1 = ((hash >> 32) as usize) & (EMC_ENTRIES - 1);
-            for i in [i0, i1] {
-                let e = &self.emc[i];
-                if e.flow != 0 && e.key == *k {
-                    self.stats.emc_hits += 1;
-                    return Some((e.flow - 1, Hit::Emc));
-                }
+            if let Some(id) = self.emc_find(k, hash) {
+                self.stats.emc_hits += 1;
+                return Some((id, Hit::Emc));
             }
         }
         if let Some(id) = self.smc_lookup(k, hash) {
@@ -1085,14 +1319,7 @@ impl Datapath {
             }
             return Some((id, Hit::Smc));
         }
-        let id = self.dpcls_lookup(k)?;
-        self.stats.megaflow_hits += 1;
-        if let Some(smc) = self.smc.as_deref_mut() {
-            smc.insert(hash, id);
-        }
-        if self.emc_enabled {
-            self.emc_insert(k, hash, id);
-        }
+        let id = self.dpcls_resolve(k, hash)?;
         Some((id, Hit::Megaflow))
     }
 
@@ -1102,8 +1329,9 @@ impl Datapath {
         // Prefer an empty way, else replace the second way (OVS replaces by hash order).
         let i = if self.emc[i0].flow == 0 { i0 } else { i1 };
         self.emc[i] = EmcEntry {
-            key: *k,
+            hash,
             flow: id + 1,
+            key: *k,
         };
     }
 
@@ -1220,7 +1448,10 @@ impl Datapath {
             self.flows[id as usize].groups = x.groups.into();
         }
         if let Some(smc) = self.smc.as_deref_mut() {
-            smc.insert(hash, id);
+            let sub = self.flows[id as usize].subtable;
+            if let Some(slot) = self.subtables[sub as usize].find(k) {
+                smc.insert(hash, sub, slot as u32);
+            }
         }
         if self.emc_enabled {
             self.emc_insert(k, hash, id);

@@ -73,6 +73,17 @@ fn hit_path_does_not_allocate() {
     }
     assert_eq!(allocs(), before, "SMC path allocated");
     assert!(dp.stats.smc_hits > 0);
+    // the batch path (groups of LOOKUP_BATCH), SMC and EMC on
+    dp.set_emc(true);
+    let hashes: Vec<u64> = pkts.iter().map(hash_key).collect();
+    let mut out = vec![None; pkts.len()];
+    let (s0, before) = (dp.stats, allocs());
+    for _ in 0..1000 {
+        dp.lookup_batch(&pkts, &hashes, &mut out);
+        assert!(out.iter().all(|r| r.is_some()));
+    }
+    assert_eq!(allocs(), before, "batch lookup path allocated");
+    assert!(dp.stats.smc_hits > s0.smc_hits && dp.stats.emc_hits > s0.emc_hits);
 }
 
 /// The same for megaflows made by a pipeline: goto_table, resubmit, an `all` group, a

@@ -6,8 +6,10 @@
 //! ranking, one with neither cache and subtables in creation order — and checks that
 //! every lookup finds a megaflow that matches the packet, the same megaflow (match,
 //! mask, actions) as the plain datapath, and that both hold the same megaflows.
-//! Deletes renumber the megaflows, so stale SMC entries point at other flows or past
-//! the end: validation must reject them.
+//! Deletes rebuild the classifier and new megaflows grow its subtables, so stale SMC
+//! entries name (subtable, slot) places that are gone, empty or hold another flow:
+//! validation must reject them. Batches of packets go through
+//! `Datapath::lookup_batch` with the same checks.
 
 use flow::dp::{hash_key, Datapath, Hit};
 use flow::key::{f, FlowKey};
@@ -17,6 +19,9 @@ use proptest::prelude::*;
 #[derive(Debug, Clone)]
 enum Op {
     Packet(usize),
+    /// These packets through `Datapath::lookup_batch` (1–70: more than one group of
+    /// `LOOKUP_BATCH`, repeats inside a group).
+    Batch(Vec<usize>),
     AddRule(String),
     DelRule(usize),
     /// Re-adds rule i (same match and priority) with other actions.
@@ -59,6 +64,7 @@ fn rule_text() -> impl Strategy<Value = String> {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         12 => (0usize..64).prop_map(Op::Packet),
+        3 => proptest::collection::vec(0usize..64, 1..70).prop_map(Op::Batch),
         2 => rule_text().prop_map(Op::AddRule),
         1 => (0usize..64).prop_map(Op::DelRule),
         1 => (0usize..64, 1u32..5).prop_map(|(i, o)| Op::ModRule(i, o)),
@@ -148,6 +154,31 @@ fn run(ops: &[Op], rules: &[String], pool: &[u64], emc: bool) -> Result<(u64, u6
                 let (xb, hb) = b.process(&table, &k, 64, now);
                 prop_assert_eq!(&xa, &xb.to_vec());
                 prop_assert_eq!(ha == Hit::Upcall, hb == Hit::Upcall);
+            }
+            Op::Batch(ix) => {
+                let ks: Vec<FlowKey> = ix.iter().map(|&i| keys[i % keys.len()]).collect();
+                let hs: Vec<u64> = ks.iter().map(hash_key).collect();
+                let mut out = vec![None; ks.len()];
+                a.lookup_batch(&ks, &hs, &mut out);
+                for (k, (ra, h)) in ks.iter().zip(out.into_iter().zip(&hs)) {
+                    let want = matching(&a, k);
+                    let rb = b.lookup(k, *h);
+                    prop_assert_eq!(ra.is_some(), rb.is_some(), "batch: hit in one only");
+                    prop_assert_eq!(ra.is_some(), !want.is_empty());
+                    if let (Some((ia, hit)), Some((ib, _))) = (ra, rb) {
+                        let (fa, fb) = (a.flow(ia), b.flow(ib));
+                        prop_assert!(
+                            k.and(&fa.mask) == fa.key,
+                            "batch {:?} hit a megaflow that does not match the packet",
+                            hit
+                        );
+                        prop_assert!(want.contains(&(fa.key, fa.mask)));
+                        prop_assert_eq!(&fa.actions, &fb.actions, "batch {:?}", hit);
+                        if want.len() == 1 {
+                            prop_assert_eq!((fa.key, fa.mask), (fb.key, fb.mask));
+                        }
+                    }
+                }
             }
             Op::AddRule(t) => {
                 table.add(parse_flows(t).unwrap().remove(0));
