@@ -792,7 +792,7 @@ fn bench_caches(rep: &mut benchkit::Report, t: std::time::Duration, runs: u32, q
             }
         }
     }
-    rep.note("classifier-with-caches rows: 128k connections (exact keys) over the megaflows, a stream of 256k packets replayed; Zipf: megaflow popularity ~1/rank (ranks shuffled), connection uniform within its megaflow; every lookup hashes the key; EMC 8k entries, SMC 1M entries; rates per second of the thread's CPU time (schedstat), the wall-clock median in the detail");
+    rep.note("classifier-with-caches rows: 128k connections (exact keys) over the megaflows, a stream of 256k packets replayed; Zipf: megaflow popularity ~1/rank (ranks shuffled), connection uniform within its megaflow; every lookup hashes the key; lookups in batches of 32 (Datapath::lookup_batch, as OVS does; the switch's receive loop still looks up one packet at a time); EMC 8k entries, SMC 1M entries; rates per second of the thread's CPU time (schedstat), the wall-clock median in the detail");
 }
 
 /// `dpustack bench flow`: single-core lookup rates of the datapath cache, each next to
