@@ -4,11 +4,13 @@
 # execs/s, coverage (libFuzzer's cov = edges, ft = features), corpus size, and
 # crashes (crash/leak/timeout/oom artifacts written by this run).
 #
-#   scripts/fuzz.sh [TARGET...] [--secs N] [--asan] [--jobs-nice N]
+#   scripts/fuzz.sh [TARGET...] [--secs N] [--runs N] [--asan]
 #     TARGET   one or more of `scripts/fuzz.sh --list` (default: all)
 #     --secs   budget per target in seconds (default 60)
+#     --runs   also stop a target after N executions (libFuzzer -runs)
 #     --asan   build with AddressSanitizer (default: no sanitizer; overflow
 #              checks and debug assertions are always on)
+#     FUZZ_NICE (environment): nice level of the build and the runs (default 10)
 #
 # Seeds: fuzz/seeds/TARGET (in git, small). Working corpus: fuzz/corpus/TARGET,
 # crashes: fuzz/artifacts/TARGET (both git-ignored). Exit status 1 if any target
@@ -17,6 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 SECS=60
+RUNS=-1
 SAN=none
 NICE=${FUZZ_NICE:-10}
 TARGETS=()
@@ -24,9 +27,11 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --secs) SECS=$2; shift 2 ;;
         --secs=*) SECS=${1#--secs=}; shift ;;
+        --runs) RUNS=$2; shift 2 ;;
+        --runs=*) RUNS=${1#--runs=}; shift ;;
         --asan) SAN=address; shift ;;
         --list) sed -n 's/^name = "\(.*\)"/\1/p' fuzz/Cargo.toml | grep -v dpustack-fuzz; exit 0 ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
         -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
         *) TARGETS+=("$1"); shift ;;
     esac
@@ -63,7 +68,7 @@ for t in "${TARGETS[@]}"; do
     log=$CARGO_TARGET_DIR/fuzz-$t.log
     before=$(find "fuzz/artifacts/$t" -type f | wc -l)
     rc=0
-    nice -n "$NICE" "$BIN/$t" -max_total_time="$SECS" -print_final_stats=1 -timeout=10 \
+    nice -n "$NICE" "$BIN/$t" -max_total_time="$SECS" -runs="$RUNS" -print_final_stats=1 -timeout=10 \
         -rss_limit_mb=2048 -max_len=65536 -artifact_prefix="fuzz/artifacts/$t/" \
         "fuzz/corpus/$t" "fuzz/seeds/$t" >"$log" 2>&1 || rc=$?
     after=$(find "fuzz/artifacts/$t" -type f | wc -l)

@@ -12,6 +12,7 @@
 //! Input: `[ctl (bit 0: digests), 4 x u16 cut points, bytes XORed on the stream]`.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
+use nvme::Cqe;
 use nvmf::tcp::{HostConn, HostEvent};
 use std::sync::OnceLock;
 
@@ -27,7 +28,20 @@ fn sessions() -> &'static [session::Session; 2] {
 /// ICResp is one 128-byte PDU: fed first, then the commands are submitted.
 const ICRESP_LEN: usize = 128;
 
-fn run(dig: bool, stream: &[u8], cuts: &[usize]) -> (Vec<(String, Vec<u8>)>, Vec<u8>) {
+/// What the host reported, for the segmentation comparison (the whole CQE and
+/// the data, compared with `==`; no string formatting per event).
+#[derive(Debug, PartialEq)]
+enum Ev {
+    Established,
+    Completion {
+        cqe: Cqe,
+        data: Vec<u8>,
+        ddgst_error: bool,
+    },
+    Terminated(String),
+}
+
+fn run(dig: bool, stream: &[u8], cuts: &[usize]) -> (Vec<Ev>, Vec<u8>) {
     let mut h = HostConn::new(session::host_params(dig));
     let mut evs = Vec::new();
     let mut done = [false; CMDS.len()];
@@ -70,17 +84,17 @@ fn run(dig: bool, stream: &[u8], cuts: &[usize]) -> (Vec<(String, Vec<u8>)>, Vec
                 HostEvent::Terminated { .. } => terminated = true,
             }
             evs.push(match ev {
+                HostEvent::Established => Ev::Established,
                 HostEvent::Completion {
                     cqe,
                     data,
                     ddgst_error,
-                } => (
-                    // the data itself (compared with memcmp, not summed byte by
-                    // byte under the fuzzer's compare tracing)
-                    format!("C {} {:x} {}", cqe.cid(), cqe.status_raw(), ddgst_error),
+                } => Ev::Completion {
+                    cqe,
                     data,
-                ),
-                ev => (format!("{ev:?}"), Vec::new()),
+                    ddgst_error,
+                },
+                ev @ HostEvent::Terminated { .. } => Ev::Terminated(format!("{ev:?}")),
             });
         }
         if submitted && !terminated {

@@ -309,7 +309,7 @@ fuzz_target!(|data: &[u8]| {
 
     // A packet through the fuzzed table: PACKET_INs decode and carry the frame
     // (a datapath of its own; none is needed for an empty table).
-    if table.len() == 0 {
+    if table.is_empty() {
         return;
     }
     let mut dp = Datapath::new();
