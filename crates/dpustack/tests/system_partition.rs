@@ -487,7 +487,7 @@ fn report(seed: u64, cut: Cut, o: &Outcome) {
 }
 
 #[test]
-#[ignore = "FAILS today (open bug, issue 13, docs/obj-dist.md \"Partitions\"): stale reads of an RP_3 key after a both-ways cut of the leader is healed; run with --ignored"]
+#[ignore = "3-5 engine processes, ~23 s: passed 4 of 4 runs (2026-12-02) since the quick DOWN -> UP return was disabled (it failed with stale RP_3 reads before, issue 13, docs/obj-dist.md \"Partitions\"); out of the default run until it has a longer record; run with --ignored"]
 fn leader_cut_off_both_ways_and_one_way() {
     let seed = std::env::var("PARTITION_SEED")
         .ok()
