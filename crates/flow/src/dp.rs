@@ -32,9 +32,16 @@ use crate::xlate::{format_actions, format_megaflow, FlowTable, OdpAction};
 /// word-at-a-time FxHash; deterministic (no random state).
 #[inline]
 pub fn hash_words(k: &FlowKey, words: &[u8], basis: u64) -> u64 {
+    mix_words(basis, words.iter().map(|&i| k.w[i as usize]))
+}
+
+/// The hash function of [`hash_words`] over any sequence of words (a subtable's
+/// masked key words: placing a flow and looking a key up use it with basis 0).
+#[inline(always)]
+fn mix_words(basis: u64, v: impl IntoIterator<Item = u64>) -> u64 {
     let mut h = basis ^ 0x9e37_79b9_7f4a_7c15;
-    for &i in words {
-        h = (h.rotate_left(5) ^ k.w[i as usize]).wrapping_mul(0x517c_c1b7_2722_0a95);
+    for x in v {
+        h = (h.rotate_left(5) ^ x).wrapping_mul(0x517c_c1b7_2722_0a95);
     }
     h ^ (h >> 29)
 }
@@ -126,13 +133,25 @@ struct Subtable {
     hits: u64,
 }
 
-#[inline(always)]
-fn hash_slice(v: &[u64]) -> u64 {
-    let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
-    for &x in v {
-        h = (h.rotate_left(5) ^ x).wrapping_mul(0x517c_c1b7_2722_0a95);
+/// The indices of the set bits of a map of packets, lowest first.
+struct SetBits(u64);
+
+impl Iterator for SetBits {
+    type Item = usize;
+    #[inline(always)]
+    fn next(&mut self) -> Option<usize> {
+        if self.0 == 0 {
+            return None;
+        }
+        let i = self.0.trailing_zeros() as usize;
+        self.0 &= self.0 - 1;
+        Some(i)
     }
-    h ^ (h >> 29)
+}
+
+#[inline(always)]
+fn set_bits(m: u64) -> SetBits {
+    SetBits(m)
 }
 
 impl Subtable {
@@ -176,12 +195,14 @@ impl Subtable {
     /// Hash of `k` under this mask (what the slots are placed by).
     #[inline(always)]
     fn hash_of(&self, k: &FlowKey) -> u64 {
-        // hash_slice over the masked words, without storing them
-        let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
-        for (&w, &m) in self.words[..self.nw].iter().zip(&self.mwords[..self.nw]) {
-            h = (h.rotate_left(5) ^ (k.w[w as usize] & m)).wrapping_mul(0x517c_c1b7_2722_0a95);
-        }
-        h ^ (h >> 29)
+        // over the masked words, without storing them
+        mix_words(
+            0,
+            self.words[..self.nw]
+                .iter()
+                .zip(&self.mwords[..self.nw])
+                .map(|(&w, &m)| k.w[w as usize] & m),
+        )
     }
     /// `k` under this mask equals the compact masked key in `slot` (in range).
     #[inline(always)]
@@ -259,7 +280,7 @@ impl Subtable {
         }
         let mut m = [0u64; NW];
         self.extract(key, &mut m);
-        let h = hash_slice(&m[..self.nw]);
+        let h = mix_words(0, m[..self.nw].iter().copied());
         let kw = m;
         self.place(h, id + 1, &kw[..self.nw]);
         self.n += 1;
@@ -1194,18 +1215,10 @@ impl Datapath {
             }
         }
         if self.smc.is_some() {
-            let mut m = miss;
-            while m != 0 {
-                let i = m.trailing_zeros() as usize;
-                m &= m - 1;
+            for i in set_bits(miss) {
                 self.smc_prefetch_candidate(hashes[i]);
             }
-        }
-        if self.smc.is_some() {
-            let mut m = miss;
-            while m != 0 {
-                let i = m.trailing_zeros() as usize;
-                m &= m - 1;
+            for i in set_bits(miss) {
                 let (k, h) = (&keys[i], hashes[i]);
                 if let Some(id) = self.smc_lookup(k, h) {
                     self.stats.smc_hits += 1;
@@ -1222,20 +1235,10 @@ impl Datapath {
         }
         let mut found = [(0u32, 0u32); LOOKUP_BATCH];
         let hit = self.dpcls_group(keys, miss, &mut found);
-        let mut m = hit;
-        while m != 0 {
-            let i = m.trailing_zeros() as usize;
-            m &= m - 1;
-            let (k, h) = (&keys[i], hashes[i]);
+        for i in set_bits(hit) {
             let (si, slot) = found[i];
             let id = self.subtables[si as usize].slots[slot as usize].flow - 1;
-            self.stats.megaflow_hits += 1;
-            if let Some(smc) = self.smc.as_deref_mut() {
-                smc.insert(h, si, slot);
-            }
-            if self.emc_enabled {
-                self.emc_insert(k, h, id);
-            }
+            self.learn_megaflow_hit(&keys[i], hashes[i], si, slot, id);
             out[i] = Some((id, Hit::Megaflow));
         }
     }
@@ -1262,17 +1265,11 @@ impl Datapath {
             }
             probes += left.count_ones() as u64;
             let st = &mut self.subtables[si as usize];
-            let mut m = left;
-            while m != 0 {
-                let i = m.trailing_zeros() as usize;
-                m &= m - 1;
+            for i in set_bits(left) {
                 hs[i] = st.hash_of(&keys[i]);
                 st.prefetch_hash(hs[i]);
             }
-            let mut m = left;
-            while m != 0 {
-                let i = m.trailing_zeros() as usize;
-                m &= m - 1;
+            for i in set_bits(left) {
                 if let Some(slot) = st.probe(&keys[i], hs[i]) {
                     found[i] = (si, slot as u32);
                     left &= !(1 << i);
@@ -1293,6 +1290,14 @@ impl Datapath {
     #[inline]
     fn dpcls_resolve(&mut self, k: &FlowKey, hash: u64) -> Option<u32> {
         let (si, slot, id) = self.dpcls_find(k)?;
+        self.learn_megaflow_hit(k, hash, si, slot, id);
+        Some(id)
+    }
+
+    /// A classifier hit of `k` on megaflow `id` in `slot` of subtable `si`: counted,
+    /// and the SMC and EMC learn it.
+    #[inline(always)]
+    fn learn_megaflow_hit(&mut self, k: &FlowKey, hash: u64, si: u32, slot: u32, id: u32) {
         self.stats.megaflow_hits += 1;
         if let Some(smc) = self.smc.as_deref_mut() {
             smc.insert(hash, si, slot);
@@ -1300,7 +1305,6 @@ impl Datapath {
         if self.emc_enabled {
             self.emc_insert(k, hash, id);
         }
-        Some(id)
     }
 
     /// Cache lookup (EMC, then megaflows). `hash` = [`hash_key`] of `k`. No allocation.

@@ -106,6 +106,48 @@ fn flow_set(dp: &Datapath) -> Vec<String> {
     v
 }
 
+/// A's lookup result `ra` for `k` against the plain datapath's `rb`: both hit or
+/// both miss (a hit exactly when some megaflow of `want` matches), A's megaflow
+/// matches the packet and is alive, same actions, and the same megaflow when only
+/// one matches. `what` prefixes the messages.
+fn same_result(
+    a: &Datapath,
+    b: &Datapath,
+    k: &FlowKey,
+    want: &[(FlowKey, FlowKey)],
+    ra: Option<(u32, Hit)>,
+    rb: Option<(u32, Hit)>,
+    what: &str,
+) -> Result<(), TestCaseError> {
+    prop_assert_eq!(
+        ra.is_some(),
+        rb.is_some(),
+        "{}hit in one datapath only",
+        what
+    );
+    prop_assert_eq!(ra.is_some(), !want.is_empty());
+    if let (Some((ia, hit)), Some((ib, _))) = (ra, rb) {
+        let (fa, fb) = (a.flow(ia), b.flow(ib));
+        prop_assert!(
+            k.and(&fa.mask) == fa.key,
+            "{}{:?} hit a megaflow that does not match the packet",
+            what,
+            hit
+        );
+        prop_assert!(
+            want.contains(&(fa.key, fa.mask)),
+            "{}{:?}: not alive",
+            what,
+            hit
+        );
+        prop_assert_eq!(&fa.actions, &fb.actions, "{}{:?}", what, hit);
+        if want.len() == 1 {
+            prop_assert_eq!((fa.key, fa.mask), (fb.key, fb.mask));
+        }
+    }
+    Ok(())
+}
+
 /// Runs one case; returns A's (SMC hits, SMC rejects).
 fn run(ops: &[Op], rules: &[String], pool: &[u64], emc: bool) -> Result<(u64, u64), TestCaseError> {
     let mut table = FlowTable::from_rules(parse_flows(&rules.join("\n")).unwrap());
@@ -133,21 +175,7 @@ fn run(ops: &[Op], rules: &[String], pool: &[u64], emc: bool) -> Result<(u64, u6
                 let want = matching(&a, &k);
                 let h = hash_key(&k);
                 let (ra, rb) = (a.lookup(&k, h), b.lookup(&k, h));
-                prop_assert_eq!(ra.is_some(), rb.is_some(), "hit in one datapath only");
-                prop_assert_eq!(ra.is_some(), !want.is_empty());
-                if let (Some((ia, hit)), Some((ib, _))) = (ra, rb) {
-                    let (fa, fb) = (a.flow(ia), b.flow(ib));
-                    prop_assert!(
-                        k.and(&fa.mask) == fa.key,
-                        "{:?} hit a megaflow that does not match the packet",
-                        hit
-                    );
-                    prop_assert!(want.contains(&(fa.key, fa.mask)), "{:?}: not alive", hit);
-                    prop_assert_eq!(&fa.actions, &fb.actions, "{:?}", hit);
-                    if want.len() == 1 {
-                        prop_assert_eq!((fa.key, fa.mask), (fb.key, fb.mask));
-                    }
-                }
+                same_result(&a, &b, &k, &want, ra, rb, "")?;
                 // then the packet as the datapath processes it (upcall on a miss)
                 let (xa, ha) = a.process(&table, &k, 64, now);
                 let xa = xa.to_vec();
@@ -163,21 +191,7 @@ fn run(ops: &[Op], rules: &[String], pool: &[u64], emc: bool) -> Result<(u64, u6
                 for (k, (ra, h)) in ks.iter().zip(out.into_iter().zip(&hs)) {
                     let want = matching(&a, k);
                     let rb = b.lookup(k, *h);
-                    prop_assert_eq!(ra.is_some(), rb.is_some(), "batch: hit in one only");
-                    prop_assert_eq!(ra.is_some(), !want.is_empty());
-                    if let (Some((ia, hit)), Some((ib, _))) = (ra, rb) {
-                        let (fa, fb) = (a.flow(ia), b.flow(ib));
-                        prop_assert!(
-                            k.and(&fa.mask) == fa.key,
-                            "batch {:?} hit a megaflow that does not match the packet",
-                            hit
-                        );
-                        prop_assert!(want.contains(&(fa.key, fa.mask)));
-                        prop_assert_eq!(&fa.actions, &fb.actions, "batch {:?}", hit);
-                        if want.len() == 1 {
-                            prop_assert_eq!((fa.key, fa.mask), (fb.key, fb.mask));
-                        }
-                    }
+                    same_result(&a, &b, k, &want, ra, rb, "batch ")?;
                 }
             }
             Op::AddRule(t) => {
