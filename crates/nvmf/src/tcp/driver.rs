@@ -391,7 +391,10 @@ impl TcpHostQueue {
             }
         }
         for _ in 0..8 {
+            // C2H data of a PDU whose header is in goes straight to its
+            // command's buffer (HostConn::recv_buf)
             let buf = self.conn.recv_buf();
+            let cap = buf.len();
             match self.sock.read(buf) {
                 Ok(0) => {
                     self.drain_events(done);
@@ -400,6 +403,9 @@ impl TcpHostQueue {
                 Ok(n) => {
                     self.conn.handle_received(n);
                     moved = true;
+                    if n < cap {
+                        break; // the socket had no more for now: no EAGAIN read
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

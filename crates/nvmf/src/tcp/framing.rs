@@ -35,6 +35,12 @@ pub struct ConnStats {
     /// H2C data bytes copied from the receive buffer (data that arrived in one read
     /// with earlier PDUs).
     pub h2c_copied: u64,
+    /// Host side: C2H data bytes read from the socket straight into their
+    /// command's buffer.
+    pub c2h_in_place: u64,
+    /// Host side: C2H data bytes copied from the receive buffer (data that
+    /// arrived in one read with its header or earlier PDUs; whole PDUs included).
+    pub c2h_copied: u64,
 }
 
 /// Shared receive framing: an accumulation buffer with a read cursor.
@@ -65,6 +71,7 @@ impl RxBuf {
     pub(super) fn commit(&mut self, n: usize) {
         self.end = (self.end + n).min(self.buf.len());
     }
+    #[cfg(test)]
     pub(super) fn push(&mut self, data: &[u8]) {
         let s = self.spare(data.len());
         s[..data.len()].copy_from_slice(data);

@@ -54,6 +54,20 @@ struct HostCmd {
     ddgst_bad: bool,
 }
 
+/// A C2HData PDU whose data is being read straight into its command's buffer.
+#[derive(Debug, Clone, Copy)]
+struct DirectRx {
+    cid: u16,
+    /// Where this PDU's data starts in the command's buffer (DATAO).
+    start: usize,
+    /// Next byte to receive.
+    pos: usize,
+    end: usize,
+    ddgst: bool,
+    /// The PDU completes the command (SUCCESS; checked with LAST and the length).
+    success: bool,
+}
+
 /// The host side of one NVMe/TCP connection.
 #[derive(Debug)]
 pub struct HostConn {
@@ -67,6 +81,7 @@ pub struct HostConn {
     events: VecDeque<HostEvent>,
     cmds: Vec<Option<HostCmd>>,
     pool: Vec<Vec<u8>>,
+    direct: Option<DirectRx>,
     pub(super) stats: ConnStats,
 }
 
@@ -84,6 +99,7 @@ impl HostConn {
             events: VecDeque::new(),
             cmds: Vec::new(),
             pool: Vec::new(),
+            direct: None,
             stats: ConnStats::default(),
         };
         let ic = PduRepr::IcReq {
@@ -117,18 +133,44 @@ impl HostConn {
         self.cmds.iter().filter(|c| c.is_some()).count()
     }
 
+    /// Where the next socket bytes go (`read` into it, then
+    /// [`HostConn::handle_received`]). Never empty. C2H data avoids the receive
+    /// buffer: while a C2HData PDU's data is on its way (its header checked),
+    /// this is the rest of that data's place in the command's read buffer.
     pub fn recv_buf(&mut self) -> &mut [u8] {
+        if let Some(d) = self.direct {
+            if d.pos < d.end {
+                if let Some(Some(cmd)) = self.cmds.get_mut(d.cid as usize) {
+                    return &mut cmd.read[d.pos..d.end];
+                }
+                // the command went away under us (cannot happen): forget the PDU
+                self.direct = None;
+            }
+        }
         self.rx.spare(64 * 1024)
     }
+    /// `n` bytes were written at the start of [`HostConn::recv_buf`].
     pub fn handle_received(&mut self, n: usize) {
-        self.rx.commit(n);
         self.stats.bytes_rx += n as u64;
+        match &mut self.direct {
+            Some(d) if d.pos < d.end => {
+                d.pos = (d.pos + n).min(d.end);
+                self.stats.c2h_in_place += n as u64;
+            }
+            _ => self.rx.commit(n),
+        }
         self.process();
     }
-    pub fn handle_bytes(&mut self, data: &[u8]) {
-        self.rx.push(data);
-        self.stats.bytes_rx += data.len() as u64;
-        self.process();
+    /// Feeds bytes received from the controller (copied as a socket read would
+    /// write them, so this takes the same paths as [`HostConn::recv_buf`]).
+    pub fn handle_bytes(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            let b = self.recv_buf();
+            let n = b.len().min(data.len());
+            b[..n].copy_from_slice(&data[..n]);
+            data = &data[n..];
+            self.handle_received(n);
+        }
     }
     #[must_use]
     pub fn poll_event(&mut self) -> Option<HostEvent> {
@@ -146,16 +188,22 @@ impl HostConn {
         self.tx.pending().len()
     }
     /// Returns a completion's data buffer for reuse.
-    pub fn recycle(&mut self, mut v: Vec<u8>) {
+    pub fn recycle(&mut self, v: Vec<u8>) {
         if self.pool.len() < 256 && v.capacity() > 0 {
-            v.clear();
             self.pool.push(v);
         }
     }
+    /// A buffer of `len` bytes. Pooled buffers keep their length, so only
+    /// growth is zeroed: a read buffer's bytes are all overwritten by C2H data
+    /// before it completes with success, and `finish` zeroes what a command
+    /// ending otherwise left unwritten.
     fn alloc_buf(&mut self, len: usize) -> Vec<u8> {
         let mut v = self.pool.pop().unwrap_or_default();
-        v.clear();
-        v.resize(len, 0);
+        if v.len() < len {
+            v.resize(len, 0);
+        } else {
+            v.truncate(len);
+        }
         v
     }
 
@@ -195,8 +243,8 @@ impl HostConn {
             write
         } else if !write.is_empty() {
             sqe.set_sgl(SglDescriptor::transport_data_block(write.len() as u32));
-            let mut w = self.alloc_buf(0);
-            w.extend_from_slice(write);
+            let mut w = self.alloc_buf(write.len());
+            w.copy_from_slice(write);
             cmd.write = w;
             &[]
         } else {
@@ -232,10 +280,31 @@ impl HostConn {
 
     fn process(&mut self) {
         while self.state != State::Terminated {
+            if let Some(d) = self.direct {
+                // data received in place; its digest comes through the rx buffer
+                if d.pos < d.end || (d.ddgst && self.rx.avail().len() < pdu::DIGEST_LEN) {
+                    return;
+                }
+                let dg = d.ddgst.then(|| {
+                    let a = self.rx.avail();
+                    u32::from_le_bytes([a[0], a[1], a[2], a[3]])
+                });
+                if d.ddgst {
+                    self.rx.start += pdu::DIGEST_LEN;
+                }
+                self.finish_direct(dg);
+                continue;
+            }
             let first = (self.state == State::AwaitIc)
                 .then_some(&[PduType::IcResp, PduType::C2hTermReq][..]);
             let (start, plen) = match self.rx.next_pdu(MAX_C2H_PDU, first) {
-                Next::Nothing | Next::Partial(_) => return,
+                Next::Nothing => return,
+                Next::Partial(ty) => {
+                    if ty == PduType::C2hData && self.try_direct() {
+                        continue;
+                    }
+                    return;
+                }
                 Next::Fatal(fes, fei, h) => {
                     self.terminate(fes, fei, &h);
                     return;
@@ -322,6 +391,7 @@ impl HostConn {
                     return;
                 }
                 cmd.read[datao as usize..end].copy_from_slice(data);
+                self.stats.c2h_copied += data.len() as u64;
                 cmd.received = end;
                 cmd.ddgst_bad |= !dd_ok;
                 if success {
@@ -378,10 +448,130 @@ impl HostConn {
         }
     }
 
-    fn finish(&mut self, mut cqe: Cqe, cmd: HostCmd) {
+    /// Checks the C2HData header at the front of the rx buffer the way
+    /// `handle_pdu` would with the whole PDU there; returns (header bytes incl.
+    /// digest and padding, cccid, datao, datal, data digest follows, success),
+    /// or None for anything unusual, which then takes the ordinary
+    /// path (and its errors) once the whole PDU is in.
+    fn check_c2h_header(&self) -> Option<(usize, u16, usize, usize, bool, bool)> {
+        let a = self.rx.avail();
+        let (ty, f, hlen, pdo, plen) = pdu::peek_common_header(a).ok()?;
+        let (hlen, plen) = (hlen as usize, plen as usize);
+        let hd = if f & pdu::flags::HDGSTF != 0 {
+            pdu::DIGEST_LEN
+        } else {
+            0
+        };
+        let dd = if f & pdu::flags::DDGSTF != 0 {
+            pdu::DIGEST_LEN
+        } else {
+            0
+        };
+        let start = if pdo == 0 { hlen + hd } else { pdo as usize };
+        let allowed =
+            pdu::flags::HDGSTF | pdu::flags::DDGSTF | pdu::flags::LAST_PDU | pdu::flags::SUCCESS;
+        if ty != PduType::C2hData
+            || self.state != State::Ready
+            || hlen != pdu::DATA_HLEN
+            || f & !allowed != 0
+            || (hd != 0) != self.dg.header
+            || (dd != 0) != self.dg.data
+            || start < hlen + hd
+            || a.len() < start
+            || plen < start + dd + 1
+            || plen > MAX_C2H_PDU
+        {
+            return None;
+        }
+        let h = &a[..hlen];
+        if hd != 0
+            && pdu::crc32c(h)
+                != u32::from_le_bytes([a[hlen], a[hlen + 1], a[hlen + 2], a[hlen + 3]])
+        {
+            return None;
+        }
+        let le16 = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]);
+        let le32 = |o: usize| u32::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]) as usize;
+        let (cccid, datao, datal) = (le16(8), le32(12), le32(16));
+        let last = f & pdu::flags::LAST_PDU != 0;
+        let success = f & pdu::flags::SUCCESS != 0;
+        if datal != plen - start - dd {
+            return None;
+        }
+        let cmd = self.cmds.get(cccid as usize)?.as_ref()?;
+        let end = datao + datal;
+        if datao != cmd.received
+            || end > cmd.read.len()
+            || (success && !(last && end == cmd.read.len()))
+        {
+            return None;
+        }
+        Some((start, cccid, datao, datal, dd != 0, success))
+    }
+
+    /// A C2HData PDU whose header is in the rx buffer but whose data is not all
+    /// there yet: when the header is one `handle_pdu` would accept, the data
+    /// received so far is copied to the command's buffer and the rest is read
+    /// in place ([`HostConn::recv_buf`]). True when it went direct.
+    fn try_direct(&mut self) -> bool {
+        let Some((hdr, cid, datao, datal, ddgst, success)) = self.check_c2h_header() else {
+            return false;
+        };
+        let HostConn {
+            rx, cmds, stats, ..
+        } = self;
+        let a = rx.avail();
+        let got = (a.len() - hdr).min(datal);
+        let Some(Some(cmd)) = cmds.get_mut(cid as usize) else {
+            return false;
+        };
+        cmd.read[datao..datao + got].copy_from_slice(&a[hdr..hdr + got]);
+        rx.start += hdr + got;
+        stats.c2h_copied += got as u64;
+        self.direct = Some(DirectRx {
+            cid,
+            start: datao,
+            pos: datao + got,
+            end: datao + datal,
+            ddgst,
+            success,
+        });
+        true
+    }
+
+    /// The in-place C2HData PDU is complete (with its data digest, if any).
+    fn finish_direct(&mut self, ddgst: Option<u32>) {
+        let Some(d) = self.direct.take() else {
+            return;
+        };
+        self.stats.pdus_rx += 1;
+        let Some(Some(cmd)) = self.cmds.get_mut(d.cid as usize) else {
+            return;
+        };
+        let dd_ok = ddgst.is_none_or(|g| g == pdu::crc32c(&cmd.read[d.start..d.end]));
+        if !dd_ok {
+            self.stats.ddgst_errors += 1;
+        }
+        cmd.received = d.end;
+        cmd.ddgst_bad |= !dd_ok;
+        if d.success {
+            // checked with the header: last, and the whole read is in
+            let Some(cmd) = self.cmds.get_mut(d.cid as usize).and_then(Option::take) else {
+                return;
+            };
+            let mut cqe = Cqe::zeroed();
+            cqe.set_cid(d.cid);
+            self.finish(cqe, cmd);
+        }
+    }
+
+    fn finish(&mut self, mut cqe: Cqe, mut cmd: HostCmd) {
         if !cmd.write.is_empty() {
             self.recycle(cmd.write);
         }
+        // a pooled buffer may hold an earlier command's bytes where no data came
+        let got = cmd.received.min(cmd.read.len());
+        cmd.read[got..].fill(0);
         if cmd.ddgst_bad {
             // Data Transfer Error, as Linux's host reports a data digest mismatch
             cqe.set_status_raw(0x04 << 1);

@@ -541,3 +541,158 @@ mod prop {
         }
     }
 }
+
+/// The target's answer to a read of `data.len()` bytes from the host (command
+/// `cid`), not yet delivered to the host.
+fn read_stream(h: &mut HostConn, t: &mut TargetConn, cid: u16, data: &[u8]) -> Vec<u8> {
+    h.submit(sqe(0x02, cid), &[], data.len() as u32, 8192)
+        .unwrap();
+    let b = h.poll_transmit().to_vec();
+    h.advance_tx(b.len());
+    t.handle_bytes(&b);
+    let Some(TargetEvent::Command(req)) = t.poll_event() else {
+        panic!()
+    };
+    assert_eq!(req.c2h_len as usize, data.len());
+    t.complete(&cqe(cid, 0), bdev::IoBuf::from(data.to_vec()));
+    t.drain_tx()
+}
+
+#[test]
+fn c2h_data_received_in_place() {
+    for dig in [false, true] {
+        for success in [false, true] {
+            for chunk in [1usize, 13, 4096, 65_536, 1 << 20] {
+                let hp = HostParams {
+                    hdgst: dig,
+                    ddgst: dig,
+                    ..Default::default()
+                };
+                let (mut h, mut t) = pair(hp, TargetParams::default());
+                t.set_c2h_success(success);
+                let before = h.stats();
+                let data: Vec<u8> = (0..300_000).map(|i| (i % 253) as u8).collect();
+                let s = read_stream(&mut h, &mut t, 3, &data);
+                // fed as the socket would deliver it, `chunk` bytes per read,
+                // each read going where recv_buf says
+                for c in s.chunks(chunk) {
+                    h.handle_bytes(c);
+                }
+                let Some(HostEvent::Completion {
+                    data: got,
+                    cqe,
+                    ddgst_error,
+                }) = h.poll_event()
+                else {
+                    panic!("dig {dig} success {success} chunk {chunk}: no completion")
+                };
+                assert_eq!(got, data, "dig {dig} chunk {chunk}");
+                assert_eq!((cqe.cid(), cqe.status_raw(), ddgst_error), (3, 0, false));
+                let st = h.stats();
+                let (placed, copied) = (
+                    st.c2h_in_place - before.c2h_in_place,
+                    st.c2h_copied - before.c2h_copied,
+                );
+                assert_eq!(placed + copied, 300_000, "chunk {chunk}");
+                if chunk < 65_536 {
+                    // every read after a PDU's header goes to the command's buffer
+                    assert!(placed > 250_000, "chunk {chunk}: {placed} in place");
+                } else {
+                    // reads of up to 64 KiB (the receive buffer's spare room):
+                    // the data past the first read of each PDU is placed
+                    assert!(placed > 100_000, "chunk {chunk}: {placed} in place");
+                }
+                assert!(!h.is_terminated());
+            }
+        }
+    }
+}
+
+#[test]
+fn c2h_in_place_data_digest_error_fails_the_command_only() {
+    let hp = HostParams {
+        hdgst: true,
+        ddgst: true,
+        ..Default::default()
+    };
+    let (mut h, mut t) = pair(hp, TargetParams::default());
+    t.set_c2h_success(true);
+    let data = vec![0x5au8; 100_000];
+    let mut s = read_stream(&mut h, &mut t, 4, &data);
+    s[5000] ^= 0x10; // in the first C2HData PDU's data, past its header
+    for c in s.chunks(1000) {
+        h.handle_bytes(c);
+    }
+    let Some(HostEvent::Completion {
+        cqe, ddgst_error, ..
+    }) = h.poll_event()
+    else {
+        panic!()
+    };
+    assert!(ddgst_error);
+    assert_eq!(cqe.status_raw(), 0x04 << 1, "Data Transfer Error");
+    assert!(h.stats().c2h_in_place > 0);
+    assert_eq!(h.stats().ddgst_errors, 1);
+    assert!(!h.is_terminated());
+    // the connection goes on
+    let s = read_stream(&mut h, &mut t, 5, &data);
+    for c in s.chunks(1000) {
+        h.handle_bytes(c);
+    }
+    let Some(HostEvent::Completion {
+        data: got,
+        ddgst_error,
+        ..
+    }) = h.poll_event()
+    else {
+        panic!()
+    };
+    assert!(!ddgst_error);
+    assert_eq!(got, data);
+}
+
+#[test]
+fn c2h_in_place_header_digest_error_terminates_the_host() {
+    let hp = HostParams {
+        hdgst: true,
+        ddgst: false,
+        ..Default::default()
+    };
+    let (mut h, mut t) = pair(hp, TargetParams::default());
+    let data = vec![7u8; 100_000];
+    let mut s = read_stream(&mut h, &mut t, 6, &data);
+    s[12] ^= 1; // DATAO of the first C2HData PDU: its header digest fails
+    for c in s.chunks(1000) {
+        h.handle_bytes(c);
+    }
+    assert!(h.is_terminated(), "a bad header is never read in place");
+    assert_eq!(h.stats().c2h_in_place, 0);
+}
+
+#[test]
+fn pooled_read_buffer_never_shows_an_earlier_commands_bytes() {
+    let (mut h, mut t) = pair(HostParams::default(), TargetParams::default());
+    let data = vec![0xeeu8; 8192];
+    let s = read_stream(&mut h, &mut t, 1, &data);
+    h.handle_bytes(&s);
+    let Some(HostEvent::Completion { data: got, .. }) = h.poll_event() else {
+        panic!()
+    };
+    assert_eq!(got, data);
+    h.recycle(got);
+    // the same size again, answered with an error and no data
+    h.submit(sqe(0x02, 2), &[], 8192, 8192).unwrap();
+    let b = h.poll_transmit().to_vec();
+    h.advance_tx(b.len());
+    t.handle_bytes(&b);
+    let Some(TargetEvent::Command(_)) = t.poll_event() else {
+        panic!()
+    };
+    t.complete(&cqe(2, 0x81), bdev::IoBuf::from(Vec::new()));
+    h.handle_bytes(&t.drain_tx());
+    let Some(HostEvent::Completion { data: got, cqe, .. }) = h.poll_event() else {
+        panic!()
+    };
+    assert_ne!(cqe.status_raw(), 0);
+    assert!(got.iter().all(|&b| b == 0), "stale bytes of command 1");
+}
