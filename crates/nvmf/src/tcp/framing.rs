@@ -327,6 +327,93 @@ impl RxBuf {
     }
 }
 
+/// The header of a data PDU (H2CData or C2HData) at the front of a receive
+/// buffer whose data may not be all there yet.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct DataHeader {
+    /// Header bytes, with the header digest and padding: where the data starts.
+    pub(super) start: usize,
+    pub(super) cccid: u16,
+    pub(super) ttag: u16,
+    pub(super) datao: usize,
+    pub(super) datal: usize,
+    /// A data digest follows the data.
+    pub(super) ddgst: bool,
+    pub(super) last: bool,
+    pub(super) success: bool,
+}
+
+/// Checks the header of a data PDU of type `ty` at the front of `a` the way
+/// [`check_pdu`] and `PduRepr::parse` would with the whole PDU there (lengths,
+/// flags, digests as negotiated, the header digest's value, DATAL against
+/// PLEN); None for anything else, which then takes the ordinary whole-PDU path
+/// and its errors. The caller checks the fields against its command.
+pub(super) fn check_data_header(
+    a: &[u8],
+    ty: PduType,
+    dg: Digests,
+    max_pdu: usize,
+) -> Option<DataHeader> {
+    let (t, f, hlen, pdo, plen) = pdu::peek_common_header(a).ok()?;
+    let (hlen, plen) = (hlen as usize, plen as usize);
+    let hd = if f & pdu::flags::HDGSTF != 0 {
+        pdu::DIGEST_LEN
+    } else {
+        0
+    };
+    let dd = if f & pdu::flags::DDGSTF != 0 {
+        pdu::DIGEST_LEN
+    } else {
+        0
+    };
+    let start = if pdo == 0 { hlen + hd } else { pdo as usize };
+    let allowed = pdu::flags::HDGSTF
+        | pdu::flags::DDGSTF
+        | pdu::flags::LAST_PDU
+        | if ty == PduType::C2hData {
+            pdu::flags::SUCCESS
+        } else {
+            0
+        };
+    let last = f & pdu::flags::LAST_PDU != 0;
+    let success = f & pdu::flags::SUCCESS != 0;
+    if t != ty
+        || hlen != pdu::DATA_HLEN
+        || f & !allowed != 0
+        || (success && !last)
+        || (hd != 0) != dg.header
+        || (dd != 0) != dg.data
+        || start < hlen + hd
+        || a.len() < start
+        || plen < start + dd + 1
+        || plen > max_pdu
+    {
+        return None;
+    }
+    let h = &a[..hlen];
+    if hd != 0
+        && pdu::crc32c(h) != u32::from_le_bytes([a[hlen], a[hlen + 1], a[hlen + 2], a[hlen + 3]])
+    {
+        return None;
+    }
+    let le16 = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]);
+    let le32 = |o: usize| u32::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]) as usize;
+    let datal = le32(16);
+    if datal != plen - start - dd {
+        return None;
+    }
+    Some(DataHeader {
+        start,
+        cccid: le16(8),
+        ttag: le16(10),
+        datao: le32(12),
+        datal,
+        ddgst: dd != 0,
+        last,
+        success,
+    })
+}
+
 /// A PDU that passed every check of [`check_pdu`].
 pub(super) struct Checked<'a> {
     pub(super) pdu: Pdu<&'a [u8]>,

@@ -10,7 +10,9 @@ use wire::nvme_tcp::{self as pdu, Digests, Fes, PduRepr, PduType};
 
 pub use crate::transport::SubmitError;
 
-use super::framing::{check_pdu, term_data, Checked, ConnStats, Next, RxBuf, State, TxBuf};
+use super::framing::{
+    check_data_header, check_pdu, term_data, Checked, ConnStats, Next, RxBuf, State, TxBuf,
+};
 
 /// Largest PDU the host accepts (a C2HData PDU larger than any read we submit
 /// is refused by its offset check anyway).
@@ -454,59 +456,16 @@ impl HostConn {
     /// or None for anything unusual, which then takes the ordinary
     /// path (and its errors) once the whole PDU is in.
     fn check_c2h_header(&self) -> Option<(usize, u16, usize, usize, bool, bool)> {
-        let a = self.rx.avail();
-        let (ty, f, hlen, pdo, plen) = pdu::peek_common_header(a).ok()?;
-        let (hlen, plen) = (hlen as usize, plen as usize);
-        let hd = if f & pdu::flags::HDGSTF != 0 {
-            pdu::DIGEST_LEN
-        } else {
-            0
-        };
-        let dd = if f & pdu::flags::DDGSTF != 0 {
-            pdu::DIGEST_LEN
-        } else {
-            0
-        };
-        let start = if pdo == 0 { hlen + hd } else { pdo as usize };
-        let allowed =
-            pdu::flags::HDGSTF | pdu::flags::DDGSTF | pdu::flags::LAST_PDU | pdu::flags::SUCCESS;
-        if ty != PduType::C2hData
-            || self.state != State::Ready
-            || hlen != pdu::DATA_HLEN
-            || f & !allowed != 0
-            || (hd != 0) != self.dg.header
-            || (dd != 0) != self.dg.data
-            || start < hlen + hd
-            || a.len() < start
-            || plen < start + dd + 1
-            || plen > MAX_C2H_PDU
-        {
+        if self.state != State::Ready {
             return None;
         }
-        let h = &a[..hlen];
-        if hd != 0
-            && pdu::crc32c(h)
-                != u32::from_le_bytes([a[hlen], a[hlen + 1], a[hlen + 2], a[hlen + 3]])
-        {
+        let h = check_data_header(self.rx.avail(), PduType::C2hData, self.dg, MAX_C2H_PDU)?;
+        let cmd = self.cmds.get(h.cccid as usize)?.as_ref()?;
+        let end = h.datao + h.datal;
+        if h.datao != cmd.received || end > cmd.read.len() || (h.success && end != cmd.read.len()) {
             return None;
         }
-        let le16 = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]);
-        let le32 = |o: usize| u32::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]) as usize;
-        let (cccid, datao, datal) = (le16(8), le32(12), le32(16));
-        let last = f & pdu::flags::LAST_PDU != 0;
-        let success = f & pdu::flags::SUCCESS != 0;
-        if datal != plen - start - dd {
-            return None;
-        }
-        let cmd = self.cmds.get(cccid as usize)?.as_ref()?;
-        let end = datao + datal;
-        if datao != cmd.received
-            || end > cmd.read.len()
-            || (success && !(last && end == cmd.read.len()))
-        {
-            return None;
-        }
-        Some((start, cccid, datao, datal, dd != 0, success))
+        Some((h.start, h.cccid, h.datao, h.datal, h.ddgst, h.success))
     }
 
     /// A C2HData PDU whose header is in the rx buffer but whose data is not all

@@ -24,7 +24,9 @@ use nvme::{Cqe, Psdt, Sqe};
 use tracing::warn;
 use wire::nvme_tcp::{self as pdu, Digests, Fes, PduRepr, PduType};
 
-use super::framing::{check_pdu, term_data, Checked, ConnStats, Next, RxBuf, SegTx, State};
+use super::framing::{
+    check_data_header, check_pdu, term_data, Checked, ConnStats, Next, RxBuf, SegTx, State,
+};
 use crate::transport::{
     DataError, QpairEvent, Request, TransportId, TransportLimits, TransportQpair,
 };
@@ -571,58 +573,23 @@ impl TargetConn {
     /// digest and padding, ttag, datao, datal, data digest follows, last), or None
     /// for anything unusual, which then takes the ordinary path (and its errors).
     fn check_h2c_header(&self) -> Option<(usize, u16, usize, usize, bool, bool)> {
-        let a = self.rx.avail();
-        let (ty, f, hlen, pdo, plen) = pdu::peek_common_header(a).ok()?;
-        let (hlen, plen) = (hlen as usize, plen as usize);
-        let hd = if f & pdu::flags::HDGSTF != 0 {
-            pdu::DIGEST_LEN
-        } else {
-            0
-        };
-        let dd = if f & pdu::flags::DDGSTF != 0 {
-            pdu::DIGEST_LEN
-        } else {
-            0
-        };
-        let start = if pdo == 0 { hlen + hd } else { pdo as usize };
-        let allowed = pdu::flags::HDGSTF | pdu::flags::DDGSTF | pdu::flags::LAST_PDU;
-        if ty != PduType::H2cData
-            || self.state != State::Ready
-            || hlen != pdu::DATA_HLEN
-            || f & !allowed != 0
-            || (hd != 0) != self.dg.header
-            || (dd != 0) != self.dg.data
-            || start < hlen + hd
-            || a.len() < start
-            || plen < start + dd + 1
-            || plen > self.max_pdu()
-        {
+        if self.state != State::Ready {
             return None;
         }
-        let h = &a[..hlen];
-        if hd != 0
-            && pdu::crc32c(h)
-                != u32::from_le_bytes([a[hlen], a[hlen + 1], a[hlen + 2], a[hlen + 3]])
-        {
+        let h = check_data_header(self.rx.avail(), PduType::H2cData, self.dg, self.max_pdu())?;
+        if h.datal > self.params.maxh2cdata as usize {
             return None;
         }
-        let le16 = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]);
-        let le32 = |o: usize| u32::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]) as usize;
-        let (cccid, ttag, datao, datal) = (le16(8), le16(10), le32(12), le32(16));
-        let last = f & pdu::flags::LAST_PDU != 0;
-        if datal != plen - start - dd || datal > self.params.maxh2cdata as usize {
-            return None;
-        }
-        let pend = self.h2c.get(ttag as usize)?.as_ref()?;
-        let end = datao + datal;
-        if pend.sqe.cid() != cccid
-            || datao != pend.received
+        let pend = self.h2c.get(h.ttag as usize)?.as_ref()?;
+        let end = h.datao + h.datal;
+        if pend.sqe.cid() != h.cccid
+            || h.datao != pend.received
             || end > pend.buf.len()
-            || last != (end == pend.buf.len())
+            || h.last != (end == pend.buf.len())
         {
             return None;
         }
-        Some((start, ttag, datao, datal, dd != 0, last))
+        Some((h.start, h.ttag, h.datao, h.datal, h.ddgst, h.last))
     }
 
     /// An H2CData PDU whose header is in the rx buffer but whose data is not all
