@@ -133,6 +133,11 @@ pub struct DistClient {
     /// Reads start at a rotating replica instead of the first.
     read_spread: bool,
     reads: u64,
+    /// Refusals by fenced engines ([`Self::fenced_refusals`]).
+    fenced: u64,
+    /// When the map was last fetched after fenced refusals (at most every
+    /// 50 ms: each fetch is a linearizable read of the pool service).
+    fenced_refresh: Option<Instant>,
 }
 
 impl DistClient {
@@ -238,6 +243,8 @@ impl DistClient {
             replication: Replication::default(),
             read_spread: false,
             reads: 0,
+            fenced: 0,
+            fenced_refresh: None,
         })
     }
 
@@ -340,6 +347,41 @@ impl DistClient {
             }
         }
         Ok(())
+    }
+
+    /// A stale-map refusal with a version not newer than ours: the engine's
+    /// lease lapsed (the fence: it has not heard from a pool-service leader
+    /// lately and may have missed writes), not a newer map. Counted.
+    fn is_fenced(&mut self, e: &ClientError) -> bool {
+        let fenced = matches!(e, ClientError::StaleMap { version }
+            if self.svc_version.is_some_and(|ours| *version <= ours));
+        if fenced {
+            self.fenced += 1;
+        }
+        fenced
+    }
+
+    /// After fenced refusals left nothing to try: fetch the map again (the
+    /// pool service may have marked the fenced engine DOWN); a failure or an
+    /// unchanged map is not an error (the caller retries until its deadline).
+    fn refresh_if_fenced(&mut self, rank: usize) {
+        if self.source.is_none()
+            || self
+                .fenced_refresh
+                .is_some_and(|t| t.elapsed() < Duration::from_millis(50))
+        {
+            return;
+        }
+        self.fenced_refresh = Some(Instant::now());
+        let ours = self.svc_version.unwrap_or(0);
+        if let Err(e) = self.refresh(rank, ours) {
+            tracing::debug!(rank, error = %e, "map refresh after fenced refusals");
+        }
+    }
+
+    /// Stale-map refusals by fenced engines (lease lapsed) so far.
+    pub fn fenced_refusals(&self) -> u64 {
+        self.fenced
     }
 
     /// The client's pool map.
@@ -537,8 +579,27 @@ impl DistClient {
     fn dtx(&mut self, oid: ObjectId, op: DtxOp) -> Result<Epoch> {
         let deadline = Instant::now() + self.timeout;
         let mut last = None;
+        // replicas that refused as fenced (lease lapsed): not asked to lead
+        let mut fenced: Vec<u32> = Vec::new();
         for _ in 0..=4 * self.conns.len() + 64 {
-            let (reps, total) = self.participants(oid, op.dkey())?;
+            let (mut reps, total) = self.participants(oid, op.dkey())?;
+            if let Some(i) = reps.iter().position(|(r, _)| !fenced.contains(r)) {
+                // another serving replica leads; a fenced one may still
+                // follow (it gets the update, which is never harmful)
+                reps[..=i].rotate_right(1);
+            } else if !fenced.is_empty() {
+                // every replica fenced: wait for the pool service to decide
+                // (the lease renewed, or the map changed)
+                fenced.clear();
+                if Instant::now() > deadline {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+                if let Some(&(r, _)) = reps.first() {
+                    self.refresh_if_fenced(r as usize);
+                }
+                continue;
+            }
             let Some(&(leader, _)) = reps.first() else {
                 return Err(Error::NoReplica);
             };
@@ -559,6 +620,10 @@ impl DistClient {
                     return Ok(e);
                 }
                 Err(e) if is_transport(&e) => self.mark_down(leader)?,
+                Err(e @ ClientError::StaleMap { .. }) if self.is_fenced(&e) => {
+                    fenced.push(leader as u32);
+                    last = Some((leader, e));
+                }
                 Err(ClientError::StaleMap { version }) => self.refresh(leader, version)?,
                 Err(e) if e.status() == Some(Status::Unreach) => {
                     // which follower? the ones that do not answer us either
@@ -642,6 +707,13 @@ impl DistClient {
                     }
                     Err(e) if is_transport(&e) => {
                         self.mark_down(rank)?;
+                        continue 'remap;
+                    }
+                    Err(e @ ClientError::StaleMap { .. }) if self.is_fenced(&e) => {
+                        // every serving replica must take it: wait for the
+                        // pool service (lease renewed or map changed)
+                        std::thread::sleep(Duration::from_millis(5));
+                        self.refresh_if_fenced(rank);
                         continue 'remap;
                     }
                     Err(ClientError::StaleMap { version }) => {
@@ -747,6 +819,7 @@ impl DistClient {
         'refreshed: while refreshes < 4 {
             let mut last = None;
             let mut in_progress = None;
+            let mut fenced = None;
             let mut order = self.read_order(oid, key)?;
             if self.read_spread {
                 // among the original replicas still serving only: a spare
@@ -770,6 +843,11 @@ impl DistClient {
                 match f(c, &oh) {
                     Ok(v) => return Ok(v),
                     Err(e) if is_transport(&e) => self.mark_down(rank)?,
+                    Err(e @ ClientError::StaleMap { .. }) if self.is_fenced(&e) => {
+                        // its lease lapsed (cut off from the pool service):
+                        // it may have missed writes; another replica
+                        fenced = Some((rank, e));
+                    }
                     Err(ClientError::StaleMap { version }) => {
                         self.refresh(rank, version)?;
                         refreshes += 1;
@@ -794,9 +872,13 @@ impl DistClient {
                     }
                 }
             }
-            if let Some((rank, source)) = in_progress {
+            let fenced_rank = fenced.as_ref().map(|(r, _)| *r);
+            if let Some((rank, source)) = in_progress.or(fenced) {
                 if Instant::now() < deadline {
                     std::thread::sleep(Duration::from_millis(1));
+                    if let Some(r) = fenced_rank {
+                        self.refresh_if_fenced(r);
+                    }
                     continue 'refreshed;
                 }
                 return Err(Error::Engine {

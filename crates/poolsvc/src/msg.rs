@@ -20,6 +20,13 @@ pub enum Rpc {
     Vote(VoteRequest<NodeId>),
     Snapshot(InstallSnapshotRequest<TypeConfig>),
     Client(ClientRequest),
+    /// An engine's lease request (the fence, `obj::engine::MapVersions`)
+    /// from replica `from`'s engine: the leader confirms its leadership with
+    /// a quorum and answers the current map versions
+    /// ([`ClientReply::Versions`]); a follower redirects.
+    Lease {
+        from: NodeId,
+    },
 }
 
 /// A replica's answer.
@@ -77,4 +84,7 @@ pub enum ClientReply {
         addr: Option<String>,
     },
     Error(String),
+    /// The answer to a lease request: every pool's map version (label →
+    /// version) as applied on the leader after a linearizable read.
+    Versions(BTreeMap<String, u32>),
 }

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::health::{Monitor, MonitorConfig};
-use crate::net::TcpTransport;
+use crate::msg::{ClientReply, Rpc, RpcReply};
+use crate::net::{TcpTransport, Transport};
 use crate::rebuild::{Driver, RebuildConfig};
 use crate::server::serve_tcp;
 use crate::service::PoolService;
@@ -40,6 +41,14 @@ pub struct ReplicaConfig {
     /// The map versions of the engine hosting this replica: raised as map
     /// changes apply here, so the engine refuses stale-map object I/O.
     pub map_versions: Option<Arc<obj::engine::MapVersions>>,
+    /// The engine's lease on its map (the fence, with `map_versions`): it
+    /// serves versioned object I/O only within this long of a leader's
+    /// answer to its lease request (renewed every `lease / 4`). `None`: no
+    /// fence. Keep it below the monitor's `dead_after` minus a probe
+    /// interval and timeout, so an engine cut off from the leader fences
+    /// itself before the leader can mark it DOWN ([`Replica::spawn`] refuses
+    /// a longer one when it monitors engines).
+    pub lease: Option<Duration>,
 }
 
 /// A replica running on its own thread; dropped or [`Replica::stop`]ped, it
@@ -85,9 +94,25 @@ impl Replica {
                 cfg.members.get(&cfg.id)
             )));
         }
+        if let Some(l) = cfg.lease {
+            let d = cfg.monitor.detector;
+            let bound = d
+                .dead_after
+                .saturating_sub(d.interval + probe_timeout(&cfg.monitor));
+            if l.is_zero() || (!cfg.engines.is_empty() && l >= bound) {
+                return Err(SvcError::Raft(format!(
+                    "lease {l:?}: must be > 0 and below the monitor's dead_after minus a probe \
+                     interval and timeout ({bound:?}), or an engine cut off could still serve \
+                     after the leader marked it DOWN"
+                )));
+            }
+        }
         let mut store = Store::open(db_path)?;
         if let Some(m) = &cfg.map_versions {
             store = store.with_map_versions(m.clone());
+            if let Some(l) = cfg.lease {
+                m.enable_lease(l);
+            }
         }
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -134,6 +159,15 @@ impl Replica {
                             cfg.rebuild,
                         )))
                     };
+                    let lease = match (&cfg.map_versions, cfg.lease) {
+                        (Some(m), Some(l)) => Some(tokio::spawn(keep_lease(
+                            svc.clone(),
+                            cfg.members.clone(),
+                            m.clone(),
+                            l,
+                        ))),
+                        _ => None,
+                    };
                     if cfg.initialize {
                         if let Err(e) = svc.initialize(&cfg.members).await {
                             let _ = ready_tx.send(Err(e));
@@ -151,6 +185,9 @@ impl Replica {
                     server.abort();
                     if let Some(m) = monitor {
                         m.abort();
+                    }
+                    if let Some(l) = lease {
+                        l.abort();
                     }
                     svc.shutdown().await;
                 })
@@ -189,6 +226,71 @@ impl Drop for Replica {
     }
 }
 
+/// How long the monitor waits for one probe.
+fn probe_timeout(cfg: &MonitorConfig) -> Duration {
+    cfg.detector.interval.max(Duration::from_millis(100))
+}
+
+/// The engine's lease (the fence, `obj::engine::MapVersions`): every
+/// `lease / 4`, ask the leader — this replica itself when it leads, else the
+/// leader it follows, through the pool-service transport (cut like Raft
+/// messages by fault injection) — for the current map versions after a
+/// linearizable read; an answer renews the lease from when the request was
+/// sent. No answer within the lease (cut off, no leader, a leader without a
+/// quorum) renews nothing: the lease lapses and the engine refuses versioned
+/// object I/O until an answer comes.
+async fn keep_lease(
+    svc: PoolService,
+    members: BTreeMap<NodeId, String>,
+    versions: Arc<obj::engine::MapVersions>,
+    lease: Duration,
+) {
+    let every = (lease / 4).max(Duration::from_millis(5));
+    let transport = TcpTransport::new();
+    let mut lapsed_logged = false;
+    loop {
+        let sent = std::time::Instant::now();
+        let st = svc.status();
+        let reply = match st.leader {
+            Some(l) if l == svc.id => tokio::time::timeout(lease, svc.lease()).await.ok(),
+            Some(l) => match members.get(&l) {
+                Some(addr) => match transport
+                    .call(svc.id, l, addr, Rpc::Lease { from: svc.id }, lease)
+                    .await
+                {
+                    Ok(RpcReply::Client(r)) => Some(r),
+                    _ => None,
+                },
+                None => None,
+            },
+            None => None,
+        };
+        match reply {
+            Some(ClientReply::Versions(v)) => {
+                versions.renew_lease(sent, v.iter().map(|(k, v)| (k.as_str(), *v)));
+                if lapsed_logged && versions.lease_valid(std::time::Instant::now()) == Some(true) {
+                    tracing::info!("pool map lease renewed: object I/O served again");
+                    lapsed_logged = false;
+                }
+            }
+            other => {
+                tracing::debug!("lease request: {other:?}");
+            }
+        }
+        if !lapsed_logged && versions.lease_valid(std::time::Instant::now()) == Some(false) {
+            tracing::warn!(
+                "pool map lease lapsed (no answer from a pool-service leader within {lease:?}): \
+                 versioned object I/O refused until the map is fetched again"
+            );
+            lapsed_logged = true;
+        }
+        let spent = sent.elapsed();
+        if spent < every {
+            tokio::time::sleep(every - spent).await;
+        }
+    }
+}
+
 /// Probe one engine (an object-RPC ping on a fresh connection).
 fn ping_engine(addr: &str, timeout: Duration) -> bool {
     if obj::fault::drops_to_addr(addr) {
@@ -213,7 +315,7 @@ async fn monitor_engines(
     let addrs: Vec<String> = engines.into_values().collect();
     let mut driver: Option<Driver> = None;
     let tick = (cfg.detector.interval / 2).max(Duration::from_millis(10));
-    let timeout = cfg.detector.interval.max(Duration::from_millis(100));
+    let timeout = probe_timeout(&cfg);
     let mut mon: Option<Monitor> = None;
     loop {
         tokio::time::sleep(tick).await;

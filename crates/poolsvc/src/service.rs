@@ -99,6 +99,23 @@ impl PoolService {
             Rpc::Vote(r) => RpcReply::Vote(self.raft.vote(r).await),
             Rpc::Snapshot(r) => RpcReply::Snapshot(self.raft.install_snapshot(r).await),
             Rpc::Client(c) => RpcReply::Client(self.client(c).await),
+            Rpc::Lease { .. } => RpcReply::Client(self.lease().await),
+        }
+    }
+
+    /// A lease request (see [`Rpc::Lease`]): on the leader, after a
+    /// linearizable read, every pool's map version; elsewhere a redirect.
+    pub async fn lease(&self) -> ClientReply {
+        match self.raft.ensure_linearizable().await {
+            Ok(_) => ClientReply::Versions(
+                self.local_state()
+                    .pools
+                    .iter()
+                    .map(|(label, p)| (label.clone(), p.map().version()))
+                    .collect(),
+            ),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => redirect(f),
+            Err(e) => ClientReply::Error(e.to_string()),
         }
     }
 

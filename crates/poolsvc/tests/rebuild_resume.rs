@@ -97,6 +97,7 @@ fn a_new_leader_resumes_the_rebuild_from_the_cursor() {
                     ..Default::default()
                 },
                 map_versions: Some(engines[i].map_versions()),
+                lease: None,
             };
             Some(Replica::spawn(cfg, &dirs[i].path().join("pool_svc.redb")).unwrap())
         })

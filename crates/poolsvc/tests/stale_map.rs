@@ -103,11 +103,12 @@ fn wait_version(engines: &[&Engine], v: u32) {
 }
 
 struct System {
-    _dirs: Vec<tempfile::TempDir>,
+    dirs: Vec<tempfile::TempDir>,
     engines: Vec<Option<Engine>>,
     addrs: Vec<String>,
     members: BTreeMap<u64, String>,
-    _replicas: Vec<Replica>,
+    replicas: Vec<Option<Replica>>,
+    cfgs: Vec<ReplicaConfig>,
 }
 
 impl System {
@@ -119,6 +120,11 @@ impl System {
 /// Three engines on 127.0.0.`base`.. each hosting a replica wired to its map
 /// versions; the pool and container on every engine and in the service (v1).
 fn system(base: u8, monitor: Option<MonitorConfig>) -> System {
+    system_with(base, monitor, None)
+}
+
+/// [`system`], the engines fenced by a lease of `lease` when given.
+fn system_with(base: u8, monitor: Option<MonitorConfig>, lease: Option<Duration>) -> System {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let ips: Vec<String> = (0..3).map(|i| format!("127.0.0.{}", base + i)).collect();
     let engines: Vec<Engine> = (0..3)
@@ -137,28 +143,31 @@ fn system(base: u8, monitor: Option<MonitorConfig>) -> System {
     let members: BTreeMap<u64, String> = (0..3)
         .map(|i| (i as u64, format!("{}:{}", ips[i], free_port(&ips[i]))))
         .collect();
-    let replicas: Vec<Replica> = (0..3)
+    let cfgs: Vec<ReplicaConfig> = (0..3)
+        .map(|i| ReplicaConfig {
+            id: i as u64,
+            listen: members[&(i as u64)].clone(),
+            members: members.clone(),
+            initialize: i == 0,
+            heartbeat_ms: 30,
+            election_min_ms: 150,
+            election_max_ms: 450,
+            engines: match monitor {
+                Some(_) => (0..3).map(|r| (r as u64, addrs[r].clone())).collect(),
+                None => BTreeMap::new(),
+            },
+            monitor: monitor.unwrap_or(MonitorConfig {
+                detector: Default::default(),
+                exclude_after: None,
+            }),
+            rebuild: poolsvc::rebuild::RebuildConfig::off(),
+            map_versions: Some(engines[i].map_versions()),
+            lease,
+        })
+        .collect();
+    let replicas: Vec<Option<Replica>> = (0..3)
         .map(|i| {
-            let cfg = ReplicaConfig {
-                id: i as u64,
-                listen: members[&(i as u64)].clone(),
-                members: members.clone(),
-                initialize: i == 0,
-                heartbeat_ms: 30,
-                election_min_ms: 150,
-                election_max_ms: 450,
-                engines: match monitor {
-                    Some(_) => (0..3).map(|r| (r as u64, addrs[r].clone())).collect(),
-                    None => BTreeMap::new(),
-                },
-                monitor: monitor.unwrap_or(MonitorConfig {
-                    detector: Default::default(),
-                    exclude_after: None,
-                }),
-                rebuild: poolsvc::rebuild::RebuildConfig::off(),
-                map_versions: Some(engines[i].map_versions()),
-            };
-            Replica::spawn(cfg, &dirs[i].path().join("pool_svc.redb")).unwrap()
+            Some(Replica::spawn(cfgs[i].clone(), &dirs[i].path().join("pool_svc.redb")).unwrap())
         })
         .collect();
     DistClient::create(&addrs, POOL, 64 << 20, CONT).unwrap();
@@ -173,11 +182,12 @@ fn system(base: u8, monitor: Option<MonitorConfig>) -> System {
         Reply::MapVersion(1)
     );
     let sys = System {
-        _dirs: dirs,
+        dirs,
         engines: engines.into_iter().map(Some).collect(),
         addrs,
         members,
-        _replicas: replicas,
+        replicas,
+        cfgs,
     };
     wait_version(&sys.live(), 1);
     sys
@@ -452,4 +462,125 @@ fn refresh_connects_to_an_engine_serving_again() {
             "rank {r} of {ranks:?}"
         );
     }
+}
+
+/// The fence (issue 13): a follower engine's pool-service replica stopped (the engine
+/// keeps serving object RPCs, as when only its pool-service link is cut):
+/// once its lease lapses it refuses versioned reads and writes as a stale
+/// map with a version not newer than the client's; a client at the current
+/// map reads from another replica and writes through another DTX leader
+/// (the fenced engine, reachable by its peers, still takes the update as a
+/// follower); a request without a map version is served (no pool service,
+/// no fence); the replica restarted → the lease is renewed and the engine
+/// serves again. Without a lease (the other tests) nothing of this happens.
+#[test]
+fn a_fenced_engine_refuses_and_clients_go_elsewhere() {
+    let lease = Duration::from_millis(300);
+    let mut sys = system_with(160, None, Some(lease));
+    let valid = |sys: &System, r: usize| {
+        sys.engines[r]
+            .as_ref()
+            .unwrap()
+            .map_versions()
+            .lease_valid(Instant::now())
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (0..3).any(|r| valid(&sys, r) != Some(true)) {
+        assert!(Instant::now() < deadline, "leases not renewed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let v1 = svc_map(&sys.members);
+    // a follower of the pool service (stopping the leader's replica would
+    // leave every engine without a leader for an election)
+    let leader = svc(&sys.members)
+        .statuses()
+        .into_values()
+        .flatten()
+        .find(|s| s.role == "leader")
+        .map(|s| s.id as usize)
+        .expect("a leader");
+    let f = (0..3).rev().find(|r| *r != leader).unwrap();
+    // an RP_3 object whose first replica (read first, leads its DTX) is f
+    let class = ObjClass {
+        redundancy: Redundancy::Replicas(3),
+        groups: 1,
+    };
+    let key = b"f".as_slice();
+    let oid = (0..1000u64)
+        .map(|lo| ObjectId::generate(0, lo, ObjType::KvHashed, class).unwrap())
+        .find(|oid| ranks_of(&v1, *oid, key)[0] == f)
+        .unwrap();
+    let mut a = client_at(&sys, &v1, Some(source(&sys.members)));
+    a.kv_put(oid, key, b"one").unwrap();
+    assert_eq!(a.kv_get(oid, key).unwrap(), b"one");
+    assert_eq!(a.fenced_refusals(), 0);
+
+    // engine f loses its pool service
+    sys.replicas[f].take().unwrap().stop();
+    let t = Instant::now();
+    while valid(&sys, f) != Some(false) {
+        assert!(t.elapsed() < lease * 3, "engine {f}'s lease did not lapse");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let lapsed_after = t.elapsed();
+    // refused directly, reads and writes, with the current map
+    let c = Client::connect(&sys.addrs[f]).unwrap();
+    c.set_map_version(Some(v1.version()));
+    let poh = c.pool_connect(POOL, None).unwrap().get().unwrap();
+    let coh = c.cont_open(&poh, CONT, None).unwrap().get().unwrap();
+    let kv = c.kv_open(&coh, oid, None).unwrap().get().unwrap();
+    match c.kv_get(&kv, key, None).unwrap().get() {
+        Err(obj::client::Error::StaleMap { version }) => assert_eq!(version, v1.version()),
+        r => panic!("a fenced engine served a read: {r:?}"),
+    }
+    match c.kv_put(&kv, b"g", b"x", None).unwrap().get() {
+        Err(obj::client::Error::StaleMap { .. }) => {}
+        r => panic!("a fenced engine took a write: {r:?}"),
+    }
+    // without a map version: not checked (no fence for unversioned clients)
+    assert_eq!(
+        value_on(&sys.addrs[f], oid, key).as_deref(),
+        Some(&b"one"[..])
+    );
+    let fenced_before = sys.engines[f].as_ref().unwrap().map_versions().fenced();
+    assert!(fenced_before >= 2);
+
+    // the client goes elsewhere: reads from rank 0/1, writes led by them
+    assert_eq!(a.kv_get(oid, key).unwrap(), b"one");
+    assert!(a.fenced_refusals() >= 1);
+    a.kv_put(oid, key, b"two").unwrap();
+    assert!(a.fenced_refusals() >= 2);
+    assert_eq!(a.kv_get(oid, key).unwrap(), b"two");
+    assert_eq!(
+        a.sent_map_version(),
+        Some(v1.version()),
+        "the map did not change"
+    );
+    for r in 0..3 {
+        assert_eq!(
+            value_on(&sys.addrs[r], oid, key).as_deref(),
+            Some(&b"two"[..]),
+            "rank {r}: the DTX reached every replica, the fenced one as a follower"
+        );
+    }
+
+    // the replica back: the lease renewed, engine 2 serves again
+    sys.replicas[f] = Some(
+        Replica::spawn(
+            sys.cfgs[f].clone(),
+            &sys.dirs[f].path().join("pool_svc.redb"),
+        )
+        .unwrap(),
+    );
+    let t = Instant::now();
+    while valid(&sys, f) != Some(true) {
+        assert!(t.elapsed() < Duration::from_secs(10), "lease not renewed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(c.kv_get(&kv, key, None).unwrap().get().unwrap(), b"two");
+    let n = a.fenced_refusals();
+    let mut b = client_at(&sys, &v1, Some(source(&sys.members)));
+    assert_eq!(b.kv_get(oid, key).unwrap(), b"two");
+    assert_eq!((a.fenced_refusals(), b.fenced_refusals()), (n, 0));
+    eprintln!("engine {f} fenced {lapsed_after:?} after its replica stopped (lease {lease:?})");
 }

@@ -29,6 +29,7 @@ fn config(addr: &str) -> ReplicaConfig {
         },
         rebuild: poolsvc::rebuild::RebuildConfig::off(),
         map_versions: None,
+        lease: None,
     }
 }
 

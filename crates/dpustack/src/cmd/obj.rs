@@ -102,6 +102,12 @@ pub struct EngineArgs {
     /// No rebuild and no reintegration (a DOWN/EXCLUDED engine stays out).
     #[arg(long)]
     pub pool_svc_no_rebuild: bool,
+    /// The engine's lease on the pool map, in milliseconds (the fence):
+    /// versioned object I/O is served only within this long of a
+    /// pool-service leader's answer to the engine's lease request, refused
+    /// as a stale map otherwise until the map is fetched again; 0 = no fence.
+    #[arg(long, default_value_t = 450)]
+    pub pool_svc_lease_ms: u64,
     /// Accept network-partition injection through the pool service
     /// (`dpustack system fault`; tests only): links to/from other ranks cut.
     #[arg(long, requires = "pool_svc_id")]
@@ -346,6 +352,8 @@ fn engine(a: &EngineArgs, cfg: &Config) -> Result<()> {
                 },
                 // the engine refuses object I/O sent with an older pool map
                 map_versions: Some(eng.map_versions()),
+                lease: (a.pool_svc_lease_ms > 0)
+                    .then(|| Duration::from_millis(a.pool_svc_lease_ms)),
             };
             if a.fault_injection {
                 // each rank's object-RPC and pool-service addresses

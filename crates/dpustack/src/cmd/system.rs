@@ -67,6 +67,11 @@ pub enum SystemCmd {
         /// Engines accept `system fault` (network-partition injection; tests).
         #[arg(long)]
         fault_injection: bool,
+        /// The engines' lease on the pool map (the fence: an engine that has
+        /// not heard from a pool-service leader for this long refuses object
+        /// I/O as a stale map until it fetches the map again); 0 = no fence.
+        #[arg(long, default_value_t = 450)]
+        lease_ms: u64,
     },
     /// Cut engine RANK's links (the system must run with `start
     /// --fault-injection`): messages to the `--drop-to` ranks and from the
@@ -243,6 +248,7 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
             exclude_after_ms,
             rebuild_rate,
             fault_injection,
+            lease_ms,
         } => start(
             &dir,
             engines,
@@ -250,7 +256,7 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
             port,
             targets,
             svc_port,
-            (exclude_after_ms, rebuild_rate, fault_injection),
+            (exclude_after_ms, rebuild_rate, fault_injection, lease_ms),
         ),
         SystemCmd::Fault {
             rank,
@@ -365,7 +371,7 @@ fn start(
     port: u16,
     targets: usize,
     svc_port: u16,
-    (exclude_after_ms, rebuild_rate, fault_injection): (u64, u64, bool),
+    (exclude_after_ms, rebuild_rate, fault_injection, lease_ms): (u64, u64, bool, u64),
 ) -> Result<()> {
     if n == 0 {
         bail!("--engines must be at least 1");
@@ -420,6 +426,7 @@ fn start(
         .args(["--pool-svc-engines", &engine_addrs])
         .args(["--pool-svc-exclude-after-ms", &exclude_after_ms.to_string()])
         .args(["--pool-svc-rebuild-rate", &rebuild_rate.to_string()])
+        .args(["--pool-svc-lease-ms", &lease_ms.to_string()])
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
