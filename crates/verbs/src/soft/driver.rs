@@ -73,8 +73,8 @@ pub(crate) fn progress_deferred(shared: &Device, timers: bool) -> crate::Result<
 /// Receive rounds until the socket is drained (`tx`: send what they make ready
 /// at once); without traffic, fire due timers when `timers`.
 fn drain(shared: &Device, tx: bool, timers: bool) -> crate::Result<usize> {
-    let mut guard = shared.rx.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(rx) = guard.as_mut() else {
+    let mut guard = shared.lock_rx();
+    let Some(rx) = guard.batch.as_mut() else {
         return Ok(0);
     };
     let mut total = 0;
@@ -104,10 +104,10 @@ pub(crate) fn try_progress(shared: &Device) {
     shared
         .busy_poll_at
         .store(mono_ns(), std::sync::atomic::Ordering::Relaxed);
-    let Ok(mut g) = shared.rx.try_lock() else {
+    let Some(mut g) = shared.try_lock_rx() else {
         return;
     };
-    if let Some(rx) = g.as_mut() {
+    if let Some(rx) = g.batch.as_mut() {
         while let Ok(n) = round(shared, rx, true) {
             if n < netio::udp::MAX_BATCH {
                 break;
@@ -162,6 +162,8 @@ pub(crate) fn spawn_poller(shared: &Arc<Device>) -> std::io::Result<()> {
                 continue;
             }
             let Some(s) = weak.upgrade() else { return };
+            s.poller_wakeups
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let since =
                 mono_ns().saturating_sub(s.busy_poll_at.load(std::sync::atomic::Ordering::Relaxed));
             if since < BUSY_POLL_GRACE_NS {
@@ -178,8 +180,8 @@ pub(crate) fn spawn_poller(shared: &Arc<Device>) -> std::io::Result<()> {
                 continue;
             }
             // the receive batch is shared with busy pollers (`try_progress`)
-            let mut g = s.rx.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(rx) = g.as_mut() else { return };
+            let mut g = s.lock_rx();
+            let Some(rx) = g.batch.as_mut() else { return };
             // drain, then keep polling the socket for a short while: during a
             // stream this saves a wake-up (and a context switch) per datagram
             let mut last = Instant::now();

@@ -89,7 +89,7 @@ impl Device {
 
     /// Device counters (drops by reason, packets).
     pub fn counters(&self) -> Counters {
-        self.lock().engine.counters
+        self.all_counters()
     }
 
     /// Per-QP counters (retransmits, NAKs, ...) of QP `qpn`.

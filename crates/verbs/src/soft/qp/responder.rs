@@ -292,6 +292,7 @@ impl QpCore {
                     }
                 }
             }
+            self.counters.rx_copy_bytes += payload.len() as u64;
             let cur = self.resp.cur_recv.as_mut()?;
             if cur.off + payload.len() > cur.wqe.sgl.total_len() as usize
                 || !cur.wqe.sgl.copy_in(ctx.mrs, cur.off, payload)
@@ -404,6 +405,7 @@ impl QpCore {
                     }
                 }
             }
+            self.counters.rx_copy_bytes += payload.len() as u64;
             let w = self.resp.cur_write.as_mut()?;
             if !payload.is_empty() {
                 w.mr.copy_in(w.off, payload);
@@ -632,6 +634,7 @@ impl QpCore {
                 r.emit(buf);
                 if let Some(m) = mr {
                     m.copy_out(*off, &mut buf[r.payload_range()]);
+                    self.counters.tx_copy_bytes += plen as u64;
                 }
                 *off += plen;
                 *remaining -= plen as u32;
