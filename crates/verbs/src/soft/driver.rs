@@ -140,15 +140,36 @@ pub(crate) fn spawn_poller(shared: &Arc<Device>) -> std::io::Result<()> {
     let h = std::thread::Builder::new()
         .name(format!("roce-{}", shared.name))
         .spawn(move || loop {
-            let timeout = {
+            let (timeout, since) = {
                 let Some(s) = weak.upgrade() else { return };
                 let now = Instant::now();
                 let t = s.lock().engine.poll_timeout();
-                t.map_or(Duration::from_millis(50), |t| {
+                let since = mono_ns()
+                    .saturating_sub(s.busy_poll_at.load(std::sync::atomic::Ordering::Relaxed));
+                let t = t.map_or(Duration::from_millis(50), |t| {
                     t.saturating_duration_since(now)
                         .min(Duration::from_millis(50))
-                })
+                });
+                (t, since)
             };
+            if since < BUSY_POLL_GRACE_NS {
+                // an application thread busy-polls and receives itself: stay off
+                // the socket (a poll() woken by every arriving packet took a core
+                // from the busy poller on these 2-core machines: issue 19's
+                // profile, 0.4 wake-ups and ~8 µs of poller CPU per message of
+                // the 2-byte latency test); timers remain ours
+                std::thread::sleep(timeout.min(Duration::from_nanos(BUSY_POLL_GRACE_NS - since)));
+                let Some(s) = weak.upgrade() else { return };
+                s.poller_wakeups
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let now = Instant::now();
+                let mut eg = s.lock();
+                if eg.engine.poll_timeout().is_some_and(|t| t <= now) {
+                    eg.engine.handle_timeout(now);
+                    s.after(&mut eg);
+                }
+                continue;
+            }
             if xdp {
                 std::thread::sleep(timeout.min(XDP_POLLER_NAP));
             } else if !sock.wait_readable(Some(timeout)).unwrap_or(false) {
@@ -167,16 +188,7 @@ pub(crate) fn spawn_poller(shared: &Arc<Device>) -> std::io::Result<()> {
             let since =
                 mono_ns().saturating_sub(s.busy_poll_at.load(std::sync::atomic::Ordering::Relaxed));
             if since < BUSY_POLL_GRACE_NS {
-                // the busy poller receives; timers remain ours
-                let now = Instant::now();
-                let mut eg = s.lock();
-                if eg.engine.poll_timeout().is_some_and(|t| t <= now) {
-                    eg.engine.handle_timeout(now);
-                    s.after(&mut eg);
-                }
-                drop(eg);
-                drop(s);
-                std::thread::sleep(Duration::from_nanos(BUSY_POLL_GRACE_NS - since));
+                // a busy poller started while we waited: it receives (next turn sleeps)
                 continue;
             }
             // the receive batch is shared with busy pollers (`try_progress`)

@@ -47,7 +47,8 @@ pub struct Counters {
     /// these counters takes one) and of the receive-batch mutex.
     pub device_locks: u64,
     pub rx_locks: u64,
-    /// Poller thread wake-ups to receive (`poll()` said readable; AF_XDP: each nap).
+    /// Poller thread wake-ups: `poll()` said readable, or a nap ended (AF_XDP, or
+    /// while an application thread busy-polls).
     pub poller_wakeups: u64,
 }
 
