@@ -100,6 +100,11 @@ fn drain(shared: &Device, tx: bool, timers: bool) -> crate::Result<usize> {
 /// Opportunistic progress from an application thread that is busy polling an
 /// empty CQ: if nobody is receiving right now, drain the socket here instead of
 /// waiting for the poller thread to wake up (polling mode, as SPDK/DPDK do).
+/// What the packets make ready to send (ACKs, READ responses) is deferred, as in
+/// manual mode, to leave with the application's next post in one `sendmmsg` (an
+/// ACK and the reply it prompted), or at its next `Cq::poll` ([`flush_deferred`]),
+/// or, if the application stops polling, by the poller thread when the busy-poll
+/// grace ends.
 pub(crate) fn try_progress(shared: &Device) {
     shared
         .busy_poll_at
@@ -108,11 +113,23 @@ pub(crate) fn try_progress(shared: &Device) {
         return;
     };
     if let Some(rx) = g.batch.as_mut() {
-        while let Ok(n) = round(shared, rx, true) {
+        while let Ok(n) = round(shared, rx, false) {
             if n < netio::udp::MAX_BATCH {
                 break;
             }
         }
+    }
+}
+
+/// Sends what a busy-poll receive left queued, if anything (threaded mode: a
+/// deferral lasts until the application's next post or poll).
+pub(crate) fn flush_deferred(shared: &Device) {
+    if shared
+        .tx_deferred
+        .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        let mut g = shared.lock();
+        shared.after(&mut g); // clears the flag
     }
 }
 
@@ -164,8 +181,12 @@ pub(crate) fn spawn_poller(shared: &Arc<Device>) -> std::io::Result<()> {
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let now = Instant::now();
                 let mut eg = s.lock();
-                if eg.engine.poll_timeout().is_some_and(|t| t <= now) {
+                let due = eg.engine.poll_timeout().is_some_and(|t| t <= now);
+                if due {
                     eg.engine.handle_timeout(now);
+                }
+                // what the busy poller's receives left to send, if it stopped polling
+                if due || s.tx_deferred.load(std::sync::atomic::Ordering::Relaxed) {
                     s.after(&mut eg);
                 }
                 continue;
@@ -176,8 +197,11 @@ pub(crate) fn spawn_poller(shared: &Arc<Device>) -> std::io::Result<()> {
                 let Some(s) = weak.upgrade() else { return };
                 let now = Instant::now();
                 let mut g = s.lock();
-                if g.engine.poll_timeout().is_some_and(|t| t <= now) {
+                let due = g.engine.poll_timeout().is_some_and(|t| t <= now);
+                if due {
                     g.engine.handle_timeout(now);
+                }
+                if due || s.tx_deferred.load(std::sync::atomic::Ordering::Relaxed) {
                     s.after(&mut g);
                 }
                 continue;
