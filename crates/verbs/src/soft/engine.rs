@@ -512,10 +512,9 @@ impl Engine {
             let Some(Some(qp)) = qps.get_mut(i) else {
                 continue;
             };
-            // responses first (ACKs unblock the peer), then requests
-            let out = qp
-                .poll_response(buf)
-                .or_else(|| qp.poll_request(&mut ctx, now, buf));
+            // responses first (ACKs unblock the peer), then requests; a plain
+            // ACK lets one request go first (`poll_output`)
+            let out = qp.poll_output(&mut ctx, now, buf);
             if let Some((len, dst, dport)) = out {
                 let sport = qp.sport;
                 self.tx_rr = i; // stay on this QP while it has data (batches per QP)
