@@ -151,6 +151,8 @@ pub struct TxBatch {
     used: usize,
     max_pkt: usize,
     pkts: Vec<TxPkt>,
+    /// `sendmmsg` calls made (a counter for per-packet cost breakdowns).
+    calls: u64,
 }
 
 impl TxBatch {
@@ -161,7 +163,13 @@ impl TxBatch {
             used: 0,
             max_pkt,
             pkts: Vec::with_capacity(MAX_BATCH),
+            calls: 0,
         }
+    }
+
+    /// `sendmmsg` calls made by this batch so far.
+    pub fn syscalls(&self) -> u64 {
+        self.calls
     }
 
     /// Space for the next datagram, or None when the batch is full.
@@ -344,6 +352,7 @@ impl TxBatch {
         let mut sent = 0;
         let mut done = 0;
         while done < nmsg {
+            self.calls += 1;
             // SAFETY: msgs[done..nmsg] are initialised and point at live buffers.
             let rc = unsafe {
                 libc::sendmmsg(
@@ -406,6 +415,10 @@ pub struct RxBatch {
     gro: Option<Box<GroState>>,
     /// Datagrams (= `n` without GRO).
     nseg: usize,
+    /// `recvmmsg` calls made, and those that found nothing (counters for
+    /// per-packet cost breakdowns).
+    calls: u64,
+    empty_calls: u64,
     // Heap arrays that never move nor resize: `msgs` points into `iov` and
     // `names`, `iov` points into `buf`.
     _iov: Box<[libc::iovec; MAX_BATCH]>,
@@ -479,6 +492,8 @@ impl RxBatch {
             n: 0,
             gro,
             nseg: 0,
+            calls: 0,
+            empty_calls: 0,
             _iov: iov,
             names,
             msgs,
@@ -488,6 +503,7 @@ impl RxBatch {
     /// Receives what is queued now (never blocks). Returns how many datagrams.
     pub fn recv(&mut self, sock: &UdpBatchSocket) -> io::Result<usize> {
         loop {
+            self.calls += 1;
             // SAFETY: MAX_BATCH initialised mmsghdrs pointing at live buffers
             // owned by self (see the struct).
             let rc = unsafe {
@@ -504,6 +520,7 @@ impl RxBatch {
                 match e.raw_os_error() {
                     Some(libc::EINTR) => continue,
                     Some(libc::EAGAIN) => {
+                        self.empty_calls += 1;
                         self.n = 0;
                         self.nseg = 0;
                         return Ok(0);
@@ -580,6 +597,11 @@ impl RxBatch {
     pub fn is_empty(&self) -> bool {
         self.nseg == 0
     }
+    /// `recvmmsg` calls made so far, and how many of them found nothing.
+    pub fn syscalls(&self) -> (u64, u64) {
+        (self.calls, self.empty_calls)
+    }
+
     /// `recvmmsg` messages of the last receive (with GRO: fewer than datagrams).
     pub fn messages(&self) -> usize {
         self.n

@@ -211,6 +211,30 @@ fn many_writes_pipelined() {
     }
     assert_eq!(done, n);
     assert_eq!(b.mr.to_vec(), a.mr.to_vec());
+    // the work counters of the per-packet breakdown (scripts/roce_profile.sh)
+    let (ca, cb) = (
+        a.ctx.soft().unwrap().counters(),
+        b.ctx.soft().unwrap().counters(),
+    );
+    let qa = a.ctx.soft().unwrap().qp_counters(a.qp.qp_num()).unwrap();
+    let qb = b.ctx.soft().unwrap().qp_counters(b.qp.qp_num()).unwrap();
+    let bytes = (n * 65536) as u64;
+    // one CPU copy each side: registered memory -> packet, packet -> memory
+    // (retransmitted packets are copied again: count what was sent)
+    assert!(qa.tx_copy_bytes >= bytes, "{qa:?}");
+    assert_eq!(qb.rx_copy_bytes, bytes, "{qb:?}");
+    assert_eq!(qa.rx_copy_bytes + qb.tx_copy_bytes, 0);
+    // every packet sent went through the ICRC once
+    assert_eq!(ca.icrc_bytes, ca.tx_bytes);
+    assert_eq!(cb.icrc_bytes, cb.tx_bytes);
+    for c in [&ca, &cb] {
+        assert!(c.send_calls > 0 && c.send_calls <= c.tx_packets, "{c:?}");
+        assert!(
+            c.recv_calls > c.recv_empty && c.recv_calls >= c.rx_packets / 1024,
+            "{c:?}"
+        );
+        assert!(c.device_locks > 0 && c.rx_locks > 0, "{c:?}");
+    }
     eprintln!(
         "{} MB/s, qp {:?}",
         (n * 65536) as f64 / t0.elapsed().as_secs_f64() / 1e6,

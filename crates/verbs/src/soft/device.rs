@@ -73,6 +73,15 @@ pub(crate) struct Inner {
     /// Manual mode: the time of the last receive round and the coarse clock
     /// then, reused by the next transmit if still within a tick (see `after`).
     pub(crate) rx_now: Option<(Instant, u64)>,
+    /// Acquisitions of this mutex (counted under it: no atomic).
+    pub(crate) locks: u64,
+}
+
+/// The receive batch (shared by the poller thread and busy pollers) and how
+/// often its mutex was taken (counted under it).
+pub(crate) struct RxSlot {
+    pub(crate) batch: Option<netio::udp::RxBatch>,
+    pub(crate) locks: u64,
 }
 
 /// One soft RoCE device (what a `verbs::Context` of the soft provider holds).
@@ -85,7 +94,7 @@ pub struct Device {
     pub(crate) mode: IoMode,
     pub(crate) async_efd: EventFd,
     pub(crate) sock: Option<Arc<netio::udp::UdpBatchSocket>>,
-    pub(crate) rx: Mutex<Option<netio::udp::RxBatch>>,
+    rx: Mutex<RxSlot>,
     pub(crate) poller: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// When an application thread last received by busy polling (clock::mono_ns).
     pub(crate) busy_poll_at: AtomicU64,
@@ -93,6 +102,8 @@ pub struct Device {
     /// send (ACKs, responses) queued, to go out with the application's next post
     /// or poll (see `driver::progress_deferred`).
     pub(crate) tx_deferred: AtomicBool,
+    /// Poller thread wake-ups with the socket readable (only the poller writes).
+    pub(crate) poller_wakeups: AtomicU64,
 }
 
 impl Drop for Device {
@@ -121,8 +132,8 @@ impl Device {
     /// and drop counters and its QPs' totals (destroyed QPs included): what an
     /// interop run under packet loss reports (`RUST_LOG=verbs::soft::counters=info`).
     fn log_counters(&mut self) {
+        let c = self.all_counters();
         let Ok(g) = self.inner.get_mut() else { return };
-        let c = g.engine.counters;
         let q = g.engine.qp_counter_totals();
         let drops = c.drop_truncated
             + c.drop_bad_opcode
@@ -148,6 +159,17 @@ impl Device {
             rnr_naks_sent = q.rnr_naks_sent,
             rnr_naks_rcvd = q.rnr_naks_rcvd,
             dup_requests = q.dup_requests,
+            tx_bytes = c.tx_bytes,
+            rx_bytes = c.rx_bytes,
+            tx_copy_bytes = q.tx_copy_bytes,
+            rx_copy_bytes = q.rx_copy_bytes,
+            icrc_bytes = c.icrc_bytes,
+            send_calls = c.send_calls,
+            recv_calls = c.recv_calls,
+            recv_empty = c.recv_empty,
+            device_locks = c.device_locks,
+            rx_locks = c.rx_locks,
+            poller_wakeups = c.poller_wakeups,
             "soft RoCE device closed"
         );
     }
@@ -174,21 +196,64 @@ impl Device {
                 engine,
                 io,
                 rx_now: None,
+                locks: 0,
             }),
             name,
             ip,
             mode,
             async_efd: EventFd::new()?,
             sock,
-            rx: Mutex::new(rx),
+            rx: Mutex::new(RxSlot {
+                batch: rx,
+                locks: 0,
+            }),
             poller: Mutex::new(None),
             busy_poll_at: Default::default(),
             tx_deferred: Default::default(),
+            poller_wakeups: Default::default(),
         })
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        g.locks += 1;
+        g
+    }
+
+    /// The receive batch, waiting for it.
+    pub(crate) fn lock_rx(&self) -> MutexGuard<'_, RxSlot> {
+        let mut g = self.rx.lock().unwrap_or_else(|p| p.into_inner());
+        g.locks += 1;
+        g
+    }
+
+    /// The receive batch if nobody holds it.
+    pub(crate) fn try_lock_rx(&self) -> Option<MutexGuard<'_, RxSlot>> {
+        let mut g = match self.rx.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        g.locks += 1;
+        Some(g)
+    }
+
+    /// The engine's counters with the driver's (syscalls, locks, wake-ups).
+    pub(crate) fn all_counters(&self) -> super::engine::Counters {
+        let (rx_calls, rx_empty, rx_locks) = {
+            let g = self.lock_rx();
+            let (c, e) = g.batch.as_ref().map_or((0, 0), |b| b.syscalls());
+            (c, e, g.locks)
+        };
+        let g = self.lock();
+        let mut c = g.engine.counters;
+        c.send_calls = g.io.as_ref().map_or(0, |t| t.syscalls());
+        c.recv_calls = rx_calls;
+        c.recv_empty = rx_empty;
+        c.rx_locks = rx_locks;
+        c.device_locks = g.locks;
+        c.poller_wakeups = self.poller_wakeups.load(Ordering::Relaxed);
+        c
     }
 
     /// After a verb changed engine state: send what became ready, raise async events.

@@ -73,8 +73,8 @@ pub(crate) fn progress_deferred(shared: &Device, timers: bool) -> crate::Result<
 /// Receive rounds until the socket is drained (`tx`: send what they make ready
 /// at once); without traffic, fire due timers when `timers`.
 fn drain(shared: &Device, tx: bool, timers: bool) -> crate::Result<usize> {
-    let mut guard = shared.rx.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(rx) = guard.as_mut() else {
+    let mut guard = shared.lock_rx();
+    let Some(rx) = guard.batch.as_mut() else {
         return Ok(0);
     };
     let mut total = 0;
@@ -100,19 +100,36 @@ fn drain(shared: &Device, tx: bool, timers: bool) -> crate::Result<usize> {
 /// Opportunistic progress from an application thread that is busy polling an
 /// empty CQ: if nobody is receiving right now, drain the socket here instead of
 /// waiting for the poller thread to wake up (polling mode, as SPDK/DPDK do).
+/// What the packets make ready to send (ACKs, READ responses) is deferred, as in
+/// manual mode, to leave with the application's next post in one `sendmmsg` (an
+/// ACK and the reply it prompted), or at its next `Cq::poll` ([`flush_deferred`]),
+/// or, if the application stops polling, by the poller thread when the busy-poll
+/// grace ends.
 pub(crate) fn try_progress(shared: &Device) {
     shared
         .busy_poll_at
         .store(mono_ns(), std::sync::atomic::Ordering::Relaxed);
-    let Ok(mut g) = shared.rx.try_lock() else {
+    let Some(mut g) = shared.try_lock_rx() else {
         return;
     };
-    if let Some(rx) = g.as_mut() {
-        while let Ok(n) = round(shared, rx, true) {
+    if let Some(rx) = g.batch.as_mut() {
+        while let Ok(n) = round(shared, rx, false) {
             if n < netio::udp::MAX_BATCH {
                 break;
             }
         }
+    }
+}
+
+/// Sends what a busy-poll receive left queued, if anything (threaded mode: a
+/// deferral lasts until the application's next post or poll).
+pub(crate) fn flush_deferred(shared: &Device) {
+    if shared
+        .tx_deferred
+        .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        let mut g = shared.lock();
+        shared.after(&mut g); // clears the flag
     }
 }
 
@@ -140,46 +157,67 @@ pub(crate) fn spawn_poller(shared: &Arc<Device>) -> std::io::Result<()> {
     let h = std::thread::Builder::new()
         .name(format!("roce-{}", shared.name))
         .spawn(move || loop {
-            let timeout = {
+            let (timeout, since) = {
                 let Some(s) = weak.upgrade() else { return };
                 let now = Instant::now();
                 let t = s.lock().engine.poll_timeout();
-                t.map_or(Duration::from_millis(50), |t| {
+                let since = mono_ns()
+                    .saturating_sub(s.busy_poll_at.load(std::sync::atomic::Ordering::Relaxed));
+                let t = t.map_or(Duration::from_millis(50), |t| {
                     t.saturating_duration_since(now)
                         .min(Duration::from_millis(50))
-                })
+                });
+                (t, since)
             };
+            if since < BUSY_POLL_GRACE_NS {
+                // an application thread busy-polls and receives itself: stay off
+                // the socket (a poll() woken by every arriving packet took a core
+                // from the busy poller on these 2-core machines: issue 19's
+                // profile, 0.4 wake-ups and ~8 µs of poller CPU per message of
+                // the 2-byte latency test); timers remain ours
+                std::thread::sleep(timeout.min(Duration::from_nanos(BUSY_POLL_GRACE_NS - since)));
+                let Some(s) = weak.upgrade() else { return };
+                s.poller_wakeups
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let now = Instant::now();
+                let mut eg = s.lock();
+                let due = eg.engine.poll_timeout().is_some_and(|t| t <= now);
+                if due {
+                    eg.engine.handle_timeout(now);
+                }
+                // what the busy poller's receives left to send, if it stopped polling
+                if due || s.tx_deferred.load(std::sync::atomic::Ordering::Relaxed) {
+                    s.after(&mut eg);
+                }
+                continue;
+            }
             if xdp {
                 std::thread::sleep(timeout.min(XDP_POLLER_NAP));
             } else if !sock.wait_readable(Some(timeout)).unwrap_or(false) {
                 let Some(s) = weak.upgrade() else { return };
                 let now = Instant::now();
                 let mut g = s.lock();
-                if g.engine.poll_timeout().is_some_and(|t| t <= now) {
+                let due = g.engine.poll_timeout().is_some_and(|t| t <= now);
+                if due {
                     g.engine.handle_timeout(now);
+                }
+                if due || s.tx_deferred.load(std::sync::atomic::Ordering::Relaxed) {
                     s.after(&mut g);
                 }
                 continue;
             }
             let Some(s) = weak.upgrade() else { return };
+            s.poller_wakeups
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let since =
                 mono_ns().saturating_sub(s.busy_poll_at.load(std::sync::atomic::Ordering::Relaxed));
             if since < BUSY_POLL_GRACE_NS {
-                // the busy poller receives; timers remain ours
-                let now = Instant::now();
-                let mut eg = s.lock();
-                if eg.engine.poll_timeout().is_some_and(|t| t <= now) {
-                    eg.engine.handle_timeout(now);
-                    s.after(&mut eg);
-                }
-                drop(eg);
-                drop(s);
-                std::thread::sleep(Duration::from_nanos(BUSY_POLL_GRACE_NS - since));
+                // a busy poller started while we waited: it receives (next turn sleeps)
                 continue;
             }
             // the receive batch is shared with busy pollers (`try_progress`)
-            let mut g = s.rx.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(rx) = g.as_mut() else { return };
+            let mut g = s.lock_rx();
+            let Some(rx) = g.batch.as_mut() else { return };
             // drain, then keep polling the socket for a short while: during a
             // stream this saves a wake-up (and a context switch) per datagram
             let mut last = Instant::now();

@@ -457,6 +457,7 @@ impl Engine {
             return;
         }
         if let Some(ip) = ip {
+            self.counters.icrc_bytes += data.len() as u64;
             if check_icrc_ipv4(ip, data).is_err() {
                 self.counters.drop_bad_icrc += 1;
                 return;
@@ -484,6 +485,7 @@ impl Engine {
         self.counters.tx_packets += 1;
         self.counters.tx_bytes += t.len as u64;
         if self.caps.tx_icrc {
+            self.counters.icrc_bytes += t.len as u64;
             let ip = Ipv4Pseudo::df(self.ip, t.dst, t.sport, t.dport);
             let _ = fill_icrc_ipv4(&ip, &mut buf[..t.len]);
         }
@@ -510,10 +512,9 @@ impl Engine {
             let Some(Some(qp)) = qps.get_mut(i) else {
                 continue;
             };
-            // responses first (ACKs unblock the peer), then requests
-            let out = qp
-                .poll_response(buf)
-                .or_else(|| qp.poll_request(&mut ctx, now, buf));
+            // responses first (ACKs unblock the peer), then requests; a plain
+            // ACK lets one request go first (`poll_output`)
+            let out = qp.poll_output(&mut ctx, now, buf);
             if let Some((len, dst, dport)) = out {
                 let sport = qp.sport;
                 self.tx_rr = i; // stay on this QP while it has data (batches per QP)

@@ -89,7 +89,7 @@ impl Device {
 
     /// Device counters (drops by reason, packets).
     pub fn counters(&self) -> Counters {
-        self.lock().engine.counters
+        self.all_counters()
     }
 
     /// Per-QP counters (retransmits, NAKs, ...) of QP `qpn`.
@@ -300,7 +300,8 @@ impl SoftCq {
     /// `ibv_poll_cq`, with the soft device's progress heuristics: in manual
     /// mode a poll receives (and leaves what that makes ready to send for the
     /// next post); in threaded mode an empty poll now and then receives itself
-    /// instead of waiting for the poller thread, and yields the CPU.
+    /// instead of waiting for the poller thread (deferring what that makes ready
+    /// to send until the next post or poll, which sends it), and yields the CPU.
     pub(crate) fn poll(&self, wc: &mut [Wc]) -> Result<usize> {
         let s = &*self.dev;
         if s.mode == IoMode::Manual {
@@ -314,6 +315,9 @@ impl SoftCq {
             {
                 s.after(&mut s.lock());
             }
+        } else if s.mode == IoMode::Threaded {
+            // what the last busy-poll receive deferred and no post took out
+            super::driver::flush_deferred(s);
         }
         if self.count.load(Ordering::Acquire) == 0 || wc.is_empty() {
             // busy pollers share few cores with the device's poller thread: let it

@@ -34,6 +34,22 @@ pub struct Counters {
     /// PD/CQ/SRQ/QP/MR creations refused because the device held its bound
     /// of that kind ([`DeviceLimits`](super::engine::DeviceLimits)).
     pub refused_resources: u64,
+    // The driver's work, for per-packet cost breakdowns (issue 19,
+    // `scripts/roce_profile.sh`); zero on an `External` device.
+    /// Bytes run through the ICRC (filled on send, checked on receive).
+    pub icrc_bytes: u64,
+    /// `sendmmsg` calls (the AF_XDP datapath's kicks are not counted).
+    pub send_calls: u64,
+    /// `recvmmsg` calls, and those of them that found nothing.
+    pub recv_calls: u64,
+    pub recv_empty: u64,
+    /// Acquisitions of the device mutex (engine + transmit state; reading
+    /// these counters takes one) and of the receive-batch mutex.
+    pub device_locks: u64,
+    pub rx_locks: u64,
+    /// Poller thread wake-ups: `poll()` said readable, or a nap ended (AF_XDP, or
+    /// while an application thread busy-polls).
+    pub poller_wakeups: u64,
 }
 
 /// A posted receive WQE (on a QP's receive queue or an SRQ).

@@ -62,6 +62,11 @@ impl TxState {
         }
     }
 
+    /// `sendmmsg` calls made so far (every socket of the device).
+    pub(crate) fn syscalls(&self) -> u64 {
+        self.tx.syscalls()
+    }
+
     /// Drains the engine's transmit queue into batches and sends them.
     pub(crate) fn pump(&mut self, engine: &mut Engine, sock: &UdpBatchSocket, now: Instant) {
         if let Some(port) = super::xdp::port_for(Ipv4Addr::from(self.src)) {
@@ -87,6 +92,7 @@ impl TxState {
             }
             let src = self.src;
             let main_port = self.sport;
+            let icrc_bytes = &mut engine.counters.icrc_bytes;
             let ports = &self.ports;
             let port_of = |tag: u16| {
                 if tag == 0 {
@@ -108,6 +114,7 @@ impl TxState {
                         id,
                         ..Ipv4Pseudo::df(src, dst.ip().octets(), port_of(tag), dst.port())
                     };
+                    *icrc_bytes += pkt.len() as u64;
                     let _ = fill_icrc_ipv4(&ip, pkt);
                 },
             );

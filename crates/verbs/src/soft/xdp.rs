@@ -145,6 +145,7 @@ pub(crate) fn pump(port: &XdpPort, engine: &mut Engine, src: [u8; 4], now: Insta
         let staged = p.stage(|body| {
             let t = engine.poll_transmit(now, body)?;
             let pkt = body.get_mut(..t.len)?;
+            engine.counters.icrc_bytes += t.len as u64;
             let _ = fill_icrc_ipv4(&Ipv4Pseudo::df(src, t.dst, t.sport, t.dport), pkt);
             let flow = UdpFlow {
                 src_mac: mac,

@@ -164,6 +164,7 @@ impl QpCore {
                     self.enter_error(ctx, Some(WcStatus::BadRespErr));
                     return;
                 }
+                self.counters.rx_copy_bytes += payload.len() as u64;
                 if !w.sgl.copy_in(ctx.mrs, off, payload) {
                     self.enter_error(ctx, Some(WcStatus::LocProtErr));
                     return;

@@ -92,6 +92,11 @@ pub struct QpCounters {
     /// UC responder: messages abandoned after their FIRST was accepted (a
     /// later packet was missing or bad); never completed.
     pub uc_torn: u64,
+    /// Payload bytes the CPU copied from registered memory (or from the
+    /// caller's buffer into a WQE's inline area, then from there) into packets,
+    /// and from packets into registered memory.
+    pub tx_copy_bytes: u64,
+    pub rx_copy_bytes: u64,
 }
 
 impl QpCounters {
@@ -107,6 +112,8 @@ impl QpCounters {
         self.ud_drops += o.ud_drops;
         self.uc_drops += o.uc_drops;
         self.uc_torn += o.uc_torn;
+        self.tx_copy_bytes += o.tx_copy_bytes;
+        self.rx_copy_bytes += o.rx_copy_bytes;
     }
 }
 
@@ -528,6 +535,7 @@ impl QpCore {
             if length as usize > (self.attr.cap.max_inline_data as usize).min(MAX_INLINE) {
                 return Err(Error::Inval);
             }
+            self.counters.tx_copy_bytes += length;
             if !sgl.copy_out(ctx.mrs, 0, &mut w.inline[..length as usize]) {
                 // inline data need not be registered: the SGE addresses are read
                 // from our own MRs only (we cannot read arbitrary process memory safely)

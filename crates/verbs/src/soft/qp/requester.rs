@@ -311,7 +311,7 @@ impl QpCore {
     }
 
     pub(super) fn emit_req(
-        &self,
+        &mut self,
         ctx: &mut Ctx,
         r: &RocePacketRepr,
         w: &SendWqe,
@@ -324,6 +324,7 @@ impl QpCore {
         }
         r.emit(buf);
         if r.payload_len > 0 {
+            self.counters.tx_copy_bytes += r.payload_len as u64;
             let dst = &mut buf[r.payload_range()];
             if w.inline_len > 0 {
                 dst.copy_from_slice(&w.inline[off..off + r.payload_len]);

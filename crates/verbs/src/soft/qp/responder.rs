@@ -56,6 +56,9 @@ pub(crate) struct Responder {
     pub(super) read_hist: VecDeque<(Psn, Psn)>,
     /// UC: drop packets until the next FIRST/ONLY (rxe's `resp.drop_msg`).
     pub(super) drop_msg: bool,
+    /// A request packet left ahead of the plain ACK at the head of `resp_q`
+    /// (see `poll_output`); the ACK goes next.
+    pub(super) ack_waited: bool,
 }
 
 impl Responder {
@@ -71,6 +74,7 @@ impl Responder {
             atomic_hist: VecDeque::with_capacity(ATOMIC_HISTORY),
             read_hist: VecDeque::with_capacity(ATOMIC_HISTORY),
             drop_msg: false,
+            ack_waited: false,
         }
     }
 }
@@ -292,6 +296,7 @@ impl QpCore {
                     }
                 }
             }
+            self.counters.rx_copy_bytes += payload.len() as u64;
             let cur = self.resp.cur_recv.as_mut()?;
             if cur.off + payload.len() > cur.wqe.sgl.total_len() as usize
                 || !cur.wqe.sgl.copy_in(ctx.mrs, cur.off, payload)
@@ -404,6 +409,7 @@ impl QpCore {
                     }
                 }
             }
+            self.counters.rx_copy_bytes += payload.len() as u64;
             let w = self.resp.cur_write.as_mut()?;
             if !payload.is_empty() {
                 w.mr.copy_in(w.off, payload);
@@ -571,8 +577,36 @@ impl QpCore {
         }
     }
 
+    /// The QP's next packet: responses first (they unblock the peer), except
+    /// that a plain ACK lets one ready request packet go ahead of it. The peer
+    /// waits for the request (an RDMA WRITE's data), the ACK only frees its send
+    /// queue; and the two, to one destination with the shorter last, leave as
+    /// one UDP GSO datagram (one skb through the kernel instead of two) on the
+    /// 2-byte latency path, where each side sends the ACK of the peer's WRITE
+    /// and its own WRITE together.
+    pub(crate) fn poll_output(
+        &mut self,
+        ctx: &mut Ctx,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Option<(usize, [u8; 4], u16)> {
+        let plain_ack = matches!(
+            self.resp.resp_q.front(),
+            Some(RespOut::Ack { syndrome, .. }) if *syndrome == u8::from(AethSyndrome::ACK)
+        );
+        if plain_ack && !self.resp.ack_waited {
+            if let Some(out) = self.poll_request(ctx, now, buf) {
+                self.resp.ack_waited = true;
+                return Some(out);
+            }
+        }
+        self.poll_response(buf)
+            .or_else(|| self.poll_request(ctx, now, buf))
+    }
+
     /// The next responder packet (ACK/NAK, atomic ACK, read response).
     pub(crate) fn poll_response(&mut self, buf: &mut [u8]) -> Option<(usize, [u8; 4], u16)> {
+        self.resp.ack_waited = false;
         let out = self.resp.resp_q.front_mut()?;
         let mtu = self.attr.path_mtu.bytes();
         let dqp = self.attr.dest_qp_num;
@@ -632,6 +666,7 @@ impl QpCore {
                 r.emit(buf);
                 if let Some(m) = mr {
                     m.copy_out(*off, &mut buf[r.payload_range()]);
+                    self.counters.tx_copy_bytes += plen as u64;
                 }
                 *off += plen;
                 *remaining -= plen as u32;

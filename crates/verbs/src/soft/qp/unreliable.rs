@@ -56,6 +56,7 @@ impl QpCore {
                 self.uc_drop(ctx);
                 return;
             }
+            self.counters.rx_copy_bytes += payload.len() as u64;
             if !cur.wqe.sgl.copy_in(ctx.mrs, cur.off, payload) {
                 // the receive WQE names memory we cannot write: as RC
                 let wr_id = cur.wqe.wr_id;
@@ -121,6 +122,7 @@ impl QpCore {
         };
         if !payload.is_empty() {
             w.mr.copy_in(w.off, payload);
+            self.counters.rx_copy_bytes += payload.len() as u64;
         }
         w.off += payload.len();
         w.remaining -= payload.len() as u32;
@@ -223,6 +225,7 @@ impl QpCore {
             self.fail_recv(ctx, w.wr_id, WcStatus::LocLenErr, deth.src_qp);
             return;
         }
+        self.counters.rx_copy_bytes += payload.len() as u64;
         if !w.sgl.copy_in(ctx.mrs, 0, &grh) || !w.sgl.copy_in(ctx.mrs, 40, payload) {
             self.fail_recv(ctx, w.wr_id, WcStatus::LocProtErr, deth.src_qp);
             return;
