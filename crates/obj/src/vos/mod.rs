@@ -75,11 +75,6 @@ const PUNCHED: TableDefinition<&[u8], u64> = TableDefinition::new("punched");
 
 const FORMAT_VERSION: u64 = 1;
 
-/// Redo log bytes after which a commit is a checkpoint (a durable index
-/// commit, after which the log starts over): bounds the replay at open and
-/// the index pages redb keeps unreclaimed between durable commits.
-const WAL_CHECKPOINT_BYTES: u64 = 32 << 20;
-
 /// The redo log of the index at `index`: `index` + `.wal`.
 pub fn wal_path(index: &Path) -> PathBuf {
     let mut p = index.as_os_str().to_owned();
@@ -111,6 +106,14 @@ pub struct VosConfig {
     /// is a durable index commit. A log left by an earlier run is replayed
     /// at open either way.
     pub wal: bool,
+    /// Redo log bytes after which a commit is a checkpoint (a durable index
+    /// commit, after which the log starts over): bounds the replay at open
+    /// and the index pages redb keeps unreclaimed between durable commits.
+    pub wal_checkpoint_bytes: u64,
+    /// Log records after which a commit is a checkpoint: redb's commits
+    /// without fsync get slower the longer their run since the last durable
+    /// one (it tracks the pages each of them freed).
+    pub wal_checkpoint_records: u64,
 }
 
 impl Default for VosConfig {
@@ -122,6 +125,8 @@ impl Default for VosConfig {
             max_value: 64 << 20,
             value_cache_bytes: 64 << 20,
             wal: true,
+            wal_checkpoint_bytes: 32 << 20,
+            wal_checkpoint_records: 64,
         }
     }
 }
@@ -1589,7 +1594,10 @@ impl Vos {
             return Ok(());
         };
         let logged = self.wal.as_ref().is_some_and(|w| {
-            !self.need_ckpt && !self.st.alloc.has_deferred() && w.size() < WAL_CHECKPOINT_BYTES
+            !self.need_ckpt
+                && !self.st.alloc.has_deferred()
+                && w.size() < self.cfg.wal_checkpoint_bytes
+                && w.next_lsn() <= self.cfg.wal_checkpoint_records
         });
         if logged && self.wal.as_ref().is_some_and(|w| w.is_empty()) {
             // only refused changes (nothing logged, nothing to keep)

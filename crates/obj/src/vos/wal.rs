@@ -29,7 +29,7 @@ const ALIGN: usize = 4096;
 /// The file grows by written zeroes this much ahead of the records: an
 /// `fdatasync` of a record then rarely has a file size or block allocation
 /// to journal (ext4 would commit its journal for that on every append).
-const GROW: u64 = 4 << 20;
+const GROW: u64 = 1 << 20;
 
 /// The index table a logged change goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
