@@ -5,7 +5,10 @@
 //! - baseline: raw 8 KiB bdev writes with a flush after each (what one durable
 //!   write costs at least), and with one flush per 64 writes;
 //! - vos, auto-commit (one durable commit per update) and group commit of 64,
-//!   for 64 B values (inline in the index) and 8 KiB values (on the bdev).
+//!   for 64 B values (inline in the index) and 8 KiB values (on the bdev);
+//! - `commit_chain`: wall and CPU time per group commit along a long run of
+//!   commits, through the redo log (checkpoints never, every 64 or 16 records)
+//!   and with the log off (`VOS_BENCH_SIZE`: value bytes, default 3901).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -115,6 +118,75 @@ fn update_throughput() {
         println!(
             "{name}: {ops:.0} updates/s ({:.2} x the raw bdev with the same flush rate)",
             ops / base
+        );
+    }
+}
+
+/// This thread's CPU time (s).
+fn thread_cpu() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, exclusively borrowed timespec for the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+/// Time per group commit along a long run of commits through the redo log
+/// (no checkpoint) and with the log off: `VOS_BENCH_OPS` commits of 32
+/// 3901-byte values (mdtest-hard's), printed per 250 commits.
+#[test]
+#[ignore = "benchmark: run with --ignored --nocapture"]
+fn commit_chain() {
+    let size: usize = std::env::var("VOS_BENCH_SIZE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3901);
+    for (wal, recs) in [(true, u64::MAX), (true, 64), (true, 16), (false, 0)] {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = VosConfig {
+            auto_commit: false,
+            wal,
+            wal_checkpoint_records: recs,
+            ..VosConfig::default()
+        };
+        let mut v = Vos::open(dir.path().join("index.redb"), file_bdev(dir.path()), cfg).unwrap();
+        v.cont_create(CONT).unwrap();
+        v.commit().unwrap();
+        let oid = ObjectId::generate(0, 1, ObjType::KvHashed, ObjClass::S1).unwrap();
+        let mut t = Instant::now();
+        let mut cpu = thread_cpu();
+        let mut e = 1;
+        let mut row = Vec::new();
+        for c in 0..ops() {
+            for _ in 0..32 {
+                e += 1;
+                v.update(
+                    CONT,
+                    oid,
+                    Epoch(e),
+                    &DKey(e.to_be_bytes().to_vec()),
+                    &[Iod::single("kv", size as u64)],
+                    &[SgList::one(vec![e as u8; size])],
+                )
+                .unwrap();
+            }
+            v.commit().unwrap();
+            if (c + 1) % 250 == 0 {
+                let c2 = thread_cpu();
+                row.push(format!(
+                    "{:.2}/{:.2}",
+                    t.elapsed().as_secs_f64() * 1e3 / 250.0,
+                    (c2 - cpu) * 1e3 / 250.0
+                ));
+                t = Instant::now();
+                cpu = c2;
+            }
+        }
+        eprintln!(
+            "wal {wal} checkpoint every {recs} records: ms per commit (wall/CPU), per 250: {}",
+            row.join(" ")
         );
     }
 }

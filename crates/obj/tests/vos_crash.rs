@@ -31,7 +31,7 @@ fn oid() -> ObjectId {
     ObjectId::generate(1, 1, ObjType::MultiHashed, ObjClass::S1).unwrap()
 }
 
-fn open(dir: &std::path::Path, auto_commit: bool) -> Vos {
+fn open(dir: &std::path::Path, auto_commit: bool, wal: bool) -> Vos {
     let bdev = bdev::file::FileBdev::open(
         "crash",
         dir.join("bdev.img"),
@@ -44,6 +44,7 @@ fn open(dir: &std::path::Path, auto_commit: bool) -> Vos {
     let cfg = VosConfig {
         inline_max: 4096,
         auto_commit,
+        wal,
         ..VosConfig::default()
     };
     Vos::open(dir.join("index.redb"), Arc::new(bdev), cfg).unwrap()
@@ -129,8 +130,18 @@ fn crash_child_process() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
+    let env = |k: &str, d: u64| -> u64 {
+        std::env::var(k)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(d)
+    };
+    // commits through the redo log (or durable index commits only), and
+    // aggregation (a checkpoint: a durable index commit) every `agg` updates
+    let wal = env("VOS_CRASH_WAL", 1) == 1;
+    let agg = env("VOS_CRASH_AGG", 16);
     let dir = std::path::PathBuf::from(dir);
-    let mut vos = open(&dir, batch == 1);
+    let mut vos = open(&dir, batch == 1, wal);
     if vos.cont_list().unwrap().is_empty() {
         vos.cont_create(CONT).unwrap();
         vos.commit().unwrap();
@@ -176,7 +187,7 @@ fn crash_child_process() {
             o.flush().unwrap();
         }
         n += 1;
-        if n.is_multiple_of(16) {
+        if n.is_multiple_of(agg) {
             // drop old versions so the bdev space is reused (and freed under fire)
             let upto = Epoch(hlc.last().0 - 1);
             // (in group-commit mode this shares the batch's transaction: its
@@ -215,6 +226,11 @@ fn crash_kill9_many_points() {
             ])
             .env("VOS_CRASH_DIR", dir.path())
             .env("VOS_CRASH_BATCH", batch.to_string())
+            // most rounds through the redo log, one in five with durable
+            // index commits only; some with long stretches of log between
+            // checkpoints
+            .env("VOS_CRASH_WAL", if round % 5 == 4 { "0" } else { "1" })
+            .env("VOS_CRASH_AGG", if round % 3 == 1 { "400" } else { "16" })
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -250,7 +266,7 @@ fn crash_kill9_many_points() {
         total_acks += seen;
 
         // ---- recover and check
-        let mut vos = open(dir.path(), true);
+        let mut vos = open(dir.path(), true, true);
         let report = vos.check().unwrap_or_else(|e| panic!("round {round}: {e}"));
         let mut anchor = Anchor::default();
         let mut visible = 0;

@@ -101,6 +101,40 @@ impl Allocator {
         self.free_blocks += n;
     }
 
+    /// Take exactly `[off, off + n)` out of the map (a redo-log replay
+    /// re-allocating what a logged update was given); false, changing
+    /// nothing, if any of it is not free.
+    pub fn take(&mut self, off: u64, n: u64) -> bool {
+        if n == 0 {
+            return true;
+        }
+        let Some((&po, &pl)) = self.free.range(..=off).next_back() else {
+            return false;
+        };
+        let Some(end) = off.checked_add(n) else {
+            return false;
+        };
+        if po + pl < end {
+            return false;
+        }
+        self.free.remove(&po);
+        self.dirty.insert(po);
+        if po < off {
+            self.free.insert(po, off - po);
+        }
+        if end < po + pl {
+            self.free.insert(end, po + pl - end);
+            self.dirty.insert(end);
+        }
+        self.free_blocks -= n;
+        true
+    }
+
+    /// Whether frees wait for the next commit.
+    pub fn has_deferred(&self) -> bool {
+        !self.deferred.is_empty()
+    }
+
     /// Free blocks once the current transaction commits.
     pub fn defer_free(&mut self, off: u64, n: u64) {
         if n > 0 {
@@ -153,6 +187,12 @@ mod tests {
             for (is_alloc, n) in ops {
                 if is_alloc || live.is_empty() {
                     if let Some(o) = a.alloc(n) {
+                        if n % 3 == 0 {
+                            // a replay takes exactly what an allocation gave
+                            a.release_now(o, n);
+                            prop_assert!(a.take(o, n));
+                            prop_assert!(!a.take(o, 1), "taken twice");
+                        }
                         live.push((o, n));
                     }
                 } else {

@@ -13,20 +13,29 @@
 //!
 //! ## Durability
 //! Large values are written to the bdev (into blocks no committed index
-//! references) as the update runs; [`ObjectStore::commit`] then (1) flushes the
-//! bdev, (2) writes the allocator's changed extents and counters into the open
-//! index transaction, (3) commits it with `Durability::Immediate` (fsync). A crash
-//! before (3) leaves the old index, which neither references the new blocks nor
-//! counts them as used, so they are free again at restart; a crash after (3) has
-//! the data flushed already. With `auto_commit` every mutating call commits
-//! before it returns; without it the engine applies a batch of requests, calls
-//! `commit` once (group commit: one bdev flush and one index fsync for the
-//! batch) and replies only then. Reads inside an open batch see its changes.
+//! references) as the update runs. A batch of updates and punches commits
+//! through the redo log ([`wal`], [`VosConfig::wal`]): the bdev flush is
+//! started, the batch's index changes are appended to the log as one record
+//! and `fdatasync`ed while the flush runs, then the index transaction is
+//! committed without an fsync. Any other change (containers, snapshots,
+//! aggregation: everything that frees blocks), a full log, or the log
+//! turned off makes the commit a *checkpoint*: (1) bdev flush, (2) the
+//! allocator's changed extents and counters into the open transaction, (3)
+//! a durable (`Durability::Immediate`, fsync) index commit that also starts
+//! a new log generation. At open, the log records of the index's generation
+//! that it does not hold yet are replayed (the last one only if its bdev
+//! values match their CRCs: its flush ran beside its record). A crash before
+//! a batch's record is durable leaves neither the record nor an index that
+//! references the new blocks, so they are free again at restart. With
+//! `auto_commit` every mutating call commits before it returns; without it
+//! the engine applies a batch of requests, calls `commit` once (group
+//! commit) and replies only then. Reads inside an open batch see its changes.
 
 pub(crate) mod aggregate;
 pub(crate) mod alloc;
 pub(crate) mod extent;
 pub(crate) mod keys;
+pub(crate) mod wal;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Display;
@@ -34,7 +43,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bdev::{BdevIo, BlockDevice, IoBuf, IoChannel, IoType};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
+use redb::{
+    Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
+};
 
 use crate::types::{
     AKey, AggregateStats, Anchor, ContId, DKey, Epoch, FetchOut, Iod, IodType, ObjType, ObjectId,
@@ -44,6 +55,7 @@ use crate::types::{
 use alloc::Allocator;
 use extent::Ext;
 use keys::{Ver, T_AFTER, T_CHILD, T_EXT, T_PUNCH, T_SV};
+use wal::{Tab, Wal};
 
 const IDX: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idx");
 const FREE: TableDefinition<u64, u64> = TableDefinition::new("free");
@@ -63,6 +75,13 @@ const PUNCHED: TableDefinition<&[u8], u64> = TableDefinition::new("punched");
 
 const FORMAT_VERSION: u64 = 1;
 
+/// The redo log of the index at `index`: `index` + `.wal`.
+pub fn wal_path(index: &Path) -> PathBuf {
+    let mut p = index.as_os_str().to_owned();
+    p.push(".wal");
+    PathBuf::from(p)
+}
+
 /// Store configuration.
 #[derive(Debug, Clone)]
 pub struct VosConfig {
@@ -81,6 +100,20 @@ pub struct VosConfig {
     /// read needs no index range scan. Filled by [`ObjectStore::fetch_owned`]
     /// (the engine's fetch); when full, about a quarter of it is dropped.
     pub value_cache_bytes: usize,
+    /// Commit batches of updates and punches through the redo log
+    /// ([`wal`]: one `fdatasync` of an appended record, the index committed
+    /// without an fsync and made durable at checkpoints). Off: every commit
+    /// is a durable index commit. A log left by an earlier run is replayed
+    /// at open either way.
+    pub wal: bool,
+    /// Redo log bytes after which a commit is a checkpoint (a durable index
+    /// commit, after which the log starts over): bounds the replay at open
+    /// and the index pages redb keeps unreclaimed between durable commits.
+    pub wal_checkpoint_bytes: u64,
+    /// Log records after which a commit is a checkpoint: redb's commits
+    /// without fsync get slower the longer their run since the last durable
+    /// one (it tracks the pages each of them freed).
+    pub wal_checkpoint_records: u64,
 }
 
 impl Default for VosConfig {
@@ -91,6 +124,9 @@ impl Default for VosConfig {
             cache_bytes: 64 << 20,
             max_value: 64 << 20,
             value_cache_bytes: 64 << 20,
+            wal: true,
+            wal_checkpoint_bytes: 32 << 20,
+            wal_checkpoint_records: 64,
         }
     }
 }
@@ -408,10 +444,16 @@ impl SvCache {
 
 impl St {
     fn io(&mut self, io: BdevIo) -> StoreResult<BdevIo> {
+        self.submit(io)?;
+        self.complete()
+    }
+
+    /// Submits one I/O (nothing else in flight).
+    fn submit(&mut self, io: BdevIo) -> StoreResult<()> {
         let mut io = io;
         loop {
             match self.chan.submit(io) {
-                Ok(()) => break,
+                Ok(()) => return Ok(()),
                 Err(r) if matches!(r.error, bdev::Error::Busy) => {
                     io = r.io;
                     self.done.clear();
@@ -421,6 +463,10 @@ impl St {
                 Err(r) => return Err(StoreError::Bdev(r.error.to_string())),
             }
         }
+    }
+
+    /// Waits for the submitted I/O.
+    fn complete(&mut self) -> StoreResult<BdevIo> {
         loop {
             self.done.clear();
             // blocks in the kernel (io_uring) rather than spinning: on a
@@ -468,6 +514,21 @@ impl St {
         }
         self.bdev_dirty = false;
         Ok(())
+    }
+
+    /// Starts the bdev flush [`St::flush`] would do; true if one is running
+    /// ([`St::finish_flush`] waits for it).
+    fn start_flush(&mut self) -> StoreResult<bool> {
+        let run = self.bdev_dirty && self.can_flush;
+        if run {
+            self.submit(BdevIo::flush(0))?;
+        }
+        self.bdev_dirty = false;
+        Ok(run)
+    }
+
+    fn finish_flush(&mut self) -> StoreResult<()> {
+        self.complete().map(|_| ())
     }
 
     /// A value's bytes (bdev values are checked against their CRC-32C).
@@ -537,6 +598,23 @@ pub struct Vos {
     bdev: Arc<dyn BlockDevice>,
     /// Set when an internal error rolled back an open batch.
     lost: Option<String>,
+    /// The redo log ([`VosConfig::wal`]).
+    wal: Option<Wal>,
+    /// The open batch made a change the log does not record (anything but
+    /// an update or a punch): its commit is a checkpoint.
+    need_ckpt: bool,
+}
+
+impl Drop for Vos {
+    fn drop(&mut self) {
+        // an open batch was never acknowledged: rolled back before the
+        // database closes (redb's close makes everything committed durable,
+        // with the redo log position the index records)
+        self.rview = None;
+        if let Some(t) = self.txn.take() {
+            let _ = t.abort();
+        }
+    }
 }
 
 impl std::fmt::Debug for Vos {
@@ -957,7 +1035,7 @@ impl Vos {
             }
         }
         txn.commit().map_err(ix)?;
-        Ok(Vos {
+        let mut v = Vos {
             db,
             rview: None,
             punched,
@@ -967,7 +1045,159 @@ impl Vos {
             path,
             bdev,
             lost: None,
-        })
+            wal: None,
+            need_ckpt: false,
+        };
+        v.replay_wal()?;
+        Ok(v)
+    }
+
+    /// Applies the redo log's batches of the index's generation (what was
+    /// acknowledged since the last checkpoint), commits them durably under a
+    /// new generation, and opens the log for appending (if
+    /// [`VosConfig::wal`]).
+    ///
+    /// Only the last record can be of a batch that was not acknowledged
+    /// (the next record is appended only after a batch's log record, bdev
+    /// flush and index commit all succeeded; a failure voids the
+    /// generation), and its bdev values were flushed beside the record, not
+    /// before it: its values are checked against their CRCs and the batch is
+    /// dropped if one does not match (nothing of it was acknowledged).
+    fn replay_wal(&mut self) -> StoreResult<()> {
+        let wpath = wal_path(&self.path);
+        let (gen, done) = {
+            let rt = self.db.begin_read().map_err(ix)?;
+            let meta = rt.open_table(META).map_err(ix)?;
+            let get =
+                |k| -> StoreResult<u64> { Ok(meta.get(k).map_err(ix)?.map_or(0, |g| g.value())) };
+            (get("wal_gen")?, get("wal_lsn")?)
+        };
+        let mut batches = Wal::scan(&wpath, gen)
+            .map_err(|e| StoreError::Index(format!("redo log {}: {e}", wpath.display())))?;
+        // what the index already holds (it records the last applied lsn:
+        // redb's own commit when the database is closed made it durable)
+        batches.retain(|b| b.lsn > done);
+        if let Some(last) = batches.last() {
+            let mut intact = true;
+            for (tab, k, v) in &last.puts {
+                if *tab != Tab::Idx {
+                    continue;
+                }
+                let kind = keys::parse(k)
+                    .ok_or_else(|| StoreError::Corrupt("redo log: bad key".into()))?
+                    .kind;
+                if let Some(loc @ Loc::Bdev { .. }) = record_loc(kind, v)? {
+                    match self.st.load(&loc) {
+                        Ok(_) => {}
+                        Err(StoreError::Corrupt(_)) => {
+                            intact = false;
+                            break;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            if !intact {
+                tracing::info!(index = %self.path.display(), "redo log: the last batch's values are not all on the bdev (not acknowledged): dropped");
+                batches.pop();
+            }
+        }
+        if batches.is_empty() && !self.cfg.wal {
+            return Ok(());
+        }
+        // a new generation either way: the log is overwritten from its start
+        let n = batches.len();
+        let txn = self.db.begin_write().map_err(ix)?;
+        let r = (|| -> StoreResult<()> {
+            let mut idx = txn.open_table(IDX).map_err(ix)?;
+            let mut extmax = txn.open_table(EXTMAX).map_err(ix)?;
+            let mut pt = txn.open_table(PUNCHED).map_err(ix)?;
+            for b in batches {
+                for (tab, k, v) in &b.puts {
+                    match tab {
+                        Tab::Idx => {
+                            let kind = keys::parse(k)
+                                .ok_or_else(|| StoreError::Corrupt("redo log: bad key".into()))?
+                                .kind;
+                            if let Some((o, nb)) =
+                                record_loc(kind, v)?.and_then(|l| l.bdev_extent())
+                            {
+                                if !self.st.alloc.take(o, nb) {
+                                    return Err(StoreError::Corrupt(format!(
+                                        "redo log: blocks {o}+{nb} of a logged value are not free"
+                                    )));
+                                }
+                            }
+                            idx.insert(k.as_slice(), v.as_slice()).map_err(ix)?;
+                        }
+                        Tab::Extmax => {
+                            let n = v
+                                .as_slice()
+                                .try_into()
+                                .map(u64::from_le_bytes)
+                                .map_err(|_| StoreError::Corrupt("redo log: extmax".into()))?;
+                            extmax.insert(k.as_slice(), n).map_err(ix)?;
+                        }
+                        Tab::Punched => {
+                            let c = <[u8; 16]>::try_from(k.as_slice()).map_err(|_| {
+                                StoreError::Corrupt("redo log: punched container".into())
+                            })?;
+                            pt.insert(&c[..], 1).map_err(ix)?;
+                            self.punched.insert(c);
+                        }
+                    }
+                }
+                [self.st.seq, self.st.max_epoch, self.st.inline_bytes] = b.counters;
+            }
+            Ok(())
+        })();
+        let r = r
+            .and_then(|()| self.write_state(&txn, Some(gen + 1), 0))
+            .and_then(|()| txn.commit().map_err(ix));
+        if let Err(e) = r {
+            self.reload_state()?;
+            return Err(e);
+        }
+        if n > 0 {
+            tracing::info!(index = %self.path.display(), batches = n, "redo log replayed");
+        }
+        if self.cfg.wal {
+            self.wal =
+                Some(Wal::open(&wpath, gen + 1).map_err(|e| {
+                    StoreError::Index(format!("redo log {}: {e}", wpath.display()))
+                })?);
+        }
+        Ok(())
+    }
+
+    /// The allocator's changed extents and the counters into `txn`, and the
+    /// redo log's position the index holds everything of: the log
+    /// generation `gen` when given (a checkpoint), the record `lsn`.
+    fn write_state(
+        &mut self,
+        txn: &WriteTransaction,
+        gen: Option<u64>,
+        lsn: u64,
+    ) -> StoreResult<()> {
+        let mut free = txn.open_table(FREE).map_err(ix)?;
+        for (k, v) in self.st.alloc.take_dirty() {
+            match v {
+                Some(l) => free.insert(k, l).map_err(ix)?,
+                None => free.remove(k).map_err(ix)?,
+            };
+        }
+        let mut meta = txn.open_table(META).map_err(ix)?;
+        meta.insert("seq", self.st.seq).map_err(ix)?;
+        meta.insert("max_epoch", self.st.max_epoch).map_err(ix)?;
+        meta.insert("inline_bytes", self.st.inline_bytes)
+            .map_err(ix)?;
+        if let Some(g) = gen {
+            meta.insert("wal_gen", g).map_err(ix)?;
+        }
+        if gen.is_some() || lsn > 0 {
+            meta.insert("wal_lsn", lsn).map_err(ix)?;
+        }
+        Ok(())
     }
 
     /// The configuration.
@@ -1001,6 +1231,9 @@ impl Vos {
     fn reload_state(&mut self) -> StoreResult<()> {
         // a rollback: cached entries may name versions that are gone
         self.st.svc.clear();
+        if let Some(w) = &mut self.wal {
+            w.clear();
+        }
         let rt = self.db.begin_read().map_err(ix)?;
         let meta = rt.open_table(META).map_err(ix)?;
         let free = rt.open_table(FREE).map_err(ix)?;
@@ -1072,14 +1305,30 @@ impl Vos {
     ) -> StoreResult<R> {
         // a change other than an update's (which drops its own akeys' entries)
         self.st.svc.clear();
-        self.with_write_keep_cache(f)
+        self.write_inner(false, f)
     }
 
-    /// [`Vos::with_write`] that leaves the latest-value cache to the caller.
-    fn with_write_keep_cache<R>(
+    /// [`Vos::with_write`] for a change the redo log records (a punch: its
+    /// `W::put`s and punched-container marks).
+    fn with_logged_write<R>(
         &mut self,
         f: impl FnOnce(&mut W<'_>) -> StoreResult<R>,
     ) -> StoreResult<R> {
+        self.st.svc.clear();
+        self.write_inner(true, f)
+    }
+
+    /// [`Vos::with_write`] that leaves the latest-value cache to the caller;
+    /// `logged`: the change goes through `W`'s logging methods only, so the
+    /// batch can commit through the redo log (else its commit is a checkpoint).
+    fn write_inner<R>(
+        &mut self,
+        logged: bool,
+        f: impl FnOnce(&mut W<'_>) -> StoreResult<R>,
+    ) -> StoreResult<R> {
+        if !logged {
+            self.need_ckpt = true;
+        }
         if self.txn.is_none() {
             // the cached read view would not see this batch once committed
             self.rview = None;
@@ -1107,6 +1356,7 @@ impl Vos {
                         st: Some(&mut self.st),
                         txn,
                         punched: &mut self.punched,
+                        wal: if logged { self.wal.as_mut() } else { None },
                     };
                     f(&mut w)
                 }
@@ -1224,6 +1474,9 @@ pub(crate) struct W<'t> {
     st: Option<&'t mut St>,
     txn: &'t WriteTransaction,
     punched: &'t mut HashSet<[u8; 16]>,
+    /// The redo log, for a logged change (`put`, `set_extmax`, `mark_punched`
+    /// record what they do).
+    wal: Option<&'t mut Wal>,
 }
 
 type WView<'a, 't> = View<
@@ -1251,6 +1504,17 @@ impl<'t> W<'t> {
         if self.punched.insert(c) {
             let mut t = self.txn.open_table(PUNCHED).map_err(ix)?;
             t.insert(&c[..], 1).map_err(ix)?;
+            if let Some(l) = self.wal.as_deref_mut() {
+                l.log(Tab::Punched, &c, &1u64.to_le_bytes());
+            }
+        }
+        Ok(())
+    }
+    /// Raise the akey's longest-extent bound to `nr` records.
+    fn set_extmax(&mut self, ap: &[u8], nr: u64) -> StoreResult<()> {
+        self.extmax.insert(ap, nr).map_err(ix)?;
+        if let Some(l) = self.wal.as_deref_mut() {
+            l.log(Tab::Extmax, ap, &nr.to_le_bytes());
         }
         Ok(())
     }
@@ -1290,6 +1554,9 @@ impl<'t> W<'t> {
     }
     fn put(&mut self, k: &[u8], v: &[u8]) -> StoreResult<()> {
         self.idx.insert(k, v).map_err(ix)?;
+        if let Some(l) = self.wal.as_deref_mut() {
+            l.log(Tab::Idx, k, v);
+        }
         Ok(())
     }
     /// Delete a record and release what it holds (bdev space after commit).
@@ -1326,34 +1593,115 @@ impl Vos {
         let Some(txn) = self.txn.take() else {
             return Ok(());
         };
+        let logged = self.wal.as_ref().is_some_and(|w| {
+            !self.need_ckpt
+                && !self.st.alloc.has_deferred()
+                && w.size() < self.cfg.wal_checkpoint_bytes
+                && w.next_lsn() <= self.cfg.wal_checkpoint_records
+        });
+        if logged && self.wal.as_ref().is_some_and(|w| w.is_empty()) {
+            // only refused changes (nothing logged, nothing to keep)
+            self.txn = Some(txn);
+            return self.abort();
+        }
+        if logged {
+            self.commit_logged(txn)
+        } else {
+            self.checkpoint(txn)
+        }
+    }
+
+    /// A durable index commit (of the batch and of every batch committed
+    /// through the log since the last one); the log starts a new generation.
+    fn checkpoint(&mut self, txn: WriteTransaction) -> StoreResult<()> {
         // 1. the data the index will reference is durable first
         if let Err(e) = self.st.flush() {
             let _ = txn.abort();
             self.reload_state()?;
             return Err(e);
         }
-        // 2. allocator and counters into the same transaction
+        // 2. allocator and counters (and the log's next generation) into the
+        // same transaction
         self.st.alloc.apply_deferred();
-        let r = (|| -> StoreResult<()> {
-            let mut free = txn.open_table(FREE).map_err(ix)?;
-            for (k, v) in self.st.alloc.take_dirty() {
-                match v {
-                    Some(l) => free.insert(k, l).map_err(ix)?,
-                    None => free.remove(k).map_err(ix)?,
-                };
-            }
-            let mut meta = txn.open_table(META).map_err(ix)?;
-            meta.insert("seq", self.st.seq).map_err(ix)?;
-            meta.insert("max_epoch", self.st.max_epoch).map_err(ix)?;
-            meta.insert("inline_bytes", self.st.inline_bytes)
-                .map_err(ix)?;
-            Ok(())
-        })();
+        let gen = self.wal.as_ref().map(|w| w.gen() + 1);
+        let r = self.write_state(&txn, gen, 0);
         // 3. one fsync'd commit
         let r = r.and_then(|()| txn.commit().map_err(ix));
         if let Err(e) = r {
             self.reload_state()?;
             return Err(e);
+        }
+        if let (Some(w), Some(g)) = (&mut self.wal, gen) {
+            w.reset(g);
+        }
+        self.need_ckpt = false;
+        Ok(())
+    }
+
+    /// Group commit through the redo log: the bdev flush is started, the
+    /// batch's log record is written and `fdatasync`ed while it runs, then
+    /// the index transaction is committed without an fsync (visible to later
+    /// reads and batches; made durable by the next checkpoint, and meanwhile
+    /// by the log). Any failure voids the log's generation (a checkpoint of
+    /// the state before this batch), so no record of a batch that failed is
+    /// ever replayed.
+    fn commit_logged(&mut self, txn: WriteTransaction) -> StoreResult<()> {
+        let flushing = match self.st.start_flush() {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = txn.abort();
+                self.reload_state()?;
+                return Err(e);
+            }
+        };
+        let counters = [self.st.seq, self.st.max_epoch, self.st.inline_bytes];
+        let lsn = self.wal.as_ref().map_or(0, |w| w.next_lsn());
+        let r = self.write_state(&txn, None, lsn).and_then(|()| {
+            let w = self
+                .wal
+                .as_mut()
+                .ok_or_else(|| StoreError::Index("no redo log".into()))?;
+            w.append(counters)
+                .map_err(|e| StoreError::Index(format!("redo log: {e}")))
+        });
+        // the bdev values are durable too before anything is acknowledged
+        let f = if flushing {
+            self.st.finish_flush()
+        } else {
+            Ok(())
+        };
+        let r = r.and(f).and_then(|()| {
+            let mut txn = txn;
+            txn.set_durability(Durability::None).map_err(ix)?;
+            txn.commit().map_err(ix)
+        });
+        if let Err(e) = r {
+            if let Err(v) = self.void_wal() {
+                // no log record is appended before a checkpoint has voided
+                // this generation
+                tracing::warn!(index = %self.path.display(), error = %v, "voiding the redo log failed: the next commit is a checkpoint");
+                self.need_ckpt = true;
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// After a failed log commit: back to the last committed state, made
+    /// durable under a new log generation (the failed batch's record, if it
+    /// reached the disk, is never replayed).
+    fn void_wal(&mut self) -> StoreResult<()> {
+        self.reload_state()?;
+        let txn = self.db.begin_write().map_err(ix)?;
+        let gen = self.wal.as_ref().map_or(0, |w| w.gen()) + 1;
+        {
+            let mut meta = txn.open_table(META).map_err(ix)?;
+            meta.insert("wal_gen", gen).map_err(ix)?;
+            meta.insert("wal_lsn", 0).map_err(ix)?;
+        }
+        txn.commit().map_err(ix)?;
+        if let Some(w) = &mut self.wal {
+            w.reset(gen);
         }
         Ok(())
     }
@@ -1608,7 +1956,7 @@ impl ObjectStore for Vos {
         for p in placed.iter().filter(|p| p.extmax.is_none()) {
             self.st.svc.remove(&p.key);
         }
-        self.with_write_keep_cache(|w| {
+        self.write_inner(true, |w| {
             for p in placed {
                 let ver = w.next_ver(epoch)?;
                 let key = match &p.extmax {
@@ -1626,7 +1974,7 @@ impl ObjectStore for Vos {
                 if let Some((ap, nr)) = &p.extmax {
                     let cur = w.view().extmax(ap)?;
                     if *nr > cur {
-                        w.extmax.insert(ap.as_slice(), *nr).map_err(ix)?;
+                        w.set_extmax(ap, *nr)?;
                     }
                 }
                 let st = w.st()?;
@@ -1908,7 +2256,7 @@ impl ObjectStore for Vos {
 
     fn punch_obj(&mut self, cont: ContId, oid: ObjectId, epoch: Epoch) -> StoreResult<()> {
         oid.validate()?;
-        self.with_write(|w| {
+        self.with_logged_write(|w| {
             w.write_epoch(cont, epoch)?;
             w.mark_punched(cont)?;
             let ver = w.next_ver(epoch)?;
@@ -1930,7 +2278,7 @@ impl ObjectStore for Vos {
         for d in dkeys {
             key_ok(&d.0, "dkey")?;
         }
-        self.with_write(|w| {
+        self.with_logged_write(|w| {
             w.write_epoch(cont, epoch)?;
             w.mark_punched(cont)?;
             for d in dkeys {
@@ -1958,7 +2306,7 @@ impl ObjectStore for Vos {
             key_ok(&a.0, "akey")?;
         }
         let dp = keys::dkey_prefix(cont, oid, &dkey.0);
-        self.with_write(|w| {
+        self.with_logged_write(|w| {
             w.write_epoch(cont, epoch)?;
             w.mark_punched(cont)?;
             for a in akeys {
