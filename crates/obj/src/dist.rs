@@ -821,21 +821,28 @@ impl DistClient {
             let mut in_progress = None;
             let mut fenced = None;
             let mut order = self.read_order(oid, key)?;
-            if self.read_spread {
+            // the original replicas still serving come first, then spares
+            let orig = layout(oid, &self.map.all_in())?;
+            let g = crate::placement::group_of(key, orig.groups.len());
+            let n = order
+                .iter()
+                .take_while(|&&r| orig.groups[g].iter().any(|&t| t as usize == r))
+                .count();
+            if self.read_spread && n > 1 {
                 // among the original replicas still serving only: a spare
                 // has only what was written after the failure (no rebuild)
-                let orig = layout(oid, &self.map.all_in())?;
-                let g = crate::placement::group_of(key, orig.groups.len());
-                let n = order
-                    .iter()
-                    .take_while(|&&r| orig.groups[g].iter().any(|&t| t as usize == r))
-                    .count();
-                if n > 1 {
-                    self.reads += 1;
-                    order[..n].rotate_left((self.reads % n as u64) as usize);
-                }
+                self.reads += 1;
+                order[..n].rotate_left((self.reads % n as u64) as usize);
             }
-            for rank in order {
+            for (i, rank) in order.into_iter().enumerate() {
+                if i >= n && (fenced.is_some() || in_progress.is_some()) {
+                    // an original replica is fenced (e.g. every lease lapsed
+                    // while the pool service elects a leader) or holds the
+                    // key (a DTX not resolved yet): a spare has only what
+                    // was written since the failure (a fetch of a key it
+                    // lacks answers empty), so wait for the original
+                    break;
+                }
                 let Some((c, oh)) = self.oh(rank, oid) else {
                     self.mark_down(rank)?;
                     continue;
