@@ -371,12 +371,12 @@ fn rp2_rebuild_restores_redundancy_and_the_killed_engine_is_reintegrated() {
     let _ = run(&dir, &["stop"]);
 }
 
-/// A DOWN engine that answers again comes back without waiting for
+/// With `--return-from-down` (experimental, off by default), a DOWN engine
+/// that answers again comes back without waiting for
 /// EXCLUDED (which never comes here: `--exclude-after-ms 0`): DOWN → UP
 /// (its data re-pulled: writes made while it was DOWN went to the spare)
 /// → UP-IN, with the values written while it was out.
 #[test]
-#[ignore = "FAILS by design today: the DOWN → UP-IN return is disabled (poolsvc::rebuild waits for EXCLUDED) because with it the soak read stale values (reintegration race, issue 13)"]
 fn down_engine_that_answers_again_returns_to_up_in() {
     let dir = std::env::temp_dir().join(format!("dpustack-system-down-up-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -398,6 +398,7 @@ fn down_engine_that_answers_again_returns_to_up_in() {
             &svc_port,
             "--exclude-after-ms",
             "0",
+            "--return-from-down",
         ],
     );
     ok(&dir, &["create", "dp", "dc", "64M", "--class", "RP_2"]);

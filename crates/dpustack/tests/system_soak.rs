@@ -342,22 +342,26 @@ fn round(ip: &str, seed: u64, load: Duration, clients: usize) -> Round {
     let mut g = Guard(dir.clone(), Vec::new());
     let port = free_port(ip).to_string();
     let svc_port = free_port(ip).to_string();
-    ok(
-        &dir,
-        &[
-            "start",
-            "--engines",
-            "3",
-            "--first-ip",
-            ip,
-            "--port",
-            &port,
-            "--svc-port",
-            &svc_port,
-            "--exclude-after-ms",
-            "0",
-        ],
-    );
+    let mut args: Vec<&str> = vec![
+        "start",
+        "--engines",
+        "3",
+        "--first-ip",
+        ip,
+        "--port",
+        &port,
+        "--svc-port",
+        &svc_port,
+        "--exclude-after-ms",
+        "0",
+    ];
+    let lease = std::env::var("SOAK_LEASE_MS").unwrap_or_else(|_| "450".into());
+    args.extend(["--lease-ms", &lease]);
+    if std::env::var_os("SOAK_RETURN_FROM_DOWN").is_some() {
+        // the quick DOWN -> UP-IN return (experimental, off by default)
+        args.push("--return-from-down");
+    }
+    ok(&dir, &args);
     ok(&dir, &["create", "dp", "dc", "64M"]);
     let ms = members(&dir);
     let start = Instant::now();

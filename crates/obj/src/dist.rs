@@ -768,9 +768,13 @@ impl DistClient {
     /// progress": the next replica is tried, and when every one did, the
     /// read is retried after a pause (until the client's timeout).
     pub fn kv_get(&mut self, oid: ObjectId, key: &[u8]) -> Result<Vec<u8>> {
-        self.read(oid, key, |c, oh| {
-            c.kv_get(&Kv { oh: *oh }, key, None).and_then(|p| p.get())
-        })
+        self.read(
+            oid,
+            key,
+            |c, oh| c.kv_get(&Kv { oh: *oh }, key, None).and_then(|p| p.get()),
+            // a key a replica lacks is NonExist, never a value
+            |_| true,
+        )
     }
 
     /// `daos_obj_fetch` of `dkey` (one buffer per iod: a single value as
@@ -778,13 +782,19 @@ impl DistClient {
     /// a replica as [`Self::kv_get`] picks it.
     pub fn fetch(&mut self, oid: ObjectId, dkey: &[u8], iods: &[Iod]) -> Result<Vec<Vec<u8>>> {
         let d = DKey(dkey.to_vec());
-        self.read(oid, dkey, |c, oh| {
-            let f = c.obj_fetch(oh, None, &d, iods, Vec::new(), None)?.get()?;
-            Ok(f.sgls
-                .into_iter()
-                .map(|s| s.iovs.into_iter().next().unwrap_or_default())
-                .collect())
-        })
+        self.read(
+            oid,
+            dkey,
+            |c, oh| {
+                let f = c.obj_fetch(oh, None, &d, iods, Vec::new(), None)?.get()?;
+                Ok(f.sgls
+                    .into_iter()
+                    .map(|s| s.iovs.into_iter().next().unwrap_or_default())
+                    .collect())
+            },
+            // a replica without the dkey answers empty buffers (arrays: zeroes)
+            |v: &Vec<Vec<u8>>| v.iter().any(|b| b.iter().any(|&x| x != 0)),
+        )
     }
 
     /// Array convenience: `len` bytes at `offset` of `akey` (record size 1).
@@ -813,6 +823,7 @@ impl DistClient {
         oid: ObjectId,
         key: &[u8],
         f: impl Fn(&Client, &ObjHandle) -> std::result::Result<T, ClientError>,
+        has_data: impl Fn(&T) -> bool,
     ) -> Result<T> {
         let deadline = Instant::now() + self.timeout;
         let mut refreshes = 0;
@@ -821,26 +832,36 @@ impl DistClient {
             let mut in_progress = None;
             let mut fenced = None;
             let mut order = self.read_order(oid, key)?;
-            if self.read_spread {
+            // the original replicas still serving come first, then spares
+            let orig = layout(oid, &self.map.all_in())?;
+            let g = crate::placement::group_of(key, orig.groups.len());
+            let n = order
+                .iter()
+                .take_while(|&&r| orig.groups[g].iter().any(|&t| t as usize == r))
+                .count();
+            if self.read_spread && n > 1 {
                 // among the original replicas still serving only: a spare
                 // has only what was written after the failure (no rebuild)
-                let orig = layout(oid, &self.map.all_in())?;
-                let g = crate::placement::group_of(key, orig.groups.len());
-                let n = order
-                    .iter()
-                    .take_while(|&&r| orig.groups[g].iter().any(|&t| t as usize == r))
-                    .count();
-                if n > 1 {
-                    self.reads += 1;
-                    order[..n].rotate_left((self.reads % n as u64) as usize);
-                }
+                self.reads += 1;
+                order[..n].rotate_left((self.reads % n as u64) as usize);
             }
-            for rank in order {
+            for (i, rank) in order.into_iter().enumerate() {
+                if i >= n && fenced.is_some() {
+                    // an original replica is fenced (e.g. every lease lapsed
+                    // while the pool service elects a leader): a spare has
+                    // only what was written since the failure, so wait for
+                    // the original
+                    break;
+                }
                 let Some((c, oh)) = self.oh(rank, oid) else {
                     self.mark_down(rank)?;
                     continue;
                 };
                 match f(c, &oh) {
+                    // an original holds the key (a DTX not resolved yet) and
+                    // this spare has nothing for it (a fetch answers empty):
+                    // not an answer, wait for the original
+                    Ok(v) if i >= n && in_progress.is_some() && !has_data(&v) => {}
                     Ok(v) => return Ok(v),
                     Err(e) if is_transport(&e) => self.mark_down(rank)?,
                     Err(e @ ClientError::StaleMap { .. }) if self.is_fenced(&e) => {

@@ -227,16 +227,27 @@ fn cpu_time() -> Duration {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-/// Aggregate KV put bandwidth with 1, 2, 3 engines (S1 objects, 64 KiB values,
+/// Aggregate KV put bandwidth with 1, 2, 4 engines (S1 objects, 64 KiB values,
 /// 3 client threads each with its own `DistClient`), next to the CPU time per
 /// GiB of the whole process (clients + engines: all in this process).
+/// `BENCH_ENGINES=1,2,3` picks other counts.
 /// `cargo test -p obj --release --test dist_e2e -- --ignored --nocapture`
 #[test]
 #[ignore]
 fn bench_aggregate_put_bandwidth() {
     const VALUE: usize = 64 << 10;
     const PER_THREAD: u64 = 256; // 16 MiB per thread, 48 MiB per run
-    for n in 1..=3usize {
+    let counts: Vec<usize> = std::env::var("BENCH_ENGINES")
+        .unwrap_or_else(|_| "1,2,4".into())
+        .split(',')
+        .map(|n| {
+            n.trim()
+                .parse()
+                .expect("BENCH_ENGINES: counts, comma-separated")
+        })
+        .collect();
+    for n in counts {
+        assert!((1..=8).contains(&n), "1 to 8 engines");
         let (_dirs, _engines, addrs) = system(n, 60 + 5 * n as u8);
         DistClient::create(&addrs, "dp", 256 << 20, "dc").unwrap();
         let (t0, c0) = (Instant::now(), cpu_time());

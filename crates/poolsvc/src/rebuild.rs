@@ -54,6 +54,12 @@ pub struct RebuildConfig {
     pub progress_every: Duration,
     /// RPC deadline towards the engines.
     pub timeout: Duration,
+    /// A `DOWN` engine that answers again is reintegrated at once (DOWN →
+    /// UP → UP-IN, its data discarded and re-pulled) instead of waiting for
+    /// `EXCLUDED`. Off by default: see docs/obj-dist.md "Rebuild" (the copy
+    /// races client writes; the fence closed only the restarted engine's
+    /// old-map reads).
+    pub return_from_down: bool,
 }
 
 impl Default for RebuildConfig {
@@ -65,6 +71,7 @@ impl Default for RebuildConfig {
             probe_every: Duration::from_millis(500),
             progress_every: Duration::from_millis(200),
             timeout: Duration::from_secs(2),
+            return_from_down: false,
         }
     }
 }
@@ -192,15 +199,18 @@ impl Driver {
             for (name, pool) in &st.pools {
                 let map = pool.map();
                 for d in 0..map.domains() as u32 {
-                    // EXCLUDED only: bringing a DOWN engine that answers
-                    // again straight back (DOWN → UP → UP-IN) made the soak
-                    // and the partition test read stale values (the
-                    // reintegration race, docs/obj-dist.md), so it waits
-                    // for EXCLUDED as before
+                    // EXCLUDED only by default: bringing a DOWN engine that
+                    // answers again straight back (DOWN → UP → UP-IN) made
+                    // the soak and the partition test read stale values (the
+                    // reintegration race, docs/obj-dist.md);
+                    // `return_from_down` turns it on
+                    let from_down = self.cfg.return_from_down;
                     let all_out = map.domain_targets(d).is_ok_and(|ts| {
                         ts.iter().all(|t| {
-                            map.target(*t)
-                                .is_ok_and(|t| t.state == TargetState::Excluded)
+                            map.target(*t).is_ok_and(|t| {
+                                t.state == TargetState::Excluded
+                                    || (from_down && t.state == TargetState::Down)
+                            })
                         })
                     });
                     if all_out && (d as usize) < self.engines.len() {
@@ -366,7 +376,10 @@ impl Job {
         self.publish(&status)?;
         if status.pass == 1 {
             let base = base_map(&status, &map);
-            self.pass(&mut status, &base, &[], &elapsed)?;
+            // the UP targets' data was discarded: they are destinations of
+            // every dkey of theirs, whether or not they served under the base
+            // (a DOWN engine returning did; an EXCLUDED one did not)
+            self.pass(&mut status, &base, &up, &elapsed)?;
             if !up.is_empty() {
                 let mut v = status.version;
                 for &t in &up {

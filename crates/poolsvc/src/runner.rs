@@ -107,6 +107,13 @@ impl Replica {
                 )));
             }
         }
+        if cfg.rebuild.return_from_down {
+            tracing::warn!(
+                "EXPERIMENTAL: a DOWN engine that answers again is reintegrated at once \
+                 (DOWN -> UP -> UP-IN); the rebuild copy races client writes (the soak reads \
+                 stale values with it, docs/obj-dist.md \"Rebuild\"): not for data you keep"
+            );
+        }
         let mut store = Store::open(db_path)?;
         if let Some(m) = &cfg.map_versions {
             store = store.with_map_versions(m.clone());

@@ -108,6 +108,11 @@ pub struct EngineArgs {
     /// as a stale map otherwise until the map is fetched again; 0 = no fence.
     #[arg(long, default_value_t = 450)]
     pub pool_svc_lease_ms: u64,
+    /// Reintegrate a DOWN engine that answers again at once (DOWN → UP →
+    /// UP-IN) instead of waiting for EXCLUDED (experimental: see
+    /// docs/obj-dist.md).
+    #[arg(long)]
+    pub pool_svc_return_from_down: bool,
     /// Accept network-partition injection through the pool service
     /// (`dpustack system fault`; tests only): links to/from other ranks cut.
     #[arg(long, requires = "pool_svc_id")]
@@ -348,6 +353,7 @@ fn engine(a: &EngineArgs, cfg: &Config) -> Result<()> {
                 rebuild: poolsvc::rebuild::RebuildConfig {
                     enabled: !a.pool_svc_no_rebuild,
                     rate: a.pool_svc_rebuild_rate,
+                    return_from_down: a.pool_svc_return_from_down,
                     ..Default::default()
                 },
                 // the engine refuses object I/O sent with an older pool map

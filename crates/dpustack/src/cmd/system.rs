@@ -72,6 +72,10 @@ pub enum SystemCmd {
         /// I/O as a stale map until it fetches the map again); 0 = no fence.
         #[arg(long, default_value_t = 450)]
         lease_ms: u64,
+        /// A DOWN engine that answers again is reintegrated at once instead
+        /// of waiting for EXCLUDED (experimental: see docs/obj-dist.md).
+        #[arg(long)]
+        return_from_down: bool,
     },
     /// Cut engine RANK's links (the system must run with `start
     /// --fault-injection`): messages to the `--drop-to` ranks and from the
@@ -249,6 +253,7 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
             rebuild_rate,
             fault_injection,
             lease_ms,
+            return_from_down,
         } => start(
             &dir,
             engines,
@@ -257,6 +262,7 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
             targets,
             svc_port,
             (exclude_after_ms, rebuild_rate, fault_injection, lease_ms),
+            return_from_down,
         ),
         SystemCmd::Fault {
             rank,
@@ -372,6 +378,7 @@ fn start(
     targets: usize,
     svc_port: u16,
     (exclude_after_ms, rebuild_rate, fault_injection, lease_ms): (u64, u64, bool, u64),
+    return_from_down: bool,
 ) -> Result<()> {
     if n == 0 {
         bail!("--engines must be at least 1");
@@ -436,6 +443,9 @@ fn start(
         }
         if fault_injection {
             cmd.arg("--fault-injection");
+        }
+        if return_from_down {
+            cmd.arg("--pool-svc-return-from-down");
         }
         cmd.process_group(0);
         let child = cmd
