@@ -16,7 +16,8 @@ use nvme::opcode::DataDirection;
 use nvme::{Cqe, Sqe};
 use tracing::{debug, info, warn};
 use verbs::{
-    AccessFlags, Cq, Mr, Qp, QpCap, RecvWr, SendWr, Sge, Wc, WcStatus, WrDetail, WrOpcode,
+    AccessFlags, CompChannel, Cq, Mr, Qp, QpCap, RecvWr, SendWr, Sge, Wc, WcStatus, WrDetail,
+    WrOpcode,
 };
 use wire::nvme_rdma::{CmRej, CmRejStatus, CmRep, CmReq, RECFMT_1_0};
 
@@ -264,7 +265,10 @@ impl Transport for RdmaTransport {
         Ok(())
     }
     fn poll_group_create(&self, _event_driven: bool) -> RdmaPollGroup {
-        RdmaPollGroup { _p: () }
+        RdmaPollGroup {
+            traffic: false,
+            fds: Vec::new(),
+        }
     }
 }
 
@@ -301,6 +305,8 @@ pub struct RdmaQpair {
     id: CmId,
     qp: Qp,
     cq: Cq,
+    /// The CQ's completion channel: the poll group sleeps on it when idle.
+    ch: CompChannel,
     qsize: usize,
     /// Receive slot size: SQE + in-capsule data.
     rsz: usize,
@@ -354,13 +360,14 @@ impl RdmaQpair {
     ) -> Result<Self, (CmId, String)> {
         let qsize = qsize as usize;
         let rsz = SQE_LEN + icd as usize;
-        let setup = |id: &mut CmId| -> Result<(Cq, Qp, Mr, Mr), String> {
+        let setup = |id: &mut CmId| -> Result<(Cq, CompChannel, Qp, Mr, Mr), String> {
             let ctx = id.device().context().clone();
             let pd = id.device().pd().clone();
             // per command: a response SEND and up to MAX_KEYED READs or WRITEs
             let max_send = qsize * (2 + MAX_KEYED);
+            let ch = ctx.create_comp_channel().map_err(|e| e.to_string())?;
             let cq = ctx
-                .create_cq(max_send + qsize + 8, None)
+                .create_cq(max_send + qsize + 8, Some(&ch))
                 .map_err(|e| e.to_string())?;
             let cap = QpCap {
                 max_send_wr: max_send as u32,
@@ -387,9 +394,9 @@ impl RdmaQpair {
                 }])
                 .map_err(|e| format!("post_recv: {e:?}"))?;
             }
-            Ok((cq, qp, recv_mr, rsp_mr))
+            Ok((cq, ch, qp, recv_mr, rsp_mr))
         };
-        let (cq, qp, recv_mr, rsp_mr) = match setup(&mut id) {
+        let (cq, ch, qp, recv_mr, rsp_mr) = match setup(&mut id) {
             Ok(x) => x,
             Err(e) => return Err((id, e)),
         };
@@ -410,6 +417,7 @@ impl RdmaQpair {
             id,
             qp,
             cq,
+            ch,
             qsize,
             rsz,
             recv_mr,
@@ -464,6 +472,26 @@ impl RdmaQpair {
             }
         }
         progress
+    }
+
+    /// Arms the CQ's completion channel, then polls once more (completions queued
+    /// before arming do not fire). Returns the channel's fd to sleep on, or None
+    /// when that poll found completions (no sleep).
+    fn arm(&mut self) -> Option<std::os::fd::RawFd> {
+        if self.cq.req_notify(false).is_err() {
+            return None; // cannot sleep on it: keep polling
+        }
+        if self.poll_cq() {
+            return None;
+        }
+        Some(self.ch.fd())
+    }
+
+    /// Consumes the channel's events after a sleep.
+    fn disarm(&mut self) {
+        while self.ch.get_cq_event(0).is_ok() {
+            self.cq.ack_events(1);
+        }
     }
 
     fn on_wc(&mut self, wc: &Wc) {
@@ -843,10 +871,20 @@ impl Drop for RdmaQpair {
     }
 }
 
-/// The RDMA part of a poll group: polls each qpair's CQ.
+/// After traffic, `wait` keeps polling this long before it sleeps on the
+/// completion channels: at queue depth the next capsule is microseconds away,
+/// while a sleep costs a wake-up (and the soft device's poller thread, kept out
+/// of a busy poller's way, then has to take over receiving).
+const SPIN_AFTER_TRAFFIC: Duration = Duration::from_millis(1);
+
+/// The RDMA part of a poll group: polls each qpair's CQ; when idle, sleeps on
+/// the CQs' completion channels.
 #[derive(Debug)]
 pub struct RdmaPollGroup {
-    _p: (),
+    /// `poll` found completions since the last `wait`.
+    traffic: bool,
+    /// The completion channels' fds of the last sleep (reused).
+    fds: Vec<libc::pollfd>,
 }
 
 impl TransportPollGroup for RdmaPollGroup {
@@ -857,15 +895,59 @@ impl TransportPollGroup for RdmaPollGroup {
         for q in qpairs.iter_mut() {
             progress |= q.as_mut().poll_cq();
         }
+        self.traffic |= progress;
         progress
     }
     fn flush<Q: AsMut<RdmaQpair>>(&mut self, _qpairs: &mut [Q]) -> bool {
         false // `complete` posts directly
     }
-    fn wait<Q: AsMut<RdmaQpair>>(&mut self, _qpairs: &mut [Q], timeout: Duration) -> bool {
-        // no completion channel yet: a short nap
-        std::thread::sleep(timeout.min(Duration::from_micros(50)));
-        false
+    fn wait<Q: AsMut<RdmaQpair>>(&mut self, qpairs: &mut [Q], timeout: Duration) -> bool {
+        if qpairs.is_empty() {
+            std::thread::sleep(timeout);
+            return false;
+        }
+        if std::mem::take(&mut self.traffic) {
+            // traffic a moment ago: keep polling (the CQ poll yields the CPU now and
+            // then and receives from the socket itself)
+            let t0 = std::time::Instant::now();
+            let spin = timeout.min(SPIN_AFTER_TRAFFIC);
+            let mut n = 0u32;
+            loop {
+                let mut p = false;
+                for q in qpairs.iter_mut() {
+                    p |= q.as_mut().poll_cq();
+                }
+                if p {
+                    self.traffic = true;
+                    return true;
+                }
+                n = n.wrapping_add(1);
+                if n.is_multiple_of(64) && t0.elapsed() >= spin {
+                    return false;
+                }
+            }
+        }
+        // idle: sleep on the completion channels until a completion or the timeout
+        self.fds.clear();
+        for q in qpairs.iter_mut() {
+            match q.as_mut().arm() {
+                Some(fd) => self.fds.push(libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                }),
+                None => {
+                    self.traffic = true;
+                    return true;
+                }
+            }
+        }
+        let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
+        let r = crate::tcp::driver::poll_fds(&mut self.fds, ms);
+        for q in qpairs.iter_mut() {
+            q.as_mut().disarm();
+        }
+        r > 0
     }
     fn remove(&mut self, q: RdmaQpair) {
         info!(peer = %q.peer, stats = %q.describe_stats(), "NVMe/RDMA qpair closed");
