@@ -916,7 +916,13 @@ pub fn bench(args: &BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     // and on, alternating within each round (off-on, then on-off) so drift and
     // warm-up fall on both; 4 KiB randread on the null bdev (the most I/Os/s,
     // so the largest share of per-I/O work).
-    if let Some(s) = &srv {
+    // DPUSTACK_BENCH_NVMF_NO_METRICS=1: only the transports' rows (A/B runs of the
+    // NVMe/TCP and NVMe/RDMA figures without the minutes of the metrics-cost part)
+    let skip_metrics = std::env::var_os("DPUSTACK_BENCH_NVMF_NO_METRICS").is_some_and(|v| v != "0");
+    if skip_metrics {
+        r.note("DPUSTACK_BENCH_NVMF_NO_METRICS: the metrics-cost figures were not run");
+    }
+    if let Some(s) = srv.as_ref().filter(|_| !skip_metrics) {
         // short alternating rounds: on a shared machine the load moves more between
         // runs than the metrics cost; the median of the per-round ratios is the figure
         let rounds = (runs * 8).max(8);

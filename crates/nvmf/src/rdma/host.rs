@@ -28,6 +28,8 @@ use crate::transport::{
 const HOST_ICD: u32 = 4096;
 /// Largest transfer the host's buffers take.
 const HOST_MAX_XFER: usize = 1024 * 1024;
+/// How long a blocking `progress` busy-polls the CQ before it naps between polls.
+const BUSY_POLL: Duration = Duration::from_millis(2);
 
 /// The NVMe/RDMA transport, host side, on one CM device (its address is the source).
 #[derive(Clone)]
@@ -204,6 +206,8 @@ impl HostTransport for RdmaHostTransport {
             rsp_mr,
             pool,
             slots: (0..depth).map(|_| Slot::default()).collect(),
+            sends: Vec::with_capacity(depth),
+            polls: 0,
             vecs: Vec::new(),
             wcs: vec![Wc::default(); 32],
             dead: None,
@@ -234,6 +238,10 @@ struct RdmaHostQueue {
     rsp_mr: Mr,
     pool: BufPool,
     slots: Vec<Slot>,
+    /// CQ polls (the CM's events are looked at every 64th empty one).
+    polls: u32,
+    /// Capsule SENDs submitted, not posted yet: (wr_id, SGE).
+    sends: Vec<(u64, verbs::Sge)>,
     vecs: Vec<Vec<u8>>,
     wcs: Vec<Wc>,
     dead: Option<&'static str>,
@@ -250,15 +258,44 @@ impl RdmaHostQueue {
         let cqe = s.cqe.take().unwrap_or_default();
         s.busy = false;
         let mut data = self.vecs.pop().unwrap_or_default();
-        data.clear();
+        let n = if s.buf.is_some() {
+            s.read_len as usize
+        } else {
+            0
+        };
+        // a recycled vector keeps its length: zero only what it grows by (the copy
+        // below overwrites all n bytes)
+        data.truncate(n);
+        data.resize(n, 0);
         if let Some(b) = s.buf.take() {
-            if s.read_len > 0 {
-                data.resize(s.read_len as usize, 0);
+            if n > 0 {
                 b.mr().read(0, &mut data);
             }
             self.pool.put(b);
         }
         done.push_back(HostCompletion { cqe, data });
+    }
+
+    /// Posts the capsules submitted since the last call, in one post.
+    fn post_sends(&mut self) -> Result<(), QueueError> {
+        const CHUNK: usize = 32;
+        let mut at = 0;
+        while at < self.sends.len() {
+            let n = (self.sends.len() - at).min(CHUNK);
+            let p = &self.sends[at..at + n];
+            let wrs: [SendWr; CHUNK] = std::array::from_fn(|i| {
+                let (id, sge) = &p[i.min(n - 1)];
+                SendWr::new(*id, WrOpcode::Send, std::slice::from_ref(sge))
+            });
+            if self.qp.post_send(&wrs[..n]).is_err() {
+                self.sends.clear();
+                self.dead = Some("post_send failed");
+                return Err(QueueError::Terminated("post_send failed"));
+            }
+            at += n;
+        }
+        self.sends.clear();
+        Ok(())
     }
 
     fn poll_cq(&mut self, done: &mut VecDeque<HostCompletion>) -> Result<bool, QueueError> {
@@ -313,7 +350,12 @@ impl RdmaHostQueue {
             }
         }
         self.wcs = wcs;
-        while let Some(ev) = self.ch.try_get_event() {
+        // the CM's events (a peer gone) every 64th poll, not on every one
+        self.polls = self.polls.wrapping_add(1);
+        while self.polls.is_multiple_of(64) {
+            let Some(ev) = self.ch.try_get_event() else {
+                break;
+            };
             if matches!(
                 ev.event,
                 EventType::Disconnected | EventType::DeviceRemoval | EventType::Unreachable
@@ -408,18 +450,10 @@ impl HostQueue for RdmaHostQueue {
             sqe.set_sgl(SglDescriptor::keyed_data_block(0, 0, 0, false));
         }
         self.cap_mr.write(off, sqe.as_bytes());
-        let sge = [self.cap_mr.sge(off, send_len as u32)];
-        if self
-            .qp
-            .post_send(&[SendWr::new(wrid::SEND | c as u64, WrOpcode::Send, &sge)])
-            .is_err()
-        {
-            if let Some(b) = buf {
-                self.pool.put(b);
-            }
-            self.dead = Some("post_send failed");
-            return Err(SubmitError::NotReady);
-        }
+        // posted by the next `progress`, with the other capsules submitted before it
+        // (one doorbell, one sendmmsg on the soft device, for a batch of commands)
+        self.sends
+            .push((wrid::SEND | c as u64, self.cap_mr.sge(off, send_len as u32)));
         self.slots[c] = Slot {
             busy: true,
             send_done: false,
@@ -436,18 +470,39 @@ impl HostQueue for RdmaHostQueue {
         done: &mut VecDeque<HostCompletion>,
     ) -> Result<bool, QueueError> {
         let before = done.len();
+        self.post_sends()?;
         let moved = self.poll_cq(done)?;
         if moved || !block || done.len() > before {
             return Ok(moved);
         }
+        // busy poll first (as SPDK's host does): a completion is usually a few
+        // microseconds away, and the soft device receives from this thread while it
+        // polls (its poller thread keeps out of the way of a busy poller); a nap here
+        // costs a timer slack of ~50 us per wait and left the socket unread meanwhile
+        // (the soft CQ receives itself only every few empty polls). After BUSY_POLL
+        // without anything, nap between polls, receiving after each nap.
         let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_millis(100) {
-            std::thread::sleep(Duration::from_micros(20));
+        let mut waited = Duration::ZERO;
+        let mut i = 0u32;
+        loop {
+            i = i.wrapping_add(1);
+            if i.is_multiple_of(32) || waited >= BUSY_POLL {
+                // the clock now and then while busy polling (it showed in profiles)
+                waited = t0.elapsed();
+            }
+            if waited >= Duration::from_millis(100) {
+                return Ok(false);
+            }
+            if waited >= BUSY_POLL {
+                std::thread::sleep(Duration::from_micros(50));
+                if let Some(d) = self.cq.context().soft() {
+                    let _ = d.progress();
+                }
+            }
             if self.poll_cq(done)? {
                 return Ok(true);
             }
         }
-        Ok(false)
     }
 
     fn recycle(&mut self, buf: Vec<u8>) {

@@ -156,6 +156,10 @@ pub struct RdmaCounters {
     pub qpairs: std::sync::atomic::AtomicI64,
     pub mrs: std::sync::atomic::AtomicI64,
     pub bufs_lent: std::sync::atomic::AtomicI64,
+    /// Target: times a poll group slept on its queues' completion channels, and
+    /// how many of those sleeps a completion ended (the rest: the timeout).
+    pub sleeps: std::sync::atomic::AtomicI64,
+    pub woken: std::sync::atomic::AtomicI64,
 }
 
 impl RdmaCounters {

@@ -16,7 +16,8 @@ use nvme::opcode::DataDirection;
 use nvme::{Cqe, Sqe};
 use tracing::{debug, info, warn};
 use verbs::{
-    AccessFlags, Cq, Mr, Qp, QpCap, RecvWr, SendWr, Sge, Wc, WcStatus, WrDetail, WrOpcode,
+    AccessFlags, CompChannel, Cq, Mr, Qp, QpCap, RecvWr, SendWr, Sge, Wc, WcStatus, WrDetail,
+    WrOpcode,
 };
 use wire::nvme_rdma::{CmRej, CmRejStatus, CmRep, CmReq, RECFMT_1_0};
 
@@ -263,8 +264,13 @@ impl Transport for RdmaTransport {
         self.conns.retain(|_, f| Arc::strong_count(f) > 1);
         Ok(())
     }
-    fn poll_group_create(&self, _event_driven: bool) -> RdmaPollGroup {
-        RdmaPollGroup { _p: () }
+    fn poll_group_create(&self, event_driven: bool) -> RdmaPollGroup {
+        RdmaPollGroup {
+            spin: !event_driven,
+            traffic: false,
+            fds: Vec::with_capacity(16),
+            counters: self.counters.clone(),
+        }
     }
 }
 
@@ -301,6 +307,8 @@ pub struct RdmaQpair {
     id: CmId,
     qp: Qp,
     cq: Cq,
+    /// The CQ's completion channel: the poll group sleeps on it when idle.
+    ch: CompChannel,
     qsize: usize,
     /// Receive slot size: SQE + in-capsule data.
     rsz: usize,
@@ -318,6 +326,11 @@ pub struct RdmaQpair {
     reads: Vec<Option<(Sqe, Box<RdmaBuf>, u8)>>,
     read_free: Vec<u16>,
     events: VecDeque<QpairEvent>,
+    /// Send-queue WRs queued during a poll pass, posted together by the flush.
+    sq_pending: Vec<PendingWr>,
+    /// Fault injection: the provider "refuses" the queued WR at this index at the
+    /// next flush (it and those after it are not posted; the queue fails).
+    refuse_at: Option<usize>,
     /// Completions waiting for a response slot, in order.
     pending: VecDeque<(Cqe, IoBuf)>,
     terminated: Arc<AtomicBool>,
@@ -354,13 +367,14 @@ impl RdmaQpair {
     ) -> Result<Self, (CmId, String)> {
         let qsize = qsize as usize;
         let rsz = SQE_LEN + icd as usize;
-        let setup = |id: &mut CmId| -> Result<(Cq, Qp, Mr, Mr), String> {
+        let setup = |id: &mut CmId| -> Result<(Cq, CompChannel, Qp, Mr, Mr), String> {
             let ctx = id.device().context().clone();
             let pd = id.device().pd().clone();
             // per command: a response SEND and up to MAX_KEYED READs or WRITEs
             let max_send = qsize * (2 + MAX_KEYED);
+            let ch = ctx.create_comp_channel().map_err(|e| e.to_string())?;
             let cq = ctx
-                .create_cq(max_send + qsize + 8, None)
+                .create_cq(max_send + qsize + 8, Some(&ch))
                 .map_err(|e| e.to_string())?;
             let cap = QpCap {
                 max_send_wr: max_send as u32,
@@ -387,9 +401,9 @@ impl RdmaQpair {
                 }])
                 .map_err(|e| format!("post_recv: {e:?}"))?;
             }
-            Ok((cq, qp, recv_mr, rsp_mr))
+            Ok((cq, ch, qp, recv_mr, rsp_mr))
         };
-        let (cq, qp, recv_mr, rsp_mr) = match setup(&mut id) {
+        let (cq, ch, qp, recv_mr, rsp_mr) = match setup(&mut id) {
             Ok(x) => x,
             Err(e) => return Err((id, e)),
         };
@@ -410,6 +424,7 @@ impl RdmaQpair {
             id,
             qp,
             cq,
+            ch,
             qsize,
             rsz,
             recv_mr,
@@ -422,7 +437,9 @@ impl RdmaQpair {
             reads: (0..qsize).map(|_| None).collect(),
             read_free: (0..qsize as u16).rev().collect(),
             events: VecDeque::with_capacity(qsize),
-            pending: VecDeque::new(),
+            sq_pending: Vec::with_capacity(qsize * (2 + MAX_KEYED)),
+            refuse_at: None,
+            pending: VecDeque::with_capacity(qsize),
             terminated,
             qp_error: false,
             told_terminated: false,
@@ -464,6 +481,26 @@ impl RdmaQpair {
             }
         }
         progress
+    }
+
+    /// Arms the CQ's completion channel, then polls once more (completions queued
+    /// before arming do not fire). Returns the channel's fd to sleep on, or None
+    /// when that poll found completions (no sleep).
+    fn arm(&mut self) -> Option<std::os::fd::RawFd> {
+        if self.cq.req_notify(false).is_err() {
+            return None; // cannot sleep on it: keep polling
+        }
+        if self.poll_cq() {
+            return None;
+        }
+        Some(self.ch.fd())
+    }
+
+    /// Consumes the channel's events after a sleep.
+    fn disarm(&mut self) {
+        while self.ch.get_cq_event(0).is_ok() {
+            self.cq.ack_events(1);
+        }
     }
 
     fn on_wc(&mut self, wc: &Wc) {
@@ -630,16 +667,22 @@ impl RdmaQpair {
         };
         let rs = slot as usize;
         self.rsp_mr.write(rs * CQE_LEN, cqe.as_bytes());
-        let rsp_sge = [self.rsp_mr.sge(rs * CQE_LEN, CQE_LEN as u32)];
-        let mut send = SendWr::new(wrid::SEND | rs as u64, WrOpcode::Send, &rsp_sge);
+        let mut send = PendingWr {
+            wr_id: wrid::SEND | rs as u64,
+            opcode: WrOpcode::Send,
+            signaled: true,
+            sge: self.rsp_mr.sge(rs * CQE_LEN, CQE_LEN as u32),
+            remote: (0, 0),
+            imm: 0,
+        };
         if let Some(i) = self.inv.iter().position(|(c, _)| *c == cid) {
             let (_, key) = self.inv.swap_remove(i);
             send.opcode = WrOpcode::SendWithInv;
-            send.imm_data = key;
+            send.imm = key;
             self.stats.invalidate_sent += 1;
         }
         self.stats.responses += 1;
-        let posted = match (dest, data.is_empty()) {
+        match (dest, data.is_empty()) {
             (Some(d), false) => {
                 // the data as a registered buffer (reads: already one; admin pages: copied)
                 let buf = match BufPool::own(data) {
@@ -652,107 +695,115 @@ impl RdmaQpair {
                         })
                     }
                 };
-                match buf {
-                    Some(b) => {
-                        // the data by RDMA WRITEs (one per keyed block, scattered from
-                        // the buffer in order) and the response SEND behind them, in
-                        // one post: if the provider refuses a WRITE, the WRs after it
-                        // (the SEND among them) are not posted, so no success response
-                        // goes out for data not sent; the queue is torn down instead
-                        let mut sges = [Sge::default(); MAX_KEYED];
-                        let mut remote = [(0u64, 0u32); MAX_KEYED];
-                        let mut left = b.len();
-                        let mut at = 0usize;
-                        let mut n = 0usize;
-                        for k in d.dest.blocks() {
-                            let len = (k.len as usize).min(left);
-                            if len == 0 {
-                                break;
-                            }
-                            sges[n] = b.mr().sge(at, len as u32);
-                            remote[n] = (k.addr, k.key);
-                            n += 1;
-                            at += len;
-                            left -= len;
-                        }
-                        let mut wrs: [SendWr; MAX_KEYED + 1] = std::array::from_fn(|i| {
-                            let i = i.min(MAX_KEYED - 1);
-                            let mut w = SendWr::new(
-                                wrid::WRITE | rs as u64,
-                                WrOpcode::RdmaWrite,
-                                &sges[i..i + 1],
-                            );
-                            w.wr = WrDetail::Rdma {
-                                remote_addr: remote[i].0,
-                                rkey: remote[i].1,
-                            };
-                            w
-                        });
-                        wrs[n] = send;
-                        self.stats.rdma_writes += n as u64;
-                        let r = match self.faults.refuse_write(n) {
-                            // injected: the provider refuses WRITE `i` (those before go)
-                            Some(i) => {
-                                let _ = self.qp.post_send(&wrs[..i]);
-                                false
-                            }
-                            None => self.qp.post_send(&wrs[..=n]).is_ok(),
-                        };
-                        // WRITEs may be under way from the buffer: it stays with the
-                        // response slot until the SEND completes or the queue goes
-                        self.rsp_data[rs] = Some(b);
-                        if !r {
-                            self.fail_qp("post RDMA WRITE + response");
-                            return;
-                        }
-                        true
+                let Some(b) = buf else {
+                    self.fail_qp("no registered buffer for a response's data");
+                    self.release_rsp(rs);
+                    return;
+                };
+                // the data by RDMA WRITEs (one per keyed block, scattered from the
+                // buffer in order) and the response SEND behind them, queued in this
+                // order for the next flush's post: if the provider refuses a WRITE,
+                // the WRs after it (the SEND among them) are not posted, so no
+                // success response goes out for data not sent; the queue is torn
+                // down instead. The WRITEs are unsignaled: the SEND's completion
+                // says they are done (an error completes them anyway).
+                let mut writes = 0usize;
+                let mut left = b.len();
+                let mut at = 0usize;
+                for k in d.dest.blocks() {
+                    let len = (k.len as usize).min(left);
+                    if len == 0 {
+                        break;
                     }
-                    None => false,
+                    self.sq_pending.push(PendingWr {
+                        wr_id: wrid::WRITE | rs as u64,
+                        opcode: WrOpcode::RdmaWrite,
+                        signaled: false,
+                        sge: b.mr().sge(at, len as u32),
+                        remote: (k.addr, k.key),
+                        imm: 0,
+                    });
+                    writes += 1;
+                    at += len;
+                    left -= len;
                 }
+                self.stats.rdma_writes += writes as u64;
+                // WRITEs may be under way from the buffer: it stays with the
+                // response slot until the SEND completes or the queue goes
+                self.rsp_data[rs] = Some(b);
+                if let Some(i) = self.faults.refuse_write(writes) {
+                    // injected: the provider refuses WRITE `i` at the flush (those
+                    // before it go, nothing after it)
+                    let at = self.sq_pending.len() - (writes - i);
+                    self.refuse_at.get_or_insert(at);
+                }
+                self.sq_pending.push(send);
             }
             (_, _) => {
                 self.put_buf(data);
-                self.qp.post_send(&[send]).is_ok()
+                self.sq_pending.push(send);
             }
-        };
-        if !posted {
-            self.fail_qp("post response");
-            self.release_rsp(rs);
         }
     }
 
+    /// Posts the queued send-queue WRs (reads' WRITEs + responses, RDMA READs) in
+    /// as few posts as possible: one doorbell (one `sendmmsg` on the soft device)
+    /// for all the responses and READs of a poll pass. Returns progress.
+    fn post_pending(&mut self) -> bool {
+        if self.sq_pending.is_empty() {
+            return false;
+        }
+        if self.qp_error {
+            // the queue is going: nothing more is posted (its buffers go with it)
+            self.sq_pending.clear();
+            return false;
+        }
+        const CHUNK: usize = 32;
+        let refuse_at = self.refuse_at.take();
+        let end = refuse_at.unwrap_or(usize::MAX).min(self.sq_pending.len());
+        let mut at = 0;
+        while at < end {
+            let n = (end - at).min(CHUNK);
+            let p = &self.sq_pending[at..at + n];
+            let wrs: [SendWr; CHUNK] = std::array::from_fn(|i| p[i.min(n - 1)].wr());
+            if let Err(e) = self.qp.post_send(&wrs[..n]) {
+                debug!(peer = %self.peer, index = at + e.index, "post_send refused a WR");
+                self.sq_pending.clear();
+                self.fail_qp("post RDMA WRITE/READ/response");
+                return true;
+            }
+            at += n;
+        }
+        self.sq_pending.clear();
+        if refuse_at.is_some() {
+            self.fail_qp("post RDMA WRITE + response");
+        }
+        true
+    }
+
     /// RDMA READs of a host write's data (one per keyed block, into one registered
-    /// buffer); the command goes to the core when the last of them completes.
+    /// buffer), queued for the next flush; the command goes to the core when the
+    /// last of them completes.
     fn start_read(&mut self, sqe: Sqe, list: &KeyedList) {
         let len = list.total() as usize;
         let (Some(slot), Some(b)) = (self.read_free.pop(), self.pool.get(len)) else {
             self.fail_qp("no READ slot or buffer");
             return;
         };
-        let mut posted = true;
         let mut at = 0usize;
         let mut n = 0u8;
         for k in list.blocks().iter().filter(|k| k.len > 0) {
-            let sge = [b.mr().sge(at, k.len)];
-            let mut wr = SendWr::new(wrid::READ | slot as u64, WrOpcode::RdmaRead, &sge);
-            wr.wr = WrDetail::Rdma {
-                remote_addr: k.addr,
-                rkey: k.key,
-            };
-            if self.qp.post_send(&[wr]).is_err() {
-                // the command never runs: its data would be incomplete
-                posted = false;
-                break;
-            }
+            self.sq_pending.push(PendingWr {
+                wr_id: wrid::READ | slot as u64,
+                opcode: WrOpcode::RdmaRead,
+                signaled: true,
+                sge: b.mr().sge(at, k.len),
+                remote: (k.addr, k.key),
+                imm: 0,
+            });
             at += k.len as usize;
             n += 1;
             self.stats.rdma_reads += 1;
-        }
-        if !posted {
-            // one more than posted: the refused READ never completes
-            self.reads[slot as usize] = Some((sqe, b, n + 1));
-            self.fail_qp("post RDMA READ");
-            return;
         }
         if n == 0 {
             // nothing to move (all blocks empty): the command runs at once
@@ -766,6 +817,36 @@ impl RdmaQpair {
             return;
         }
         self.reads[slot as usize] = Some((sqe, b, n));
+    }
+}
+
+/// A send-queue WR waiting for the next flush (owned: no borrowed SGE list).
+#[derive(Debug, Clone, Copy)]
+struct PendingWr {
+    wr_id: u64,
+    opcode: WrOpcode,
+    signaled: bool,
+    sge: Sge,
+    /// (remote address, R_Key) of RDMA READ/WRITE.
+    remote: (u64, u32),
+    /// SEND with Invalidate: the R_Key.
+    imm: u32,
+}
+
+impl PendingWr {
+    fn wr(&self) -> SendWr<'_> {
+        let mut w = SendWr::new(self.wr_id, self.opcode, std::slice::from_ref(&self.sge));
+        if !self.signaled {
+            w.send_flags = verbs::SendFlags::empty();
+        }
+        w.imm_data = self.imm;
+        if matches!(self.opcode, WrOpcode::RdmaWrite | WrOpcode::RdmaRead) {
+            w.wr = WrDetail::Rdma {
+                remote_addr: self.remote.0,
+                rkey: self.remote.1,
+            };
+        }
+        w
     }
 }
 
@@ -843,10 +924,24 @@ impl Drop for RdmaQpair {
     }
 }
 
-/// The RDMA part of a poll group: polls each qpair's CQ.
+/// After traffic, `wait` keeps polling this long before it sleeps on the
+/// completion channels: at queue depth the next capsule is microseconds away,
+/// while a sleep costs a wake-up (and the soft device's poller thread, kept out
+/// of a busy poller's way, then has to take over receiving).
+const SPIN_AFTER_TRAFFIC: Duration = Duration::from_millis(1);
+
+/// The RDMA part of a poll group: polls each qpair's CQ; when idle, sleeps on
+/// the CQs' completion channels.
 #[derive(Debug)]
 pub struct RdmaPollGroup {
-    _p: (),
+    /// Poll on after traffic (not in event-driven mode, `idle_spins` 0: there the
+    /// group sleeps as soon as a pass finds nothing, leaving the CPU to others).
+    spin: bool,
+    /// `poll` found completions since the last `wait`.
+    traffic: bool,
+    /// The completion channels' fds of the last sleep (reused).
+    fds: Vec<libc::pollfd>,
+    counters: Arc<RdmaCounters>,
 }
 
 impl TransportPollGroup for RdmaPollGroup {
@@ -857,15 +952,70 @@ impl TransportPollGroup for RdmaPollGroup {
         for q in qpairs.iter_mut() {
             progress |= q.as_mut().poll_cq();
         }
+        self.traffic |= progress;
         progress
     }
-    fn flush<Q: AsMut<RdmaQpair>>(&mut self, _qpairs: &mut [Q]) -> bool {
-        false // `complete` posts directly
+    fn flush<Q: AsMut<RdmaQpair>>(&mut self, qpairs: &mut [Q]) -> bool {
+        let mut progress = false;
+        for q in qpairs.iter_mut() {
+            progress |= q.as_mut().post_pending();
+        }
+        progress
     }
-    fn wait<Q: AsMut<RdmaQpair>>(&mut self, _qpairs: &mut [Q], timeout: Duration) -> bool {
-        // no completion channel yet: a short nap
-        std::thread::sleep(timeout.min(Duration::from_micros(50)));
-        false
+    fn wait<Q: AsMut<RdmaQpair>>(&mut self, qpairs: &mut [Q], timeout: Duration) -> bool {
+        if qpairs.is_empty() {
+            std::thread::sleep(timeout);
+            return false;
+        }
+        if std::mem::take(&mut self.traffic) && self.spin {
+            // traffic a moment ago: keep polling (the CQ poll yields the CPU now and
+            // then and receives from the socket itself)
+            let t0 = std::time::Instant::now();
+            let spin = timeout.min(SPIN_AFTER_TRAFFIC);
+            let mut n = 0u32;
+            loop {
+                let mut p = false;
+                for q in qpairs.iter_mut() {
+                    p |= q.as_mut().poll_cq();
+                }
+                if p {
+                    self.traffic = true;
+                    return true;
+                }
+                // the clock every few rounds only (it can be slow in a guest); but
+                // often enough: an empty CQ poll yields the CPU now and then, and a
+                // yield on a loaded machine can last a time slice
+                n = n.wrapping_add(1);
+                if n.is_multiple_of(8) && t0.elapsed() >= spin {
+                    return false;
+                }
+            }
+        }
+        // idle: sleep on the completion channels until a completion or the timeout
+        self.fds.clear();
+        for q in qpairs.iter_mut() {
+            match q.as_mut().arm() {
+                Some(fd) => self.fds.push(libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                }),
+                None => {
+                    self.traffic = true;
+                    return true;
+                }
+            }
+        }
+        let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
+        let r = crate::tcp::driver::poll_fds(&mut self.fds, ms);
+        for q in qpairs.iter_mut() {
+            q.as_mut().disarm();
+        }
+        RdmaCounters::add(&self.counters.sleeps, 1);
+        if r > 0 {
+            RdmaCounters::add(&self.counters.woken, 1);
+        }
+        r > 0
     }
     fn remove(&mut self, q: RdmaQpair) {
         info!(peer = %q.peer, stats = %q.describe_stats(), "NVMe/RDMA qpair closed");

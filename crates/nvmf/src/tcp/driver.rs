@@ -28,7 +28,7 @@ const TX_HIGH_WATER: usize = 4 * 1024 * 1024;
 /// `poll(2)` on `fds` for at most `timeout_ms`; the number of ready descriptors
 /// (0 on timeout, negative on error).
 #[allow(unsafe_code)] // the crate's only unsafe: a libc call without a safe wrapper
-fn poll_fds(fds: &mut [libc::pollfd], timeout_ms: i32) -> i32 {
+pub(crate) fn poll_fds(fds: &mut [libc::pollfd], timeout_ms: i32) -> i32 {
     // SAFETY: `fds` is a valid, exclusively borrowed array of `fds.len()` pollfd
     // structures for the duration of the call; poll(2) writes only `revents`.
     unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) }
