@@ -257,11 +257,24 @@ impl RdmaHostQueue {
         }
         let cqe = s.cqe.take().unwrap_or_default();
         s.busy = false;
-        let mut data = self.vecs.pop().unwrap_or_default();
         let n = if s.buf.is_some() {
             s.read_len as usize
         } else {
             0
+        };
+        // the recycled vector that fits best (the smallest with room for n), so
+        // a mix of sizes settles with no growth in steady state: taking the last
+        // one let a 4 KiB vector grow for a 128 KiB read now and then
+        let fit = self
+            .vecs
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.capacity() >= n)
+            .min_by_key(|(_, v)| v.capacity())
+            .map(|(i, _)| i);
+        let mut data = match fit {
+            Some(i) => self.vecs.swap_remove(i),
+            None => self.vecs.pop().unwrap_or_default(),
         };
         // a recycled vector keeps its length: zero only what it grows by (the copy
         // below overwrites all n bytes)
@@ -506,8 +519,19 @@ impl HostQueue for RdmaHostQueue {
     }
 
     fn recycle(&mut self, buf: Vec<u8>) {
-        if self.vecs.len() < self.slots.len() {
+        // up to two per slot; when full, a larger vector replaces the smallest
+        // kept (keeping whatever came first left the pool short of large ones
+        // with a mix of sizes, and a large read then grew a small one)
+        if self.vecs.len() < 2 * self.slots.len() {
             self.vecs.push(buf);
+        } else if let Some((i, _)) = self
+            .vecs
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, v)| v.capacity())
+            .filter(|(_, v)| v.capacity() < buf.capacity())
+        {
+            self.vecs[i] = buf;
         }
     }
 }

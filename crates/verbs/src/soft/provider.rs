@@ -229,7 +229,7 @@ impl SoftChannel {
     pub(crate) fn new() -> Result<SoftChannel> {
         Ok(SoftChannel(Arc::new(ChannelInner {
             efd: EventFd::new()?,
-            fired: Mutex::new(Default::default()),
+            fired: Mutex::new(std::collections::VecDeque::with_capacity(64)),
         })))
     }
     pub(crate) fn fd(&self) -> RawFd {
