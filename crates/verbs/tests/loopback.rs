@@ -433,3 +433,51 @@ fn uc_over_udp_loopback() {
         0
     );
 }
+
+/// A receiver that busy-polls its last message and closes at once (as
+/// ibv_rc_pingpong's last iteration): the ACK its busy-poll receive deferred
+/// must still leave, or the sender retransmits into nothing and fails (Linux's
+/// ibv_rc_pingpong hung in interop 10-netem before the QP's drop flushed it).
+#[test]
+fn ack_deferred_by_a_busy_poll_leaves_when_the_receiver_closes() {
+    for round in 0..5u8 {
+        let (a, b) = pair(
+            [127, 0, 64, 1 + 2 * round],
+            [127, 0, 64, 2 + 2 * round],
+            IoMode::Threaded,
+        );
+        let r = [b.mr.sge(0, 64)];
+        b.qp.post_recv(&[RecvWr {
+            wr_id: 9,
+            sg_list: &r,
+        }])
+        .unwrap();
+        // b busy-polls before the message is there: its receive is the busy poll's
+        let t0 = Instant::now();
+        let mut wc = [Wc::default(); 4];
+        let mut sent = false;
+        loop {
+            if !sent && t0.elapsed() > Duration::from_millis(2) {
+                a.mr.write(0, b"last message");
+                let s = [a.mr.sge(0, 64)];
+                a.qp.post_send(&[SendWr::new(1, WrOpcode::Send, &s)])
+                    .unwrap();
+                sent = true;
+            }
+            if b.cq.poll(&mut wc).unwrap() > 0 {
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(5), "no receive");
+        }
+        assert_eq!(wc[0].status, WcStatus::Success);
+        drop(b); // QP, CQ, MR, PD, device: at once, no further poll or post
+        let ca = wait(&a.cq, 1);
+        assert_eq!(ca.len(), 1, "round {round}: no completion for the sender");
+        assert_eq!(
+            ca[0].status,
+            WcStatus::Success,
+            "round {round}: {:?}",
+            ca[0]
+        );
+    }
+}

@@ -110,6 +110,12 @@ impl Drop for Device {
     /// The last handle is gone: wake the poller (shutdown makes its poll return),
     /// and wait for it so the UDP port is free when this returns.
     fn drop(&mut self) {
+        if *self.tx_deferred.get_mut() {
+            // deferred packets (ACKs) leave before the socket closes
+            let d = &*self;
+            let mut g = d.lock();
+            d.after(&mut g);
+        }
         if let Some(s) = &self.sock {
             // SAFETY: shutdown(2) on the socket's own fd, which `s` keeps open;
             // no memory is passed.

@@ -429,7 +429,16 @@ pub(crate) struct SoftQp {
 
 impl Drop for SoftQp {
     fn drop(&mut self) {
-        self.dev.lock().engine.destroy_qp(self.qpn);
+        let mut g = self.dev.lock();
+        if self.dev.tx_deferred.load(Ordering::Relaxed) {
+            // what a receive left queued for the next post or poll (the ACK of
+            // the last message this QP got) leaves before the QP goes: an
+            // application that exits after its last completion never posts or
+            // polls again, and its peer would retransmit that message forever
+            // (interop 10-netem: Linux's ibv_rc_pingpong hung after ours ended)
+            self.dev.after(&mut g);
+        }
+        g.engine.destroy_qp(self.qpn);
     }
 }
 
