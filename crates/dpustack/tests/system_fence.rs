@@ -110,20 +110,11 @@ fn engine_cut_off_from_the_pool_service_refuses_object_io() {
     let dir = std::env::temp_dir().join(format!("dpustack-system-fence-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let _g = Guard(dir.clone(), Vec::new());
-    let port = free_port(ip).to_string();
-    let svc_port = free_port(ip).to_string();
-    ok(
+    start_system(
         &dir,
+        ip,
+        3,
         &[
-            "start",
-            "--engines",
-            "3",
-            "--first-ip",
-            ip,
-            "--port",
-            &port,
-            "--svc-port",
-            &svc_port,
             "--exclude-after-ms",
             "0",
             "--fault-injection",

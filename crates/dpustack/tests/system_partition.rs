@@ -155,24 +155,11 @@ fn round(ip: &str, seed: u64, n: usize, cut: Cut, hold: Duration) -> Outcome {
     ));
     let _ = std::fs::remove_dir_all(&dir);
     let _g = Guard(dir.clone(), Vec::new());
-    let port = free_port(ip).to_string();
-    let svc_port = free_port(ip).to_string();
-    ok(
+    start_system(
         &dir,
-        &[
-            "start",
-            "--engines",
-            &n.to_string(),
-            "--first-ip",
-            ip,
-            "--port",
-            &port,
-            "--svc-port",
-            &svc_port,
-            "--exclude-after-ms",
-            "0",
-            "--fault-injection",
-        ],
+        ip,
+        n,
+        &["--exclude-after-ms", "0", "--fault-injection"],
     );
     ok(&dir, &["create", "dp", "dc", "64M"]);
     let ms = members(&dir);
@@ -509,22 +496,7 @@ fn fault_rules_are_refused_without_fault_injection() {
     let dir = std::env::temp_dir().join(format!("dpustack-partition-off-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let _g = Guard(dir.clone(), Vec::new());
-    let port = free_port(ip).to_string();
-    let svc_port = free_port(ip).to_string();
-    ok(
-        &dir,
-        &[
-            "start",
-            "--engines",
-            "1",
-            "--first-ip",
-            ip,
-            "--port",
-            &port,
-            "--svc-port",
-            &svc_port,
-        ],
-    );
+    start_system(&dir, ip, 1, &[]);
     let o = run(&dir, &["fault", "0", "--drop-to", "0"]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);

@@ -30,22 +30,7 @@ fn pool_service_survives_kill_9_of_its_leader() {
     let dir = std::env::temp_dir().join(format!("dpustack-system-raft-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut g = Guard(dir.clone(), Vec::new());
-    let port = free_port("127.0.0.90").to_string();
-    let svc_port = free_port("127.0.0.90").to_string();
-    let out = ok(
-        &dir,
-        &[
-            "start",
-            "--engines",
-            "3",
-            "--first-ip",
-            "127.0.0.90",
-            "--port",
-            &port,
-            "--svc-port",
-            &svc_port,
-        ],
-    );
+    let out = start_system(&dir, "127.0.0.90", 3, &[]);
     assert!(out.contains("pool service leader: rank"), "{out}");
     ok(&dir, &["create", "dp", "dc", "16M"]);
     let q = ok(&dir, &["query"]);
@@ -222,24 +207,7 @@ fn pool_service_marks_a_dead_engine_down_then_excluded() {
     let dir = std::env::temp_dir().join(format!("dpustack-system-excl-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let _g = Guard(dir.clone(), Vec::new());
-    let port = free_port("127.0.0.93").to_string();
-    let svc_port = free_port("127.0.0.93").to_string();
-    ok(
-        &dir,
-        &[
-            "start",
-            "--engines",
-            "3",
-            "--first-ip",
-            "127.0.0.93",
-            "--port",
-            &port,
-            "--svc-port",
-            &svc_port,
-            "--exclude-after-ms",
-            "1500",
-        ],
-    );
+    start_system(&dir, "127.0.0.93", 3, &["--exclude-after-ms", "1500"]);
     ok(&dir, &["create", "dp", "dc", "16M"]);
     let ms = members(&dir);
     let replicas: BTreeMap<u64, String> = ms

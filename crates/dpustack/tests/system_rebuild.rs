@@ -382,24 +382,11 @@ fn down_engine_that_answers_again_returns_to_up_in() {
     let _ = std::fs::remove_dir_all(&dir);
     let mut g = Guard(dir.clone(), Vec::new());
     let ip = "127.0.0.97";
-    let port = free_port(ip).to_string();
-    let svc_port = free_port(ip).to_string();
-    ok(
+    start_system(
         &dir,
-        &[
-            "start",
-            "--engines",
-            "3",
-            "--first-ip",
-            ip,
-            "--port",
-            &port,
-            "--svc-port",
-            &svc_port,
-            "--exclude-after-ms",
-            "0",
-            "--return-from-down",
-        ],
+        ip,
+        3,
+        &["--exclude-after-ms", "0", "--return-from-down"],
     );
     ok(&dir, &["create", "dp", "dc", "64M", "--class", "RP_2"]);
     let ms = members(&dir);

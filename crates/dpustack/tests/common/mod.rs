@@ -1,5 +1,5 @@
 //! Start-up helpers shared by the `dpustack system` multi-engine tests
-//! (system_raft, system_rebuild, system_soak): run the CLI, read the members
+//! (system_raft, system_rebuild, system_soak, system_partition, system_fence): run the CLI, read the members
 //! it started from DIR/system.txt, kill them all when the test ends.
 #![allow(dead_code)] // each test binary uses a part
 
@@ -73,6 +73,28 @@ impl Drop for Guard {
             let _ = std::fs::remove_dir_all(&self.0);
         }
     }
+}
+
+/// `dpustack system start` of `engines` engine processes from `ip` on, the
+/// engines' and the pool service's ports picked free, then `extra` arguments;
+/// returns its output.
+pub fn start_system(dir: &Path, ip: &str, engines: usize, extra: &[&str]) -> String {
+    let port = free_port(ip).to_string();
+    let svc_port = free_port(ip).to_string();
+    let n = engines.to_string();
+    let mut args = vec![
+        "start",
+        "--engines",
+        &n,
+        "--first-ip",
+        ip,
+        "--port",
+        &port,
+        "--svc-port",
+        &svc_port,
+    ];
+    args.extend_from_slice(extra);
+    ok(dir, &args)
 }
 
 pub fn free_port(ip: &str) -> u16 {
