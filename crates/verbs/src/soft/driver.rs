@@ -133,6 +133,20 @@ pub(crate) fn flush_deferred(shared: &Device) {
     }
 }
 
+/// The poller's turn without a receive: fire due timers, and send what they or
+/// a busy poller's deferred receive made ready (if it stopped polling).
+fn service_timers(s: &Device) {
+    let now = Instant::now();
+    let mut g = s.lock();
+    let due = g.engine.poll_timeout().is_some_and(|t| t <= now);
+    if due {
+        g.engine.handle_timeout(now);
+    }
+    if due || s.tx_deferred.load(std::sync::atomic::Ordering::Relaxed) {
+        s.after(&mut g);
+    }
+}
+
 /// While an application thread busy-polls (and so receives itself), the poller
 /// thread stays out of its way for this long after the last busy poll.
 const BUSY_POLL_GRACE_NS: u64 = 200_000;
@@ -179,31 +193,14 @@ pub(crate) fn spawn_poller(shared: &Arc<Device>) -> std::io::Result<()> {
                 let Some(s) = weak.upgrade() else { return };
                 s.poller_wakeups
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let now = Instant::now();
-                let mut eg = s.lock();
-                let due = eg.engine.poll_timeout().is_some_and(|t| t <= now);
-                if due {
-                    eg.engine.handle_timeout(now);
-                }
-                // what the busy poller's receives left to send, if it stopped polling
-                if due || s.tx_deferred.load(std::sync::atomic::Ordering::Relaxed) {
-                    s.after(&mut eg);
-                }
+                service_timers(&s);
                 continue;
             }
             if xdp {
                 std::thread::sleep(timeout.min(XDP_POLLER_NAP));
             } else if !sock.wait_readable(Some(timeout)).unwrap_or(false) {
                 let Some(s) = weak.upgrade() else { return };
-                let now = Instant::now();
-                let mut g = s.lock();
-                let due = g.engine.poll_timeout().is_some_and(|t| t <= now);
-                if due {
-                    g.engine.handle_timeout(now);
-                }
-                if due || s.tx_deferred.load(std::sync::atomic::Ordering::Relaxed) {
-                    s.after(&mut g);
-                }
+                service_timers(&s);
                 continue;
             }
             let Some(s) = weak.upgrade() else { return };
