@@ -110,6 +110,12 @@ if [ -z "${DPUSTACK_SKIP_INTEROP:-}" ]; then
 fi
 
 step "done"
+# every failure again in one place: CI shows the end of this output
+if [ $((cf+if)) != 0 ]; then
+  echo "failures:"
+  grep -h "^---- .* stdout ----\|^test .* FAILED$\|^error: test failed\|fuzz smoke failed" $log/cargo-test.txt 2>/dev/null | sort -u | sed 's/^/  cargo: /' | head -40
+  grep -h "^\s*FAIL \|HARNESS FAIL\|^interop stage failed" $log/interop.txt 2>/dev/null | sed 's/^\s*/  interop: /' | head -40
+fi
 echo "CI time: $(( $(date +%s)-t0 )) s"
 rm -rf $log
 echo "total: $((cp+ip)) passed, $((cf+if)) failed"

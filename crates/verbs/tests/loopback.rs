@@ -440,10 +440,24 @@ fn uc_over_udp_loopback() {
 /// ibv_rc_pingpong hung in interop 10-netem before the QP's drop flushed it).
 #[test]
 fn ack_deferred_by_a_busy_poll_leaves_when_the_receiver_closes() {
+    ack_deferred_by_a_busy_poll_leaves(0, false);
+}
+
+/// As above, but the receiver first moves its QP to ERR, as `rdma_disconnect`
+/// does, and stays open: moving to ERR drops the responder's queued ACKs, so
+/// what a busy poll deferred must leave before the state changes (interop
+/// 04-cm in CI: Linux's rdma_server waited out rxe's retries, killed at 40 s,
+/// after ours disconnected right after its last receive).
+#[test]
+fn ack_deferred_by_a_busy_poll_leaves_when_the_receiver_moves_to_err() {
+    ack_deferred_by_a_busy_poll_leaves(10, true);
+}
+
+fn ack_deferred_by_a_busy_poll_leaves(base: u8, to_err: bool) {
     for round in 0..5u8 {
         let (a, b) = pair(
-            [127, 0, 64, 1 + 2 * round],
-            [127, 0, 64, 2 + 2 * round],
+            [127, 0, 64, base + 1 + 2 * round],
+            [127, 0, 64, base + 2 + 2 * round],
             IoMode::Threaded,
         );
         let r = [b.mr.sge(0, 64)];
@@ -470,7 +484,15 @@ fn ack_deferred_by_a_busy_poll_leaves_when_the_receiver_closes() {
             assert!(t0.elapsed() < Duration::from_secs(5), "no receive");
         }
         assert_eq!(wc[0].status, WcStatus::Success);
-        drop(b); // QP, CQ, MR, PD, device: at once, no further poll or post
+        if to_err {
+            let attr = QpAttr {
+                qp_state: QpState::Err,
+                ..Default::default()
+            };
+            b.qp.modify(&attr, QpAttrMask::STATE).unwrap();
+        } else {
+            drop(b); // QP, CQ, MR, PD, device: at once, no further poll or post
+        }
         let ca = wait(&a.cq, 1);
         assert_eq!(ca.len(), 1, "round {round}: no completion for the sender");
         assert_eq!(

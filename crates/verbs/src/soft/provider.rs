@@ -463,6 +463,14 @@ impl SoftQp {
     pub(crate) fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
         let s = &*self.dev;
         let mut g = s.lock();
+        if s.tx_deferred.load(Ordering::Relaxed) {
+            // what a busy-poll receive left queued (the ACK of the last message)
+            // leaves before the state changes: moving to ERR (rdma_disconnect)
+            // drops the responder's queued ACKs, and the peer would retransmit
+            // the message into a QP that no longer answers until its retries
+            // run out
+            s.after(&mut g);
+        }
         let (qp, mut ctx) = g.engine.qp_mut(self.qpn)?;
         let mut a = *attr;
         if a.ah_attr.dport == 0 {
