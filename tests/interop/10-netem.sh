@@ -151,18 +151,31 @@ if [ "${1:-}" = guest ]; then
       for i in $(seq 300); do rdma res show cm_id 2>/dev/null | grep LISTEN | grep -q '10.99.3.1:7174 ' && break; sleep 0.05; done
       timeout 120 $OUR rping -c -a 10.99.3.1 -I 10.99.3.2 -C $C -S 8192 -V -v > $L/$n.cli 2>&1; c=$?
       [ $c != 0 ] && kill $s 2>/dev/null
+      # Linux's server should end within seconds of our client: if not, what is it waiting for
+      for i in $(seq 200); do kill -0 $s 2>/dev/null || break; sleep 0.1; done
+      if kill -0 $s 2>/dev/null; then
+        { echo "--- 20 s after our client ended, Linux's rping server still runs:"; rdma res show cm_id; rdma res show qp
+          cat /proc/$(pgrep -n -x rping)/stack 2>/dev/null | head -8; dmesg | tail -5; } > $L/$n.stuck 2>&1
+      fi
       wait $s; r=$?; ours=$L/$n.cli
     else
-      timeout 90 $OUR rping -s -a 10.99.3.2 -C $C -S 8192 -v -d > $L/$n.srv 2>&1 & s=$!
+      timeout 90 ${OUR/RUST_LOG=warn,/RUST_LOG=warn,cm=debug,} rping -s -a 10.99.3.2 -C $C -S 8192 -v -d > $L/$n.srv 2>&1 & s=$!
       for i in $(seq 300); do grep -q "rping: listening on" $L/$n.srv && break; sleep 0.05; done
       timeout 80 rping -c -a 10.99.3.2 -C $C -S 8192 -V -v > $L/$n.cli 2>&1; c=$?
       [ $c != 0 ] && kill $s 2>/dev/null
+      # our server should end within seconds of Linux's client: if not, what it is waiting for
+      for i in $(seq 200); do kill -0 $s 2>/dev/null || break; sleep 0.1; done
+      if kill -0 $s 2>/dev/null; then
+        { echo "--- 20 s after Linux's client ended, our rping server still runs; the kernel's cm_ids:"
+          rdma res show cm_id; echo "--- our server's CM log:"; grep -i "cm::" $L/$n.srv | tail -12; } > $L/$n.stuck 2>&1
+      fi
       wait $s; r=$?; ours=$L/$n.srv
     fi
     local secs=$(( ($(date +%s%N) - t0) / 1000000000 ))
     if [ $c = 0 ] && [ $r = 0 ] && [ $(grep -c "^ping data: rdma-ping-" $L/$n.cli) = $C ] && ! grep -qi mismatch $L/$n.cli $L/$n.srv; then
       ok $n "$C x 8 KiB READ + WRITE back, every byte compared by the client, ${secs} s"
-    else bad $n "client rc=$c server rc=$r, $(grep -c "^ping data: rdma-ping-" $L/$n.cli) of $C pings"; tail -n 4 $L/$n.cli $L/$n.srv | cut -c1-160; fi
+    else bad $n "client rc=$c server rc=$r, $(grep -c "^ping data: rdma-ping-" $L/$n.cli) of $C pings"; tail -n 4 $L/$n.cli $L/$n.srv | cut -c1-160
+      [ -s $L/$n.stuck ] && cat $L/$n.stuck | cut -c1-200; fi
     account $n "$(our_ctr $ours)" "$b"
     echo "INFO $n data: $C x 8 KiB compared by the $( [ $3 = cli ] && echo "client (ours)" || echo "client (rping)")"
   }

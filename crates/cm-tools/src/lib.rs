@@ -182,6 +182,30 @@ pub fn open_device(ip: Ipv4Addr, provider: Provider, cm: &CmConfig) -> Result<Cm
     Ok(CmDevice::open(&ctx, cm.clone())?)
 }
 
+/// How long a tool that disconnects waits for the exchange to end (the peer's DREP,
+/// or its crossing DREQ): long enough for the CM to resend a lost DREQ twice (CMA's
+/// response timeout, 20, is ~4.3 s a try). Linux's CM lives in the kernel and keeps
+/// answering after a process exits; ours ends with the process, so a tool that exited
+/// right after a lost DREQ left its Linux peer waiting for a disconnect that never
+/// came (interop 10-netem, 2 % loss: Linux's rping server killed by its timeout).
+pub(crate) const DISCONNECT_WAIT: Duration = Duration::from_secs(12);
+
+/// Waits for `id`'s DISCONNECTED after [`CmId::disconnect`] (at most
+/// [`DISCONNECT_WAIT`]); false if it did not come.
+pub(crate) fn wait_disconnected(id: &CmId) -> bool {
+    let t0 = Instant::now();
+    while let Some(left) = DISCONNECT_WAIT.checked_sub(t0.elapsed()) {
+        match id.get_event(Some(left)) {
+            Ok(ev) if matches!(ev.event, EventType::Disconnected | EventType::DeviceRemoval) => {
+                return true
+            }
+            Ok(ev) => tracing::debug!("cm event {} while disconnecting", ev.event),
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
 /// Waits for one completion on `cq`, also watching `id` for DISCONNECTED (→ `Ok(None)`).
 /// How long a completion still in flight is awaited after the peer's DISCONNECTED.
 const DISCONNECT_GRACE: Duration = Duration::from_millis(200);

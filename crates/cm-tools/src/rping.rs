@@ -204,6 +204,16 @@ pub fn serve_one(dev: &CmDevice, mut id: CmId, a: &RpingOpts, con: &mut Console)
             break;
         }
         pings += 1;
+        if a.count.is_some_and(|c| pings >= c) {
+            // -C on the server (Linux's rping server ignores it and waits for the
+            // client's DREQ, forever if that one DREQ is lost: a Linux client
+            // destroys its id right after disconnecting, which ends the kernel's
+            // resends): after the last ping, disconnect from this side too
+            say!(con, "rping: {pings} pings (-C), disconnecting");
+            id.disconnect()?;
+            crate::wait_disconnected(&id);
+            return Ok(pings);
+        }
     }
     if a.service {
         // the device may be gone (DEVICE_REMOVAL at shutdown): nothing to tell
@@ -361,7 +371,10 @@ pub fn client(a: &RpingOpts, cm: &CmConfig, con: &mut Console) -> Result<()> {
         ping += 1;
     }
     id.disconnect()?;
-    let _ = id.get_event(Some(Duration::from_secs(2)));
+    if result.is_ok() {
+        // (when the server went first its DISCONNECTED has been seen already)
+        crate::wait_disconnected(&id);
+    }
     if a.debug {
         warn!(con, "rping: {ping} pings, CM stats {:?}", dev.stats());
     }

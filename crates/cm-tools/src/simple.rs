@@ -53,7 +53,7 @@ pub fn server(a: &SimpleOpts, cm: &CmConfig, con: &mut Console) -> Result<()> {
         bail!("client disconnected before our send completed");
     }
     id.disconnect()?;
-    let _ = id.get_event(Some(Duration::from_secs(2)));
+    crate::wait_disconnected(&id);
     say!(con, "rdma_server: end 0");
     Ok(())
 }
@@ -92,7 +92,7 @@ pub fn client(a: &SimpleOpts, cm: &CmConfig, con: &mut Console) -> Result<()> {
         }
     }
     id.disconnect()?;
-    let _ = id.get_event(Some(Duration::from_secs(2)));
+    crate::wait_disconnected(&id);
     say!(con, "rdma_client: end 0");
     Ok(())
 }
