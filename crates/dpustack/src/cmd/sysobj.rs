@@ -860,7 +860,11 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, dir: &Path) -> Result<benchkit
         drop(workers); // the threads end when their job channel closes
         bar.finish_and_clear();
         let mut r = Report::new("obj");
-        let sys = format!("{n} engines, {class_full}, {clients} clients");
+        let sys = format!(
+            "{n} engine{}, {class_full}, {clients} client{}",
+            if n == 1 { "" } else { "s" },
+            if clients == 1 { "" } else { "s" }
+        );
         for w in Work::ALL {
             let Some((vals, lat)) = fig.get_mut(w.name()) else {
                 continue;
