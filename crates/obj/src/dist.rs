@@ -40,7 +40,7 @@ use crate::dtx_op::DtxOp;
 use crate::membership::{Detector, DetectorConfig, Liveness};
 use crate::placement::{layout, MapError, PoolMap, TargetState};
 use crate::rpc::Status;
-use crate::types::{AKey, DKey, Epoch, Iod, ObjectId, Recx};
+use crate::types::{AKey, Anchor, DKey, Epoch, Iod, ObjectId, Recx};
 
 /// How a put reaches the replicas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -911,5 +911,210 @@ impl DistClient {
             return Err(last.unwrap_or(Error::NoReplica));
         }
         Err(Error::NoReplica)
+    }
+
+    // ---- listing and reads at an epoch (the object CLI against a system) ----
+
+    /// Serving replicas of group `g` of `oid`, best first: the original
+    /// layout's (all targets in) that still serve, then the current
+    /// layout's spares (as [`Self::read_order`] for a dkey's group).
+    fn group_order(&self, oid: ObjectId, g: usize) -> Result<Vec<usize>> {
+        let orig = layout(oid, &self.map.all_in())?;
+        let cur = layout(oid, &self.map)?;
+        let mut order = Vec::new();
+        let (Some(og), Some(cg)) = (orig.groups.get(g), cur.groups.get(g)) else {
+            return Ok(order);
+        };
+        for &t in og.iter().chain(cg.iter()) {
+            let tgt = self.map.target(t)?;
+            let rank = tgt.domain as usize;
+            if tgt.state.is_serving() && !order.contains(&rank) {
+                order.push(rank);
+            }
+        }
+        Ok(order)
+    }
+
+    /// One listing RPC for group `g` of `oid`, from the first replica of
+    /// [`Self::group_order`] that answers: a replica failing at the transport
+    /// level is marked DOWN and the next one tried; a stale-map refusal
+    /// refreshes the map (at most 4 times) and starts again under the new
+    /// layout; fenced replicas (lease lapsed) are skipped, and when only
+    /// fenced ones are left the call waits for them until the timeout.
+    fn list_group<T>(
+        &mut self,
+        oid: ObjectId,
+        g: usize,
+        f: &impl Fn(&Client, &ObjHandle) -> std::result::Result<T, ClientError>,
+    ) -> Result<T> {
+        let deadline = Instant::now() + self.timeout;
+        let mut refreshes = 0;
+        'again: loop {
+            let mut fenced = None;
+            for rank in self.group_order(oid, g)? {
+                let Some((c, oh)) = self.oh(rank, oid) else {
+                    self.mark_down(rank)?;
+                    continue;
+                };
+                match f(c, &oh) {
+                    Ok(v) => return Ok(v),
+                    Err(e) if is_transport(&e) => self.mark_down(rank)?,
+                    Err(e @ ClientError::StaleMap { .. }) if self.is_fenced(&e) => {
+                        fenced = Some((rank, e));
+                    }
+                    Err(ClientError::StaleMap { version }) if refreshes < 4 => {
+                        self.refresh(rank, version)?;
+                        refreshes += 1;
+                        continue 'again;
+                    }
+                    Err(source) => {
+                        return Err(Error::Engine {
+                            rank,
+                            addr: self.conns[rank].addr.clone(),
+                            source,
+                        })
+                    }
+                }
+            }
+            if let Some((rank, source)) = fenced {
+                if Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                    self.refresh_if_fenced(rank);
+                    continue 'again;
+                }
+                return Err(Error::Engine {
+                    rank,
+                    addr: self.conns[rank].addr.clone(),
+                    source,
+                });
+            }
+            return Err(Error::NoReplica);
+        }
+    }
+
+    /// `daos_obj_list_dkey` over every group of the object: each group is
+    /// asked (one serving replica, see [`Self::list_group`]) for up to `max`
+    /// dkeys after the anchor, keys a replica holds for another group
+    /// (leftover copies) are dropped, and the answers are merged in key
+    /// order. Only keys up to the smallest last key of a group that is not
+    /// done are returned (beyond it that group's keys are not known yet), at
+    /// most `max`; the anchor resumes strictly after the last one, as the
+    /// single-engine listing does. A KV object's keys are its dkeys.
+    pub fn list_dkeys(
+        &mut self,
+        oid: ObjectId,
+        epoch: Option<Epoch>,
+        anchor: &Anchor,
+        max: u32,
+    ) -> Result<(Vec<Vec<u8>>, Anchor)> {
+        if anchor.is_eof() {
+            return Ok((Vec::new(), anchor.clone()));
+        }
+        let max = max.max(1);
+        let groups = layout(oid, &self.map)?.groups.len();
+        let ask = Anchor {
+            after: anchor.after.clone(),
+            started: anchor.started,
+            eof: false,
+        };
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        // the smallest last key of the groups that have more
+        let mut bound: Option<Vec<u8>> = None;
+        for g in 0..groups {
+            let (ks, a) = self.list_group(oid, g, &|c: &Client, oh: &ObjHandle| {
+                c.obj_list_dkey(oh, epoch, &ask, max, None)?.get()
+            })?;
+            if !a.is_eof() {
+                match ks.last() {
+                    Some(last) => {
+                        if bound.as_ref().is_none_or(|b| last.0 < *b) {
+                            bound = Some(last.0.clone());
+                        }
+                    }
+                    None => {
+                        tracing::warn!(%oid, group = g, "an engine listed no dkey and is not done: taken as done")
+                    }
+                }
+            }
+            keys.extend(
+                ks.into_iter()
+                    .map(|k| k.0)
+                    .filter(|k| crate::placement::group_of(k, groups) == g),
+            );
+        }
+        keys.sort();
+        keys.dedup();
+        if let Some(b) = &bound {
+            keys.retain(|k| k <= b);
+        }
+        let mut next = Anchor {
+            after: anchor.after.clone(),
+            started: true,
+            eof: false,
+        };
+        let last = if keys.len() > max as usize {
+            keys.truncate(max as usize);
+            keys.last().cloned()
+        } else if bound.is_some() {
+            bound
+        } else {
+            next.eof = true;
+            keys.last().cloned()
+        };
+        if let Some(l) = last {
+            next.after.clear();
+            crate::vos::keys::enc(&mut next.after, &l);
+        }
+        Ok((keys, next))
+    }
+
+    /// `daos_obj_list_akey` of `dkey` (its group, one serving replica; the
+    /// engine's anchor as it is).
+    pub fn list_akeys(
+        &mut self,
+        oid: ObjectId,
+        epoch: Option<Epoch>,
+        dkey: &[u8],
+        anchor: &Anchor,
+        max: u32,
+    ) -> Result<(Vec<Vec<u8>>, Anchor)> {
+        let groups = layout(oid, &self.map)?.groups.len();
+        let g = crate::placement::group_of(dkey, groups);
+        let d = DKey(dkey.to_vec());
+        let (ks, a) = self.list_group(oid, g, &|c: &Client, oh: &ObjHandle| {
+            c.obj_list_akey(oh, epoch, &d, anchor, max.max(1), None)?
+                .get()
+        })?;
+        Ok((ks.into_iter().map(|k| k.0).collect(), a))
+    }
+
+    /// [`Self::fetch`] at `epoch` (`None`: the latest). DTX commits an
+    /// update at one epoch on every replica, so any replica answers the
+    /// same at a given epoch.
+    pub fn fetch_at(
+        &mut self,
+        oid: ObjectId,
+        epoch: Option<Epoch>,
+        dkey: &[u8],
+        iods: &[Iod],
+    ) -> Result<Vec<Vec<u8>>> {
+        let d = DKey(dkey.to_vec());
+        self.read(
+            oid,
+            dkey,
+            |c, oh| {
+                let f = c.obj_fetch(oh, epoch, &d, iods, Vec::new(), None)?.get()?;
+                Ok(f.sgls
+                    .into_iter()
+                    .map(|s| s.iovs.into_iter().next().unwrap_or_default())
+                    .collect())
+            },
+            |v: &Vec<Vec<u8>>| v.iter().any(|b| b.iter().any(|&x| x != 0)),
+        )
+    }
+
+    /// The engines' addresses, by rank.
+    pub fn addrs(&self) -> Vec<String> {
+        self.conns.iter().map(|c| c.addr.clone()).collect()
     }
 }

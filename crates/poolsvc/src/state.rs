@@ -35,6 +35,11 @@ pub enum Command {
         cont: String,
         props: BTreeMap<String, String>,
     },
+    /// Forget a container (`dpustack cont destroy` against a system).
+    DestroyCont { pool: String, cont: String },
+    /// Forget a pool, its map, containers and handles (`dpustack pool
+    /// destroy` against a system).
+    DestroyPool { pool: String },
     /// Set one container property.
     SetContProp {
         pool: String,
@@ -335,6 +340,19 @@ impl PoolSvcState {
                 );
                 Ok(Reply::Done)
             }
+            Command::DestroyCont { pool, cont } => {
+                let p = self.pool_mut(pool)?;
+                p.containers
+                    .remove(cont)
+                    .ok_or_else(|| format!("no container {cont:?}"))?;
+                Ok(Reply::Done)
+            }
+            Command::DestroyPool { pool } => {
+                self.pools
+                    .remove(pool)
+                    .ok_or_else(|| format!("no pool {pool:?}"))?;
+                Ok(Reply::Done)
+            }
             Command::SetContProp {
                 pool,
                 cont,
@@ -424,6 +442,17 @@ mod tests {
         assert_eq!(s.apply(&close), Reply::Done);
         assert!(matches!(s.apply(&close), Reply::Refused(_)));
         assert_eq!(s.pools["p"].handles.len(), 1);
+        let dc = Command::DestroyCont {
+            pool: "p".into(),
+            cont: "c".into(),
+        };
+        assert_eq!(s.apply(&dc), Reply::Done);
+        assert!(!s.pools["p"].containers.contains_key("c"));
+        assert!(matches!(s.apply(&dc), Reply::Refused(_)));
+        let dp = Command::DestroyPool { pool: "p".into() };
+        assert_eq!(s.apply(&dp), Reply::Done);
+        assert!(s.pools.is_empty());
+        assert!(matches!(s.apply(&dp), Reply::Refused(_)));
     }
 
     #[test]

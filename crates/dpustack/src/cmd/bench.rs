@@ -28,6 +28,17 @@ pub struct BenchArgs {
     /// instruction counts, in-memory harness), not the transports' figures.
     #[arg(long)]
     pub metrics_only: bool,
+    /// `bench obj`: against the system of several engines at DIR (`dpustack
+    /// system start`) instead of an engine in this process.
+    #[arg(long, value_name = "DIR")]
+    pub system: Option<std::path::PathBuf>,
+    /// `bench obj --system`: the object class (S1, SX, RP_2, RP_3, ...;
+    /// default RP_2, S1 with one engine).
+    #[arg(long)]
+    pub class: Option<String>,
+    /// `bench obj --system`: client threads, one operation in flight each.
+    #[arg(long, default_value_t = 4)]
+    pub clients: usize,
 }
 
 impl BenchArgs {

@@ -11,5 +11,6 @@ pub mod obj;
 pub mod rdma;
 pub mod rpc;
 pub mod switch;
+pub mod sysobj;
 pub mod system;
 pub mod tse;

@@ -130,6 +130,11 @@ pub struct At {
     /// that address must be free).
     #[arg(long, env = "DPUSTACK_RDMA_SRC", global = true)]
     pub rdma_src: Option<String>,
+    /// A system of several engines instead of one engine: the directory of
+    /// `dpustack system start` (its engines and pool service; objects
+    /// placed and replicated over the engines). Wins over --engine.
+    #[arg(long, value_name = "DIR", env = "DPUSTACK_SYSTEM", global = true)]
+    pub system: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -137,8 +142,18 @@ pub enum PoolCmd {
     /// Create a pool of SIZE bytes (K/M/G suffixes) over all targets.
     Create {
         label: String,
+        /// The pool's size (against a system: all engines together, split
+        /// evenly).
         #[arg(long, default_value = "1G")]
         size: String,
+        /// Against a system: the pool's default object class (S1, SX, RP_2,
+        /// RP_3 or a full class name).
+        #[arg(long)]
+        class: Option<String>,
+        /// Against a system: replicas per object (must agree with --class;
+        /// alone it picks S1 or RP_n).
+        #[arg(long)]
+        replicas: Option<u32>,
     },
     List,
     /// Show a pool (by label or UUID).
@@ -203,9 +218,11 @@ pub struct ObjRef {
     pub pool: String,
     pub cont: String,
     pub oid: String,
-    /// Object class for numeric OIDs (S1, SX, RP_2G1, EC_4P2GX, ...).
-    #[arg(long, default_value = "S1")]
-    pub class: String,
+    /// Object class for numeric OIDs (S1, SX, RP_2G1, EC_4P2GX, ...);
+    /// default S1, against a system the pool's class (`pool create
+    /// --class`), else RP_2G1 (S1 on a one-engine system).
+    #[arg(long)]
+    pub class: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -276,7 +293,32 @@ pub enum KvCmd {
 }
 
 pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
+    use crate::cmd::sysobj;
     match cmd {
+        Cmd::Pool {
+            at: At {
+                system: Some(dir), ..
+            },
+            cmd,
+        } => sysobj::pool(cmd, &dir),
+        Cmd::Cont {
+            at: At {
+                system: Some(dir), ..
+            },
+            cmd,
+        } => sysobj::cont(cmd, &dir),
+        Cmd::Obj {
+            at: At {
+                system: Some(dir), ..
+            },
+            cmd,
+        } => sysobj::object(cmd, &dir),
+        Cmd::Kv {
+            at: At {
+                system: Some(dir), ..
+            },
+            cmd,
+        } => sysobj::kv(cmd, &dir),
         Cmd::Engine(a) => engine(&a, cfg),
         Cmd::Pool { at, cmd } => pool(cmd, &connect(&at, cfg)?),
         Cmd::Cont { at, cmd } => cont(cmd, &connect(&at, cfg)?),
@@ -292,7 +334,7 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
 /// (zeroed pages) and an unmap in the client and the engine (perf: 15 % of the
 /// bench client's samples in clear_page/page faults/unmap_page_range).
 /// Fixed thresholds also turn off glibc's dynamic threshold.
-fn tune_malloc() {
+pub(crate) fn tune_malloc() {
     #[cfg(target_env = "gnu")]
     {
         // SAFETY: mallopt only changes the allocator's tuning parameters; it is
@@ -414,7 +456,7 @@ fn connect(at: &At, cfg: &Config) -> Result<Client> {
 }
 
 /// A clear message for an error about `what`.
-fn explain(e: ObjError, what: &str) -> anyhow::Error {
+pub(crate) fn explain(e: ObjError, what: &str) -> anyhow::Error {
     match &e {
         ObjError::Unreachable { .. } => {
             anyhow!("{e} (is `dpustack engine` running there? set --engine / DPUSTACK_ENGINE)")
@@ -436,7 +478,7 @@ fn explain(e: ObjError, what: &str) -> anyhow::Error {
     }
 }
 
-fn show_pool(p: &obj::rpc::msg::PoolInfo) {
+pub(crate) fn show_pool(p: &obj::rpc::msg::PoolInfo) {
     println!(
         "{}  {:<16} size {:>12}  used {:>12}  targets {}  containers {}",
         obj::types::Uuid::from_bytes(p.uuid),
@@ -450,7 +492,15 @@ fn show_pool(p: &obj::rpc::msg::PoolInfo) {
 
 fn pool(cmd: PoolCmd, c: &Client) -> Result<()> {
     match cmd {
-        PoolCmd::Create { label, size } => {
+        PoolCmd::Create {
+            label,
+            size,
+            class,
+            replicas,
+        } => {
+            if class.is_some() || replicas.is_some() {
+                bail!("--class / --replicas place objects over several engines: use --system DIR (one engine holds every object whole)");
+            }
             let bytes =
                 bdev::spec::parse_size(&size).with_context(|| format!("bad size {size:?}"))?;
             let p = c
@@ -501,7 +551,7 @@ fn cont_open(c: &Client, pool: &str, cont: &str) -> Result<ContHandle> {
         .map_err(|e| explain(e, &format!("container {cont:?} in pool {pool:?}")))
 }
 
-fn parse_epoch(s: &str) -> Result<Epoch> {
+pub(crate) fn parse_epoch(s: &str) -> Result<Epoch> {
     let v = match s.strip_prefix("0x") {
         Some(h) => u64::from_str_radix(h, 16),
         None => s.parse(),
@@ -604,7 +654,7 @@ pub(crate) fn parse_oid(s: &str, otype: ObjType, class: &str) -> Result<ObjectId
     Ok(oid)
 }
 
-fn read_input(file: Option<&PathBuf>) -> Result<Vec<u8>> {
+pub(crate) fn read_input(file: Option<&PathBuf>) -> Result<Vec<u8>> {
     let mut v = Vec::new();
     match file {
         Some(p) if p.as_os_str() != "-" => {
@@ -619,7 +669,7 @@ fn read_input(file: Option<&PathBuf>) -> Result<Vec<u8>> {
     Ok(v)
 }
 
-fn write_output(out: Option<&PathBuf>, data: &[u8]) -> Result<()> {
+pub(crate) fn write_output(out: Option<&PathBuf>, data: &[u8]) -> Result<()> {
     match out {
         Some(p) if p.as_os_str() != "-" => {
             std::fs::write(p, data).with_context(|| format!("writing {}", p.display()))
@@ -633,7 +683,7 @@ fn write_output(out: Option<&PathBuf>, data: &[u8]) -> Result<()> {
     }
 }
 
-fn show_key(k: &[u8]) -> String {
+pub(crate) fn show_key(k: &[u8]) -> String {
     match std::str::from_utf8(k) {
         Ok(s) if s.chars().all(|c| !c.is_control()) => s.to_string(),
         _ => format!(
@@ -645,7 +695,11 @@ fn show_key(k: &[u8]) -> String {
 
 fn object(cmd: ObjCmd, c: &Client) -> Result<()> {
     let open = |o: &ObjRef| -> Result<obj::client::ObjHandle> {
-        let oid = parse_oid(&o.oid, ObjType::MultiHashed, &o.class)?;
+        let oid = parse_oid(
+            &o.oid,
+            ObjType::MultiHashed,
+            o.class.as_deref().unwrap_or("S1"),
+        )?;
         let coh = cont_open(c, &o.pool, &o.cont)?;
         c.obj_open(&coh, oid, None)
             .and_then(|p| p.get())
@@ -756,7 +810,11 @@ fn object(cmd: ObjCmd, c: &Client) -> Result<()> {
 
 fn kv(cmd: KvCmd, c: &Client) -> Result<()> {
     let open = |o: &ObjRef| -> Result<obj::client::Kv> {
-        let oid = parse_oid(&o.oid, ObjType::KvHashed, &o.class)?;
+        let oid = parse_oid(
+            &o.oid,
+            ObjType::KvHashed,
+            o.class.as_deref().unwrap_or("S1"),
+        )?;
         let coh = cont_open(c, &o.pool, &o.cont)?;
         c.kv_open(&coh, oid, None)
             .and_then(|p| p.get())
@@ -864,7 +922,7 @@ fn check<T: 'static>(
 /// Raw bandwidth of the file bdev the engine's stores live on: 1 MiB
 /// sequential writes, 8 in flight, then a flush (the engine flushes per
 /// batch too).
-fn raw_bdev_write_bw(dir: &std::path::Path, t: Duration) -> Result<f64> {
+pub(crate) fn raw_bdev_write_bw(dir: &std::path::Path, t: Duration) -> Result<f64> {
     use bdev::file::{FileBdev, FileOptions};
     use bdev::{BdevIo, BlockDevice, IoBuf};
     let path = dir.join("raw.bdev");
@@ -921,7 +979,7 @@ fn raw_bdev_write_bw(dir: &std::path::Path, t: Duration) -> Result<f64> {
 /// flush is done. The ceiling of a group-committing store at this depth
 /// (one flush per round; the store's commit needs at least that), so the
 /// same-durability baseline of the durable write rows. Writes per second.
-fn raw_bdev_sync_iops(dir: &std::path::Path, qd: usize, t: Duration) -> Result<f64> {
+pub(crate) fn raw_bdev_sync_iops(dir: &std::path::Path, qd: usize, t: Duration) -> Result<f64> {
     use bdev::file::{FileBdev, FileOptions};
     use bdev::{BdevIo, BlockDevice, IoBuf};
     let path = dir.join("raw-sync.bdev");
@@ -976,7 +1034,7 @@ fn raw_bdev_sync_iops(dir: &std::path::Path, qd: usize, t: Duration) -> Result<f
 
 /// Whether `dir` is on tmpfs (fsync there is a no-op: a store on it is not
 /// durable across a power loss; the bench says so in its report).
-fn on_tmpfs(dir: &std::path::Path) -> bool {
+pub(crate) fn on_tmpfs(dir: &std::path::Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
         return false;
@@ -1064,7 +1122,7 @@ fn cm_cap() -> verbs::QpCap {
 
 /// NVMe/TCP 4 KiB random-read IOPS (null bdev, queue depth 32) in this
 /// process: the baseline for the small-I/O figures.
-fn nvmf_4k_iops(t: Duration) -> Result<f64> {
+pub(crate) fn nvmf_4k_iops(t: Duration) -> Result<f64> {
     use nvmf::host::{Controller, HostOpts};
     use nvmf::perf::{PerfOpts, Workload};
     use nvmf::subsystem::Subsystem;
@@ -1108,6 +1166,9 @@ fn nvmf_4k_iops(t: Duration) -> Result<f64> {
 /// each next to a raw figure of the same run.
 pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     use benchkit::{median, Better, Figure, Report};
+    if let Some(dir) = &args.system {
+        return crate::cmd::sysobj::bench(args, dir);
+    }
     let t = args.run_time();
     let runs = args.runs();
     // 1 MiB ior-easy at 8 in flight (8 MiB); the small-I/O workloads at the

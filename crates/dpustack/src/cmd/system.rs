@@ -140,16 +140,16 @@ pub enum SystemCmd {
     },
 }
 
-struct Member {
-    rank: usize,
-    addr: String,
+pub(crate) struct Member {
+    pub(crate) rank: usize,
+    pub(crate) addr: String,
     pid: i32,
     /// The pool-service replica's address (systems started before it have none).
     svc: Option<String>,
 }
 
 /// A client of the system's pool service (None when the engines run none).
-fn svc_client(ms: &[Member]) -> Result<Option<poolsvc::client::BlockingClient>> {
+pub(crate) fn svc_client(ms: &[Member]) -> Result<Option<poolsvc::client::BlockingClient>> {
     let replicas: std::collections::BTreeMap<u64, String> = ms
         .iter()
         .filter_map(|m| Some((m.rank as u64, m.svc.clone()?)))
@@ -159,7 +159,11 @@ fn svc_client(ms: &[Member]) -> Result<Option<poolsvc::client::BlockingClient>> 
     }
     let mut c = poolsvc::client::BlockingClient::new(replicas)?;
     c.inner.rpc_timeout = Duration::from_millis(1000);
-    c.inner.deadline = Duration::from_secs(10);
+    // how long a command looks for a leader (DPUSTACK_SVC_DEADLINE_MS: tests)
+    c.inner.deadline = std::env::var("DPUSTACK_SVC_DEADLINE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(Duration::from_secs(10), Duration::from_millis);
     Ok(Some(c))
 }
 
@@ -193,7 +197,7 @@ fn save_map(dir: &Path, m: &PoolMap) -> Result<()> {
     Ok(())
 }
 
-fn load(dir: &Path) -> Result<Vec<Member>> {
+pub(crate) fn load(dir: &Path) -> Result<Vec<Member>> {
     let f = system_file(dir);
     let text = std::fs::read_to_string(&f).with_context(|| {
         format!(
@@ -609,33 +613,59 @@ fn query(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn kv(
-    dir: &Path,
-    pool: &str,
-    cont: &str,
-    oid: &str,
-    class: Option<&str>,
-    args: &[String],
-) -> Result<()> {
+/// A [`DistClient`] on a system's pool and container for one CLI command
+/// (`system kv` and `dpustack pool|cont|obj|kv --system DIR`): the pool map
+/// from the pool service (else the file of the previous session), a map
+/// source for stale-map refusals; [`Session::finish`] reports the engines
+/// the command found DOWN back to the pool service.
+pub(crate) struct Session {
+    pub(crate) dc: DistClient,
+    /// The pool's default object class (`create --class`), if it has one.
+    pub(crate) class: Option<String>,
+    pub(crate) addrs: Vec<String>,
+    known: Option<PoolMap>,
+    svc: Option<poolsvc::client::BlockingClient>,
+    dir: PathBuf,
+    pool: String,
+}
+
+/// The error of a pool-service read, with what to look at.
+pub(crate) fn no_leader(e: poolsvc::SvcError) -> anyhow::Error {
+    anyhow!(
+        "pool service: no leader answered ({e}); is a majority of the engines up? \
+         (`dpustack system query`)"
+    )
+}
+
+/// Opens `pool` / `cont` of the system at `dir` (see [`Session`]). An
+/// unknown pool or container is refused by the pool service's metadata
+/// before any engine is asked; engines that do not answer within `timeout`
+/// (an RPC's deadline) are DOWN for this command (none answering: an error)
+/// and reported DOWN to the pool service by [`Session::finish`].
+pub(crate) fn session(dir: &Path, pool: &str, cont: &str, timeout: Duration) -> Result<Session> {
     let ms = load(dir)?;
     let addrs: Vec<String> = ms.iter().map(|m| m.addr.clone()).collect();
-    // the pool map: from the pool service when the pool is there, else the file
+    // the pool map: from the pool service when there is one, else the file
     let mut svc = svc_client(&ms)?;
     let svc_pool = match svc.as_mut() {
-        Some(c) => c.read()?.pools.get(pool).cloned(),
+        Some(c) => {
+            let st = c.read().map_err(no_leader)?;
+            let p = st.pools.get(pool).cloned().with_context(|| {
+                format!("pool {pool:?}: does not exist (not in the pool service)")
+            })?;
+            if !p.containers.contains_key(cont) {
+                bail!(
+                    "container {cont:?} in pool {pool:?}: does not exist (not in the pool service)"
+                );
+            }
+            Some(p)
+        }
         None => None,
     };
-    let class = match class {
-        Some(c) => c.to_string(),
-        None => svc_pool
-            .as_ref()
-            .and_then(|p| p.props.get("class").cloned())
-            .unwrap_or_else(|| "RP_2G1".into()),
-    };
-    let oid = parse_oid(oid, ObjType::KvHashed, &class)?;
-    let from_svc = svc_pool.map(|p| p.map());
-    let use_svc = from_svc.is_some();
-    let known = match from_svc {
+    let class = svc_pool
+        .as_ref()
+        .and_then(|p| p.props.get("class").cloned());
+    let known = match svc_pool.map(|p| p.map()) {
         Some(m) => Some(m),
         None => load_map(dir)?,
     };
@@ -643,11 +673,18 @@ fn kv(
         &addrs,
         pool,
         cont,
-        Duration::from_secs(2),
+        timeout,
         DetectorConfig::default(),
         known.clone(),
-    )?;
-    if use_svc {
+    )
+    .map_err(|e| match e {
+        obj::dist::Error::NoEngine => anyhow!(
+            "no engine of the system at {} answers (`dpustack system query`)",
+            dir.display()
+        ),
+        e => dist_error(e, &format!("container {cont:?} in pool {pool:?}")),
+    })?;
+    if svc.is_some() {
         // an engine whose pool-service replica has a newer map refuses our
         // requests (DER_STALE): the client fetches the map again from here
         if let Some(mut src) = svc_client(&ms)? {
@@ -661,6 +698,118 @@ fn kv(
             }));
         }
     }
+    Ok(Session {
+        dc,
+        class,
+        addrs,
+        known,
+        svc,
+        dir: dir.to_path_buf(),
+        pool: pool.to_string(),
+    })
+}
+
+/// A clear message for a distributed-client error about `what` (the
+/// single-engine wording for the engine's own refusals).
+pub(crate) fn dist_error(e: obj::dist::Error, what: &str) -> anyhow::Error {
+    match e {
+        obj::dist::Error::Engine { rank, addr, source } => {
+            let unreachable = matches!(
+                source,
+                obj::client::Error::Unreachable { .. }
+                    | obj::client::Error::Disconnected
+                    | obj::client::Error::TimedOut
+            );
+            let msg = crate::cmd::obj::explain(source, what);
+            if unreachable {
+                anyhow!("engine rank {rank} ({addr}): {msg}")
+            } else {
+                msg
+            }
+        }
+        obj::dist::Error::NoReplica => {
+            anyhow!("{what}: no replica of the object answers (its engines are DOWN)")
+        }
+        e => anyhow!("{what}: {e}"),
+    }
+}
+
+impl Session {
+    /// Reports the engines this command found DOWN to the pool service (or
+    /// saves the map to the file of a system without one) and notes the
+    /// engines not serving.
+    pub(crate) fn finish(mut self) -> Result<()> {
+        let dc = &self.dc;
+        if self.known.as_ref() != Some(dc.map()) {
+            if let Some(c) = self.svc.as_mut() {
+                // against the service's map now: the client may have refreshed
+                let svc_map = c
+                    .read()
+                    .map_err(no_leader)?
+                    .pools
+                    .get(&self.pool)
+                    .map(|p| p.map());
+                if dc.refreshes() > 0 {
+                    eprintln!(
+                        "pool map refreshed {} time(s) after stale-map refusals (now version {})",
+                        dc.refreshes(),
+                        dc.sent_map_version().unwrap_or(0)
+                    );
+                }
+                for r in 0..self.addrs.len() as u32 {
+                    let was = svc_map
+                        .as_ref()
+                        .and_then(|k| k.target(r).ok())
+                        .map(|t| t.state);
+                    let now = dc.map().target(r).ok().map(|t| t.state);
+                    if now == Some(obj::placement::TargetState::Down) && was != now {
+                        match c.write(poolsvc::state::Command::SetDomainState {
+                            pool: self.pool.clone(),
+                            domain: r,
+                            state: "DOWN".into(),
+                        })? {
+                            poolsvc::state::Reply::Refused(e) => eprintln!("pool service: {e}"),
+                            _ => eprintln!("rank {r} marked DOWN in the pool service"),
+                        }
+                    }
+                }
+            } else {
+                save_map(&self.dir, dc.map())?;
+            }
+        }
+        let down: Vec<usize> = (0..self.addrs.len())
+            .filter(|&r| {
+                !dc.map()
+                    .target(r as u32)
+                    .is_ok_and(|t| t.state.is_serving())
+            })
+            .collect();
+        if !down.is_empty() {
+            eprintln!(
+                "note: engines {down:?} are DOWN (map version {})",
+                dc.map().version()
+            );
+        }
+        Ok(())
+    }
+}
+
+fn kv(
+    dir: &Path,
+    pool: &str,
+    cont: &str,
+    oid: &str,
+    class: Option<&str>,
+    args: &[String],
+) -> Result<()> {
+    let mut s = session(dir, pool, cont, Duration::from_secs(2))?;
+    let class = match class {
+        Some(c) => c.to_string(),
+        None => s.class.clone().unwrap_or_else(|| "RP_2G1".into()),
+    };
+    let oid = parse_oid(oid, ObjType::KvHashed, &class)?;
+    let addrs = s.addrs.clone();
+    let dc = &mut s.dc;
     match args {
         [op, key, value] if op == "put" => {
             dc.kv_put(oid, key.as_bytes(), value.as_bytes())?;
@@ -686,59 +835,12 @@ fn kv(
         }
         _ => bail!("want `put KEY VALUE`, `get KEY` or `where`"),
     }
-    if known.as_ref() != Some(dc.map()) {
-        if use_svc {
-            // report the engines this client found DOWN to the pool service
-            // (against the service's map now: the client may have refreshed)
-            let c = svc.as_mut().expect("use_svc");
-            let svc_map = c.read()?.pools.get(pool).map(|p| p.map());
-            if dc.refreshes() > 0 {
-                eprintln!(
-                    "pool map refreshed {} time(s) after stale-map refusals (now version {})",
-                    dc.refreshes(),
-                    dc.sent_map_version().unwrap_or(0)
-                );
-            }
-            for r in 0..addrs.len() as u32 {
-                let was = svc_map
-                    .as_ref()
-                    .and_then(|k| k.target(r).ok())
-                    .map(|t| t.state);
-                let now = dc.map().target(r).ok().map(|t| t.state);
-                if now == Some(obj::placement::TargetState::Down) && was != now {
-                    match c.write(poolsvc::state::Command::SetDomainState {
-                        pool: pool.to_string(),
-                        domain: r,
-                        state: "DOWN".into(),
-                    })? {
-                        poolsvc::state::Reply::Refused(e) => eprintln!("pool service: {e}"),
-                        _ => eprintln!("rank {r} marked DOWN in the pool service"),
-                    }
-                }
-            }
-        } else {
-            save_map(dir, dc.map())?;
-        }
-    }
-    let down: Vec<usize> = (0..addrs.len())
-        .filter(|&r| {
-            !dc.map()
-                .target(r as u32)
-                .is_ok_and(|t| t.state.is_serving())
-        })
-        .collect();
-    if !down.is_empty() {
-        eprintln!(
-            "note: engines {down:?} are DOWN (map version {})",
-            dc.map().version()
-        );
-    }
-    Ok(())
+    s.finish()
 }
 
 /// `--class` / `--replicas` of `create`: the class name `kv` uses and the
 /// replica count, checked against each other and the number of engines.
-fn pool_class(
+pub(crate) fn pool_class(
     class: Option<&str>,
     replicas: Option<u32>,
     engines: usize,

@@ -605,6 +605,9 @@ mod tests {
             secs: 0.005,
             quick: true,
             metrics_only: false,
+            system: None,
+            class: None,
+            clients: 1,
         };
         let r = bench(&args, &Config::default()).unwrap();
         assert_eq!(r.figures.len(), 7);
