@@ -633,6 +633,7 @@ fn kv(
             .unwrap_or_else(|| "RP_2G1".into()),
     };
     let oid = parse_oid(oid, ObjType::KvHashed, &class)?;
+    let view = svc_pool.as_ref().map(|p| p.view().rebuild);
     let from_svc = svc_pool.map(|p| p.map());
     let use_svc = from_svc.is_some();
     let known = match from_svc {
@@ -652,13 +653,16 @@ fn kv(
         // requests (DER_STALE): the client fetches the map again from here
         if let Some(mut src) = svc_client(&ms)? {
             let pool = pool.to_string();
-            dc = dc.with_map_source(Box::new(move || {
-                let st = src.read().map_err(|e| e.to_string())?;
-                st.pools
-                    .get(&pool)
-                    .map(|p| p.map())
-                    .ok_or_else(|| format!("pool {pool} is not in the pool service"))
-            }));
+            // with the rebuild view: which replicas are complete
+            dc = dc
+                .with_rebuild_view(view.unwrap_or_default())
+                .with_view_source(Box::new(move || {
+                    let st = src.read().map_err(|e| e.to_string())?;
+                    st.pools
+                        .get(&pool)
+                        .map(|p| p.view())
+                        .ok_or_else(|| format!("pool {pool} is not in the pool service"))
+                }));
         }
     }
     match args {
