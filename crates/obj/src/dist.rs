@@ -31,10 +31,10 @@
 //! of a group's data when it is a member of the group under the map of the
 //! last completed rebuild (the pool's first map when none completed) and is
 //! not being filled by a running job. Reads go to complete replicas first;
-//! a replica that is not complete (a spare not rebuilt yet, a reintegrated
-//! engine in pass 2) is believed only when it has the value: its "nothing"
-//! is not an answer. When no complete replica serves and the others have
-//! nothing, a read is [`Error::Unavailable`] (DAOS: `-DER_UNREACH`, retry),
+//! a spare that is not complete (not rebuilt yet) is believed only when it
+//! has the value: its "nothing" is not an answer; a target being filled is
+//! not read. When no complete replica serves and the others have nothing, a
+//! read is [`Error::Unavailable`] (DAOS: `-DER_UNREACH`, retry),
 //! never `NonExist` or an empty value.
 //!
 //! What this is **not** yet (see docs/obj-dist.md):
@@ -832,8 +832,8 @@ impl DistClient {
     /// Replica ranks to read `key` from, best first, and how many of them
     /// are complete ([`RebuildView`]): the complete serving members of the
     /// key's group (original layout's order first), then the other serving
-    /// members of its group under the current map (spares not rebuilt yet,
-    /// targets being filled).
+    /// members of its group under the current map (spares not rebuilt yet;
+    /// not targets being filled).
     fn read_order(&self, oid: ObjectId, key: &[u8]) -> Result<(Vec<usize>, usize)> {
         let all_in = self.map.all_in();
         let base = self.rebuild.base.as_ref().unwrap_or(&all_in);
@@ -858,7 +858,11 @@ impl DistClient {
         let n = order.len();
         for &t in &cur {
             let rank = self.map.target(t)?.domain as usize;
-            if serving(&self.map, t) && !order.contains(&rank) {
+            // a target being filled is not read at all: its value may be
+            // one a write it missed while `UP` replaced (the soak caught
+            // it answering while the complete replica held the key)
+            if serving(&self.map, t) && !order.contains(&rank) && !self.rebuild.filling.contains(&t)
+            {
                 order.push(rank);
             }
         }

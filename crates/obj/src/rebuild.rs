@@ -225,10 +225,12 @@ fn fetch_one(
     dkey: &DKey,
     iod: Iod,
 ) -> Result<(u64, Vec<u8>), ClientError> {
-    let f = side
-        .client
-        .obj_fetch(o, epoch, dkey, &[iod], Vec::new(), None)?
-        .get()?;
+    let iods = [iod];
+    let f = unheld(|| {
+        side.client
+            .obj_fetch(o, epoch, dkey, &iods, Vec::new(), None)?
+            .get()
+    })?;
     let size = f.sizes.first().copied().unwrap_or(0);
     let data = f
         .sgls
@@ -239,14 +241,32 @@ fn fetch_one(
     Ok((size, data))
 }
 
+/// `f` again while it answers "in progress" (a prepared DTX holds the key
+/// on that replica: it resolves within milliseconds), up to about a second;
+/// before, one held key failed the whole rebuild job (retried after 1 s,
+/// and under a steady load on few keys it failed again and again).
+fn unheld<T>(mut f: impl FnMut() -> Result<T, ClientError>) -> Result<T, ClientError> {
+    let mut tries = 0;
+    loop {
+        match f() {
+            Err(e) if e.status() == Some(crate::rpc::Status::InProgress) && tries < 500 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            r => return r,
+        }
+    }
+}
+
 /// The epoch of the version a latest fetch of `iod` returns on `side`
 /// (`Epoch(0)`: nothing; a destination without the object: nothing).
 fn epoch_of(side: &Side<'_>, o: &ObjHandle, dkey: &DKey, iod: Iod) -> Result<Epoch, ClientError> {
-    match side
-        .client
-        .obj_fetch_epochs(o, None, dkey, &[iod], None)?
-        .get()
-    {
+    let iods = [iod];
+    match unheld(|| {
+        side.client
+            .obj_fetch_epochs(o, None, dkey, &iods, None)?
+            .get()
+    }) {
         Ok(v) => Ok(v.first().copied().unwrap_or_default()),
         Err(e) if e.status() == Some(crate::rpc::Status::NonExist) => Ok(Epoch(0)),
         Err(e) => Err(e),
@@ -353,11 +373,11 @@ fn akey_epoch(
             }],
         ),
     ];
-    match side
-        .client
-        .obj_fetch_epochs(o, None, dkey, &iods, None)?
-        .get()
-    {
+    match unheld(|| {
+        side.client
+            .obj_fetch_epochs(o, None, dkey, &iods, None)?
+            .get()
+    }) {
         Ok(v) => Ok(v.into_iter().max().unwrap_or_default()),
         Err(e) if e.status() == Some(crate::rpc::Status::NonExist) => Ok(Epoch(0)),
         Err(e) => Err(e),

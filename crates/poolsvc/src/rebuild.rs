@@ -57,10 +57,11 @@ pub struct RebuildConfig {
     /// RPC deadline towards the engines.
     pub timeout: Duration,
     /// A `DOWN` engine that answers again is reintegrated at once (DOWN →
-    /// UP → UP-IN, its data discarded and re-pulled) instead of waiting for
-    /// `EXCLUDED`. Off by default: see docs/obj-dist.md "Rebuild" (the copy
-    /// races client writes; the fence closed only the restarted engine's
-    /// old-map reads).
+    /// UP → UP-IN, its data reconciled and filled by epoch-carrying copies)
+    /// instead of waiting for `EXCLUDED`. Off by default: see
+    /// docs/obj-dist.md "DOWN → UP-IN return" (the soak then kills the
+    /// returned engine again, and a restart faster than the failure detector
+    /// goes unnoticed: stale reads).
     pub return_from_down: bool,
 }
 
