@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use obj::client::kv::KV_AKEY;
-use obj::dist::DistClient;
+use obj::dist::{DistClient, PoolView};
 use obj::membership::DetectorConfig;
 use obj::placement::PoolMap;
 use obj::types::{Iod, ObjClass, ObjType, ObjectId, Recx, Redundancy};
@@ -302,24 +302,33 @@ fn svc_map(c: &mut BlockingClient) -> Option<PoolMap> {
     c.read().ok()?.pools.get("dp").map(|p| p.map())
 }
 
+/// The pool's map and rebuild view (which replicas are complete).
+fn svc_view(c: &mut BlockingClient) -> Option<PoolView> {
+    c.read().ok()?.pools.get("dp").map(|p| p.view())
+}
+
 fn dist_client(ms: &[Member]) -> Option<DistClient> {
     let addrs: Vec<String> = ms.iter().map(|m| m.addr.clone()).collect();
     let mut svc = svc_client(ms);
-    let map = svc_map(&mut svc)?;
+    let view = svc_view(&mut svc)?;
     let dc = DistClient::connect_with_map(
         &addrs,
         "dp",
         "dc",
         Duration::from_secs(3),
         DetectorConfig::default(),
-        Some(map),
+        Some(view.map),
     )
     .ok()?;
     // reads from any replica (not always the leader): followers' held keys
     // are exercised
-    Some(dc.with_read_spread(true).with_map_source(Box::new(move || {
-        svc_map(&mut svc).ok_or_else(|| "no map from the pool service".to_string())
-    })))
+    Some(
+        dc.with_read_spread(true)
+            .with_rebuild_view(view.rebuild)
+            .with_view_source(Box::new(move || {
+                svc_view(&mut svc).ok_or_else(|| "no map from the pool service".to_string())
+            })),
+    )
 }
 
 struct Round {
@@ -560,6 +569,29 @@ fn round(ip: &str, seed: u64, load: Duration, clients: usize) -> Round {
             complete: start.elapsed(),
             res,
         });
+    }
+    // where the pool service stands at the end: the victim's state and the
+    // last rebuild (with the quick return: reintegrated or being so)
+    if let Ok(st) = svc_client(&members(&dir)).read() {
+        if let Some(p) = st.pools.get("dp") {
+            let m = p.map();
+            let states: Vec<String> = m
+                .targets()
+                .iter()
+                .map(|t| format!("{}:{:?}", t.id, t.state))
+                .collect();
+            let rb = &p.rebuild;
+            kills.push(format!(
+                "final map v{} [{}], rebuild {} ({}) pass {} to v{}: {} values copied",
+                m.version(),
+                states.join(" "),
+                rb.state,
+                rb.kind,
+                rb.pass,
+                rb.version,
+                rb.recs_copied
+            ));
+        }
     }
     let bad = check(&history);
     let count = |f: &dyn Fn(&Op) -> bool| history.iter().filter(|o| f(o)).count();

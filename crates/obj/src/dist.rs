@@ -27,6 +27,16 @@
 //! [`DistClient::array_write`]) and punches (object, dkey, akeys;
 //! [`DistClient::kv_remove`]) always go through DTX, whatever the mode.
 //!
+//! **Which replicas are complete** ([`RebuildView`]): a replica holds all
+//! of a group's data when it is a member of the group under the map of the
+//! last completed rebuild (the pool's first map when none completed) and is
+//! not being filled by a running job. Reads go to complete replicas first;
+//! a spare that is not complete (not rebuilt yet) is believed only when it
+//! has the value: its "nothing" is not an answer; a target being filled is
+//! not read. When no complete replica serves and the others have nothing, a
+//! read is [`Error::Unavailable`] (DAOS: `-DER_UNREACH`, retry),
+//! never `NonExist` or an empty value.
+//!
 //! What this is **not** yet (see docs/obj-dist.md):
 //! - rebuild (copying older data to the spare) and reintegration are the pool
 //!   service leader's (`poolsvc::rebuild`); this client only follows the map
@@ -38,7 +48,7 @@ use crate::client::kv::KV_AKEY;
 use crate::client::{Client, ContHandle, Error as ClientError, Kv, ObjHandle};
 use crate::dtx_op::DtxOp;
 use crate::membership::{Detector, DetectorConfig, Liveness};
-use crate::placement::{layout, MapError, PoolMap, TargetState};
+use crate::placement::{layout, MapError, PoolMap, TargetId, TargetState};
 use crate::rpc::Status;
 use crate::types::{AKey, Anchor, DKey, Epoch, Iod, ObjectId, Recx};
 
@@ -65,6 +75,15 @@ pub enum Error {
     },
     #[error("no replica of the object answered")]
     NoReplica,
+    /// No replica known to hold all of the key's group serves (every
+    /// original replica is out and no rebuild has filled a spare yet), and
+    /// the serving ones have nothing for the key: whether it exists is not
+    /// known. Retry later (a rebuild or a returning engine ends it).
+    #[error(
+        "object {oid}: unavailable (no serving replica holds all of its data: the original \
+         replicas are out and no rebuild has filled a spare yet); retry later"
+    )]
+    Unavailable { oid: ObjectId },
     #[error("no engine is reachable")]
     NoEngine,
     #[error("the pool map does not have one single-target domain for each of the {0} engines")]
@@ -83,6 +102,31 @@ pub enum Error {
 /// Where a client gets the current pool map after a stale-map refusal (the
 /// pool service; `obj` cannot depend on `poolsvc`, so the caller wires it).
 pub type MapSource = Box<dyn FnMut() -> std::result::Result<PoolMap, String>>;
+
+/// What a client knows of a pool's rebuilds (the pool service's rebuild
+/// status, `poolsvc::state::Pool::view`): which replicas hold all of a
+/// group's data. The default (nothing known) trusts the original replicas
+/// only: safe, but a spare filled by a completed rebuild is then believed
+/// only when it has the value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RebuildView {
+    /// The map the last completed rebuild went to; `None`: none completed
+    /// (the pool's first map, every target in).
+    pub base: Option<PoolMap>,
+    /// Targets a running job is still filling (reintegrated targets in pass
+    /// 2): serving, but maybe missing values written while they were `UP`.
+    pub filling: Vec<TargetId>,
+}
+
+/// The pool as the pool service has it: its map and its rebuild view.
+#[derive(Debug, Clone)]
+pub struct PoolView {
+    pub map: PoolMap,
+    pub rebuild: RebuildView,
+}
+
+/// [`MapSource`] with the rebuild view (one read of the pool service).
+pub type ViewSource = Box<dyn FnMut() -> std::result::Result<PoolView, String>>;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -125,7 +169,9 @@ pub struct DistClient {
     /// The version of the map as the pool service gave it (sent in object
     /// RPCs); `None` for a client that made its own map (nothing sent).
     svc_version: Option<u32>,
-    source: Option<MapSource>,
+    source: Option<ViewSource>,
+    /// Which replicas are complete ([`RebuildView`]).
+    rebuild: RebuildView,
     refreshes: u64,
     pool: String,
     cont: String,
@@ -237,6 +283,7 @@ impl DistClient {
             timeout,
             svc_version,
             source: None,
+            rebuild: RebuildView::default(),
             refreshes: 0,
             pool: pool.to_string(),
             cont: cont.to_string(),
@@ -266,10 +313,35 @@ impl DistClient {
         self.replication
     }
 
-    /// Where to fetch the pool map after a stale-map refusal.
-    pub fn with_map_source(mut self, source: MapSource) -> Self {
+    /// Where to fetch the pool map after a stale-map refusal (no rebuild
+    /// view: see [`Self::with_view_source`]).
+    pub fn with_map_source(mut self, mut source: MapSource) -> Self {
+        self.source = Some(Box::new(move || {
+            source().map(|map| PoolView {
+                map,
+                rebuild: RebuildView::default(),
+            })
+        }));
+        self
+    }
+
+    /// Where to fetch the pool map and the rebuild view after a stale-map
+    /// refusal (and when a read finds no complete replica).
+    pub fn with_view_source(mut self, source: ViewSource) -> Self {
         self.source = Some(source);
         self
+    }
+
+    /// The rebuild view to start from (with the map the client was built
+    /// from).
+    pub fn with_rebuild_view(mut self, view: RebuildView) -> Self {
+        self.rebuild = view;
+        self
+    }
+
+    /// The client's rebuild view.
+    pub fn rebuild_view(&self) -> &RebuildView {
+        &self.rebuild
     }
 
     /// The map version object RPCs carry (the service's, `None`: none).
@@ -298,7 +370,7 @@ impl DistClient {
         let Some(src) = self.source.as_mut() else {
             return Err(stale("no map source to refresh from".into()));
         };
-        let map = src().map_err(|e| stale(format!("map source: {e}")))?;
+        let PoolView { map, rebuild } = src().map_err(|e| stale(format!("map source: {e}")))?;
         if map.version() < engine {
             return Err(stale(format!(
                 "the map source gave version {}",
@@ -319,6 +391,7 @@ impl DistClient {
         );
         self.svc_version = Some(map.version());
         self.map = map;
+        self.rebuild = rebuild;
         self.refreshes += 1;
         for r in 0..self.conns.len() {
             let serving = self.map.target(r as u32)?.state.is_serving();
@@ -581,7 +654,21 @@ impl DistClient {
         let mut last = None;
         // replicas that refused as fenced (lease lapsed): not asked to lead
         let mut fenced: Vec<u32> = Vec::new();
+        let mut view_refreshed = false;
         for _ in 0..=4 * self.conns.len() + 64 {
+            // a dkey none of whose complete replicas serves is not written:
+            // the spares would take it, and a returning original (the only
+            // holder of the older data) never reads them (rebuild's rule)
+            if let Some(k) = op.dkey() {
+                if self.read_order(oid, k)?.1 == 0 {
+                    if !view_refreshed && self.source.is_some() {
+                        view_refreshed = true;
+                        self.refresh_if_fenced(0);
+                        continue;
+                    }
+                    return Err(Error::Unavailable { oid });
+                }
+            }
             let (mut reps, total) = self.participants(oid, op.dkey())?;
             if let Some(i) = reps.iter().position(|(r, _)| !fenced.contains(r)) {
                 // another serving replica leads; a fenced one may still
@@ -742,31 +829,54 @@ impl DistClient {
         Err(Error::NoReplica)
     }
 
-    /// Replica ranks to read `key` from, best first: the replicas of the
-    /// original layout (all targets in) that still serve, then the spares of
-    /// the current layout (no rebuild: a spare has only what was written
-    /// after the failure).
-    fn read_order(&self, oid: ObjectId, key: &[u8]) -> Result<Vec<usize>> {
-        let orig = layout(oid, &self.map.all_in())?;
-        let cur = layout(oid, &self.map)?;
-        let g = crate::placement::group_of(key, orig.groups.len());
+    /// Replica ranks to read `key` from, best first, and how many of them
+    /// are complete ([`RebuildView`]): the complete serving members of the
+    /// key's group (original layout's order first), then the other serving
+    /// members of its group under the current map (spares not rebuilt yet;
+    /// not targets being filled).
+    fn read_order(&self, oid: ObjectId, key: &[u8]) -> Result<(Vec<usize>, usize)> {
+        let all_in = self.map.all_in();
+        let base = self.rebuild.base.as_ref().unwrap_or(&all_in);
+        let group = |m: &PoolMap| -> Result<Vec<TargetId>> {
+            let l = layout(oid, m)?;
+            let g = crate::placement::group_of(key, l.groups.len());
+            Ok(l.groups.get(g).cloned().unwrap_or_default())
+        };
+        let (orig, was, cur) = (group(&all_in)?, group(base)?, group(&self.map)?);
+        let serving = |m: &PoolMap, t: TargetId| m.target(t).is_ok_and(|x| x.state.is_serving());
         let mut order = Vec::new();
-        for &t in orig.groups[g].iter().chain(cur.groups[g].iter()) {
-            let tgt = self.map.target(t)?;
-            let rank = tgt.domain as usize;
-            if tgt.state.is_serving() && !order.contains(&rank) {
+        for &t in orig.iter().chain(was.iter()) {
+            let complete = was.contains(&t)
+                && serving(base, t)
+                && serving(&self.map, t)
+                && !self.rebuild.filling.contains(&t);
+            let rank = self.map.target(t)?.domain as usize;
+            if complete && !order.contains(&rank) {
                 order.push(rank);
             }
         }
-        Ok(order)
+        let n = order.len();
+        for &t in &cur {
+            let rank = self.map.target(t)?.domain as usize;
+            // a target being filled is not read at all: its value may be
+            // one a write it missed while `UP` replaced (the soak caught
+            // it answering while the complete replica held the key)
+            if serving(&self.map, t) && !order.contains(&rank) && !self.rebuild.filling.contains(&t)
+            {
+                order.push(rank);
+            }
+        }
+        Ok((order, n))
     }
 
     /// `kv_get` from the first replica that answers (see [`Self::read_order`]);
     /// a replica that fails at the transport level is marked DOWN and the next
-    /// one is tried. A key no serving replica has is `Engine(NonExist)`. A
-    /// replica holding a prepared DTX update of the key answers "in
-    /// progress": the next replica is tried, and when every one did, the
-    /// read is retried after a pause (until the client's timeout).
+    /// one is tried. A key a complete replica does not have is
+    /// `Engine(NonExist)`; when no complete replica serves and the others do
+    /// not have it, [`Error::Unavailable`]. A replica holding a prepared DTX
+    /// update of the key answers "in progress": the next replica is tried,
+    /// and when every one did, the read is retried after a pause (until the
+    /// client's timeout).
     pub fn kv_get(&mut self, oid: ObjectId, key: &[u8]) -> Result<Vec<u8>> {
         self.read(
             oid,
@@ -827,30 +937,25 @@ impl DistClient {
     ) -> Result<T> {
         let deadline = Instant::now() + self.timeout;
         let mut refreshes = 0;
+        // the view fetched again once when no complete replica answered (a
+        // rebuild may have completed since)
+        let mut view_refreshed = false;
         'refreshed: while refreshes < 4 {
-            let mut last = None;
             let mut in_progress = None;
             let mut fenced = None;
-            let mut order = self.read_order(oid, key)?;
-            // the original replicas still serving come first, then spares
-            let orig = layout(oid, &self.map.all_in())?;
-            let g = crate::placement::group_of(key, orig.groups.len());
-            let n = order
-                .iter()
-                .take_while(|&&r| orig.groups[g].iter().any(|&t| t as usize == r))
-                .count();
+            // the complete replicas first (n of them), then the others
+            let (mut order, n) = self.read_order(oid, key)?;
             if self.read_spread && n > 1 {
-                // among the original replicas still serving only: a spare
-                // has only what was written after the failure (no rebuild)
+                // among the complete replicas only
                 self.reads += 1;
                 order[..n].rotate_left((self.reads % n as u64) as usize);
             }
+            let first = order.first().copied().unwrap_or(0);
             for (i, rank) in order.into_iter().enumerate() {
                 if i >= n && fenced.is_some() {
-                    // an original replica is fenced (e.g. every lease lapsed
-                    // while the pool service elects a leader): a spare has
-                    // only what was written since the failure, so wait for
-                    // the original
+                    // a complete replica is fenced (e.g. every lease lapsed
+                    // while the pool service elects a leader): the others
+                    // may lack what it has, so wait for it
                     break;
                 }
                 let Some((c, oh)) = self.oh(rank, oid) else {
@@ -858,11 +963,11 @@ impl DistClient {
                     continue;
                 };
                 match f(c, &oh) {
-                    // an original holds the key (a DTX not resolved yet) and
-                    // this spare has nothing for it (a fetch answers empty):
-                    // not an answer, wait for the original
-                    Ok(v) if i >= n && in_progress.is_some() && !has_data(&v) => {}
-                    Ok(v) => return Ok(v),
+                    // a complete replica's answer, or a value from another
+                    Ok(v) if i < n || has_data(&v) => return Ok(v),
+                    // not complete and nothing for the key (a fetch answers
+                    // empty buffers): not an answer
+                    Ok(_) => {}
                     Err(e) if is_transport(&e) => self.mark_down(rank)?,
                     Err(e @ ClientError::StaleMap { .. }) if self.is_fenced(&e) => {
                         // its lease lapsed (cut off from the pool service):
@@ -878,11 +983,15 @@ impl DistClient {
                         in_progress = Some((rank, e));
                     }
                     Err(e) if e.status() == Some(Status::NonExist) => {
-                        last = Some(Error::Engine {
-                            rank,
-                            addr: self.conns[rank].addr.clone(),
-                            source: e,
-                        })
+                        if i < n {
+                            // a complete replica has every write of the key
+                            return Err(Error::Engine {
+                                rank,
+                                addr: self.conns[rank].addr.clone(),
+                                source: e,
+                            });
+                        }
+                        // not complete: not an answer
                     }
                     Err(source) => {
                         return Err(Error::Engine {
@@ -908,7 +1017,13 @@ impl DistClient {
                     source,
                 });
             }
-            return Err(last.unwrap_or(Error::NoReplica));
+            // no complete replica answered and the others have nothing
+            if !view_refreshed && self.source.is_some() {
+                view_refreshed = true;
+                self.refresh_if_fenced(first);
+                continue 'refreshed;
+            }
+            return Err(Error::Unavailable { oid });
         }
         Err(Error::NoReplica)
     }

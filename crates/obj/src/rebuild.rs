@@ -14,14 +14,16 @@
 //!   back) is never read, so its stale copies are never spread.
 //! - [`Throttle`] (sans-IO, injected clock): records per second.
 //! - [`copy_dkey`] (I/O, [`Client`]): every akey of the dkey — single values
-//!   and array extents, the latest visible version — read from the source,
-//!   compared with the destination, written where they differ.
+//!   and array extents, the latest visible version — read from the source
+//!   with its epoch and written at that epoch (`obj_update_at`) where the
+//!   destination has nothing as new: under MVCC a copy never hides a newer
+//!   client write, whatever the interleaving.
 
 use std::time::{Duration, Instant};
 
 use crate::client::{Client, ContHandle, Error as ClientError, ObjHandle};
 use crate::placement::{group_of, layout, MapError, PoolMap, TargetId, TargetState};
-use crate::types::{AKey, Anchor, DKey, Iod, ObjectId, Recx, SgList};
+use crate::types::{AKey, Anchor, DKey, Epoch, Iod, ObjectId, Recx, SgList};
 
 /// Keys or extents asked for per listing RPC.
 pub const LIST_BATCH: u32 = 256;
@@ -171,9 +173,10 @@ fn oh(s: &Side<'_>, oid: ObjectId) -> ObjHandle {
     }
 }
 
-/// Every akey of `dkey` in `oid`, read from `src` (latest visible version),
-/// written to `dst` where `dst` does not hold the same bytes. Single values
-/// and array extents; older versions are not copied (see docs/obj-dist.md).
+/// Every akey of `dkey` in `oid`, read from `src` (latest visible version,
+/// with its epoch), written to `dst` at that epoch where `dst` has nothing
+/// as new (single values: an older epoch; extents: other bytes). Older
+/// versions are not copied (see docs/obj-dist.md).
 pub fn copy_dkey(
     src: &Side<'_>,
     dst: &Side<'_>,
@@ -218,13 +221,16 @@ pub fn copy_dkey(
 fn fetch_one(
     side: &Side<'_>,
     o: &ObjHandle,
+    epoch: Option<Epoch>,
     dkey: &DKey,
     iod: Iod,
 ) -> Result<(u64, Vec<u8>), ClientError> {
-    let f = side
-        .client
-        .obj_fetch(o, None, dkey, &[iod], Vec::new(), None)?
-        .get()?;
+    let iods = [iod];
+    let f = unheld(|| {
+        side.client
+            .obj_fetch(o, epoch, dkey, &iods, Vec::new(), None)?
+            .get()
+    })?;
     let size = f.sizes.first().copied().unwrap_or(0);
     let data = f
         .sgls
@@ -235,6 +241,42 @@ fn fetch_one(
     Ok((size, data))
 }
 
+/// `f` again while it answers "in progress" (a prepared DTX holds the key
+/// on that replica: it resolves within milliseconds), up to about a second;
+/// before, one held key failed the whole rebuild job (retried after 1 s,
+/// and under a steady load on few keys it failed again and again).
+fn unheld<T>(mut f: impl FnMut() -> Result<T, ClientError>) -> Result<T, ClientError> {
+    let mut tries = 0;
+    loop {
+        match f() {
+            Err(e) if e.status() == Some(crate::rpc::Status::InProgress) && tries < 500 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            r => return r,
+        }
+    }
+}
+
+/// The epoch of the version a latest fetch of `iod` returns on `side`
+/// (`Epoch(0)`: nothing; a destination without the object: nothing).
+fn epoch_of(side: &Side<'_>, o: &ObjHandle, dkey: &DKey, iod: Iod) -> Result<Epoch, ClientError> {
+    let iods = [iod];
+    match unheld(|| {
+        side.client
+            .obj_fetch_epochs(o, None, dkey, &iods, None)?
+            .get()
+    }) {
+        Ok(v) => Ok(v.first().copied().unwrap_or_default()),
+        Err(e) if e.status() == Some(crate::rpc::Status::NonExist) => Ok(Epoch(0)),
+        Err(e) => Err(e),
+    }
+}
+
+/// A single value: the source's latest version (its epoch, then the value
+/// read at exactly that epoch), written at that epoch where the destination
+/// has nothing as new. A client write the destination took meanwhile is at
+/// a newer epoch and stays the visible one.
 fn copy_single(
     src: &Side<'_>,
     dst: &Side<'_>,
@@ -244,23 +286,24 @@ fn copy_single(
     akey: &AKey,
     st: &mut CopyStats,
 ) -> Result<(), ClientError> {
-    let (size, value) = fetch_one(src, so, dkey, Iod::single(akey.clone(), 0))?;
-    if size == 0 {
+    let iod = Iod::single(akey.clone(), 0);
+    let e = epoch_of(src, so, dkey, iod.clone())?;
+    if e.0 == 0 {
         return Ok(()); // punched since it was listed
     }
-    let (dsize, have) = match fetch_one(dst, dob, dkey, Iod::single(akey.clone(), 0)) {
-        Ok(x) => x,
-        Err(e) if e.status() == Some(crate::rpc::Status::NonExist) => (0, Vec::new()),
-        Err(e) => return Err(e),
-    };
-    if dsize == size && have == value {
-        st.same += 1;
+    if epoch_of(dst, dob, dkey, iod.clone())? >= e {
+        st.same += 1; // the same version, or a newer one
+        return Ok(());
+    }
+    let (size, value) = fetch_one(src, so, Some(e), dkey, iod)?;
+    if size == 0 {
         return Ok(());
     }
     let n = value.len() as u64;
     dst.client
-        .obj_update(
+        .obj_update_at(
             dob,
+            e,
             dkey,
             &[Iod::single(akey.clone(), n)],
             &[SgList::one(value)],
@@ -272,6 +315,9 @@ fn copy_single(
     Ok(())
 }
 
+/// Array extents: read at the newest epoch among them (what a latest read
+/// returns), written at that epoch where the destination's bytes differ
+/// (records it has newer stay visible).
 #[allow(clippy::too_many_arguments)]
 fn copy_array(
     src: &Side<'_>,
@@ -285,8 +331,12 @@ fn copy_array(
     st: &mut CopyStats,
 ) -> Result<(), ClientError> {
     let iod = Iod::array(akey.clone(), rsize, recxs.to_vec());
-    let (_, data) = fetch_one(src, so, dkey, iod.clone())?;
-    let have = match fetch_one(dst, dob, dkey, iod.clone()) {
+    let e = epoch_of(src, so, dkey, iod.clone())?;
+    if e.0 == 0 {
+        return Ok(()); // punched since it was listed
+    }
+    let (_, data) = fetch_one(src, so, Some(e), dkey, iod.clone())?;
+    let have = match fetch_one(dst, dob, None, dkey, iod.clone()) {
         Ok((_, d)) => Some(d),
         Err(e) if e.status() == Some(crate::rpc::Status::NonExist) => None,
         Err(e) => return Err(e),
@@ -297,11 +347,85 @@ fn copy_array(
     }
     let n = data.len() as u64;
     dst.client
-        .obj_update(dob, dkey, &[iod], &[SgList::one(data)], None)?
+        .obj_update_at(dob, e, dkey, &[iod], &[SgList::one(data)], None)?
         .get()?;
     st.records += recxs.len() as u64;
     st.bytes += n;
     Ok(())
+}
+
+/// The newest epoch of anything visible in `akey` on `side` (a single value
+/// or any array extent; `Epoch(0)`: nothing).
+fn akey_epoch(
+    side: &Side<'_>,
+    o: &ObjHandle,
+    dkey: &DKey,
+    akey: &AKey,
+) -> Result<Epoch, ClientError> {
+    let iods = [
+        Iod::single(akey.clone(), 0),
+        Iod::array(
+            akey.clone(),
+            0,
+            vec![Recx {
+                idx: 0,
+                nr: 1 << 62,
+            }],
+        ),
+    ];
+    match unheld(|| {
+        side.client
+            .obj_fetch_epochs(o, None, dkey, &iods, None)?
+            .get()
+    }) {
+        Ok(v) => Ok(v.into_iter().max().unwrap_or_default()),
+        Err(e) if e.status() == Some(crate::rpc::Status::NonExist) => Ok(Epoch(0)),
+        Err(e) => Err(e),
+    }
+}
+
+/// Reintegration, before the returning engine `dst` is filled: its data of
+/// `dkey` is reconciled, not trusted. Every akey it has that `src` (the
+/// group's source replica) does not — removed while it was out — or every
+/// akey when `src` is `None` (`dst` is not in the dkey's group any more: a
+/// leftover of its time as a spare) is punched on `dst` just above its own
+/// newest version, so nothing newer (a copy, a client write) is hidden.
+/// What both have is left to [`copy_dkey`] (newer versions win by epoch).
+/// Returns the akeys punched.
+pub fn reconcile_dkey(
+    src: Option<&Side<'_>>,
+    dst: &Side<'_>,
+    oid: ObjectId,
+    dkey: &DKey,
+) -> Result<u64, ClientError> {
+    let dob = oh(dst, oid);
+    let so = src.map(|s| oh(s, oid));
+    let mut punched = 0;
+    let mut anchor = Anchor::default();
+    while !anchor.is_eof() {
+        let (akeys, a) = dst
+            .client
+            .obj_list_akey(&dob, None, dkey, &anchor, LIST_BATCH, None)?
+            .get()?;
+        anchor = a;
+        for akey in akeys {
+            let mine = akey_epoch(dst, &dob, dkey, &akey)?;
+            if mine.0 == 0 {
+                continue;
+            }
+            let stale = match (src, &so) {
+                (Some(s), Some(so)) => akey_epoch(s, so, dkey, &akey)?.0 == 0,
+                _ => true,
+            };
+            if stale {
+                dst.client
+                    .obj_punch_akeys_at(&dob, Epoch(mine.0 + 1), dkey, &[akey], None)?
+                    .get()?;
+                punched += 1;
+            }
+        }
+    }
+    Ok(punched)
 }
 
 #[cfg(test)]

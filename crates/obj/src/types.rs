@@ -713,6 +713,25 @@ pub trait ObjectStore {
         Ok((out, bufs))
     }
 
+    /// The epoch of the version each iod of a fetch at `epoch` would return
+    /// (single value: its version's; array: the newest extent among the
+    /// records read), `Epoch(0)` when nothing is visible. Rebuild copies a
+    /// value at this epoch (read at it, written at it), so a copy never hides
+    /// a newer write. Stores without versions answer `InvalidArg`.
+    fn fetch_epochs(
+        &mut self,
+        cont: ContId,
+        oid: ObjectId,
+        epoch: Epoch,
+        dkey: &DKey,
+        iods: &[Iod],
+    ) -> StoreResult<Vec<Epoch>> {
+        let _ = (cont, oid, epoch, dkey, iods);
+        Err(StoreError::InvalidArg(
+            "this store does not report version epochs".into(),
+        ))
+    }
+
     /// `daos_obj_punch`: the whole object reads as empty from `epoch` on.
     fn punch_obj(&mut self, cont: ContId, oid: ObjectId, epoch: Epoch) -> StoreResult<()>;
     /// `daos_obj_punch_dkeys`.

@@ -178,6 +178,210 @@ fn rp2_survives_an_engine_and_replicas_are_where_the_layout_says() {
     }
 }
 
+/// Every original replica of an RP_2 object out (DOWN in the client's map;
+/// the engines keep running, as when the pool service marked them DOWN), the
+/// spare not rebuilt: a key written before reads as `Unavailable`, never
+/// `NonExist` or empty (the spare has nothing for it), and a write is
+/// `Unavailable` too (the spare is not complete). Once the rebuild view says
+/// the spare was filled (a completed rebuild's map), its "nothing" is an
+/// answer (`NonExist`) and writes go there. A target still being filled is
+/// not complete.
+#[test]
+fn every_original_replica_out_reads_unavailable_not_nonexist() {
+    use obj::client::kv::KV_AKEY;
+    use obj::dist::{Error as DistError, RebuildView};
+    use obj::types::Iod;
+    let (_dirs, _engines, addrs) = system(3, 61);
+    DistClient::create(&addrs, "dp", 16 << 20, "dc").unwrap();
+    let mut dc = DistClient::connect(
+        &addrs,
+        "dp",
+        "dc",
+        Duration::from_secs(2),
+        DetectorConfig::default(),
+    )
+    .unwrap();
+    let o = kv_oid(7, rp(2));
+    let orig: Vec<u32> = layout(o, dc.map()).unwrap().groups[0].clone();
+    dc.kv_put(o, b"old", b"before").unwrap();
+    for &t in &orig {
+        dc.mark_down(t as usize).unwrap();
+    }
+    let spare = layout(o, dc.map()).unwrap().groups[0]
+        .iter()
+        .copied()
+        .find(|t| !orig.contains(t))
+        .expect("a spare");
+    let unavailable =
+        |r: Result<Vec<u8>, DistError>| matches!(r, Err(DistError::Unavailable { .. }));
+    match dc.kv_get(o, b"old") {
+        Err(DistError::Unavailable { oid }) => assert_eq!(oid, o),
+        r => panic!("a key written before, every original replica out: {r:?}"),
+    }
+    let f = dc.fetch(o, b"old", &[Iod::single(KV_AKEY, 0)]);
+    assert!(
+        matches!(f, Err(DistError::Unavailable { .. })),
+        "fetch: {f:?}"
+    );
+    // nor is it written: the spare would take it and the originals, when
+    // they return, never read a spare
+    match dc.kv_put(o, b"new", b"during") {
+        Err(DistError::Unavailable { .. }) => {}
+        r => panic!("a write with every original replica out: {r:?}"),
+    }
+    assert!(!holds(&addrs[spare as usize], o, b"new"));
+    assert!(unavailable(dc.kv_get(o, b"never")));
+
+    // a rebuild fills the spare (here by hand) and completes at this map
+    {
+        let c = Client::connect(&addrs[spare as usize]).unwrap();
+        let poh = c.pool_connect("dp", None).unwrap().get().unwrap();
+        let coh = c.cont_open(&poh, "dc", None).unwrap().get().unwrap();
+        let kv = c.kv_open(&coh, o, None).unwrap().get().unwrap();
+        c.kv_put(&kv, b"old", b"before", None)
+            .unwrap()
+            .get()
+            .unwrap();
+    }
+    let rebuilt = dc.map().clone();
+    // still being filled (pass 2 of a job): not complete yet
+    dc = dc.with_rebuild_view(RebuildView {
+        base: Some(rebuilt.clone()),
+        filling: vec![spare],
+    });
+    assert!(unavailable(dc.kv_get(o, b"never")));
+    // nor read at all: its value may be one a write it missed replaced
+    assert!(unavailable(dc.kv_get(o, b"old")));
+    dc = dc.with_rebuild_view(RebuildView {
+        base: Some(rebuilt),
+        filling: Vec::new(),
+    });
+    assert_eq!(dc.kv_get(o, b"old").unwrap(), b"before");
+    // complete: written again, and read back from it
+    dc.kv_put(o, b"new", b"after").unwrap();
+    assert!(holds(&addrs[spare as usize], o, b"new"));
+    assert_eq!(dc.kv_get(o, b"new").unwrap(), b"after");
+    match dc.kv_get(o, b"never") {
+        Err(DistError::Engine { source, .. })
+            if source.status() == Some(obj::rpc::Status::NonExist) => {}
+        r => panic!("a rebuilt spare's nothing is NonExist: {r:?}"),
+    }
+}
+
+/// Rebuild copies carry their source epoch: a destination that took a newer
+/// client write keeps it visible (the copy is stored under it), one with an
+/// older version gets the source's at the source's epoch; an update at an
+/// epoch in the engine's future is refused. (The copy before this overwrote
+/// the newer write: the soak's stale reads with `--return-from-down`.)
+#[test]
+fn rebuild_copies_carry_their_source_epoch() {
+    use obj::client::ObjHandle;
+    use obj::rebuild::{copy_dkey, Side};
+    use obj::types::{DKey, Epoch, Iod, Recx, SgList};
+    let (_dirs, _engines, addrs) = system(2, 64);
+    DistClient::create(&addrs, "dp", 16 << 20, "dc").unwrap();
+    let side = |a: &str| {
+        let c = Client::connect(a).unwrap();
+        let poh = c.pool_connect("dp", None).unwrap().get().unwrap();
+        let coh = c.cont_open(&poh, "dc", None).unwrap().get().unwrap();
+        (c, coh)
+    };
+    let ((c1, h1), (c2, h2)) = (side(&addrs[0]), side(&addrs[1]));
+    let o = ObjectId::generate(0, 9, ObjType::MultiHashed, rp(2)).unwrap();
+    let (o1, o2) = (
+        ObjHandle {
+            coh: h1.coh,
+            oid: o,
+        },
+        ObjHandle {
+            coh: h2.coh,
+            oid: o,
+        },
+    );
+    let d = DKey(b"d".to_vec());
+    let put = |c: &Client, oh: &ObjHandle, iod: Iod, v: &[u8]| {
+        c.obj_update(oh, &d, &[iod], &[SgList::one(v.to_vec())], None)
+            .unwrap()
+            .get()
+            .unwrap()
+    };
+    let arr = |idx, nr| Iod::array("a", 1, vec![Recx { idx, nr }]);
+    let get = |c: &Client, oh: &ObjHandle, iod: Iod, at: Option<Epoch>| {
+        c.obj_fetch(oh, at, &d, &[iod], Vec::new(), None)
+            .unwrap()
+            .get()
+            .unwrap()
+            .sgls[0]
+            .concat()
+    };
+    // the destination has an older "t"; the source's is newer
+    put(&c2, &o2, Iod::single("t", 5), b"t-old");
+    // the source: "s" and an array, then "t"
+    let e_s = put(&c1, &o1, Iod::single("s", 6), b"s-copy");
+    let e_a = put(&c1, &o1, arr(0, 8), b"AAAAAAAA");
+    let e_t = put(&c1, &o1, Iod::single("t", 5), b"t-new");
+    // a client writes "s" and half the array on the destination after the
+    // source's versions (the race: between the copy's read and its write)
+    let e_c = put(&c2, &o2, Iod::single("s", 8), b"s-client");
+    put(&c2, &o2, arr(4, 4), b"BBBB");
+    assert!(e_c > e_s && e_c > e_a);
+    let es = c1
+        .obj_fetch_epochs(&o1, None, &d, &[Iod::single("s", 0), arr(0, 8)], None)
+        .unwrap()
+        .get()
+        .unwrap();
+    assert_eq!(es, vec![e_s, e_a], "the fetch reports each version's epoch");
+    let none = c1
+        .obj_fetch_epochs(&o1, None, &d, &[Iod::single("nothing", 0)], None)
+        .unwrap()
+        .get()
+        .unwrap();
+    assert_eq!(none, vec![Epoch(0)]);
+
+    let (src, dst) = (
+        Side {
+            client: &c1,
+            coh: &h1,
+        },
+        Side {
+            client: &c2,
+            coh: &h2,
+        },
+    );
+    copy_dkey(&src, &dst, o, &d).unwrap();
+    assert_eq!(
+        get(&c2, &o2, Iod::single("s", 0), None),
+        b"s-client",
+        "a copy hid a newer client write"
+    );
+    assert_eq!(
+        get(&c2, &o2, arr(0, 8), None),
+        b"AAAABBBB",
+        "the copy's extent is under the client's newer records"
+    );
+    assert_eq!(get(&c2, &o2, Iod::single("t", 0), None), b"t-new");
+    let et = c2
+        .obj_fetch_epochs(&o2, None, &d, &[Iod::single("t", 0)], None)
+        .unwrap()
+        .get()
+        .unwrap();
+    assert_eq!(et, vec![e_t], "copied at the source's epoch");
+    // an update in the engine's future is refused (it would push the clock)
+    let far = Epoch(e_t.0 + (60u64 << 30));
+    let r = c2
+        .obj_update_at(
+            &o2,
+            far,
+            &d,
+            &[Iod::single("u", 1)],
+            &[SgList::one(b"x".to_vec())],
+            None,
+        )
+        .unwrap()
+        .get();
+    assert_eq!(r.unwrap_err().status(), Some(obj::rpc::Status::Invalid));
+}
+
 #[test]
 fn heartbeats_find_a_dead_engine_within_the_bound() {
     let (_dirs, mut engines, addrs) = system(3, 55);

@@ -20,9 +20,11 @@
 //! - Throttled: [`RebuildConfig::rate`] values per second.
 //! - Reintegration: an `EXCLUDED` engine that was seen gone (a probe failed,
 //!   or the monitor declared it dead) and answers again is revived in the
-//!   monitor and set `UP`; a job that finds `UP` targets first **discards**
-//!   their data (every container of the pool destroyed and created empty on
-//!   that engine: it is not trusted), fills them (pass 1), sets them `UP-IN`
+//!   monitor and set `UP`; a job that finds `UP` targets first
+//!   **reconciles** their data (not trusted, not discarded: what their
+//!   sources no longer have is punched just above its version, newer versions
+//!   come by epoch-carrying copies; a dkey with no other replica left is
+//!   kept), fills them (pass 1), sets them `UP-IN`
 //!   and copies to them once more (pass 2: values written while they were
 //!   `UP`, which clients do not write to). `system set-state POOL RANK UP`
 //!   reintegrates by hand (DAOS's `dmg pool reintegrate`).
@@ -55,10 +57,11 @@ pub struct RebuildConfig {
     /// RPC deadline towards the engines.
     pub timeout: Duration,
     /// A `DOWN` engine that answers again is reintegrated at once (DOWN →
-    /// UP → UP-IN, its data discarded and re-pulled) instead of waiting for
-    /// `EXCLUDED`. Off by default: see docs/obj-dist.md "Rebuild" (the copy
-    /// races client writes; the fence closed only the restarted engine's
-    /// old-map reads).
+    /// UP → UP-IN, its data reconciled and filled by epoch-carrying copies)
+    /// instead of waiting for `EXCLUDED`. Off by default: see
+    /// docs/obj-dist.md "DOWN → UP-IN return" (the soak then kills the
+    /// returned engine again, and a restart faster than the failure detector
+    /// goes unnoticed: stale reads).
     pub return_from_down: bool,
 }
 
@@ -362,6 +365,10 @@ impl Job {
                 .into(),
                 pass: 1,
                 base_map: prev.base_map.clone(),
+                // named from the start: a client that sees them UP-IN
+                // before pass 2 is published must not take them as complete
+                // (`Pool::view`'s `filling`)
+                extra: up.clone(),
                 ..Default::default()
             }
         };
@@ -370,12 +377,19 @@ impl Job {
         if !resume && !up.is_empty() {
             for &t in &up {
                 let rank = map.target(t).map_err(|e| e.to_string())?.domain;
-                self.discard(rank, &p)?;
+                self.prepare(rank, &p)?;
             }
         }
         self.publish(&status)?;
         if status.pass == 1 {
             let base = base_map(&status, &map);
+            // the UP targets' data is reconciled with their sources, not
+            // trusted (and not discarded: a group whose every other replica
+            // is gone has its only copy there)
+            for &t in &up {
+                let rank = map.target(t).map_err(|e| e.to_string())?.domain;
+                self.reconcile(rank, &p, &base, &map, &up)?;
+            }
             // the UP targets' data was discarded: they are destinations of
             // every dkey of theirs, whether or not they served under the base
             // (a DOWN engine returning did; an EXCLUDED one did not)
@@ -462,16 +476,16 @@ impl Job {
         })
     }
 
-    /// Reintegration: engine `rank`'s data of this pool is not trusted:
-    /// every container destroyed and created empty (the pool made if the
-    /// engine lost it).
-    fn discard(&self, rank: u32, p: &Pool) -> JobResult<()> {
+    /// Reintegration: the returning engine `rank` has the pool and every
+    /// container of it (made empty where it lost them); what it holds is
+    /// reconciled afterwards ([`Job::reconcile`]), not discarded.
+    fn prepare(&self, rank: u32, p: &Pool) -> JobResult<()> {
         let addr = self
             .engines
             .get(rank as usize)
             .ok_or_else(|| format!("no engine {rank}"))?;
         let e = |what: &str, err: obj::client::Error| {
-            format!("discard on engine {rank}: {what}: {err}")
+            format!("reintegration of engine {rank}: {what}: {err}")
         };
         let c = Client::connect_with(addr, self.cfg.timeout).map_err(|x| e("connect", x))?;
         let poh = match c.pool_connect(&self.pool, None).and_then(|x| x.get()) {
@@ -492,16 +506,126 @@ impl Job {
             Err(x) => return Err(e("pool connect", x)),
         };
         for name in p.containers.keys() {
-            match c.cont_destroy(&poh, name, true, None).and_then(|x| x.get()) {
-                Ok(()) => {}
-                Err(x) if x.status() == Some(obj::rpc::Status::NonExist) => {}
-                Err(x) => return Err(e("container destroy", x)),
+            match c.cont_open(&poh, name, None).and_then(|x| x.get()) {
+                Ok(_) => {}
+                Err(x) if x.status() == Some(obj::rpc::Status::NonExist) => {
+                    c.cont_create(&poh, name, &[], None)
+                        .and_then(|x| x.get())
+                        .map_err(|x| e("container create", x))?;
+                }
+                Err(x) => return Err(e("container open", x)),
             }
-            c.cont_create(&poh, name, &[], None)
-                .and_then(|x| x.get())
-                .map_err(|x| e("container create", x))?;
         }
-        tracing::warn!(rank, pool = %self.pool, "rebuild: discarded the returning engine's data (not trusted)");
+        Ok(())
+    }
+
+    /// Reintegration, before the fill: every dkey of a replicated object on
+    /// the returning engine `rank` reconciled with its group's source
+    /// ([`obj::rebuild::reconcile_dkey`]: what the source no longer has is
+    /// punched there just above its own version; a dkey whose group it is no
+    /// longer in — a spare's leftover — entirely). A dkey whose group has no
+    /// other replica left is kept as it is: its only copy.
+    fn reconcile(
+        &self,
+        rank: u32,
+        p: &Pool,
+        base: &PoolMap,
+        cur: &PoolMap,
+        up: &[TargetId],
+    ) -> JobResult<()> {
+        let now = obj::rebuild::rebuild_map(cur);
+        let mut conns: HashMap<u32, Conn> = HashMap::new();
+        conns.insert(rank, self.connect(rank, p)?);
+        let shards = conns[&rank].shards;
+        let (mut punched, mut kept) = (0u64, 0u64);
+        for cont in p.containers.keys() {
+            for shard in 0..shards {
+                let mut anchor = Anchor::default();
+                while !anchor.is_eof() {
+                    self.check(cur.version())?;
+                    let me = &conns[&rank];
+                    let (oids, next) = me
+                        .client
+                        .obj_list_obj(&me.conts[cont], shard, None, &anchor, self.cfg.batch, None)
+                        .and_then(|x| x.get())
+                        .map_err(|e| format!("engine {rank}: list objects: {e}"))?;
+                    anchor = next;
+                    for oid in oids {
+                        if !is_replicated(oid, cur) {
+                            continue; // its only copy
+                        }
+                        let mut da = Anchor::default();
+                        while !da.is_eof() {
+                            let me = &conns[&rank];
+                            let oh = obj::client::ObjHandle {
+                                coh: me.conts[cont].coh,
+                                oid,
+                            };
+                            let (dkeys, next) = me
+                                .client
+                                .obj_list_dkey(&oh, None, &da, LIST_BATCH, None)
+                                .and_then(|x| x.get())
+                                .map_err(|e| format!("engine {rank}: list dkeys of {oid}: {e}"))?;
+                            da = next;
+                            for dkey in dkeys {
+                                let l =
+                                    obj::placement::layout(oid, &now).map_err(|e| e.to_string())?;
+                                let g = obj::placement::group_of(&dkey.0, l.groups.len());
+                                let member = l.groups.get(g).is_some_and(|grp| grp.contains(&rank));
+                                let src = if member {
+                                    match plan(oid, &dkey.0, base, cur, up)
+                                        .map_err(|e| e.to_string())?
+                                    {
+                                        Some(pl) => Some(pl.source),
+                                        None => {
+                                            kept += 1;
+                                            continue; // no other replica left
+                                        }
+                                    }
+                                } else {
+                                    None
+                                };
+                                if let Some(s) = src {
+                                    let srank = cur.target(s).map_err(|e| e.to_string())?.domain;
+                                    if let std::collections::hash_map::Entry::Vacant(e) =
+                                        conns.entry(srank)
+                                    {
+                                        e.insert(self.connect(srank, p)?);
+                                    }
+                                }
+                                let me = &conns[&rank];
+                                let dst = Side {
+                                    client: &me.client,
+                                    coh: &me.conts[cont],
+                                };
+                                let sc = src.map(|s| {
+                                    let srank = cur.target(s).map(|t| t.domain).unwrap_or(s);
+                                    &conns[&srank]
+                                });
+                                let sside = sc.map(|c| Side {
+                                    client: &c.client,
+                                    coh: &c.conts[cont],
+                                });
+                                punched += obj::rebuild::reconcile_dkey(
+                                    sside.as_ref(),
+                                    &dst,
+                                    oid,
+                                    &DKey(dkey.0.clone()),
+                                )
+                                .map_err(|e| format!("reconcile {oid} on engine {rank}: {e}"))?;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        tracing::warn!(
+            rank,
+            pool = %self.pool,
+            punched,
+            kept,
+            "rebuild: reconciled the returning engine's data (stale akeys punched; dkeys with no other replica kept)"
+        );
         Ok(())
     }
 

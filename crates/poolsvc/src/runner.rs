@@ -110,8 +110,8 @@ impl Replica {
         if cfg.rebuild.return_from_down {
             tracing::warn!(
                 "EXPERIMENTAL: a DOWN engine that answers again is reintegrated at once \
-                 (DOWN -> UP -> UP-IN); the rebuild copy races client writes (the soak reads \
-                 stale values with it, docs/obj-dist.md \"Rebuild\"): not for data you keep"
+                 (DOWN -> UP -> UP-IN); an engine restarted faster than the failure detector \
+                 is not noticed and serves what it missed (docs/obj-dist.md \"Rebuild\")"
             );
         }
         let mut store = Store::open(db_path)?;

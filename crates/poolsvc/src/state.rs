@@ -174,6 +174,32 @@ impl Pool {
         // map_text is only ever written from a PoolMap by apply()
         PoolMap::from_text(&self.map_text).expect("pool map text written by apply")
     }
+
+    /// What a client reads with (`obj::dist::PoolView`): the map, the map of
+    /// the last completed rebuild (the replicas of a group under it hold all
+    /// of its data) and the targets a running job still fills (pass 2).
+    pub fn view(&self) -> obj::dist::PoolView {
+        let rb = &self.rebuild;
+        let base = if rb.base_map.is_empty() {
+            None
+        } else {
+            // written by the rebuild driver from a PoolMap; unreadable text
+            // leaves the client trusting the original replicas only
+            PoolMap::from_text(&rb.base_map).ok()
+        };
+        let running = matches!(rb.state.as_str(), "scanning" | "pulling");
+        obj::dist::PoolView {
+            map: self.map(),
+            rebuild: obj::dist::RebuildView {
+                base,
+                filling: if running {
+                    rb.extra.clone()
+                } else {
+                    Vec::new()
+                },
+            },
+        }
+    }
 }
 
 /// Everything the pool service replicates.

@@ -665,6 +665,7 @@ pub(crate) fn session(dir: &Path, pool: &str, cont: &str, timeout: Duration) -> 
     let class = svc_pool
         .as_ref()
         .and_then(|p| p.props.get("class").cloned());
+    let view = svc_pool.as_ref().map(|p| p.view().rebuild);
     let known = match svc_pool.map(|p| p.map()) {
         Some(m) => Some(m),
         None => load_map(dir)?,
@@ -689,13 +690,16 @@ pub(crate) fn session(dir: &Path, pool: &str, cont: &str, timeout: Duration) -> 
         // requests (DER_STALE): the client fetches the map again from here
         if let Some(mut src) = svc_client(&ms)? {
             let pool = pool.to_string();
-            dc = dc.with_map_source(Box::new(move || {
-                let st = src.read().map_err(|e| e.to_string())?;
-                st.pools
-                    .get(&pool)
-                    .map(|p| p.map())
-                    .ok_or_else(|| format!("pool {pool} is not in the pool service"))
-            }));
+            // with the rebuild view: which replicas are complete
+            dc = dc
+                .with_rebuild_view(view.unwrap_or_default())
+                .with_view_source(Box::new(move || {
+                    let st = src.read().map_err(|e| e.to_string())?;
+                    st.pools
+                        .get(&pool)
+                        .map(|p| p.view())
+                        .ok_or_else(|| format!("pool {pool} is not in the pool service"))
+                }));
         }
     }
     Ok(Session {

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use obj::dist::DistClient;
+use obj::dist::{DistClient, PoolView};
 use obj::membership::DetectorConfig;
 use obj::placement::PoolMap;
 use poolsvc::client::BlockingClient;
@@ -138,24 +138,33 @@ pub fn svc_map(c: &mut BlockingClient) -> Option<PoolMap> {
     c.read().ok()?.pools.get("dp").map(|p| p.map())
 }
 
+/// The pool's map and rebuild view (which replicas are complete).
+pub fn svc_view(c: &mut BlockingClient) -> Option<PoolView> {
+    c.read().ok()?.pools.get("dp").map(|p| p.view())
+}
+
 pub fn dist_client(ms: &[Member]) -> Option<DistClient> {
     let addrs: Vec<String> = ms.iter().map(|m| m.addr.clone()).collect();
     let mut svc = svc_client(ms);
-    let map = svc_map(&mut svc)?;
+    let view = svc_view(&mut svc)?;
     let dc = DistClient::connect_with_map(
         &addrs,
         "dp",
         "dc",
         Duration::from_secs(3),
         DetectorConfig::default(),
-        Some(map),
+        Some(view.map),
     )
     .ok()?;
     // reads from any replica (not always the leader): followers' held keys
     // are exercised
-    Some(dc.with_read_spread(true).with_map_source(Box::new(move || {
-        svc_map(&mut svc).ok_or_else(|| "no map from the pool service".to_string())
-    })))
+    Some(
+        dc.with_read_spread(true)
+            .with_rebuild_view(view.rebuild)
+            .with_view_source(Box::new(move || {
+                svc_view(&mut svc).ok_or_else(|| "no map from the pool service".to_string())
+            })),
+    )
 }
 
 /// One client operation on a KV key: a put of `write`, or a get; recorded

@@ -127,6 +127,76 @@ impl Client {
         self.rpc(ev, req, Vec::new(), move |r| decode_fetch(r, niods, sgls))
     }
 
+    /// Rebuild: the epoch of the version each iod of a fetch at `epoch`
+    /// would return (`Epoch(0)`: nothing visible). A fetch at the epoch
+    /// returned reads exactly that version.
+    pub fn obj_fetch_epochs(
+        &self,
+        oh: &ObjHandle,
+        epoch: Option<Epoch>,
+        dkey: &DKey,
+        iods: &[Iod],
+        ev: Option<&Event>,
+    ) -> Result<Pending<Vec<Epoch>>> {
+        let Request::ObjFetch { t, dkey, iods } = fetch_req(oh, epoch, dkey, iods, &[])? else {
+            return Err(unexpected());
+        };
+        let n = iods.len();
+        let req = Request::ObjFetchEpochs { t, dkey, iods };
+        self.rpc(ev, req, Vec::new(), move |r| match r.reply {
+            Reply::Epochs(v) if v.len() == n => Ok(v.into_iter().map(Epoch).collect()),
+            _ => Err(unexpected()),
+        })
+    }
+
+    /// Rebuild: [`Client::obj_update`] at `epoch` (the source version's)
+    /// instead of the engine's clock. Under a newer version it is stored but
+    /// not visible: a copy never hides a newer write.
+    pub fn obj_update_at(
+        &self,
+        oh: &ObjHandle,
+        epoch: Epoch,
+        dkey: &DKey,
+        iods: &[Iod],
+        sgls: &[SgList],
+        ev: Option<&Event>,
+    ) -> Result<Pending<Epoch>> {
+        let (req, bulk) = update_req(oh, dkey, iods, sgls.to_vec())?;
+        let Request::ObjUpdate { t, dkey, iods } = req else {
+            return Err(unexpected());
+        };
+        let t = ObjTarget {
+            epoch: epoch.0,
+            ..t
+        };
+        self.rpc(
+            ev,
+            Request::ObjUpdateAt { t, dkey, iods },
+            bulk,
+            decode_update,
+        )
+    }
+
+    /// Reintegration: a punch of `akeys` of `dkey` at `epoch` (not the
+    /// engine's clock): hides the versions below it, not newer ones.
+    pub fn obj_punch_akeys_at(
+        &self,
+        oh: &ObjHandle,
+        epoch: Epoch,
+        dkey: &DKey,
+        akeys: &[AKey],
+        ev: Option<&Event>,
+    ) -> Result<Pending<()>> {
+        let req = Request::ObjPunchAt {
+            t: oh.target(Some(epoch)),
+            what: PunchWhat::Akeys {
+                dkey: dkey.0.clone(),
+                akeys: akeys.iter().map(|a| a.0.clone()).collect(),
+            },
+        };
+        self.rpc(ev, req, Vec::new(), |_| Ok(()))
+    }
+
     /// `daos_obj_punch`: the whole object.
     pub fn obj_punch(&self, oh: &ObjHandle, ev: Option<&Event>) -> Result<Pending<()>> {
         self.punch(oh, PunchWhat::Object, ev)

@@ -121,7 +121,7 @@ pub struct OpCounters {
 }
 
 /// Opcodes with a counter of their own; one more slot counts unknown ones.
-const COUNTED: [Opcode; 26] = [
+const COUNTED: [Opcode; 29] = [
     Opcode::Ping,
     Opcode::PoolCreate,
     Opcode::PoolDestroy,
@@ -146,6 +146,9 @@ const COUNTED: [Opcode; 26] = [
     Opcode::ObjListRecx,
     Opcode::ObjQueryKey,
     Opcode::ObjListObj,
+    Opcode::ObjFetchEpochs,
+    Opcode::ObjUpdateAt,
+    Opcode::ObjPunchAt,
     Opcode::DtxUpdate,
     Opcode::DtxMsg,
 ];
@@ -517,9 +520,13 @@ impl Dispatch for EngineDispatch {
                             return;
                         }
                         // DTX: a key with a prepared update is not read
-                        if op == Opcode::ObjFetch && self.held_keys.any() {
-                            if let Ok(crate::rpc::msg::Request::ObjFetch { t, dkey, .. }) =
-                                crate::rpc::msg::Request::parse(op, args, hdr.bulk_len as usize)
+                        if matches!(op, Opcode::ObjFetch | Opcode::ObjFetchEpochs)
+                            && self.held_keys.any()
+                        {
+                            if let Ok(
+                                crate::rpc::msg::Request::ObjFetch { t, dkey, .. }
+                                | crate::rpc::msg::Request::ObjFetchEpochs { t, dkey, .. },
+                            ) = crate::rpc::msg::Request::parse(op, args, hdr.bulk_len as usize)
                             {
                                 if self.held_keys.is_held_dkey(t.oid, &dkey) {
                                     io.reply_error(&hdr, Status::InProgress);

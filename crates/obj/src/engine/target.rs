@@ -532,6 +532,9 @@ impl Target {
         let t = match &req {
             Request::ObjUpdate { t, .. }
             | Request::ObjFetch { t, .. }
+            | Request::ObjFetchEpochs { t, .. }
+            | Request::ObjUpdateAt { t, .. }
+            | Request::ObjPunchAt { t, .. }
             | Request::ObjPunch { t, .. }
             | Request::ObjListDkey { t, .. }
             | Request::ObjListAkey { t, .. }
@@ -560,6 +563,16 @@ impl Target {
         if writes && t.epoch != 0 {
             return (None, Err(Status::Invalid));
         }
+        // a rebuild copy names its epoch (its source version's): one in the
+        // engine's future (beyond a second of clock skew) would push the
+        // clock ahead; below a snapshot or aggregation the store refuses it
+        if let Request::ObjUpdateAt { t, .. } | Request::ObjPunchAt { t, .. } = &req {
+            let slack = 1u64 << 30; // ~1.07 s of HLC nanoseconds
+            if t.epoch == 0 || t.epoch > self.hlc.now().0.saturating_add(slack) {
+                return (None, Err(Status::Invalid));
+            }
+            self.hlc.observe(Epoch(t.epoch));
+        }
         let hlc = self.hlc.clone();
         let write_epoch = || hlc.now();
         let Some(store) = self.stores.get_mut(&pool) else {
@@ -583,6 +596,39 @@ impl Target {
                 }
                 (Some(pool).filter(|_| r.is_ok()), r)
             }
+            Request::ObjUpdateAt { t, dkey, iods } => {
+                let r = (|| {
+                    let dkey = check_key(dkey)?;
+                    let (iods, sgls) = update_iods(&iods, bulk)?;
+                    let e = Epoch(t.epoch);
+                    store
+                        .update(cont, oid, e, &DKey(dkey), &iods, &sgls)
+                        .map_err(st)?;
+                    Ok((Reply::Updated { epoch: e.0 }, Vec::new()))
+                })();
+                if let Ok((Reply::Updated { epoch }, _)) = &r {
+                    let u = self.unaggregated.entry((pool, cont)).or_default();
+                    *u = (*u).max(*epoch);
+                }
+                (Some(pool).filter(|_| r.is_ok()), r)
+            }
+            Request::ObjFetchEpochs { dkey, iods, .. } => {
+                let r = (|| {
+                    let dkey = DKey(check_key(dkey)?);
+                    if iods.is_empty() {
+                        return Err(Status::Invalid);
+                    }
+                    let iods: Vec<Iod> = iods.iter().map(to_iod).collect::<Result<_, _>>()?;
+                    let es = store
+                        .fetch_epochs(cont, oid, read_epoch, &dkey, &iods)
+                        .map_err(st)?;
+                    Ok((
+                        Reply::Epochs(es.into_iter().map(|e| e.0).collect()),
+                        Vec::new(),
+                    ))
+                })();
+                (None, r)
+            }
             Request::ObjFetch { dkey, iods, .. } => {
                 let r = (|| {
                     let dkey = DKey(check_key(dkey)?);
@@ -590,8 +636,11 @@ impl Target {
                 })();
                 (None, r)
             }
-            Request::ObjPunch { what, .. } => {
-                let e = write_epoch();
+            Request::ObjPunch { what, .. } | Request::ObjPunchAt { what, .. } => {
+                let e = match t.epoch {
+                    0 => write_epoch(),
+                    e => Epoch(e), // ObjPunchAt (ObjPunch with one: refused above)
+                };
                 let r = match what {
                     PunchWhat::Object => store.punch_obj(cont, oid, e),
                     PunchWhat::Dkey(d) => store.punch_dkeys(cont, oid, e, &[DKey(d)]),

@@ -108,6 +108,15 @@ opcodes! {
     ObjListRecx = 0x35, "obj_list_recx";
     ObjQueryKey = 0x36, "obj_query_key";
     ObjListObj = 0x37, "obj_list_obj";
+    /// Rebuild: the epoch of what a fetch would return, per iod (an
+    /// `obj_fetch` body; answered with epochs, 0 = nothing visible).
+    ObjFetchEpochs = 0x38, "obj_fetch_epochs";
+    /// Rebuild: an update at the request's epoch (the source version's),
+    /// not the engine's clock; refused in the engine's future.
+    ObjUpdateAt = 0x39, "obj_update_at";
+    /// Reintegration: a punch at the request's epoch (just above a stale
+    /// version the returning engine holds and its source does not).
+    ObjPunchAt = 0x3a, "obj_punch_at";
     /// A replicated KV update through a leader replica (DTX, `engine::dtx`).
     DtxUpdate = 0x40, "obj_dtx_update";
     /// An engine-to-engine DTX message (`engine::dtx::Msg`).
@@ -128,6 +137,9 @@ impl Opcode {
                 | Opcode::ObjListAkey
                 | Opcode::ObjListRecx
                 | Opcode::ObjQueryKey
+                | Opcode::ObjFetchEpochs
+                | Opcode::ObjUpdateAt
+                | Opcode::ObjPunchAt
         )
     }
 

@@ -391,7 +391,27 @@ pub enum Request {
         dkey: Vec<u8>,
         iods: Vec<WireIod>,
     },
+    /// An `ObjFetch` answered with the epoch of each iod's visible version
+    /// (single value: its version's; array: the newest extent read).
+    ObjFetchEpochs {
+        t: ObjTarget,
+        dkey: Vec<u8>,
+        iods: Vec<WireIod>,
+    },
+    /// An `ObjUpdate` written at `t.epoch` (a rebuild copy at its source
+    /// version's epoch).
+    ObjUpdateAt {
+        t: ObjTarget,
+        dkey: Vec<u8>,
+        iods: Vec<WireIod>,
+    },
     ObjPunch {
+        t: ObjTarget,
+        what: PunchWhat,
+    },
+    /// An `ObjPunch` at `t.epoch` (reintegration's removal of a stale
+    /// version).
+    ObjPunchAt {
         t: ObjTarget,
         what: PunchWhat,
     },
@@ -483,7 +503,10 @@ impl Request {
             Request::SnapDestroy { .. } => Opcode::SnapDestroy,
             Request::ObjUpdate { .. } => Opcode::ObjUpdate,
             Request::ObjFetch { .. } => Opcode::ObjFetch,
+            Request::ObjFetchEpochs { .. } => Opcode::ObjFetchEpochs,
+            Request::ObjUpdateAt { .. } => Opcode::ObjUpdateAt,
             Request::ObjPunch { .. } => Opcode::ObjPunch,
+            Request::ObjPunchAt { .. } => Opcode::ObjPunchAt,
             Request::ObjListDkey { .. } => Opcode::ObjListDkey,
             Request::ObjListAkey { .. } => Opcode::ObjListAkey,
             Request::ObjListRecx { .. } => Opcode::ObjListRecx,
@@ -535,14 +558,17 @@ impl Request {
             Request::SnapDestroy { coh, epoch } => {
                 w.u64(*coh).u64(*epoch);
             }
-            Request::ObjUpdate { t, dkey, iods } | Request::ObjFetch { t, dkey, iods } => {
+            Request::ObjUpdate { t, dkey, iods }
+            | Request::ObjFetch { t, dkey, iods }
+            | Request::ObjFetchEpochs { t, dkey, iods }
+            | Request::ObjUpdateAt { t, dkey, iods } => {
                 t.emit(&mut w);
                 w.blob(dkey).count(iods.len());
                 for iod in iods {
                     iod.emit(&mut w);
                 }
             }
-            Request::ObjPunch { t, what } => {
+            Request::ObjPunch { t, what } | Request::ObjPunchAt { t, what } => {
                 t.emit(&mut w);
                 match what {
                     PunchWhat::Object => {
@@ -682,7 +708,7 @@ impl Request {
                 coh: r.u64()?,
                 epoch: r.u64()?,
             },
-            Opcode::ObjUpdate | Opcode::ObjFetch => {
+            Opcode::ObjUpdate | Opcode::ObjFetch | Opcode::ObjFetchEpochs | Opcode::ObjUpdateAt => {
                 let t = ObjTarget::parse(&mut r)?;
                 let dkey = r.blob(MAX_KEY_LEN)?.to_vec();
                 let n = r.count(MAX_IODS, 14)?;
@@ -690,13 +716,14 @@ impl Request {
                 for _ in 0..n {
                     iods.push(WireIod::parse(&mut r, bulk_len)?);
                 }
-                if op == Opcode::ObjUpdate {
-                    Request::ObjUpdate { t, dkey, iods }
-                } else {
-                    Request::ObjFetch { t, dkey, iods }
+                match op {
+                    Opcode::ObjUpdate => Request::ObjUpdate { t, dkey, iods },
+                    Opcode::ObjUpdateAt => Request::ObjUpdateAt { t, dkey, iods },
+                    Opcode::ObjFetchEpochs => Request::ObjFetchEpochs { t, dkey, iods },
+                    _ => Request::ObjFetch { t, dkey, iods },
                 }
             }
-            Opcode::ObjPunch => {
+            Opcode::ObjPunch | Opcode::ObjPunchAt => {
                 let t = ObjTarget::parse(&mut r)?;
                 let what = match r.u8()? {
                     0 => PunchWhat::Object,
@@ -717,7 +744,11 @@ impl Request {
                         })
                     }
                 };
-                Request::ObjPunch { t, what }
+                if op == Opcode::ObjPunchAt {
+                    Request::ObjPunchAt { t, what }
+                } else {
+                    Request::ObjPunch { t, what }
+                }
             }
             Opcode::ObjListDkey => Request::ObjListDkey {
                 t: ObjTarget::parse(&mut r)?,
@@ -872,15 +903,16 @@ fn shape(op: Opcode) -> Option<Shape> {
         | Opcode::ContDestroy
         | Opcode::ContClose
         | Opcode::SnapDestroy
-        | Opcode::ObjPunch => Shape::Empty,
+        | Opcode::ObjPunch
+        | Opcode::ObjPunchAt => Shape::Empty,
         Opcode::PoolCreate | Opcode::PoolQuery => Shape::Pool,
         Opcode::PoolList => Shape::Pools,
         Opcode::PoolConnect | Opcode::ContOpen => Shape::Handle,
         Opcode::ContCreate | Opcode::ContQuery => Shape::Cont,
         Opcode::ContList => Shape::Conts,
         Opcode::SnapCreate => Shape::Epoch,
-        Opcode::SnapList => Shape::Epochs,
-        Opcode::ObjUpdate | Opcode::DtxUpdate => Shape::Updated,
+        Opcode::SnapList | Opcode::ObjFetchEpochs => Shape::Epochs,
+        Opcode::ObjUpdate | Opcode::DtxUpdate | Opcode::ObjUpdateAt => Shape::Updated,
         Opcode::DtxMsg => Shape::Empty,
         Opcode::ObjFetch => Shape::Fetched,
         Opcode::ObjListDkey | Opcode::ObjListAkey => Shape::Keys,

@@ -2093,6 +2093,47 @@ impl ObjectStore for Vos {
         })
     }
 
+    fn fetch_epochs(
+        &mut self,
+        cont: ContId,
+        oid: ObjectId,
+        epoch: Epoch,
+        dkey: &DKey,
+        iods: &[Iod],
+    ) -> StoreResult<Vec<Epoch>> {
+        oid.validate()?;
+        key_ok(&dkey.0, "dkey")?;
+        let e = read_epoch(epoch)?;
+        for iod in iods {
+            key_ok(&iod.akey.0, "akey")?;
+        }
+        let dp = keys::dkey_prefix(cont, oid, &dkey.0);
+        self.with_view(|r, _st| {
+            r.cont(cont)?.ok_or(StoreError::NoContainer(cont))?;
+            let op = keys::obj_prefix(cont, oid);
+            let dfloor = newest_punch(r, &op, e)?.max(newest_punch(r, &dp, e)?);
+            let mut out = Vec::with_capacity(iods.len());
+            for iod in iods {
+                let ap = keys::akey_prefix(&dp, &iod.akey.0);
+                let floor = dfloor.max(newest_punch(r, &ap, e)?);
+                let found = match iod.iod_type {
+                    IodType::Single => sv_ver_at(r, &ap, e, floor)?.map_or(0, |(v, _)| v.epoch),
+                    IodType::Array => {
+                        let (recs_all, pieces_all, _) = array_pieces(r, &ap, e, floor, iod)?;
+                        pieces_all
+                            .iter()
+                            .zip(&recs_all)
+                            .flat_map(|(ps, recs)| ps.iter().map(|p| recs[p.src].ext.ver.epoch))
+                            .max()
+                            .unwrap_or(0)
+                    }
+                };
+                out.push(Epoch(found));
+            }
+            Ok(out)
+        })
+    }
+
     /// One pass over the index (the default looks a value up twice when its
     /// size is open), and the bytes read from the bdev or the index become the
     /// reply buffer itself when one extent (or one single value) covers the
