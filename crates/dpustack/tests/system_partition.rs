@@ -496,7 +496,7 @@ fn report(seed: u64, cut: Cut, o: &Outcome) {
 }
 
 #[test]
-#[ignore = "3-5 engine processes, ~24 s: seeds 1-7 with 3 engines and 1-5 with 5 pass (docs/obj-dist.md \"Partitions\"); proposed for the default run; run with --ignored"]
+#[ignore = "3-5 engine processes, ~24 s: seeds 1-7 with 3 engines and 1-5 with 5 pass (docs/obj-dist.md \"Partitions\"); scripts/test-all.sh (CI) runs it; run with --ignored"]
 fn leader_cut_off_both_ways_and_one_way() {
     let seed = std::env::var("PARTITION_SEED")
         .ok()
