@@ -107,7 +107,7 @@ fn main() -> Result<()> {
         Command::Storage(c) => cmd::nvmf::run(c, &cfg),
         Command::Tse(c) => cmd::tse::run(c, &cfg),
         Command::Switch(c) => cmd::switch::run(c, &cfg),
-        Command::Obj(c) => cmd::obj::run(c, &cfg),
+        Command::Obj(c) => cmd::sysobj::run(c, &cfg),
         Command::Rpc(c) => cmd::rpc::run(c),
         Command::System(c) => cmd::system::run(c, &cfg),
     }

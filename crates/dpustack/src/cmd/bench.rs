@@ -91,7 +91,10 @@ pub fn run(args: &BenchArgs, cfg: &Config) -> Result<()> {
         Area::Tse => cmd::tse::bench(args, cfg)?,
         Area::Flow => cmd::switch::bench(args, cfg)?,
         Area::Offload => cmd::switch::bench_offload(args, cfg)?,
-        Area::Obj => cmd::obj::bench(args, cfg)?,
+        Area::Obj => match &args.system {
+            Some(dir) => cmd::sysobj::bench(args, dir)?,
+            None => cmd::obj::bench(args, cfg)?,
+        },
     };
     if args.json {
         println!("{}", report.to_json());

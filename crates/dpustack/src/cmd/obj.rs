@@ -292,33 +292,10 @@ pub enum KvCmd {
     },
 }
 
+/// A pool/cont/obj/kv command against one engine (`cmd::sysobj::run` sends the
+/// `--system` ones to a system first).
 pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
-    use crate::cmd::sysobj;
     match cmd {
-        Cmd::Pool {
-            at: At {
-                system: Some(dir), ..
-            },
-            cmd,
-        } => sysobj::pool(cmd, &dir),
-        Cmd::Cont {
-            at: At {
-                system: Some(dir), ..
-            },
-            cmd,
-        } => sysobj::cont(cmd, &dir),
-        Cmd::Obj {
-            at: At {
-                system: Some(dir), ..
-            },
-            cmd,
-        } => sysobj::object(cmd, &dir),
-        Cmd::Kv {
-            at: At {
-                system: Some(dir), ..
-            },
-            cmd,
-        } => sysobj::kv(cmd, &dir),
         Cmd::Engine(a) => engine(&a, cfg),
         Cmd::Pool { at, cmd } => pool(cmd, &connect(&at, cfg)?),
         Cmd::Cont { at, cmd } => cont(cmd, &connect(&at, cfg)?),
@@ -1166,9 +1143,6 @@ pub(crate) fn nvmf_4k_iops(t: Duration) -> Result<f64> {
 /// each next to a raw figure of the same run.
 pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<benchkit::Report> {
     use benchkit::{median, Better, Figure, Report};
-    if let Some(dir) = &args.system {
-        return crate::cmd::sysobj::bench(args, dir);
-    }
     let t = args.run_time();
     let runs = args.runs();
     // 1 MiB ior-easy at 8 in flight (8 MiB); the small-I/O workloads at the

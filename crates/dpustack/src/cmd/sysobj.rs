@@ -970,3 +970,36 @@ fn pool_destroy_quiet(ms: &[Member], pool: &str) -> Result<()> {
         },
     )
 }
+
+/// `dpustack pool|cont|obj|kv`: with `--system DIR` (or `DPUSTACK_SYSTEM`)
+/// against that system, else against one engine (`cmd::obj::run`).
+pub fn run(cmd: crate::cmd::obj::Cmd, cfg: &crate::config::Config) -> Result<()> {
+    use crate::cmd::obj::{At, Cmd};
+    match cmd {
+        Cmd::Pool {
+            at: At {
+                system: Some(dir), ..
+            },
+            cmd,
+        } => pool(cmd, &dir),
+        Cmd::Cont {
+            at: At {
+                system: Some(dir), ..
+            },
+            cmd,
+        } => cont(cmd, &dir),
+        Cmd::Obj {
+            at: At {
+                system: Some(dir), ..
+            },
+            cmd,
+        } => object(cmd, &dir),
+        Cmd::Kv {
+            at: At {
+                system: Some(dir), ..
+            },
+            cmd,
+        } => kv(cmd, &dir),
+        cmd => crate::cmd::obj::run(cmd, cfg),
+    }
+}
