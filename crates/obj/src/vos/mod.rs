@@ -634,6 +634,17 @@ fn read_epoch(e: Epoch) -> StoreResult<u64> {
     Ok(e.0)
 }
 
+/// A fetch's object, dkey, epoch and akeys checked; the epoch as read.
+fn fetch_args_ok(oid: ObjectId, dkey: &DKey, epoch: Epoch, iods: &[Iod]) -> StoreResult<u64> {
+    oid.validate()?;
+    key_ok(&dkey.0, "dkey")?;
+    let e = read_epoch(epoch)?;
+    for iod in iods {
+        key_ok(&iod.akey.0, "akey")?;
+    }
+    Ok(e)
+}
+
 fn key_ok(k: &[u8], what: &str) -> StoreResult<()> {
     if k.is_empty() {
         return Err(StoreError::InvalidArg(format!("empty {what}")));
@@ -2101,12 +2112,7 @@ impl ObjectStore for Vos {
         dkey: &DKey,
         iods: &[Iod],
     ) -> StoreResult<Vec<Epoch>> {
-        oid.validate()?;
-        key_ok(&dkey.0, "dkey")?;
-        let e = read_epoch(epoch)?;
-        for iod in iods {
-            key_ok(&iod.akey.0, "akey")?;
-        }
+        let e = fetch_args_ok(oid, dkey, epoch, iods)?;
         let dp = keys::dkey_prefix(cont, oid, &dkey.0);
         self.with_view(|r, _st| {
             r.cont(cont)?.ok_or(StoreError::NoContainer(cont))?;
@@ -2147,12 +2153,7 @@ impl ObjectStore for Vos {
         iods: &[Iod],
         limit: u64,
     ) -> StoreResult<(FetchOut, Vec<Vec<u8>>)> {
-        oid.validate()?;
-        key_ok(&dkey.0, "dkey")?;
-        let e = read_epoch(epoch)?;
-        for iod in iods {
-            key_ok(&iod.akey.0, "akey")?;
-        }
+        let e = fetch_args_ok(oid, dkey, epoch, iods)?;
         let dp = keys::dkey_prefix(cont, oid, &dkey.0);
         self.with_view(|r, st| {
             r.cont(cont)?.ok_or(StoreError::NoContainer(cont))?;

@@ -281,6 +281,19 @@ impl Device {
         }
     }
 
+    /// Sends what a busy-poll receive left queued (`tx_deferred`: the ACK of a
+    /// QP's last message), if anything, before a QP is destroyed or changes
+    /// state: an application that exits after its last completion never posts
+    /// or polls again, and moving to ERR (`rdma_disconnect`) drops the
+    /// responder's queued ACKs; either way the peer would retransmit that
+    /// message into a QP that no longer answers (interop 10-netem: Linux's
+    /// ibv_rc_pingpong hung; 04-cm: Linux's rdma_server was killed at 40 s).
+    pub(crate) fn flush_deferred(&self, g: &mut Inner) {
+        if self.tx_deferred.load(Ordering::Relaxed) {
+            self.after(g);
+        }
+    }
+
     /// As [`Device::after`] without transmitting (the caller sends later).
     pub(crate) fn after_no_tx(&self, g: &mut Inner) {
         self.tx_deferred.store(true, Ordering::Relaxed);

@@ -430,14 +430,7 @@ pub(crate) struct SoftQp {
 impl Drop for SoftQp {
     fn drop(&mut self) {
         let mut g = self.dev.lock();
-        if self.dev.tx_deferred.load(Ordering::Relaxed) {
-            // what a receive left queued for the next post or poll (the ACK of
-            // the last message this QP got) leaves before the QP goes: an
-            // application that exits after its last completion never posts or
-            // polls again, and its peer would retransmit that message forever
-            // (interop 10-netem: Linux's ibv_rc_pingpong hung after ours ended)
-            self.dev.after(&mut g);
-        }
+        self.dev.flush_deferred(&mut g);
         g.engine.destroy_qp(self.qpn);
     }
 }
@@ -463,14 +456,7 @@ impl SoftQp {
     pub(crate) fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
         let s = &*self.dev;
         let mut g = s.lock();
-        if s.tx_deferred.load(Ordering::Relaxed) {
-            // what a busy-poll receive left queued (the ACK of the last message)
-            // leaves before the state changes: moving to ERR (rdma_disconnect)
-            // drops the responder's queued ACKs, and the peer would retransmit
-            // the message into a QP that no longer answers until its retries
-            // run out
-            s.after(&mut g);
-        }
+        s.flush_deferred(&mut g);
         let (qp, mut ctx) = g.engine.qp_mut(self.qpn)?;
         let mut a = *attr;
         if a.ah_attr.dport == 0 {
