@@ -191,8 +191,12 @@ pub fn open_device(ip: Ipv4Addr, provider: Provider, cm: &CmConfig) -> Result<Cm
 pub(crate) const DISCONNECT_WAIT: Duration = Duration::from_secs(12);
 
 /// Waits for `id`'s DISCONNECTED after [`CmId::disconnect`] (at most
-/// [`DISCONNECT_WAIT`]); false if it did not come.
-pub(crate) fn wait_disconnected(id: &CmId) -> bool {
+/// [`DISCONNECT_WAIT`]) unless a completion wait has `seen` it already (an event
+/// comes once); false if it did not come.
+pub(crate) fn wait_disconnected(id: &CmId, seen: bool) -> bool {
+    if seen {
+        return true;
+    }
     let t0 = Instant::now();
     while let Some(left) = DISCONNECT_WAIT.checked_sub(t0.elapsed()) {
         match id.get_event(Some(left)) {
@@ -210,7 +214,13 @@ pub(crate) fn wait_disconnected(id: &CmId) -> bool {
 /// How long a completion still in flight is awaited after the peer's DISCONNECTED.
 const DISCONNECT_GRACE: Duration = Duration::from_millis(200);
 
-pub(crate) fn wait_wc(cq: &Cq, id: &CmId, timeout: Duration) -> Result<Option<Wc>> {
+/// `seen` is set when the id's DISCONNECTED (or DEVICE_REMOVAL) event is taken here.
+pub(crate) fn wait_wc(
+    cq: &Cq,
+    id: &CmId,
+    timeout: Duration,
+    seen: &mut bool,
+) -> Result<Option<Wc>> {
     let t0 = Instant::now();
     let mut wc = [Wc::default(); 1];
     let mut spins = 0u32;
@@ -240,9 +250,13 @@ pub(crate) fn wait_wc(cq: &Cq, id: &CmId, timeout: Duration) -> Result<Option<Wc
             }
             match id.get_event(Some(Duration::ZERO)) {
                 Ok(ev) if ev.event == EventType::Disconnected => {
+                    *seen = true;
                     peer_gone.get_or_insert_with(Instant::now);
                 }
-                Ok(ev) if ev.event == EventType::DeviceRemoval => return Ok(None),
+                Ok(ev) if ev.event == EventType::DeviceRemoval => {
+                    *seen = true;
+                    return Ok(None);
+                }
                 Ok(ev) => tracing::debug!("cm event {}", ev.event),
                 Err(_) => {}
             }
@@ -252,6 +266,15 @@ pub(crate) fn wait_wc(cq: &Cq, id: &CmId, timeout: Duration) -> Result<Option<Wc
             std::thread::sleep(Duration::from_micros(50));
         }
     }
+}
+
+/// A connection's completion waits (`rping::wait_recv`/`wait_send`): completions
+/// of the other kind held for the next wait, and whether the id's DISCONNECTED was
+/// taken by a wait (then [`wait_disconnected`] must not wait for it again).
+#[derive(Default)]
+pub(crate) struct Waits {
+    pub(crate) held: std::collections::VecDeque<Wc>,
+    pub(crate) disconnected: bool,
 }
 
 pub(crate) fn post_recv(id: &CmId, mr: &Mr, len: u32) -> Result<()> {

@@ -2,7 +2,6 @@
 //! buffer, the server RDMA READs it, the client advertises a second buffer, the
 //! server RDMA WRITEs the data back; `-V` checks it, `-v` prints it.
 
-use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
@@ -12,7 +11,7 @@ use verbs::{AccessFlags, Cq, Mr, Wc, WcOpcode, WrOpcode};
 
 use crate::{
     error_chain, open_device, post_recv, post_send, qp_cap, route_source, wait_wc, Console, Error,
-    Result, T,
+    Result, Waits, T,
 };
 
 /// rping options (rdma-core's letters in brackets).
@@ -140,9 +139,9 @@ pub fn serve_one(dev: &CmDevice, mut id: CmId, a: &RpingOpts, con: &mut Console)
     }
     // Every exit of this loop is the client's DISCONNECTED.
     let mut pings = 0u64;
-    let mut held = VecDeque::new();
+    let mut w = Waits::default();
     // Client's start buffer advertisement.
-    while let Some(wc) = wait_recv(&cq, &id, &mut held)? {
+    while let Some(wc) = wait_recv(&cq, &id, &mut w)? {
         if wc.byte_len as usize != INFO_LEN {
             bail!("Received bogus data, size {}", wc.byte_len);
         }
@@ -163,7 +162,7 @@ pub fn serve_one(dev: &CmDevice, mut id: CmId, a: &RpingOpts, con: &mut Console)
             len,
             Some((raddr, rkey)),
         )?;
-        if wait_send(&cq, &id, &mut held)?.is_none() {
+        if wait_send(&cq, &id, &mut w)?.is_none() {
             break;
         }
         if a.verbose {
@@ -173,11 +172,11 @@ pub fn serve_one(dev: &CmDevice, mut id: CmId, a: &RpingOpts, con: &mut Console)
         }
         // Tell the client to continue.
         post_send(&id, 3, WrOpcode::Send, &send_mr, INFO_LEN as u32, None)?;
-        if wait_send(&cq, &id, &mut held)?.is_none() {
+        if wait_send(&cq, &id, &mut w)?.is_none() {
             break;
         }
         // Client's RDMA buffer advertisement.
-        let Some(wc) = wait_recv(&cq, &id, &mut held)? else {
+        let Some(wc) = wait_recv(&cq, &id, &mut w)? else {
             break;
         };
         if wc.byte_len as usize != INFO_LEN {
@@ -196,11 +195,11 @@ pub fn serve_one(dev: &CmDevice, mut id: CmId, a: &RpingOpts, con: &mut Console)
             wlen,
             Some((raddr, rkey)),
         )?;
-        if wait_send(&cq, &id, &mut held)?.is_none() {
+        if wait_send(&cq, &id, &mut w)?.is_none() {
             break;
         }
         post_send(&id, 5, WrOpcode::Send, &send_mr, INFO_LEN as u32, None)?;
-        if wait_send(&cq, &id, &mut held)?.is_none() {
+        if wait_send(&cq, &id, &mut w)?.is_none() {
             break;
         }
         pings += 1;
@@ -211,7 +210,7 @@ pub fn serve_one(dev: &CmDevice, mut id: CmId, a: &RpingOpts, con: &mut Console)
             // resends): after the last ping, disconnect from this side too
             say!(con, "rping: {pings} pings (-C), disconnecting");
             id.disconnect()?;
-            crate::wait_disconnected(&id);
+            crate::wait_disconnected(&id, w.disconnected);
             return Ok(pings);
         }
     }
@@ -229,28 +228,29 @@ pub fn serve_one(dev: &CmDevice, mut id: CmId, a: &RpingOpts, con: &mut Console)
 /// completions need not: the peer's next message may complete here before the
 /// ACK of our last SEND does (seen on rxe). A completion of the other kind is
 /// therefore held in `held` for the next wait; more than a few is a protocol error.
-pub(crate) fn wait_recv(cq: &Cq, id: &CmId, held: &mut VecDeque<Wc>) -> Result<Option<Wc>> {
-    wait_kind(cq, id, held, true, Duration::from_secs(3600))
+pub(crate) fn wait_recv(cq: &Cq, id: &CmId, w: &mut Waits) -> Result<Option<Wc>> {
+    wait_kind(cq, id, w, true, Duration::from_secs(3600))
 }
 
 /// Waits for the next send-side completion (SEND, READ, WRITE); see [`wait_recv`].
-pub(crate) fn wait_send(cq: &Cq, id: &CmId, held: &mut VecDeque<Wc>) -> Result<Option<Wc>> {
-    wait_kind(cq, id, held, false, T)
+pub(crate) fn wait_send(cq: &Cq, id: &CmId, w: &mut Waits) -> Result<Option<Wc>> {
+    wait_kind(cq, id, w, false, T)
 }
 
 fn wait_kind(
     cq: &Cq,
     id: &CmId,
-    held: &mut VecDeque<Wc>,
+    w: &mut Waits,
     recv: bool,
     timeout: Duration,
 ) -> Result<Option<Wc>> {
     let is_recv = |w: &Wc| w.opcode == WcOpcode::Recv;
+    let held = &mut w.held;
     if let Some(i) = held.iter().position(|w| is_recv(w) == recv) {
         return Ok(held.remove(i));
     }
     loop {
-        match wait_wc(cq, id, timeout)? {
+        match wait_wc(cq, id, timeout, &mut w.disconnected)? {
             Some(wc) if is_recv(&wc) == recv => return Ok(Some(wc)),
             Some(wc) => {
                 if held.len() >= 2 {
@@ -311,7 +311,7 @@ pub fn client(a: &RpingOpts, cm: &CmConfig, con: &mut Console) -> Result<()> {
     }
     let mut start: u8 = 65;
     let mut ping: u64 = 0;
-    let mut held = VecDeque::new();
+    let mut w = Waits::default();
     let mut result = Ok(());
     while a.count.is_none_or(|c| ping < c) {
         let mut buf = format!("rdma-ping-{ping}: ").into_bytes();
@@ -333,12 +333,12 @@ pub fn client(a: &RpingOpts, cm: &CmConfig, con: &mut Console) -> Result<()> {
         rdma_mr.write(0, &vec![0u8; a.size]);
         send_mr.write(0, &info(&start_mr, a.size));
         post_send(&id, 1, WrOpcode::Send, &send_mr, INFO_LEN as u32, None)?;
-        if wait_send(&cq, &id, &mut held)?.is_none() {
+        if wait_send(&cq, &id, &mut w)?.is_none() {
             result = Err(err!("server disconnected"));
             break;
         }
         // Server's "go ahead" after its RDMA READ.
-        let Some(wc) = wait_recv(&cq, &id, &mut held)? else {
+        let Some(wc) = wait_recv(&cq, &id, &mut w)? else {
             result = Err(err!("server disconnected"));
             break;
         };
@@ -348,12 +348,12 @@ pub fn client(a: &RpingOpts, cm: &CmConfig, con: &mut Console) -> Result<()> {
         post_recv(&id, &recv_mr, INFO_LEN as u32)?;
         send_mr.write(0, &info(&rdma_mr, a.size));
         post_send(&id, 2, WrOpcode::Send, &send_mr, INFO_LEN as u32, None)?;
-        if wait_send(&cq, &id, &mut held)?.is_none() {
+        if wait_send(&cq, &id, &mut w)?.is_none() {
             result = Err(err!("server disconnected"));
             break;
         }
         // Server's "RDMA WRITE done".
-        let Some(_) = wait_recv(&cq, &id, &mut held)? else {
+        let Some(_) = wait_recv(&cq, &id, &mut w)? else {
             result = Err(err!("server disconnected"));
             break;
         };
@@ -371,10 +371,7 @@ pub fn client(a: &RpingOpts, cm: &CmConfig, con: &mut Console) -> Result<()> {
         ping += 1;
     }
     id.disconnect()?;
-    if result.is_ok() {
-        // (when the server went first its DISCONNECTED has been seen already)
-        crate::wait_disconnected(&id);
-    }
+    crate::wait_disconnected(&id, w.disconnected);
     if a.debug {
         warn!(con, "rping: {ping} pings, CM stats {:?}", dev.stats());
     }

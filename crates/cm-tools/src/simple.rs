@@ -44,16 +44,16 @@ pub fn server(a: &SimpleOpts, cm: &CmConfig, con: &mut Console) -> Result<()> {
     let mr = dev.pd().reg_mr(SIMPLE_MSG, AccessFlags::LOCAL_WRITE)?;
     post_recv(&id, &mr, SIMPLE_MSG as u32)?;
     id.accept(&ConnParam::default(), T)?;
-    let mut held = std::collections::VecDeque::new();
-    if wait_recv(&cq, &id, &mut held)?.is_none() {
+    let mut w = crate::Waits::default();
+    if wait_recv(&cq, &id, &mut w)?.is_none() {
         bail!("client disconnected before sending");
     }
     post_send(&id, 2, WrOpcode::Send, &mr, SIMPLE_MSG as u32, None)?;
-    if wait_send(&cq, &id, &mut held)?.is_none() {
+    if wait_send(&cq, &id, &mut w)?.is_none() {
         bail!("client disconnected before our send completed");
     }
     id.disconnect()?;
-    crate::wait_disconnected(&id);
+    crate::wait_disconnected(&id, w.disconnected);
     say!(con, "rdma_server: end 0");
     Ok(())
 }
@@ -84,15 +84,16 @@ pub fn client(a: &SimpleOpts, cm: &CmConfig, con: &mut Console) -> Result<()> {
     post_send(&id, 2, WrOpcode::Send, &mr, SIMPLE_MSG as u32, None)?;
     let mut got_send = false;
     let mut got_recv = false;
+    let mut seen = false;
     while !(got_send && got_recv) {
-        match wait_wc(&cq, &id, T)? {
+        match wait_wc(&cq, &id, T, &mut seen)? {
             Some(wc) if wc.opcode == WcOpcode::Recv => got_recv = true,
             Some(_) => got_send = true,
             None => bail!("server disconnected early"),
         }
     }
     id.disconnect()?;
-    crate::wait_disconnected(&id);
+    crate::wait_disconnected(&id, seen);
     say!(con, "rdma_client: end 0");
     Ok(())
 }
