@@ -33,7 +33,14 @@ fn pool_service_survives_kill_9_of_its_leader() {
     let out = start_system(&dir, "127.0.0.90", 3, &[]);
     assert!(out.contains("pool service leader: rank"), "{out}");
     ok(&dir, &["create", "dp", "dc", "16M"]);
-    let q = ok(&dir, &["query"]);
+    // the third replica joins as a learner and is made a voter by the leader
+    // shortly after start: wait (bounded) for that before checking the roles
+    let t0 = std::time::Instant::now();
+    let mut q = ok(&dir, &["query"]);
+    while q.contains("learner t") && t0.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        q = ok(&dir, &["query"]);
+    }
     assert!(q.contains("pool service leader: rank"), "{q}");
     assert_eq!(q.matches("leader t").count(), 1, "{q}");
     assert_eq!(q.matches("follower t").count(), 2, "{q}");
