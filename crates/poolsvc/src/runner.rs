@@ -121,7 +121,13 @@ impl Replica {
                 m.enable_lease(l);
             }
         }
-        let rt = tokio::runtime::Builder::new_current_thread()
+        // two workers: the Raft core commits to redb synchronously (fsync),
+        // and on one thread every such commit also held the TCP server (status
+        // and client requests), the health monitor and the lease task — on a
+        // slow disk long enough for clients' 300 ms status calls to time out
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name(format!("pool-svc-{}-rt", cfg.id))
             .enable_all()
             .build()
             .map_err(|e| SvcError::Raft(e.to_string()))?;

@@ -22,7 +22,7 @@ use openraft::{
     AnyError, Entry, EntryPayload, ErrorSubject, ErrorVerb, LogId, RaftStorage, StorageError,
     StorageIOError, StoredMembership, Vote,
 };
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -166,8 +166,20 @@ impl Store {
     }
 
     fn put_meta<T: Serialize>(&self, key: &str, v: &T) -> Result<(), SErr> {
+        self.put_meta_with(key, v, Durability::Immediate)
+    }
+
+    /// `put_meta` with the commit's durability: `None` for what may be lost
+    /// in a crash (redb makes it durable with the next fsync'd commit).
+    fn put_meta_with<T: Serialize>(
+        &self,
+        key: &str,
+        v: &T,
+        durability: Durability,
+    ) -> Result<(), SErr> {
         let b = serde_json::to_vec(v).map_err(wr)?;
-        let tx = self.db.begin_write().map_err(wr)?;
+        let mut tx = self.db.begin_write().map_err(wr)?;
+        tx.set_durability(durability).map_err(wr)?;
         tx.open_table(META)
             .map_err(wr)?
             .insert(key, b.as_slice())
@@ -269,8 +281,12 @@ impl RaftStorage<TypeConfig> for Store {
         self.get_meta(K_VOTE)
     }
 
+    /// Not fsync'd: the committed index is a hint openraft may lose (it
+    /// learns it again from the leader, and applies only what a quorum holds);
+    /// an fsync per commit-index advance doubled this store's fsyncs, and on a
+    /// slow disk each one held the replica's thread (see runner.rs).
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), SErr> {
-        self.put_meta(K_COMMITTED, &committed)
+        self.put_meta_with(K_COMMITTED, &committed, Durability::None)
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, SErr> {
