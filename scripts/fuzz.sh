@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# Runs the libFuzzer targets of fuzz/ (cargo-fuzz, stable toolchain via
+# Runs the libFuzzer targets of fuzz/ (libfuzzer-sys, stable toolchain via
 # RUSTC_BOOTSTRAP=1) with a time budget each, and prints per target: executions,
 # execs/s, coverage (libFuzzer's cov = edges, ft = features), corpus size, and
 # crashes (crash/leak/timeout/oom artifacts written by this run).
 #
-#   scripts/fuzz.sh [TARGET...] [--secs N] [--runs N] [--asan]
+#   scripts/fuzz.sh [TARGET...] [--secs N] [--runs N] [--asan] [--dev]
 #     TARGET   one or more of `scripts/fuzz.sh --list` (default: all)
 #     --secs   budget per target in seconds (default 60)
 #     --runs   also stop a target after N executions (libFuzzer -runs)
 #     --asan   build with AddressSanitizer (default: no sanitizer; overflow
 #              checks and debug assertions are always on)
+#     --dev    dev profile instead of release (builds several times faster, runs
+#              slower: the test suite's 2-s smoke uses it; campaigns should not)
 #     FUZZ_NICE (environment): nice level of the build and the runs (default 10)
+#
+# The build is `cargo fuzz build -O -a` (cargo-fuzz 0.13) spelled out: the same
+# RUSTFLAGS (SanitizerCoverage instrumentation, --cfg fuzzing, debug assertions)
+# through plain cargo, so cargo-fuzz need not be installed (installing it took
+# minutes of every fresh CI run).
 #
 # Seeds: fuzz/seeds/TARGET (in git, small). Working corpus: fuzz/corpus/TARGET,
 # crashes: fuzz/artifacts/TARGET (both git-ignored). Exit status 1 if any target
@@ -21,6 +28,7 @@ ROOT=$PWD
 SECS=60
 RUNS=-1
 SAN=none
+DEV=0
 NICE=${FUZZ_NICE:-10}
 TARGETS=()
 while [ $# -gt 0 ]; do
@@ -30,8 +38,9 @@ while [ $# -gt 0 ]; do
         --runs) RUNS=$2; shift 2 ;;
         --runs=*) RUNS=${1#--runs=}; shift ;;
         --asan) SAN=address; shift ;;
+        --dev) DEV=1; shift ;;
         --list) sed -n 's/^name = "\(.*\)"/\1/p' fuzz/Cargo.toml | grep -v dpustack-fuzz; exit 0 ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
         *) TARGETS+=("$1"); shift ;;
     esac
@@ -41,7 +50,6 @@ ALL=$(sed -n 's/^name = "\(.*\)"/\1/p' fuzz/Cargo.toml | grep -v dpustack-fuzz)
 for t in "${TARGETS[@]}"; do
     grep -qx "$t" <<<"$ALL" || { echo "fuzz.sh: no target $t (try --list)" >&2; exit 2; }
 done
-command -v cargo-fuzz >/dev/null || { echo "fuzz.sh: cargo-fuzz missing: cargo install cargo-fuzz" >&2; exit 2; }
 
 # The AddressSanitizer build goes to a directory of its own, so that switching
 # between the two does not rebuild every instrumented crate.
@@ -52,14 +60,32 @@ else
 fi
 mkdir -p "$CARGO_TARGET_DIR"   # a fresh clone has none yet (the build log goes there)
 TRIPLE=$(rustc -vV | sed -n 's/^host: //p')
-echo "fuzz.sh: building ${#TARGETS[@]} target(s) (sanitizer: $SAN)" >&2
-build_args=(build -O -a -s "$SAN")
-[ ${#TARGETS[@]} -eq 1 ] && build_args+=("${TARGETS[0]}")
-if ! RUSTC_BOOTSTRAP=1 nice -n "$NICE" cargo fuzz "${build_args[@]}" >"$CARGO_TARGET_DIR/fuzz-build.log" 2>&1; then
+PROFILE=release; [ "$DEV" = 1 ] && PROFILE=debug
+echo "fuzz.sh: building ${#TARGETS[@]} target(s) (sanitizer: $SAN, profile: $PROFILE)" >&2
+# what `cargo fuzz build -O -a [-s address]` passes (cargo-fuzz 0.13 src/project.rs)
+FLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4"
+FLAGS+=" -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table"
+FLAGS+=" -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing"
+FLAGS+=" -Cllvm-args=-simplifycfg-branch-fold-threshold=0 -Cllvm-args=-sanitizer-coverage-stack-depth"
+FLAGS+=" -Cdebug-assertions"
+[ "$SAN" = address ] && FLAGS+=" -Zsanitizer=address"
+# release: one codegen unit (the coverage passes block ThinLTO imports otherwise)
+build_args=(build --manifest-path fuzz/Cargo.toml --target "$TRIPLE" --bins)
+if [ "$DEV" = 1 ]; then
+    build_args+=(--config 'profile.dev.debug="line-tables-only"')
+    BIN=$CARGO_TARGET_DIR/$TRIPLE/debug
+else
+    FLAGS+=" -Ccodegen-units=1"
+    build_args+=(--release --config 'profile.release.debug="line-tables-only"')
+    BIN=$CARGO_TARGET_DIR/$TRIPLE/release
+fi
+[ ${#TARGETS[@]} -eq 1 ] && build_args=("${build_args[@]/--bins/--bin}" "${TARGETS[0]}")
+[ "$SAN" = address ] && export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_odr_violation=0}
+if ! RUSTFLAGS="$FLAGS ${RUSTFLAGS:-}" RUSTC_BOOTSTRAP=1 nice -n "$NICE" cargo "${build_args[@]}" \
+        >"$CARGO_TARGET_DIR/fuzz-build.log" 2>&1; then
     tail -40 "$CARGO_TARGET_DIR/fuzz-build.log" >&2
     exit 2
 fi
-BIN=$CARGO_TARGET_DIR/$TRIPLE/release
 
 printf '%-16s %10s %9s %7s %7s %6s %7s\n' target execs execs/s cov ft corpus crashes
 failed=0

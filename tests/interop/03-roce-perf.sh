@@ -121,9 +121,16 @@ for m in modes:
     good = [k for k in ours_ok if k in rxe_ok]
     if len(ours_ok) < rounds:
         print(f"FAIL roce-perf-runs.{m}  (our perf gave every figure in {len(ours_ok)} of {rounds} rounds)")
-    if len(rxe_ok) < rounds:
+    # Linux-vs-Linux perftest in the TCG guest sometimes gives no figure in a round
+    # even after its retries (a slow host); the comparison then uses the rounds
+    # where both sides gave figures, and says so. Fewer than 2 such rounds (or
+    # fewer than 2 of rxe's) leaves no median worth the name: a HARNESS FAIL.
+    need = min(2, rounds)
+    if len(rxe_ok) < need:
         print(f"HARNESS FAIL rxe-perf-baseline.{m}  (perftest on rxe gave every figure in {len(rxe_ok)} of {rounds} rounds)")
-    if len(good) < rounds:
+    elif len(rxe_ok) < rounds:
+        print(f"HARNESS NOTE rxe-perf-baseline.{m}  (perftest on rxe gave every figure in {len(rxe_ok)} of {rounds} rounds: ratios over those rounds only)")
+    if len(good) < need:
         continue
     med = statistics.median
     bw, p50, avg = (med(o[k][i] for k in good) for i in range(3))

@@ -76,7 +76,11 @@ for r in $(seq $ROUNDS); do
   ours+=($ia); kern+=($ib); ratios+=($(awk -v a=$ia -v b=$ib 'BEGIN { printf "%.3f", a / b }'))
 done
 med() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-if [ $ok = 1 ] && [ ${#ours[@]} -gt 0 ]; then
+# nvmet's run in the TCG guest sometimes gives no figure in a round (a slow host):
+# the comparison then uses the rounds where both gave one, if there are 2 or more
+need=$(( ROUNDS < 2 ? ROUNDS : 2 ))
+if [ $ours_bad = 0 ] && [ ${#ours[@]} -ge $need ] && [ ${#ours[@]} -gt 0 ]; then
+  [ $kern_bad -gt 0 ] && echo "HARNESS NOTE nvmet-perf-baseline (nvmet gave no figure in $kern_bad of $ROUNDS rounds: ratios over the other rounds)"
   mo=$(med "${ours[@]}"); mk=$(med "${kern[@]}")
   rm_=$(awk -v a=$mo -v b=$mk 'BEGIN { printf "%.2f", a / b }')
   rp=$(awk -v r=$(med "${ratios[@]}") 'BEGIN { printf "%.2f", r }')

@@ -97,7 +97,11 @@ for r in $(seq $ROUNDS); do
     if [ $mode = rr ]; then rr_o+=($va); rr_k+=($vb); rr_r+=($q); else sq_o+=($va); sq_k+=($vb); sq_r+=($q); fi
   done
 done
-if [ $ok = 1 ] && [ ${#rr_o[@]} -gt 0 ] && [ ${#sq_o[@]} -gt 0 ]; then
+# nvmet-rdma's run in the TCG guest sometimes gives no figure (a slow host): the
+# comparison then uses the rounds where both gave one, if there are 2 or more of each
+need=$(( ROUNDS < 2 ? ROUNDS : 2 ))
+if [ $ours_bad = 0 ] && [ ${#rr_o[@]} -ge $need ] && [ ${#sq_o[@]} -ge $need ] && [ ${#rr_o[@]} -gt 0 ] && [ ${#sq_o[@]} -gt 0 ]; then
+  [ $kern_bad -gt 0 ] && echo "HARNESS NOTE nvmet-rdma-perf-baseline (nvmet-rdma gave no figure in $kern_bad of $((ROUNDS * 2)) runs: ratios over the other rounds)"
   rp=$(awk -v r=$(med "${rr_r[@]}") 'BEGIN { printf "%.2f", r }')
   sp=$(awk -v r=$(med "${sq_r[@]}") 'BEGIN { printf "%.2f", r }')
   echo "   per-round ratios 4k: $(echo ${rr_r[@]}), 128k: $(echo ${sq_r[@]})"

@@ -8,7 +8,7 @@ cd "${ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}"
 command -v ovs-vswitchd >/dev/null || { echo "FAIL ovs-oracle (openvswitch-switch not installed)"; echo "FAIL ovs-revalidator (openvswitch-switch not installed)"; exit 0; }
 out=$(DPUSTACK_OVS_TABLES=${DPUSTACK_OVS_TABLES:-40} \
       DPUSTACK_OVS_PACKETS=${DPUSTACK_OVS_PACKETS:-80} \
-      cargo test -q --workspace --test ovs_oracle -- --ignored --nocapture 2>&1)
+      cargo test -q --workspace ${CARGO_FEATS:-} --test ovs_oracle -- --ignored --nocapture 2>&1)
 line=$(echo "$out" | grep "OVS conformance" | sed 's/^OVS conformance//' | tr '\n' ';')
 if echo "$out" | grep -Eq "test result: ok\. [1-9][0-9]* passed; 0 failed; 0 ignored"; then
   echo "PASS ovs-oracle $line"
@@ -17,7 +17,7 @@ else
   echo "$out" | grep -A8 "disagreements\|panicked" | head -40
 fi
 # The revalidator's kept / modified / deleted decisions vs OVS's (crates/flow/tests/ovs_reval.rs, ~20 s).
-out=$(cargo test -q --workspace --test ovs_reval -- --ignored --nocapture 2>&1)
+out=$(cargo test -q --workspace ${CARGO_FEATS:-} --test ovs_reval -- --ignored --nocapture 2>&1)
 if echo "$out" | grep -Eq "test result: ok\. 1 passed; 0 failed"; then
   echo "PASS ovs-revalidator $(echo "$out" | grep -c 'OVS') scenarios agree"
 else

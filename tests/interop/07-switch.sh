@@ -230,7 +230,7 @@ P
 # Rule stats, the dump-rules (ovs-ofctl dump-flows) text and idle/hard timeouts against
 # OVS itself (crates/flow/tests/ovs_rules.rs, the tests/oracles/ovs.sh sandbox).
 if command -v ovs-vswitchd >/dev/null; then
-  out=$(cd "${ROOT:-$(dirname "$0")/../..}" && cargo test -q --workspace --test ovs_rules -- --ignored --nocapture 2>&1)
+  out=$(cd "${ROOT:-$(dirname "$0")/../..}" && cargo test -q --workspace ${CARGO_FEATS:-} --test ovs_rules -- --ignored --nocapture 2>&1)
   if echo "$out" | grep -Eq "test result: ok\. [1-9][0-9]* passed; 0 failed"; then
     pass switch-ovs-rule-dump "dump lines and n_packets/n_bytes equal OVS's; $(echo "$out" | grep '^timeouts')"
   else fail switch-ovs-rule-dump "$(echo "$out" | grep -A12 panicked | head -30)"; fi

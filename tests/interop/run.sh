@@ -5,7 +5,10 @@
 # parses it). N and M count checks of dpustack only.
 #
 # Each test script is run with bash and these variables:
-#   V    path of vm.sh (the harness)   BIN  the dpustack release binary
+#   V    path of vm.sh (the harness)   BIN  the dpustack binary (DPUSTACK_BIN, default
+#                                        target/release/dpustack)
+#   CARGO_FEATS  cargo feature flags the scripts' own cargo commands use (test-all.sh
+#                sets the ones of its build, so nothing is rebuilt under other features)
 #   ROOT the project root              P    the harness's probes/ directory
 # and reports, one per line:
 #   PLAN n                 how many checks of dpustack it will report (declared first)
@@ -23,7 +26,9 @@
 #   INTEROP_ONLY='03-*' run.sh   runs a subset;  VMH_KEEP=1 leaves the guest up.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-export ROOT V=$ROOT/tests/peers/vm.sh P=$ROOT/tests/peers/probes BIN=$ROOT/target/release/dpustack
+export ROOT V=$ROOT/tests/peers/vm.sh P=$ROOT/tests/peers/probes BIN=${DPUSTACK_BIN:-$ROOT/target/release/dpustack}
+export CARGO_FEATS=${CARGO_FEATS:-}
+[ -x "$BIN" ] && echo "dpustack binary: $BIN"
 pass=0 fail=0 skip=0 hfail=0 hpass=0 t0=$(date +%s)
 CI_MODE=0; [ "${CI:-}" = true ] && CI_MODE=1
 out=$(mktemp)
