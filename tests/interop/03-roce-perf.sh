@@ -154,6 +154,7 @@ fi
 
 # host side
 echo "PLAN 0"
+echo "INFO perf-binary ${BIN:-?} (build profile ${BIN_PROFILE:-unknown}: a dev build's figures are not the release build's)"
 : "${V:?run from tests/interop/run.sh (needs V, BIN, ROOT)}"
 [ -x "$BIN" ] || { echo "FAIL roce-perf-binary (build it: cargo build --release -p dpustack)"; exit 1; }
 bash $V exec -t 800 "bash $ROOT/tests/interop/03-roce-perf.sh guest $BIN $ROOT ${ROCE_PERF_ROUNDS:-3} ${ROCE_PERF_SECS:-3} ${ROCE_PERF_ITERS:-1000} ${ROCE_PERF_MODES:-single,manual,xdp-single} ${ROCE_PERF_OURS:-}"

@@ -11,6 +11,7 @@
 #   NVMF_PERF_ROUNDS (3)  NVMF_PERF_SECS (5)  NVMF_PERF_CONNECT (extra nvme connect flags)
 set -u
 echo "PLAN 0"
+echo "INFO perf-binary ${BIN:-?} (build profile ${BIN_PROFILE:-unknown}: a dev build's figures are not the release build's)"
 ROUNDS=${NVMF_PERF_ROUNDS:-3} SECS=${NVMF_PERF_SECS:-5} COPTS=${NVMF_PERF_CONNECT:-}
 NQN=nqn.2024-01.io.dpustack:guestperf KNQN=nqn.2024-01.io.vmh:ram0
 MBOX=${VMH_DIR:-/tmp/vmharness}/run/mbox

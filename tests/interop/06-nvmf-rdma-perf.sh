@@ -16,6 +16,7 @@
 #   NVMF_RPERF_ROUNDS (3)  NVMF_RPERF_SECS (5)
 set -u
 echo "PLAN 0"
+echo "INFO perf-binary ${BIN:-?} (build profile ${BIN_PROFILE:-unknown}: a dev build's figures are not the release build's)"
 ROUNDS=${NVMF_RPERF_ROUNDS:-3} SECS=${NVMF_RPERF_SECS:-5}
 NQN=nqn.2024-01.io.dpustack:rdmaperf KNQN=nqn.2024-01.io.vmh:ram0
 OURS=10.99.2.2 KERN=10.99.2.1

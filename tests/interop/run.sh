@@ -28,7 +28,10 @@ set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export ROOT V=$ROOT/tests/peers/vm.sh P=$ROOT/tests/peers/probes BIN=${DPUSTACK_BIN:-$ROOT/target/release/dpustack}
 export CARGO_FEATS=${CARGO_FEATS:-}
-[ -x "$BIN" ] && echo "dpustack binary: $BIN"
+# the build profile, for the perf scripts' figures (a dev build's are not the release's)
+case "$BIN" in */debug/*) BIN_PROFILE=dev ;; */release/*) BIN_PROFILE=release ;; *) BIN_PROFILE=unknown ;; esac
+export BIN_PROFILE
+[ -x "$BIN" ] && echo "dpustack binary: $BIN (profile: $BIN_PROFILE)"
 pass=0 fail=0 skip=0 hfail=0 hpass=0 t0=$(date +%s)
 CI_MODE=0; [ "${CI:-}" = true ] && CI_MODE=1
 out=$(mktemp)
