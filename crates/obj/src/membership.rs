@@ -121,6 +121,17 @@ impl Detector {
         };
     }
 
+    /// Member `m` is dead now, whatever it answers (its process restarted:
+    /// a new incarnation missed what happened while it was gone); `true`
+    /// when it was not dead already. It comes back through
+    /// [`Detector::revive`] only.
+    pub fn declare_dead(&mut self, m: usize) -> bool {
+        let mem = &mut self.members[m];
+        let was = mem.state != Liveness::Dead;
+        mem.state = Liveness::Dead;
+        was
+    }
+
     /// Advance to `now`: the members whose state changed, with the new state.
     pub fn tick(&mut self, now: Instant) -> Vec<(usize, Liveness)> {
         let mut changes = Vec::new();

@@ -10,6 +10,15 @@
 //! An engine that answers again stays DOWN (until EXCLUDED) and EXCLUDED
 //! until the rebuild driver ([`crate::rebuild`]) reintegrates it: it then
 //! calls [`Monitor::revive`] and the engine is judged afresh.
+//!
+//! **Restarts** (an engine killed and restarted faster than `dead_after`):
+//! a probe's answer carries the engine's incarnation
+//! ([`Monitor::heard_incarnation`]); one that differs from the replicated
+//! record ([`PoolSvcState::incarnations`]) is replicated as
+//! [`Command::EngineIncarnation`], whose apply sets the engine DOWN; a rank
+//! the state lists as restarted is then taken as dead here (DOWN, EXCLUDED
+//! after `exclude_after`, reintegrated when it answers) — by whichever leader
+//! runs the monitor, since the record is replicated.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -38,6 +47,8 @@ pub struct Monitor {
     down_since: BTreeMap<u32, Instant>,
     /// Ranks already warned about (answering, but DOWN/EXCLUDED in a map).
     warned: std::collections::BTreeSet<u32>,
+    /// The incarnation each rank last answered a probe with.
+    incarnations: Vec<Option<u64>>,
 }
 
 impl Monitor {
@@ -49,6 +60,7 @@ impl Monitor {
             det: Detector::new(cfg.detector, n, now),
             down_since: BTreeMap::new(),
             warned: Default::default(),
+            incarnations: vec![None; n],
         }
     }
 
@@ -60,6 +72,15 @@ impl Monitor {
     /// Engine `rank` answered a probe at `now`.
     pub fn heard(&mut self, rank: usize, now: Instant) {
         self.det.heard(rank, now)
+    }
+
+    /// Engine `rank` answered a probe at `now` as `incarnation` (`None`: an
+    /// engine that names none; then only [`Monitor::heard`]).
+    pub fn heard_incarnation(&mut self, rank: usize, now: Instant, incarnation: Option<u64>) {
+        self.det.heard(rank, now);
+        if let (Some(i), Some(slot)) = (incarnation, self.incarnations.get_mut(rank)) {
+            *slot = Some(i);
+        }
     }
 
     /// Engine `rank` is being reintegrated: alive from `now`, probed again
@@ -84,6 +105,39 @@ impl Monitor {
             tracing::info!(rank = r, liveness = ?l, "pool service: engine liveness");
         }
         let mut out = Vec::new();
+        // restarts: an incarnation the replicated record does not have is
+        // replicated (a different recorded one: the apply sets it DOWN)
+        for (r, inc) in self.incarnations.iter().enumerate() {
+            let Some(inc) = *inc else { continue };
+            let rank = r as u32;
+            match state.incarnations.get(&rank) {
+                Some(old) if *old == inc => {}
+                old => {
+                    if old.is_some() {
+                        tracing::warn!(
+                            rank,
+                            old = ?old,
+                            new = inc,
+                            "pool service: engine restarted (new incarnation): DOWN, to be \
+                             reintegrated"
+                        );
+                    }
+                    out.push(Command::EngineIncarnation {
+                        rank,
+                        incarnation: inc,
+                    });
+                }
+            }
+        }
+        if !out.is_empty() {
+            // the next step judges with the record applied
+            return out;
+        }
+        for &rank in &state.restarted {
+            if (rank as usize) < self.n && self.det.declare_dead(rank as usize) {
+                tracing::info!(rank, "pool service: restarted engine taken as dead");
+            }
+        }
         for (name, pool) in &state.pools {
             let map = pool.map();
             for d in 0..map.domains() as u32 {
@@ -233,6 +287,112 @@ mod tests {
         assert_eq!(map.target(1).unwrap().state, TargetState::Excluded);
         assert_eq!(map.target(0).unwrap().state, TargetState::UpIn);
         assert_eq!(map.version(), 3);
+    }
+
+    /// As `run`, every engine answering every probe, with the incarnation
+    /// `inc(rank, t)`.
+    fn run_inc(
+        m: &mut Monitor,
+        s: &mut PoolSvcState,
+        t0: Instant,
+        from: u64,
+        ms: u64,
+        inc: impl Fn(usize, u64) -> u64,
+    ) -> Vec<(u64, Command)> {
+        let mut out = Vec::new();
+        let mut t = from;
+        while t <= from + ms {
+            let now = t0 + Duration::from_millis(t);
+            for r in m.probes_due(now) {
+                m.heard_incarnation(r, now, Some(inc(r, t)));
+            }
+            for c in m.step(now, s) {
+                s.apply(&c);
+                out.push((t, c));
+            }
+            t += 10;
+        }
+        out
+    }
+
+    #[test]
+    fn a_restart_faster_than_the_detector_is_down_at_the_next_probe() {
+        let t0 = Instant::now();
+        let mut s = pool_state(3);
+        let mut m = Monitor::new(cfg(2000), 3, t0);
+        // rank 1 restarts at 1000 ms and never misses a probe
+        let inc = |r: usize, t: u64| if r == 1 && t >= 1000 { 99 } else { r as u64 };
+        let cmds = run_inc(&mut m, &mut s, t0, 0, 1500, inc);
+        // first sightings recorded, then the restart
+        let recs: Vec<_> = cmds
+            .iter()
+            .filter(|(_, c)| matches!(c, Command::EngineIncarnation { .. }))
+            .collect();
+        assert_eq!(recs.len(), 4, "{cmds:?}");
+        let (t_restart, c) = recs[3];
+        assert_eq!(
+            c,
+            &Command::EngineIncarnation {
+                rank: 1,
+                incarnation: 99
+            }
+        );
+        // within one probe interval of the restart (not dead_after)
+        assert!((1000..=1110).contains(t_restart), "seen at {t_restart} ms");
+        let map = s.pools["p"].map();
+        assert_eq!(map.target(1).unwrap().state, TargetState::Down);
+        assert_eq!(m.liveness(1), Liveness::Dead, "taken as dead");
+        assert_eq!(m.liveness(0), Liveness::Alive);
+        // it answers, yet goes EXCLUDED exclude_after later (then the driver
+        // reintegrates it)
+        let more = run_inc(&mut m, &mut s, t0, 1510, 2500, inc);
+        assert_eq!(
+            more.iter().map(|(_, c)| c.clone()).collect::<Vec<_>>(),
+            vec![Command::SetDomainState {
+                pool: "p".into(),
+                domain: 1,
+                state: "EXCLUDED".into()
+            }]
+        );
+        // a new leader's monitor, from the replicated state only: rank 1 is
+        // still restarted (not reintegrated): taken as dead there too
+        let mut s2 = pool_state(3);
+        for r in 0..3 {
+            s2.apply(&Command::EngineIncarnation {
+                rank: r,
+                incarnation: r as u64,
+            });
+        }
+        s2.apply(&Command::EngineIncarnation {
+            rank: 1,
+            incarnation: 99,
+        });
+        let mut m2 = Monitor::new(cfg(500), 3, t0);
+        let c2 = run_inc(&mut m2, &mut s2, t0, 0, 1000, inc);
+        assert_eq!(m2.liveness(1), Liveness::Dead);
+        assert!(c2.iter().any(|(_, c)| c
+            == &Command::SetDomainState {
+                pool: "p".into(),
+                domain: 1,
+                state: "EXCLUDED".into()
+            }));
+        // and a new leader that never saw the old incarnation still catches
+        // a restart against the record
+        let mut s3 = pool_state(3);
+        s3.apply(&Command::EngineIncarnation {
+            rank: 2,
+            incarnation: 5,
+        });
+        let mut m3 = Monitor::new(cfg(500), 3, t0);
+        run_inc(&mut m3, &mut s3, t0, 0, 300, |r, _| r as u64 + 40);
+        assert_eq!(
+            s3.pools["p"].map().target(2).unwrap().state,
+            TargetState::Down
+        );
+        assert_eq!(
+            s3.pools["p"].map().target(0).unwrap().state,
+            TargetState::UpIn
+        );
     }
 
     #[test]

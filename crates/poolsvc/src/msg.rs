@@ -24,8 +24,13 @@ pub enum Rpc {
     /// from replica `from`'s engine: the leader confirms its leadership with
     /// a quorum and answers the current map versions
     /// ([`ClientReply::Versions`]); a follower redirects.
+    /// `incarnation`: the engine's ([`crate::state::Command::EngineIncarnation`]:
+    /// the leader records it before answering; a new one is a restart, set
+    /// DOWN first).
     Lease {
         from: NodeId,
+        #[serde(default)]
+        incarnation: Option<u64>,
     },
 }
 

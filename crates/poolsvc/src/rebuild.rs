@@ -224,13 +224,13 @@ impl Driver {
             for (d, pools) in excluded {
                 let a = self.engines[d as usize].clone();
                 let t = self.cfg.timeout;
-                let up = tokio::task::spawn_blocking(move || ping(&a, t))
+                let Some(inc) = tokio::task::spawn_blocking(move || ping(&a, t))
                     .await
-                    .unwrap_or(false);
-                if !up {
+                    .unwrap_or(None)
+                else {
                     self.seen_gone.insert(d);
                     continue;
-                }
+                };
                 if !self.seen_gone.contains(&d) {
                     continue; // excluded by hand while alive: stays out
                 }
@@ -238,6 +238,19 @@ impl Driver {
                     rank = d,
                     "rebuild: excluded engine answers again: reintegrating (UP)"
                 );
+                if let Some(i) = inc.filter(|i| st.incarnations.get(&d) != Some(i)) {
+                    // the incarnation that returns is the one reintegrated
+                    // (recorded first, or the monitor would take it for a
+                    // restart once it probes it again)
+                    let c = Command::EngineIncarnation {
+                        rank: d,
+                        incarnation: i,
+                    };
+                    if let Err(e) = svc.raft.client_write(c).await {
+                        tracing::warn!(rank = d, "rebuild: could not record the incarnation: {e}");
+                        return;
+                    }
+                }
                 mon.revive(d as usize, Instant::now());
                 self.seen_gone.remove(&d);
                 for pool in pools {
@@ -276,13 +289,14 @@ impl Driver {
     }
 }
 
-fn ping(addr: &str, timeout: Duration) -> bool {
+/// `None`: no answer; else the incarnation the engine named.
+fn ping(addr: &str, timeout: Duration) -> Option<Option<u64>> {
     if obj::fault::drops_to_addr(addr) {
-        return false; // a cut link (fault injection)
+        return None; // a cut link (fault injection)
     }
     match Client::connect_with(addr, timeout) {
-        Ok(c) => c.ping(None).and_then(|p| p.get()).is_ok(),
-        Err(_) => false,
+        Ok(c) => c.ping_incarnation(None).and_then(|p| p.get()).ok(),
+        Err(_) => None,
     }
 }
 

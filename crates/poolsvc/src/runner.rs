@@ -252,6 +252,12 @@ fn probe_timeout(cfg: &MonitorConfig) -> Duration {
 /// sent. No answer within the lease (cut off, no leader, a leader without a
 /// quorum) renews nothing: the lease lapses and the engine refuses versioned
 /// object I/O until an answer comes.
+///
+/// The request names the engine's incarnation: a leader that has another one
+/// (or none) recorded for this rank first replicates the new one — a restart
+/// sets the engine DOWN — and only then answers, so a restarted engine's
+/// first lease (its fence starts closed) comes with a map in which it is
+/// DOWN: it never serves as if it had not missed anything.
 async fn keep_lease(
     svc: PoolService,
     members: BTreeMap<NodeId, String>,
@@ -261,14 +267,30 @@ async fn keep_lease(
     let every = (lease / 4).max(Duration::from_millis(5));
     let transport = TcpTransport::new();
     let mut lapsed_logged = false;
+    // this replica's engine: rank = replica id (as `dpustack system` lays
+    // engines out)
+    let me = svc.id as u32;
     loop {
         let sent = std::time::Instant::now();
         let st = svc.status();
         let reply = match st.leader {
-            Some(l) if l == svc.id => tokio::time::timeout(lease, svc.lease()).await.ok(),
+            Some(l) if l == svc.id => {
+                tokio::time::timeout(lease, svc.lease(Some((me, versions.incarnation()))))
+                    .await
+                    .ok()
+            }
             Some(l) => match members.get(&l) {
                 Some(addr) => match transport
-                    .call(svc.id, l, addr, Rpc::Lease { from: svc.id }, lease)
+                    .call(
+                        svc.id,
+                        l,
+                        addr,
+                        Rpc::Lease {
+                            from: svc.id,
+                            incarnation: Some(versions.incarnation()),
+                        },
+                        lease,
+                    )
                     .await
                 {
                     Ok(RpcReply::Client(r)) => Some(r),
@@ -304,15 +326,16 @@ async fn keep_lease(
     }
 }
 
-/// Probe one engine (an object-RPC ping on a fresh connection).
-fn ping_engine(addr: &str, timeout: Duration) -> bool {
+/// Probe one engine (an object-RPC ping on a fresh connection): `None` no
+/// answer, else the incarnation it named (`Some(None)`: none).
+fn ping_engine(addr: &str, timeout: Duration) -> Option<Option<u64>> {
     if obj::fault::drops_to_addr(addr) {
         std::thread::sleep(timeout); // a cut link (fault injection): no answer
-        return false;
+        return None;
     }
     match obj::client::Client::connect_with(addr, timeout) {
-        Ok(c) => c.ping(None).and_then(|p| p.get()).is_ok(),
-        Err(_) => false,
+        Ok(c) => c.ping_incarnation(None).and_then(|p| p.get()).ok(),
+        Err(_) => None,
     }
 }
 
@@ -358,8 +381,8 @@ async fn monitor_engines(
             })
             .collect();
         for (r, p) in probes {
-            if let Ok(Ok(true)) = tokio::time::timeout(timeout * 2, p).await {
-                m.heard(r, std::time::Instant::now());
+            if let Ok(Ok(Some(inc))) = tokio::time::timeout(timeout * 2, p).await {
+                m.heard_incarnation(r, std::time::Instant::now(), inc);
             }
         }
         let cmds = m.step(std::time::Instant::now(), &svc.local_state());

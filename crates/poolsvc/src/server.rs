@@ -71,7 +71,7 @@ fn sender(rpc: &Rpc) -> Option<crate::NodeId> {
         Rpc::Append(r) => r.vote.leader_id().voted_for(),
         Rpc::Vote(r) => r.vote.leader_id().voted_for(),
         Rpc::Snapshot(r) => r.vote.leader_id().voted_for(),
-        Rpc::Lease { from } => Some(*from),
+        Rpc::Lease { from, .. } => Some(*from),
         Rpc::Client(_) => None,
     }
 }

@@ -9,7 +9,7 @@ use openraft::{BasicNode, ServerState};
 
 use crate::msg::{ClientReply, ClientRequest, Rpc, RpcReply, Status};
 use crate::net::{Network, Transport};
-use crate::state::PoolSvcState;
+use crate::state::{Command, PoolSvcState};
 use crate::store::Store;
 use crate::{NodeId, Raft, SvcError, TypeConfig};
 
@@ -99,21 +99,40 @@ impl PoolService {
             Rpc::Vote(r) => RpcReply::Vote(self.raft.vote(r).await),
             Rpc::Snapshot(r) => RpcReply::Snapshot(self.raft.install_snapshot(r).await),
             Rpc::Client(c) => RpcReply::Client(self.client(c).await),
-            Rpc::Lease { .. } => RpcReply::Client(self.lease().await),
+            Rpc::Lease { from, incarnation } => {
+                RpcReply::Client(self.lease(incarnation.map(|i| (from as u32, i))).await)
+            }
         }
     }
 
     /// A lease request (see [`Rpc::Lease`]): on the leader, after a
     /// linearizable read, every pool's map version; elsewhere a redirect.
-    pub async fn lease(&self) -> ClientReply {
+    /// `engine`: the asking engine's (rank, incarnation): one the state does
+    /// not record is replicated first (a restart: the engine DOWN), so the
+    /// versions answered include that change.
+    pub async fn lease(&self, engine: Option<(u32, u64)>) -> ClientReply {
         match self.raft.ensure_linearizable().await {
-            Ok(_) => ClientReply::Versions(
-                self.local_state()
-                    .pools
-                    .iter()
-                    .map(|(label, p)| (label.clone(), p.map().version()))
-                    .collect(),
-            ),
+            Ok(_) => {
+                if let Some((rank, incarnation)) = engine {
+                    if self.local_state().incarnations.get(&rank) != Some(&incarnation) {
+                        let cmd = Command::EngineIncarnation { rank, incarnation };
+                        match self.raft.client_write(cmd).await {
+                            Ok(_) => {}
+                            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                                return redirect(f)
+                            }
+                            Err(e) => return ClientReply::Error(e.to_string()),
+                        }
+                    }
+                }
+                ClientReply::Versions(
+                    self.local_state()
+                        .pools
+                        .iter()
+                        .map(|(label, p)| (label.clone(), p.map().version()))
+                        .collect(),
+                )
+            }
             Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => redirect(f),
             Err(e) => ClientReply::Error(e.to_string()),
         }

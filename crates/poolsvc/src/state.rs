@@ -2,7 +2,7 @@
 //! handles). Commands are applied in log order on every replica; applying is
 //! deterministic (no clock, no randomness), so replicas agree.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use obj::placement::{PoolMap, TargetId, TargetState};
 use serde::{Deserialize, Serialize};
@@ -64,6 +64,17 @@ pub enum Command {
         key: String,
         value: String,
     },
+    /// Engine `rank` answers as incarnation `incarnation` (its ping answer
+    /// or lease request; a number a restarted engine process never reuses).
+    /// The first one is recorded; the same one again changes nothing; a
+    /// different one is a **restart** (the engine may have missed writes
+    /// however short its absence): it is recorded, the rank is put in
+    /// [`PoolSvcState::restarted`] and its `UP`/`UP-IN` targets are set
+    /// `DOWN` in every pool, in this one entry — so the map that lifts the
+    /// restarted engine's fence already has it DOWN, and it comes back only
+    /// through reintegration (DAOS: a new incarnation is excluded and
+    /// reintegrated, SWIM's incarnation numbers).
+    EngineIncarnation { rank: u32, incarnation: u64 },
     /// `cmd` sent by client `client` as its request number `seq` (client
     /// sessions, Raft thesis §6.3): applied once; the same `seq` again (a
     /// retry after a lost answer, maybe to a new leader) answers the reply
@@ -214,6 +225,16 @@ pub struct PoolSvcState {
     /// Counts session requests (an order for eviction, the same everywhere).
     #[serde(default)]
     pub session_clock: u64,
+    /// Each engine rank's last known incarnation
+    /// ([`Command::EngineIncarnation`]).
+    #[serde(default)]
+    pub incarnations: BTreeMap<u32, u64>,
+    /// Ranks seen restarted and not reintegrated since (their targets not
+    /// set `UP`/`UP-IN` since): the leader's monitor takes them as dead (DOWN,
+    /// then EXCLUDED after `exclude_after`, then reintegrated when they
+    /// answer), whichever leader saw the restart.
+    #[serde(default)]
+    pub restarted: BTreeSet<u32>,
 }
 
 /// Parse a state name as `pool query` prints it.
@@ -322,6 +343,11 @@ impl PoolSvcState {
                 let mut m = p.map();
                 let v = m.set_state(*target, to).map_err(|e| e.to_string())?;
                 p.map_text = m.to_text();
+                if to.is_serving() || to == TargetState::Up {
+                    if let Ok(t) = m.target(*target) {
+                        self.restarted.remove(&t.domain);
+                    }
+                }
                 Ok(Reply::MapVersion(v))
             }
             Command::SetDomainState {
@@ -335,7 +361,40 @@ impl PoolSvcState {
                 // all or nothing: a refused transition leaves the map as it was
                 let v = m.set_domain_state(*domain, to).map_err(|e| e.to_string())?;
                 p.map_text = m.to_text();
+                if matches!(to, TargetState::Up | TargetState::UpIn) {
+                    // being reintegrated (or set back by hand): no longer
+                    // "restarted, to be taken out"
+                    self.restarted.remove(domain);
+                }
                 Ok(Reply::MapVersion(v))
+            }
+            Command::EngineIncarnation { rank, incarnation } => {
+                match self.incarnations.insert(*rank, *incarnation) {
+                    None => return Ok(Reply::Done),
+                    Some(old) if old == *incarnation => return Ok(Reply::Done),
+                    Some(_) => {}
+                }
+                self.restarted.insert(*rank);
+                for p in self.pools.values_mut() {
+                    let mut m = p.map();
+                    let Ok(ts) = m.domain_targets(*rank).map(<[TargetId]>::to_vec) else {
+                        continue; // a pool without this engine
+                    };
+                    let mut changed = false;
+                    for t in ts {
+                        let serving = m
+                            .target(t)
+                            .is_ok_and(|t| matches!(t.state, TargetState::Up | TargetState::UpIn));
+                        // UP/UP-IN -> DOWN is a DAOS transition: cannot fail
+                        if serving && m.set_state(t, TargetState::Down).is_ok() {
+                            changed = true;
+                        }
+                    }
+                    if changed {
+                        p.map_text = m.to_text();
+                    }
+                }
+                Ok(Reply::Done)
             }
             Command::SetRebuild { pool, status } => {
                 let p = self.pool_mut(pool)?;
@@ -438,6 +497,59 @@ mod tests {
         let m = s.pools["p"].map();
         assert_eq!(m.version(), 3);
         assert_eq!(m.targets()[1].state, TargetState::Excluded);
+    }
+
+    #[test]
+    fn a_new_incarnation_is_a_restart_marked_down_at_once() {
+        let mut s = PoolSvcState::default();
+        for p in ["p", "q"] {
+            s.apply(&Command::CreatePool {
+                pool: p.into(),
+                domains: 3,
+                per_domain: 2,
+            });
+        }
+        let inc = |rank, incarnation| Command::EngineIncarnation { rank, incarnation };
+        // first sighting: recorded, nothing else
+        assert_eq!(s.apply(&inc(1, 7)), Reply::Done);
+        assert_eq!(s.apply(&inc(1, 7)), Reply::Done);
+        assert_eq!(s.pools["p"].map().version(), 1);
+        assert!(s.restarted.is_empty());
+        // another number: a restart, DOWN in every pool in the same entry
+        assert_eq!(s.apply(&inc(1, 8)), Reply::Done);
+        assert_eq!(s.incarnations[&1], 8);
+        assert!(s.restarted.contains(&1));
+        for p in ["p", "q"] {
+            let m = s.pools[p].map();
+            for t in m.domain_targets(1).unwrap() {
+                assert_eq!(m.target(*t).unwrap().state, TargetState::Down, "{p}");
+            }
+            for t in m.domain_targets(0).unwrap() {
+                assert_eq!(m.target(*t).unwrap().state, TargetState::UpIn);
+            }
+            assert!(m.version() > 1);
+        }
+        // restarted again while DOWN: still DOWN, the version does not move
+        let v = s.pools["p"].map().version();
+        assert_eq!(s.apply(&inc(1, 9)), Reply::Done);
+        assert_eq!(s.pools["p"].map().version(), v);
+        // reintegration (UP) clears the mark
+        s.apply(&Command::SetDomainState {
+            pool: "p".into(),
+            domain: 1,
+            state: "UP".into(),
+        });
+        assert!(s.restarted.is_empty());
+        // a restart while UP (being filled) takes it DOWN again
+        s.apply(&inc(1, 10));
+        let m = s.pools["p"].map();
+        assert_eq!(
+            m.target(m.domain_targets(1).unwrap()[0]).unwrap().state,
+            TargetState::Down
+        );
+        // a rank no pool has: recorded only
+        assert_eq!(s.apply(&inc(9, 1)), Reply::Done);
+        assert_eq!(s.apply(&inc(9, 2)), Reply::Done);
     }
 
     #[test]

@@ -488,6 +488,17 @@ impl Client {
         self.rpc(ev, Request::Ping, Vec::new(), |_| Ok(()))
     }
 
+    /// A ping that returns the engine's incarnation (`None`: the engine
+    /// sends none). A different number from the same address is a
+    /// restarted engine process.
+    pub fn ping_incarnation(&self, ev: Option<&Event>) -> Result<Pending<Option<u64>>> {
+        self.rpc(ev, Request::Ping, Vec::new(), |r| match r.reply {
+            Reply::Pong { incarnation } => Ok(Some(incarnation)),
+            Reply::Empty => Ok(None),
+            _ => Err(unexpected()),
+        })
+    }
+
     /// `dmg pool create`: a pool of `size` bytes over all targets.
     pub fn pool_create(
         &self,

@@ -55,11 +55,42 @@ struct Lease {
 }
 
 /// Shared by the engine's threads and the pool-service replica.
-#[derive(Default)]
 pub struct MapVersions {
     inner: RwLock<Inner>,
     refused: AtomicU64,
     fenced: AtomicU64,
+    /// This engine instance's incarnation (see [`MapVersions::incarnation`]).
+    incarnation: u64,
+}
+
+impl Default for MapVersions {
+    fn default() -> Self {
+        MapVersions {
+            inner: RwLock::default(),
+            refused: AtomicU64::new(0),
+            fenced: AtomicU64::new(0),
+            incarnation: new_incarnation(),
+        }
+    }
+}
+
+/// A number another engine instance (a restarted process, or another
+/// engine in the same process) does not draw: wall-clock nanoseconds, the
+/// process id and a per-process counter mixed (SWIM's / DAOS's incarnation
+/// number, here not persisted: a restart draws a new one).
+fn new_incarnation() -> u64 {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let x = ns
+        ^ u64::from(std::process::id()).rotate_left(40)
+        ^ SEQ.fetch_add(1, Ordering::Relaxed).rotate_left(20);
+    // splitmix64's finalizer: nearby inputs give unrelated numbers; never 0
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)).max(1)
 }
 
 impl std::fmt::Debug for MapVersions {
@@ -74,6 +105,14 @@ impl std::fmt::Debug for MapVersions {
 impl MapVersions {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// This engine instance's incarnation: drawn when the engine starts,
+    /// answered to pings (`Reply::Pong`) and sent with lease requests. The
+    /// pool service that sees a rank's incarnation change marks it DOWN (a
+    /// restarted engine missed writes: it is reintegrated, never trusted).
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
     }
 
     /// Pool `label`'s map is at `version` (never lowered: applied state only

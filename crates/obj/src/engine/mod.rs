@@ -460,7 +460,14 @@ impl Dispatch for EngineDispatch {
     fn request(&mut self, conn: ConnId, hdr: HeaderRepr, body: Vec<u8>, io: &mut ServerConn) {
         self.stats.record(hdr.opcode, hdr.bulk_len as u64);
         match hdr.opcode {
-            Opcode::Ping => io.reply(&hdr, Status::Ok, &Reply::Empty, &[]),
+            Opcode::Ping => io.reply(
+                &hdr,
+                Status::Ok,
+                &Reply::Pong {
+                    incarnation: self.map_versions.incarnation(),
+                },
+                &[],
+            ),
             Opcode::Unknown(_) => io.reply_error(&hdr, Status::NoSys),
             // object enumeration names the target shard itself (rebuild's
             // scan walks shards 0..targets)

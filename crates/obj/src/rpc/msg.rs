@@ -837,6 +837,12 @@ pub struct FetchedIod {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
     Empty,
+    /// A ping's answer from an engine that names its incarnation (a number
+    /// a restarted engine process never reuses: the pool service's restart
+    /// detection). An engine that sends none answers `Empty`.
+    Pong {
+        incarnation: u64,
+    },
     Pool(PoolInfo),
     Pools(Vec<PoolInfo>),
     Handle {
@@ -880,6 +886,8 @@ pub enum Reply {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Shape {
     Empty,
+    /// `Empty`, or `Pong` when the engine sends its incarnation.
+    Ping,
     Pool,
     Pools,
     Handle,
@@ -897,8 +905,8 @@ enum Shape {
 
 fn shape(op: Opcode) -> Option<Shape> {
     Some(match op {
-        Opcode::Ping
-        | Opcode::PoolDestroy
+        Opcode::Ping => Shape::Ping,
+        Opcode::PoolDestroy
         | Opcode::PoolDisconnect
         | Opcode::ContDestroy
         | Opcode::ContClose
@@ -928,6 +936,9 @@ impl Reply {
         let mut w = Writer::new(out);
         match self {
             Reply::Empty => {}
+            Reply::Pong { incarnation } => {
+                w.u64(*incarnation);
+            }
             Reply::Pool(p) => p.emit(&mut w),
             Reply::Pools(ps) => {
                 w.count(ps.len());
@@ -1000,6 +1011,10 @@ impl Reply {
         };
         let rep = match sh {
             Shape::Empty => Reply::Empty,
+            Shape::Ping if args.is_empty() => Reply::Empty,
+            Shape::Ping => Reply::Pong {
+                incarnation: r.u64()?,
+            },
             Shape::Pool => Reply::Pool(PoolInfo::parse(&mut r)?),
             Shape::Pools => {
                 let n = r.count(MAX_LIST, 40)?;
