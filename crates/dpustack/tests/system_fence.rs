@@ -120,6 +120,9 @@ fn engine_cut_off_from_the_pool_service_refuses_object_io() {
             "--fault-injection",
             "--lease-ms",
             &lease_ms.to_string(),
+            // E stays DOWN after healing (the quick return would move the
+            // map on under step 5's direct reads at v2)
+            "--return-from-down=false",
         ],
     );
     ok(&dir, &["create", "dp", "dc", "64M"]);

@@ -26,11 +26,14 @@
 //!
 //! Kills: the first kill hits a random engine under load (a DTX leader or
 //! follower with transactions in flight); the pool service marks it DOWN;
-//! it is restarted (its data is stale and, without reintegration, it stays
-//! DOWN). Later kills hit engines already DOWN (a restarted one: the pool
-//! service's replicas and the clients' refusals are exercised). Killing a
-//! second serving engine would lose RP_2 data that only rebuild restores
-//! (not built yet).
+//! it is restarted and (`system start`'s default quick return) reconciled,
+//! filled and set UP-IN again. Later kills hit the same engine — by then
+//! usually serving again — and restart it 0.2–0.7 s later, inside the
+//! failure detector's 1.5 s: only its new incarnation tells the pool
+//! service (docs/obj-dist.md "Restarts"). `SOAK_RETURN_FROM_DOWN=0`: no
+//! quick return (a DOWN engine stays out; later kills hit it while DOWN).
+//! Killing a second serving engine would lose RP_2 data that only rebuild
+//! restores.
 //!
 //! `cargo test -p dpustack --test system_soak` (~20 s); the ignored
 //! `soak_long` repeats rounds for `SOAK_SECS` seconds (default 120).
@@ -366,9 +369,12 @@ fn round(ip: &str, seed: u64, load: Duration, clients: usize) -> Round {
     ];
     let lease = std::env::var("SOAK_LEASE_MS").unwrap_or_else(|_| "450".into());
     args.extend(["--lease-ms", &lease]);
-    if std::env::var_os("SOAK_RETURN_FROM_DOWN").is_some() {
-        // the quick DOWN -> UP-IN return (experimental, off by default)
-        args.push("--return-from-down");
+    // the quick DOWN -> UP-IN return: `system start`'s default;
+    // SOAK_RETURN_FROM_DOWN=0 runs without it (a DOWN engine stays out)
+    match std::env::var("SOAK_RETURN_FROM_DOWN").as_deref() {
+        Ok("0") => args.push("--return-from-down=false"),
+        Ok(_) => args.push("--return-from-down"),
+        Err(_) => {}
     }
     ok(&dir, &args);
     ok(&dir, &["create", "dp", "dc", "64M"]);

@@ -108,10 +108,9 @@ impl Replica {
             }
         }
         if cfg.rebuild.return_from_down {
-            tracing::warn!(
-                "EXPERIMENTAL: a DOWN engine that answers again is reintegrated at once \
-                 (DOWN -> UP -> UP-IN); an engine restarted faster than the failure detector \
-                 is not noticed and serves what it missed (docs/obj-dist.md \"Rebuild\")"
+            tracing::info!(
+                "a DOWN engine that answers again is reintegrated at once (DOWN -> UP -> UP-IN); \
+                 a restarted one is known by its new incarnation (docs/obj-dist.md \"Restarts\")"
             );
         }
         let mut store = Store::open(db_path)?;

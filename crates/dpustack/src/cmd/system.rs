@@ -72,9 +72,11 @@ pub enum SystemCmd {
         /// I/O as a stale map until it fetches the map again); 0 = no fence.
         #[arg(long, default_value_t = 450)]
         lease_ms: u64,
-        /// A DOWN engine that answers again is reintegrated at once instead
-        /// of waiting for EXCLUDED (experimental: see docs/obj-dist.md).
-        #[arg(long)]
+        /// A DOWN engine that answers again is reintegrated at once (DOWN →
+        /// UP → UP-IN) instead of waiting for EXCLUDED; on by default,
+        /// `--return-from-down=false` turns it off (docs/obj-dist.md).
+        #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true",
+              action = clap::ArgAction::Set)]
         return_from_down: bool,
     },
     /// Cut engine RANK's links (the system must run with `start
