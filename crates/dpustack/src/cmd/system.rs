@@ -73,9 +73,11 @@ pub enum SystemCmd {
         #[arg(long, default_value_t = 450)]
         lease_ms: u64,
         /// A DOWN engine that answers again is reintegrated at once (DOWN →
-        /// UP → UP-IN) instead of waiting for EXCLUDED; on by default,
-        /// `--return-from-down=false` turns it off (docs/obj-dist.md).
-        #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true",
+        /// UP → UP-IN) instead of waiting for EXCLUDED. Off by default: with
+        /// it, engines cut off by a partition and healed served stale reads
+        /// during their return (the 5-engine partition test, seed 4;
+        /// docs/obj-dist.md). `--return-from-down` turns it on.
+        #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true",
               action = clap::ArgAction::Set)]
         return_from_down: bool,
     },
