@@ -143,12 +143,19 @@ fn commit_chain() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3901);
-    for (wal, recs) in [(true, u64::MAX), (true, 64), (true, 16), (false, 0)] {
+    for (wal, recs, defer) in [
+        (true, 64, false),
+        (true, 64, true),
+        (true, 16, false),
+        (true, 16, true),
+        (false, 0, false),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let cfg = VosConfig {
             auto_commit: false,
             wal,
             wal_checkpoint_records: recs,
+            wal_defer_index: defer,
             ..VosConfig::default()
         };
         let mut v = Vos::open(dir.path().join("index.redb"), file_bdev(dir.path()), cfg).unwrap();
@@ -185,7 +192,7 @@ fn commit_chain() {
             }
         }
         eprintln!(
-            "wal {wal} checkpoint every {recs} records: ms per commit (wall/CPU), per 250: {}",
+            "wal {wal} checkpoint every {recs} records, index commit deferred {defer}: ms per commit (wall/CPU), per 250: {}",
             row.join(" ")
         );
     }

@@ -17,7 +17,9 @@
 //! through the redo log ([`wal`], [`VosConfig::wal`]): the bdev flush is
 //! started, the batch's index changes are appended to the log as one record
 //! and `fdatasync`ed while the flush runs, then the index transaction is
-//! committed without an fsync. Any other change (containers, snapshots,
+//! committed without an fsync (with [`VosConfig::wal_defer_index`]: kept
+//! open for the next batch; a rollback replays the acknowledged records
+//! from the log). Any other change (containers, snapshots,
 //! aggregation: everything that frees blocks), a full log, or the log
 //! turned off makes the commit a *checkpoint*: (1) bdev flush, (2) the
 //! allocator's changed extents and counters into the open transaction, (3)
@@ -114,6 +116,14 @@ pub struct VosConfig {
     /// without fsync get slower the longer their run since the last durable
     /// one (it tracks the pages each of them freed).
     pub wal_checkpoint_records: u64,
+    /// Between checkpoints, keep the index's write transaction open across
+    /// the batches committed through the redo log instead of committing it
+    /// (without fsync) after each one: a batch then costs its inserts and
+    /// its log record, and redb's copy-on-write, checksums and page writes
+    /// happen once per checkpoint (or when a read-only call comes after the
+    /// batch, which commits the transaction then). Durability rests on the
+    /// log record either way; only with `auto_commit` off.
+    pub wal_defer_index: bool,
 }
 
 impl Default for VosConfig {
@@ -127,6 +137,7 @@ impl Default for VosConfig {
             wal: true,
             wal_checkpoint_bytes: 32 << 20,
             wal_checkpoint_records: 64,
+            wal_defer_index: true,
         }
     }
 }
@@ -603,6 +614,12 @@ pub struct Vos {
     /// The open batch made a change the log does not record (anything but
     /// an update or a punch): its commit is a checkpoint.
     need_ckpt: bool,
+    /// Changes in the open transaction that no `commit` has acknowledged yet.
+    pending: bool,
+    /// Acknowledged batches (redo log records) the open transaction holds
+    /// and no redb commit does yet ([`VosConfig::wal_defer_index`]): a
+    /// rollback must replay them from the log.
+    deferred: u64,
 }
 
 impl Drop for Vos {
@@ -611,6 +628,9 @@ impl Drop for Vos {
         // database closes (redb's close makes everything committed durable,
         // with the redo log position the index records)
         self.rview = None;
+        // acknowledged batches held open are committed (redb's close then
+        // makes them durable); if that fails they are still in the log
+        let _ = self.settle();
         if let Some(t) = self.txn.take() {
             let _ = t.abort();
         }
@@ -1058,8 +1078,10 @@ impl Vos {
             lost: None,
             wal: None,
             need_ckpt: false,
+            pending: false,
+            deferred: 0,
         };
-        v.replay_wal()?;
+        v.replay_wal(None)?;
         Ok(v)
     }
 
@@ -1074,7 +1096,11 @@ impl Vos {
     /// generation), and its bdev values were flushed beside the record, not
     /// before it: its values are checked against their CRCs and the batch is
     /// dropped if one does not match (nothing of it was acknowledged).
-    fn replay_wal(&mut self) -> StoreResult<()> {
+    ///
+    /// `below`: replay only the records below this lsn (a rollback of the
+    /// open transaction at run time: they are all acknowledged, the CRC
+    /// check of the last one is skipped).
+    fn replay_wal(&mut self, below: Option<u64>) -> StoreResult<()> {
         let wpath = wal_path(&self.path);
         let (gen, done) = {
             let rt = self.db.begin_read().map_err(ix)?;
@@ -1087,8 +1113,8 @@ impl Vos {
             .map_err(|e| StoreError::Index(format!("redo log {}: {e}", wpath.display())))?;
         // what the index already holds (it records the last applied lsn:
         // redb's own commit when the database is closed made it durable)
-        batches.retain(|b| b.lsn > done);
-        if let Some(last) = batches.last() {
+        batches.retain(|b| b.lsn > done && below.is_none_or(|x| b.lsn < x));
+        if let Some(last) = batches.last().filter(|_| below.is_none()) {
             let mut intact = true;
             for (tab, k, v) in &last.puts {
                 if *tab != Tab::Idx {
@@ -1227,16 +1253,68 @@ impl Vos {
 
     /// Whether changes are waiting for [`ObjectStore::commit`].
     pub fn has_pending(&self) -> bool {
-        self.txn.is_some()
+        self.pending
     }
 
     /// Drop the changes since the last commit (their bdev blocks are free again).
     pub fn abort(&mut self) -> StoreResult<()> {
         self.lost = None;
-        if let Some(t) = self.txn.take() {
-            t.abort().map_err(ix)?;
+        let below = self.wal.as_ref().map_or(0, |w| w.next_lsn());
+        self.rollback(below)
+    }
+
+    /// Back to the acknowledged state: the open transaction is dropped, the
+    /// state of the last redb commit reloaded, and if the transaction held
+    /// acknowledged batches ([`VosConfig::wal_defer_index`]) the log's
+    /// records below `below` are replayed and committed durably under a new
+    /// log generation (so a record at or above `below` is never replayed).
+    fn rollback(&mut self, below: u64) -> StoreResult<()> {
+        self.pending = false;
+        self.rview = None;
+        let aborted = match self.txn.take() {
+            Some(t) => t.abort().map_err(ix),
+            None => Ok(()),
+        };
+        self.reload_state()?;
+        if self.deferred > 0 {
+            if let Err(e) = self.replay_wal(Some(below)) {
+                // the acknowledged batches are in the log only: no batch may
+                // commit (a checkpoint would start a new generation without
+                // them) until a rollback has replayed them
+                self.lost = Some(format!("replaying the redo log after a rollback: {e}"));
+                return Err(e);
+            }
+            self.deferred = 0;
         }
-        self.reload_state()
+        aborted
+    }
+
+    /// Commits (without fsync) an open transaction that holds only
+    /// acknowledged batches, so reads can use a cached read view again.
+    fn settle(&mut self) -> StoreResult<()> {
+        if self.pending || self.deferred == 0 {
+            return Ok(());
+        }
+        let Some(mut txn) = self.txn.take() else {
+            self.deferred = 0;
+            return Ok(());
+        };
+        let r = txn
+            .set_durability(Durability::None)
+            .map_err(ix)
+            .and_then(|()| txn.commit().map_err(ix));
+        match r {
+            Ok(()) => {
+                self.deferred = 0;
+                Ok(())
+            }
+            Err(e) => {
+                let below = self.wal.as_ref().map_or(0, |w| w.next_lsn());
+                self.rollback(below)?;
+                tracing::warn!(index = %self.path.display(), error = %e, "index commit of logged batches failed: replayed from the redo log");
+                Ok(())
+            }
+        }
     }
 
     fn reload_state(&mut self) -> StoreResult<()> {
@@ -1267,6 +1345,18 @@ impl Vos {
 
     /// Run `f` with read access (through the open batch if there is one).
     pub(crate) fn with_view<R>(
+        &mut self,
+        f: impl FnOnce(&dyn Reader, &mut St) -> StoreResult<R>,
+    ) -> StoreResult<R> {
+        // a read-only call: an open transaction of acknowledged batches is
+        // committed first, so the cached read view serves the reads again
+        self.settle()?;
+        self.view_inner(f)
+    }
+
+    /// [`Vos::with_view`] for the checks of a mutation: through the open
+    /// transaction if there is one (the batch continues in it).
+    fn view_inner<R>(
         &mut self,
         f: impl FnOnce(&dyn Reader, &mut St) -> StoreResult<R>,
     ) -> StoreResult<R> {
@@ -1345,6 +1435,7 @@ impl Vos {
             self.rview = None;
             self.txn = Some(self.db.begin_write().map_err(ix)?);
         }
+        self.pending = true;
         let res = {
             let Some(txn) = self.txn.as_ref() else {
                 return Err(StoreError::Index("no transaction".into()));
@@ -1601,6 +1692,12 @@ impl Vos {
                 "batch rolled back by an earlier error: {why}"
             )));
         }
+        if !self.pending {
+            // nothing since the last commit (the open transaction, if any,
+            // holds acknowledged batches only)
+            return Ok(());
+        }
+        self.pending = false;
         let Some(txn) = self.txn.take() else {
             return Ok(());
         };
@@ -1625,10 +1722,13 @@ impl Vos {
     /// A durable index commit (of the batch and of every batch committed
     /// through the log since the last one); the log starts a new generation.
     fn checkpoint(&mut self, txn: WriteTransaction) -> StoreResult<()> {
+        // every record in the log is acknowledged: a failed checkpoint keeps
+        // them (replayed if the open transaction held them)
+        let below = self.wal.as_ref().map_or(0, |w| w.next_lsn());
         // 1. the data the index will reference is durable first
         if let Err(e) = self.st.flush() {
-            let _ = txn.abort();
-            self.reload_state()?;
+            self.txn = Some(txn);
+            self.rollback(below)?;
             return Err(e);
         }
         // 2. allocator and counters (and the log's next generation) into the
@@ -1639,9 +1739,10 @@ impl Vos {
         // 3. one fsync'd commit
         let r = r.and_then(|()| txn.commit().map_err(ix));
         if let Err(e) = r {
-            self.reload_state()?;
+            self.rollback(below)?;
             return Err(e);
         }
+        self.deferred = 0;
         if let (Some(w), Some(g)) = (&mut self.wal, gen) {
             w.reset(g);
         }
@@ -1656,17 +1757,22 @@ impl Vos {
     /// by the log). Any failure voids the log's generation (a checkpoint of
     /// the state before this batch), so no record of a batch that failed is
     /// ever replayed.
+    ///
+    /// With [`VosConfig::wal_defer_index`] the transaction is not committed
+    /// but kept open for the next batch; a failure then replays the
+    /// acknowledged records below this batch's from the log (a new
+    /// generation, as voiding does).
     fn commit_logged(&mut self, txn: WriteTransaction) -> StoreResult<()> {
+        let lsn = self.wal.as_ref().map_or(0, |w| w.next_lsn());
         let flushing = match self.st.start_flush() {
             Ok(f) => f,
             Err(e) => {
-                let _ = txn.abort();
-                self.reload_state()?;
+                self.txn = Some(txn);
+                self.rollback(lsn)?;
                 return Err(e);
             }
         };
         let counters = [self.st.seq, self.st.max_epoch, self.st.inline_bytes];
-        let lsn = self.wal.as_ref().map_or(0, |w| w.next_lsn());
         let r = self.write_state(&txn, None, lsn).and_then(|()| {
             let w = self
                 .wal
@@ -1681,12 +1787,40 @@ impl Vos {
         } else {
             Ok(())
         };
-        let r = r.and(f).and_then(|()| {
-            let mut txn = txn;
-            txn.set_durability(Durability::None).map_err(ix)?;
-            txn.commit().map_err(ix)
-        });
+        let defer = self.cfg.wal_defer_index && !self.cfg.auto_commit;
+        let r = match r.and(f) {
+            Ok(()) if defer => {
+                // acknowledged: its record is durable; the index commit waits
+                self.txn = Some(txn);
+                self.deferred += 1;
+                return Ok(());
+            }
+            Ok(()) => {
+                let mut txn = txn;
+                let r = txn
+                    .set_durability(Durability::None)
+                    .map_err(ix)
+                    .and_then(|()| txn.commit().map_err(ix));
+                if r.is_ok() {
+                    self.deferred = 0;
+                }
+                r
+            }
+            Err(e) => {
+                self.txn = Some(txn);
+                Err(e)
+            }
+        };
         if let Err(e) = r {
+            if self.deferred > 0 {
+                // earlier acknowledged batches are in the open transaction:
+                // back to them from the log (below this batch's record)
+                self.rollback(lsn)?;
+                return Err(e);
+            }
+            if let Some(t) = self.txn.take() {
+                let _ = t.abort();
+            }
             if let Err(v) = self.void_wal() {
                 // no log record is appended before a checkpoint has voided
                 // this generation
@@ -1917,7 +2051,7 @@ impl ObjectStore for Vos {
             }
         }
         // container and epoch checks need the index
-        self.with_view(|r, _| {
+        self.view_inner(|r, _| {
             let floor = r.write_floor(cont)?;
             if epoch.0 == 0 || epoch == EPOCH_MAX {
                 return Err(StoreError::BadEpoch(

@@ -718,3 +718,83 @@ fn redo_log_replays_acknowledged_batches_and_drops_a_torn_last_one() {
     let mut v = Vos::open(dir.path().join("off"), bdev.clone(), off_cfg).unwrap();
     verify(&mut v, false);
 }
+
+/// With the index commit deferred (`wal_defer_index`), the open transaction
+/// holds acknowledged batches: a batch that then fails (its bdev flush)
+/// must leave them readable (replayed from the log), drop only itself, and
+/// the state must survive a crash and a clean reopen. Same sequence with the
+/// deferral off.
+#[test]
+fn deferred_index_commit_keeps_acknowledged_batches_when_one_fails() {
+    for defer in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let inner: Arc<dyn BlockDevice> = Arc::new(MallocBdev::new("m", 256, 512).unwrap());
+        let dev = Arc::new(bdev::inject::ErrorInjectBdev::new("inj", inner));
+        let inj = dev.injector();
+        let bdev: Arc<dyn BlockDevice> = dev;
+        let cfg = VosConfig {
+            inline_max: 100,
+            auto_commit: false,
+            wal_defer_index: defer,
+            ..VosConfig::default()
+        };
+        let mut v = Vos::open(dir.path().join("i"), bdev.clone(), cfg.clone()).unwrap();
+        v.cont_create(C).unwrap();
+        v.commit().unwrap();
+        put(&mut v, 5, "a", &[1; 700]).unwrap();
+        v.commit().unwrap();
+        put(&mut v, 6, "b", &[2; 10]).unwrap();
+        v.commit().unwrap();
+        assert_eq!(v.deferred, if defer { 2 } else { 0 });
+        assert_eq!(v.txn.is_some(), defer);
+        assert!(!v.has_pending());
+        // nothing new: a commit changes nothing
+        v.commit().unwrap();
+        assert_eq!(v.deferred, if defer { 2 } else { 0 });
+        let free_ab = v.space().unwrap().bdev_free;
+        put(&mut v, 7, "c", &[3; 700]).unwrap();
+        inj.arm(rule(IoType::Flush));
+        assert!(matches!(v.commit(), Err(StoreError::Bdev(_))));
+        assert_eq!(v.deferred, 0);
+        let check = |v: &mut Vos, d: bool| {
+            assert_eq!(get(v, EPOCH_MAX.0, "a").unwrap(), vec![1; 700]);
+            assert_eq!(get(v, EPOCH_MAX.0, "b").unwrap(), vec![2; 10]);
+            assert_eq!(get(v, EPOCH_MAX.0, "c"), None);
+            assert_eq!(get(v, EPOCH_MAX.0, "d").is_some(), d);
+            v.check().unwrap();
+        };
+        check(&mut v, false);
+        assert_eq!(v.space().unwrap().bdev_free, free_ab);
+        assert_eq!(v.max_epoch(), Epoch(6));
+        // the next batches work; a read between them commits the open one
+        put(&mut v, 8, "d", &[4; 700]).unwrap();
+        v.commit().unwrap();
+        put(&mut v, 9, "e", &[5; 10]).unwrap();
+        v.commit().unwrap();
+        assert_eq!(v.deferred, if defer { 2 } else { 0 });
+        crash_copy(dir.path(), "j");
+        assert_eq!(get(&mut v, EPOCH_MAX.0, "e").unwrap(), vec![5; 10]);
+        assert_eq!(v.deferred, 0);
+        assert!(v.txn.is_none());
+        // an abort after acknowledged batches keeps them
+        put(&mut v, 10, "f", &[6; 10]).unwrap();
+        v.commit().unwrap();
+        put(&mut v, 11, "g", &[7; 10]).unwrap();
+        v.abort().unwrap();
+        assert_eq!(get(&mut v, EPOCH_MAX.0, "f").unwrap(), vec![6; 10]);
+        assert_eq!(get(&mut v, EPOCH_MAX.0, "g"), None);
+        check(&mut v, true);
+        drop(v);
+        // a crash after "e"'s batch: everything acknowledged is replayed
+        let mut v = Vos::open(dir.path().join("j"), bdev.clone(), cfg.clone()).unwrap();
+        check(&mut v, true);
+        assert_eq!(get(&mut v, EPOCH_MAX.0, "e").unwrap(), vec![5; 10]);
+        assert_eq!(v.max_epoch(), Epoch(9));
+        drop(v);
+        // a clean close
+        let mut v = Vos::open(dir.path().join("i"), bdev.clone(), cfg.clone()).unwrap();
+        check(&mut v, true);
+        assert_eq!(get(&mut v, EPOCH_MAX.0, "f").unwrap(), vec![6; 10]);
+        assert_eq!(v.max_epoch(), Epoch(10));
+    }
+}
