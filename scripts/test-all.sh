@@ -112,7 +112,8 @@ if [ -z "${DPUSTACK_SKIP_INTEROP:-}" ]; then
   # passed the same with either. Its perf scripts' figures are then the dev build's
   # (they say so); the issues' figures come from release builds (DPUSTACK_BIN=...).
   export DPUSTACK_BIN=$ROOT/target/debug/dpustack CARGO_FEATS="$FEATS"
-  ldd "$DPUSTACK_BIN" 2>/dev/null | grep -q libibverbs || { echo "$DPUSTACK_BIN missing or built without rdma-core"; echo "total: $cp passed, $((cf+1)) failed"; exit 1; }
+  # (grep without -q: with pipefail, -q's early exit made ldd die of SIGPIPE)
+  ldd "$DPUSTACK_BIN" 2>/dev/null | grep libibverbs >/dev/null || { echo "$DPUSTACK_BIN missing or built without rdma-core"; echo "total: $cp passed, $((cf+1)) failed"; exit 1; }
   bash tests/interop/run.sh 2>&1 | tee $log/interop.txt
   irc=${PIPESTATUS[0]}
   read ip if < <(tail -1 $log/interop.txt | awk '/passed,/ {print $1, $3}')

@@ -339,7 +339,7 @@ skip_all() { for c in devices-lists-both rc-pingpong.ours-server rc-pingpong.our
 cd $ROOT
 BIN=${BIN:-$ROOT/target/release/dpustack}
 # the binary must have the rdma-core provider (run.sh's BIN; by hand: built here)
-if ! ldd "$BIN" 2>/dev/null | grep -q libibverbs; then
+if ! ldd "$BIN" 2>/dev/null | grep libibverbs >/dev/null; then
   cargo build --release -p dpustack --features rdma-core > /tmp/rc08-build.log 2>&1 \
     || { tail -20 /tmp/rc08-build.log; skip_all "cargo build --features rdma-core failed"; }
   BIN=$ROOT/target/release/dpustack
