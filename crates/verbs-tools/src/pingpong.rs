@@ -307,10 +307,25 @@ pub fn run(a: &PingpongOpts, ty: QpType, out: &mut dyn Write) -> Result<Pingpong
             }
         }
     }
+    let secs = start.elapsed().as_secs_f64();
+    if ty == QpType::Rc {
+        // The peer's last message may still wait for our ACK (lost on the way, or
+        // sent after our last completion): keep the QP a moment so the device
+        // thread answers a retransmission (a duplicate is ACKed again) before the
+        // QP goes away. Without it the peer can only end in retry exceeded — and
+        // the guest's rxe (Linux 6.1) kept retrying for the 90 s of 10-netem's
+        // bound. ibv_rc_pingpong does not wait; the figures above exclude it.
+        std::thread::sleep(RC_LINGER);
+    }
     Ok(PingpongStats {
         bytes: (size * a.iters * 2) as u64,
-        secs: start.elapsed().as_secs_f64(),
+        secs,
         iters: a.iters,
         checked,
     })
 }
+
+/// How long an RC ping-pong keeps its QP after its last completion: several of
+/// a peer's retransmission timeouts (rxe's with ibv_rc_pingpong's timeout 14:
+/// ~67 ms).
+const RC_LINGER: std::time::Duration = std::time::Duration::from_millis(500);
