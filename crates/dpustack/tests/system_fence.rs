@@ -27,7 +27,6 @@ use std::time::{Duration, Instant};
 
 use obj::client::{Client, Error as ClientError};
 use obj::dist::DistClient;
-use obj::membership::DetectorConfig;
 use obj::placement::{layout, TargetState};
 use obj::types::{ObjClass, ObjType, ObjectId, Redundancy};
 
@@ -51,24 +50,10 @@ fn set_rules(dir: &std::path::Path, rank: usize, cut: &[usize]) {
     }
 }
 
-/// A client on the service's current map, reading the first replica first
-/// (no read spread), fetching the map from the service on a refusal.
+/// A client at the pool service's current map ([`map_client`]).
 fn client(ms: &[Member]) -> DistClient {
-    let addrs: Vec<String> = ms.iter().map(|m| m.addr.clone()).collect();
-    let mut svc = svc_client(ms);
-    let map = svc_map(&mut svc).expect("map");
-    DistClient::connect_with_map(
-        &addrs,
-        "dp",
-        "dc",
-        Duration::from_secs(5),
-        DetectorConfig::default(),
-        Some(map),
-    )
-    .expect("client")
-    .with_map_source(Box::new(move || {
-        svc_map(&mut svc).ok_or_else(|| "no map from the pool service".to_string())
-    }))
+    let map = svc_map(&mut svc_client(ms)).expect("map");
+    map_client(ms, map)
 }
 
 /// A plain client of one engine sending map version `v`.

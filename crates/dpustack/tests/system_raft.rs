@@ -81,19 +81,8 @@ fn pool_service_survives_kill_9_of_its_leader() {
             }
         };
         let victim = pids[l0 as usize];
-        let cmdline = std::fs::read(format!("/proc/{victim}/cmdline")).unwrap();
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
         let t0 = Instant::now();
-        assert!(Command::new("kill")
-            .arg("-9")
-            .arg(victim.to_string())
-            .status()
-            .unwrap()
-            .success());
+        let args = kill_9(victim);
         // a new leader, in a newer term
         let (l1, term1) = loop {
             if let Some((l, t)) = leader(&c) {

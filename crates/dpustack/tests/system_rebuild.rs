@@ -215,18 +215,8 @@ fn rp2_rebuild_restores_redundancy_and_the_killed_engine_is_reintegrated() {
         .id as usize;
     let victim = (leader + 1) % 3;
     let pid = ms[victim].pid;
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
-    let args: Vec<String> = cmdline
-        .split(|b| *b == 0)
-        .filter(|a| !a.is_empty())
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
     let t_kill = Instant::now();
-    assert!(Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap()
-        .success());
+    let args = kill_9(pid);
 
     // reads are served during the outage (the client finds the engine gone)
     for ((o, k), v) in &want {
@@ -416,17 +406,7 @@ fn down_engine_that_answers_again_returns_to_up_in() {
         .id as usize;
     let victim = (leader + 1) % 3;
     let pid = ms[victim].pid;
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
-    let args: Vec<String> = cmdline
-        .split(|b| *b == 0)
-        .filter(|a| !a.is_empty())
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
-    assert!(Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap()
-        .success());
+    let args = kill_9(pid);
     let p = wait_for(&mut c, 10, "victim DOWN", |p| {
         p.map().target(victim as u32).unwrap().state == TargetState::Down
     });

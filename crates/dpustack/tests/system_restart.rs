@@ -29,33 +29,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use obj::client::{Client, Error as ClientError};
-use obj::dist::DistClient;
-use obj::membership::DetectorConfig;
 use obj::placement::{layout, PoolMap, TargetState};
 use obj::types::{ObjClass, ObjType, ObjectId, Redundancy};
 
 mod common;
 use common::soak::*;
 use common::*;
-
-/// A client on `map`, reading the first replica first (no read spread),
-/// fetching the map from the service on a refusal.
-fn client(ms: &[Member], map: PoolMap) -> DistClient {
-    let addrs: Vec<String> = ms.iter().map(|m| m.addr.clone()).collect();
-    let mut svc = svc_client(ms);
-    DistClient::connect_with_map(
-        &addrs,
-        "dp",
-        "dc",
-        Duration::from_secs(5),
-        DetectorConfig::default(),
-        Some(map),
-    )
-    .expect("client")
-    .with_map_source(Box::new(move || {
-        svc_map(&mut svc).ok_or_else(|| "no map from the pool service".to_string())
-    }))
-}
 
 /// A direct read of one engine, sending map version `v`.
 fn direct_get(addr: &str, v: u32, oid: ObjectId, key: &[u8]) -> Result<Vec<u8>, ClientError> {
@@ -136,24 +115,14 @@ fn engine_restarted_inside_the_detector_window_is_not_trusted() {
         let key = b"k".as_slice();
 
         // 1. `old` on E and F
-        let mut x = client(&ms, map1.clone());
+        let mut x = map_client(&ms, map1.clone());
         x.kv_put(oid, key, b"old").unwrap();
         assert_eq!(direct_get(&ms[e].addr, v1, oid, key).unwrap(), b"old");
 
         // 2. E killed; X writes `new` around it
         let pid = pids[e];
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
         let killed = Instant::now();
-        assert!(Command::new("kill")
-            .args(["-9", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success());
+        let args = kill_9(pid);
         // 3. (beside 2) E restarted 300 ms after the kill, whatever the put
         let log = std::fs::File::create(dir.join(format!("engine{e}.restart{round}.log"))).unwrap();
         let restarter = std::thread::spawn(move || {
@@ -217,7 +186,7 @@ fn engine_restarted_inside_the_detector_window_is_not_trusted() {
         let mut reads = 0;
         let t4 = Instant::now();
         while t4.elapsed() < Duration::from_millis(1500) {
-            let mut y = client(&ms, map1.clone());
+            let mut y = map_client(&ms, map1.clone());
             let got = y.kv_get(oid, key).unwrap();
             assert_eq!(
                 String::from_utf8_lossy(&got),

@@ -495,18 +495,8 @@ fn round(ip: &str, seed: u64, load: Duration, clients: usize) -> Round {
         }
         let victim = down.unwrap_or(rnd(3) as usize);
         let pid = pids[victim];
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
         let t = start.elapsed();
-        assert!(Command::new("kill")
-            .args(["-9", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success());
+        let args = kill_9(pid);
         // the pool service marks it DOWN (the first time)
         let t0 = Instant::now();
         while down.is_none() {

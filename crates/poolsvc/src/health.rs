@@ -234,14 +234,30 @@ mod tests {
         ms: u64,
         dead: &[usize],
     ) -> Vec<(u64, Command)> {
+        drive(m, s, t0, from, ms, |m, r, now, _| {
+            if !dead.contains(&r) {
+                m.heard(r, now);
+            }
+        })
+    }
+
+    /// Steps the monitor every 10 ms of `[from, from + ms]` after `t0`,
+    /// `hear(monitor, rank, now, t)` for every probe due, applying what it
+    /// decides to `s`; returns the commands with their time in ms.
+    fn drive(
+        m: &mut Monitor,
+        s: &mut PoolSvcState,
+        t0: Instant,
+        from: u64,
+        ms: u64,
+        hear: impl Fn(&mut Monitor, usize, Instant, u64),
+    ) -> Vec<(u64, Command)> {
         let mut out = Vec::new();
         let mut t = from;
         while t <= from + ms {
             let now = t0 + Duration::from_millis(t);
             for r in m.probes_due(now) {
-                if !dead.contains(&r) {
-                    m.heard(r, now);
-                }
+                hear(m, r, now, t);
             }
             for c in m.step(now, s) {
                 s.apply(&c);
@@ -299,20 +315,9 @@ mod tests {
         ms: u64,
         inc: impl Fn(usize, u64) -> u64,
     ) -> Vec<(u64, Command)> {
-        let mut out = Vec::new();
-        let mut t = from;
-        while t <= from + ms {
-            let now = t0 + Duration::from_millis(t);
-            for r in m.probes_due(now) {
-                m.heard_incarnation(r, now, Some(inc(r, t)));
-            }
-            for c in m.step(now, s) {
-                s.apply(&c);
-                out.push((t, c));
-            }
-            t += 10;
-        }
-        out
+        drive(m, s, t0, from, ms, |m, r, now, t| {
+            m.heard_incarnation(r, now, Some(inc(r, t)))
+        })
     }
 
     #[test]

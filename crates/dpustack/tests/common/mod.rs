@@ -97,6 +97,23 @@ pub fn start_system(dir: &Path, ip: &str, engines: usize, extra: &[&str]) -> Str
     ok(dir, &args)
 }
 
+/// kill -9 of engine process `pid`; returns its command line (read first), to
+/// restart it the same way.
+pub fn kill_9(pid: i32) -> Vec<String> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let args = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    assert!(Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    args
+}
+
 pub fn free_port(ip: &str) -> u16 {
     TcpListener::bind(format!("{ip}:0"))
         .unwrap()

@@ -199,3 +199,22 @@ pub fn kv_read(dc: &mut DistClient, oid: obj::types::ObjectId, key: &[u8]) -> Re
         Err(_) => Res::Fail,
     }
 }
+
+/// A client on `map`, reading the first replica first (no read spread),
+/// fetching the map from the service on a refusal.
+pub fn map_client(ms: &[Member], map: PoolMap) -> DistClient {
+    let addrs: Vec<String> = ms.iter().map(|m| m.addr.clone()).collect();
+    let mut svc = svc_client(ms);
+    DistClient::connect_with_map(
+        &addrs,
+        "dp",
+        "dc",
+        Duration::from_secs(5),
+        DetectorConfig::default(),
+        Some(map),
+    )
+    .expect("client")
+    .with_map_source(Box::new(move || {
+        svc_map(&mut svc).ok_or_else(|| "no map from the pool service".to_string())
+    }))
+}
