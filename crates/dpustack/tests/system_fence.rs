@@ -71,7 +71,21 @@ fn direct_get(
     key: &[u8],
 ) -> Result<Vec<u8>, ClientError> {
     let kv = c.0.kv_open(&c.1, oid, None)?.get()?;
-    c.0.kv_get(&kv, key, None)?.get()
+    // A DTX leader commits on its followers asynchronously (DAOS's batched
+    // commit): E asked right after a put it follows may still hold the entry
+    // prepared and answer "in progress" (a reader is told to retry; CI saw it
+    // once at step 1). Retry that answer for a while; any other answer decides.
+    let t0 = Instant::now();
+    loop {
+        match c.0.kv_get(&kv, key, None)?.get() {
+            Err(ClientError::Engine(obj::rpc::Status::InProgress))
+                if t0.elapsed() < Duration::from_secs(10) =>
+            {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            r => return r,
+        }
+    }
 }
 
 fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
