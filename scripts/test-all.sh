@@ -56,6 +56,8 @@ step "2c. #[ignore]d tests with their prerequisites"
 ignored() { echo "--- $* -- --ignored ($(( $(date +%s)-t0 )) s)"; cargo test $FEATS "$@" -- --ignored 2>&1 | tee -a $log/cargo-test.txt; [ ${PIPESTATUS[0]} = 0 ] || cargo_rc=1; }
 if [ "$(id -u)" = 0 ]; then
   ignored --workspace --lib xdp::tests
+  # the AF_XDP datapath on a veth pair between two namespaces (neighbours, interface MTU, CM)
+  ignored --workspace --test roce_xdp_veth
   ignored --workspace --test removal
   ignored --workspace --test normal_netns
   # OpenFlow 1.3 channel driven by a controller over veths to namespaces (docs/openflow.md)

@@ -3,7 +3,8 @@
 # guest. Our binary runs in the guest netns `peer` (10.99.2.2, veth vp) and talks
 # to rxe_r on vr (10.99.2.1): rc-pingpong, uc-pingpong and ud-pingpong both as
 # server and as client against ibv_rc_pingpong / ibv_uc_pingpong / ibv_ud_pingpong
-# with -c. ibv_*_pingpong -c checks one byte per page (always 0) and prints "invalid
+# with -c, and (DPUSTACK_ROCE_IO=xdp) rc/ud-pingpong and rping over our AF_XDP
+# datapath on vp. ibv_*_pingpong -c checks one byte per page (always 0) and prints "invalid
 # data in page N" but still exits 0: that line fails the check here. Our side checks
 # every byte of every received buffer (ibv_*_pingpong echoes what it received, so a
 # byte we or rxe got wrong in either direction comes back different) and must report
@@ -75,6 +76,13 @@ if [ "${1:-}" = guest ]; then
                                "$OUR uc-pingpong -d 10.99.2.2 -g 1 -n $N -c 10.99.2.1"
   pair uc-pingpong.ours-client-mtu256-8k - cli "ibv_uc_pingpong -d rxe_r -g 1 -n $N -c -m 256 -s 8192" \
                                "$OUR uc-pingpong -d 10.99.2.2 -g 1 -n $N -c -m 256 -s 8192 10.99.2.1"
+  # the AF_XDP datapath (DPUSTACK_ROCE_IO=xdp: a socket on vp, frames to rxe_r's MAC
+  # from the peer netns' ARP table, port MTU from vp's 1500): against rxe both ways
+  XDP="DPUSTACK_ROCE_IO=xdp $OUR"
+  pair rc-pingpong.ours-client-xdp - cli "ibv_rc_pingpong -d rxe_r -g 1 -n $N -c" \
+                               "$XDP rc-pingpong -d 10.99.2.2 -g 1 -n $N -c 10.99.2.1"
+  pair ud-pingpong.ours-server-xdp peer srv "$XDP ud-pingpong -d 10.99.2.2 -g 1 -n $N -s 1024 -c" \
+                               "ibv_ud_pingpong -d rxe_r -g 1 -n $N -s 1024 -c 10.99.2.2"
   # rping -V: the client compares its whole buffer with what came back (the server
   # RDMA READs it, then RDMA WRITEs it back), 5 x 8 KiB, both ways
   modprobe rdma_ucm 2>/dev/null
@@ -85,6 +93,14 @@ if [ "${1:-}" = guest ]; then
   if [ $c = 0 ] && [ $(grep -c "^ping data: rdma-ping-" $L/rping1.cli) = 5 ] && ! grep -qi mismatch $L/rping1.cli; then
     ok rping-V.ours-client "5 x 8 KiB: our buffer read by rxe and written back, every byte compared"
   else bad rping-V.ours-client "client rc=$c server rc=$r"; tail -n 4 $L/rping1.cli $L/rping1.srv; fi
+  # the same over AF_XDP (the CM's MADs and the RDMA READ/WRITE): our client on vp
+  timeout 60 rping -s -a 10.99.2.1 -C 5 -S 8192 -v > $L/rping3.srv 2>&1 & s=$!
+  for i in $(seq 200); do rdma res show cm_id 2>/dev/null | grep LISTEN | grep -q ':7174 ' && break; sleep 0.05; done
+  DPUSTACK_ROCE_IO=xdp timeout 50 $OUR rping -c -a 10.99.2.1 -I 10.99.2.2 -C 5 -S 8192 -V -v > $L/rping3.cli 2>&1; c=$?
+  wait $s; r=$?
+  if [ $c = 0 ] && [ $(grep -c "^ping data: rdma-ping-" $L/rping3.cli) = 5 ] && ! grep -qi mismatch $L/rping3.cli; then
+    ok rping-V.ours-client-xdp "5 x 8 KiB over AF_XDP on vp: our buffer read by rxe and written back, every byte compared"
+  else bad rping-V.ours-client-xdp "client rc=$c server rc=$r"; tail -n 4 $L/rping3.cli $L/rping3.srv; fi
   timeout 60 $OUR rping -s -a 10.99.2.2 -C 5 -S 8192 -v -d > $L/rping2.srv 2>&1 & s=$!
   for i in $(seq 200); do grep -q "rping: listening on" $L/rping2.srv && break; sleep 0.05; done
   timeout 50 rping -c -a 10.99.2.2 -C 5 -S 8192 -V -v > $L/rping2.cli 2>&1; c=$?
@@ -117,7 +133,7 @@ if [ "${1:-}" = guest ]; then
 fi
 
 # host side
-echo "PLAN 14"
+echo "PLAN 17"
 : "${V:?run from tests/interop/run.sh (needs V, BIN, ROOT, P)}"
 [ -x "$BIN" ] || { echo "FAIL roce-binary (build it: cargo build --release -p dpustack)"; exit 1; }
 bash $V exec -t 400 "bash $ROOT/tests/interop/03-roce.sh guest $BIN $P"

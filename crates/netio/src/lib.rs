@@ -11,5 +11,6 @@
 
 pub mod baseline;
 pub mod ifaddr;
+pub mod neigh;
 pub mod udp;
 pub mod xdp;

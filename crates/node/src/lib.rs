@@ -212,8 +212,11 @@ impl Node {
         )?;
         let attr = ctx.query_port(1)?;
         let what = match ctx.soft() {
-            Some(_) => "soft RoCEv2 device",
-            None => "kernel RDMA device (rdma-core)",
+            Some(_) => format!(
+                "soft RoCEv2 device (datapath {})",
+                verbs::soft::datapath(ctx.ip())
+            ),
+            None => "kernel RDMA device (rdma-core)".to_string(),
         };
         let detail = format!(
             "{what} {} on {}:4791, MTU {}, GID {:?}",

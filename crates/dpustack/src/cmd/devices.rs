@@ -60,6 +60,9 @@ struct DeviceRow {
     provider: &'static str,
     name: String,
     node_guid: String,
+    /// How packets move: the soft provider's `udp` sockets or `af_xdp`
+    /// (`DPUSTACK_ROCE_IO=xdp`), or the kernel's device.
+    datapath: String,
     ports: Vec<PortRow>,
 }
 
@@ -78,6 +81,11 @@ fn guid_str(g: u64) -> String {
     )
 }
 
+/// The MTU of the interface that holds `ip`.
+fn if_mtu(ip: std::net::Ipv4Addr) -> Option<u32> {
+    netio::neigh::if_mtu(&netio::neigh::iface_of(ip)?).ok()
+}
+
 /// The soft provider's devices, described without opening them (opening binds
 /// UDP 4791): the values its `query_device`/`query_port`/`query_gid` give.
 fn soft_rows() -> Vec<DeviceRow> {
@@ -85,11 +93,20 @@ fn soft_rows() -> Vec<DeviceRow> {
         .into_iter()
         .map(|(name, ip)| {
             let o = ip.octets();
-            let mtu = if ip.is_loopback() { 4096 } else { 1024 };
+            let datapath = verbs::soft::datapath(ip);
+            // as the provider opens it (the AF_XDP path: the interface MTU, at most 2048)
+            let mtu = match (datapath.starts_with("af_xdp"), if_mtu(ip)) {
+                (true, Some(m)) => verbs::Mtu::for_ip_mtu(m as usize)
+                    .min(verbs::Mtu::Mtu2048)
+                    .bytes(),
+                _ if ip.is_loopback() => 4096,
+                _ => 1024,
+            };
             let g = gid_str(&Gid::from_ipv4(ip));
             DeviceRow {
                 provider: "soft",
                 name,
+                datapath,
                 node_guid: guid_str(u64::from_be_bytes([0x02, 0, 0, 0, o[0], o[1], o[2], o[3]])),
                 ports: vec![PortRow {
                     port: 1,
@@ -138,6 +155,7 @@ fn kernel_rows() -> Result<Vec<DeviceRow>> {
         rows.push(DeviceRow {
             provider: "rdma-core",
             name,
+            datapath: "kernel".into(),
             node_guid: guid_str(d.node_guid()),
             ports,
         });
@@ -159,7 +177,10 @@ pub fn run(a: &DevicesArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         for d in &rows {
-            println!("{} ({})  node GUID {}", d.name, d.provider, d.node_guid);
+            println!(
+                "{} ({})  node GUID {}  datapath {}",
+                d.name, d.provider, d.node_guid, d.datapath
+            );
             for p in &d.ports {
                 println!(
                     "  port {}: state {}, active MTU {}",

@@ -7,8 +7,9 @@
 //! Transmit stages frames first and puts them on the TX ring at [`PortTx::flush`],
 //! the frames marked `late` after the others (a RoCE sender marks ACKs, so the
 //! data frame the peer is waiting for leaves first; see the ping-pong example's
-//! "data first" figures). Only interfaces without neighbour resolution
-//! (`lo`, or peers whose MAC is given) are handled: frames go to `dst_mac`.
+//! "data first" figures). Destination MACs come from the port's neighbour cache
+//! ([`crate::neigh::NeighCache`]: on `lo` the interface's own MAC, elsewhere the
+//! kernel's ARP entry of the route's next hop); a flow's `dst_mac` is ignored.
 
 use std::collections::VecDeque;
 use std::io;
@@ -18,6 +19,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 use super::bpf::{XdpRedirect, XDP_FLAGS_SKB_MODE};
 use super::frame::{self, UdpFlow, UdpFrame};
 use super::{if_mac, ifindex, TxFrame, XdpConfig, XdpRx, XdpSocket, XdpTx};
+use crate::neigh::NeighCache;
 
 /// Most frames kept for an endpoint that does not poll.
 const PENDING_MAX: usize = 1024;
@@ -47,8 +49,11 @@ pub struct PortTx {
     mac: [u8; 6],
     staged: Vec<TxFrame>,
     late: Vec<TxFrame>,
+    neigh: NeighCache,
     /// Frames the TX ring had no room for.
     pub dropped: u64,
+    /// Frames not sent because their next hop did not resolve.
+    pub unresolved: u64,
 }
 
 type LockResult<'a, T> = Result<MutexGuard<'a, T>, PoisonError<MutexGuard<'a, T>>>;
@@ -59,7 +64,9 @@ fn unpoison<T>(r: LockResult<'_, T>) -> MutexGuard<'_, T> {
 
 impl XdpPort {
     /// Attaches the redirect program for `net/prefix`, UDP `port` to `ifname`
-    /// (generic XDP) and binds a copy-mode socket on queue 0.
+    /// (generic XDP) and binds a copy-mode socket on queue 0. Frames leave from
+    /// `net` (neighbour solicitations too: on an interface other than `lo`, give
+    /// the endpoint's own address with prefix 32).
     pub fn open(
         ifname: &str,
         net: Ipv4Addr,
@@ -90,7 +97,9 @@ impl XdpPort {
                 mac,
                 staged: Vec::new(),
                 late: Vec::new(),
+                neigh: NeighCache::new(ifname, net, mac),
                 dropped: 0,
+                unresolved: 0,
             }),
             _prog: prog,
         })
@@ -187,14 +196,20 @@ impl PortTx {
     ) -> bool {
         let mut ok = false;
         let mut late = false;
+        let (neigh, unresolved) = (&mut self.neigh, &mut self.unresolved);
         let d = self.sock.prepare(|buf| {
             let Some(body) = buf.get_mut(frame::HEADERS_LEN..) else {
                 return 0;
             };
-            let Some((len, flow, l)) = payload(body) else {
+            let Some((len, mut flow, l)) = payload(body) else {
                 return 0;
             };
             late = l;
+            let Some(mac) = neigh.mac_for(flow.dst_ip) else {
+                *unresolved += 1;
+                return 0;
+            };
+            flow.dst_mac = mac;
             match flow.emit_headers(buf, len) {
                 Some(total) => {
                     ok = true;

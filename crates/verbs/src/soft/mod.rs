@@ -43,6 +43,7 @@ mod xdp;
 pub use device::{device_list, device_name, parse_device, Device, DeviceOptions, IoMode};
 pub use engine::{Counters, DeviceLimits, Engine, Transmit};
 pub use qp::QpCounters;
+pub use xdp::datapath;
 
 /// Provider limits.
 pub mod qp_limits {

@@ -31,11 +31,17 @@ pub(crate) fn open(o: DeviceOptions) -> Result<Arc<Device>> {
     } else {
         Mtu::Mtu1024
     });
-    // the AF_XDP datapath carries a packet in one 4 KiB UMEM frame
-    let mtu = if o.mode != IoMode::External && super::xdp::port_active(o.ip)? {
-        mtu.min(Mtu::Mtu2048)
-    } else {
-        mtu
+    // the AF_XDP datapath carries a packet in one 4 KiB UMEM frame, and on an
+    // interface as rxe does: the largest IB MTU its IP MTU holds
+    let mtu = match o.mode {
+        IoMode::External => mtu,
+        _ => match super::xdp::port_active(o.ip)? {
+            Some(if_mtu) => {
+                let cap = Mtu::for_ip_mtu(if_mtu as usize).min(Mtu::Mtu2048);
+                o.mtu.unwrap_or(cap).min(cap)
+            }
+            None => mtu,
+        },
     };
     let mut engine = Engine::new(o.ip.octets(), mtu);
     engine.limits = o.limits;

@@ -1,22 +1,28 @@
-//! Opt-in AF_XDP datapath, an experiment (see docs in `netio::xdp`): with
-//! `DPUSTACK_ROCE_IO=xdp` in the environment, devices on 127.0.0.0/8 receive and
-//! send through one AF_XDP socket on `lo` shared by the process
+//! Opt-in AF_XDP datapath (see docs in `netio::xdp`): with `DPUSTACK_ROCE_IO=xdp`
+//! in the environment, soft devices receive and send through AF_XDP sockets
 //! (`netio::xdp::port::XdpPort`, generic XDP, copy mode) instead of their UDP
-//! sockets: no syscall to receive, one `sendto` kick per batch (receive and
-//! transmit halves locked separately, so a receiver is not held up by a kick), frames built here
-//! with IPv4 ID 0 + DF exactly as the UDP path's datagrams (same ICRC), received
-//! ICRCs checked against the real IPv4 header. ACKs are put on the ring after the
-//! other packets of a batch. Needs root, and a private netns (it takes every UDP
-//! 4791 frame to 127/8 on that `lo`: a second process asking for it fails to
-//! open its device). Receiving happens in the driver's receive round (manual
+//! sockets: devices on 127.0.0.0/8 share one port on `lo`; a device on any other
+//! address gets a port on the interface that holds it (a redirect of UDP 4791 to
+//! that address only; everything else, ARP included, goes to the kernel), with
+//! destination MACs from the kernel's neighbour table (`netio::neigh`: the route's
+//! next hop, resolved on first use) and the port MTU that interface's MTU holds,
+//! as rxe computes it. No syscall to receive, one `sendto` kick per batch (receive
+//! and transmit halves locked separately, so a receiver is not held up by a kick),
+//! frames built here with IPv4 ID 0 + DF exactly as the UDP path's datagrams (same
+//! ICRC), received ICRCs checked against the real IPv4 header. ACKs are put on the
+//! ring after the other packets of a batch. Needs root; on `lo` a private netns (it
+//! takes every UDP 4791 frame to 127/8 there: a second process asking for it fails
+//! to open its device). Receiving happens in the driver's receive round (manual
 //! progress, busy polling, and the threaded poller, which naps between rounds
-//! instead of sleeping on a socket). Packets must fit a 4 KiB UMEM frame: the
-//! port MTU is capped at 2048, so a UD message is at most 2048 bytes. Without the
-//! variable nothing changes.
+//! instead of sleeping on a socket). Packets must fit a 4 KiB UMEM frame: the port
+//! MTU is capped at 2048, so a UD message is at most 2048 bytes. Without the
+//! variable nothing changes; with it, a device it cannot serve fails to open.
 
 use std::cell::RefCell;
 use std::net::Ipv4Addr;
-use std::sync::OnceLock;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 use netio::xdp::frame::UdpFlow;
@@ -28,54 +34,137 @@ use wire::roce::Ipv4Pseudo;
 
 use super::engine::Engine;
 
-static PORT: OnceLock<Option<XdpPort>> = OnceLock::new();
+static LO_PORT: OnceLock<Option<XdpPort>> = OnceLock::new();
 
-/// The shared port if the datapath is on and `ip` is a loopback address.
-pub(crate) fn port_for(ip: Ipv4Addr) -> Option<&'static XdpPort> {
-    if !ip.is_loopback() {
-        return None;
+/// Ports on other interfaces, one per device address (prefix 32), opened by
+/// [`port_active`] and kept for the life of the process: slot `i` holds the
+/// address in `SLOT_IP[i]` (0: free) and its port in `SLOT_PORT[i]`. Read with
+/// atomics only (a receive round looks its port up without a lock).
+const SLOTS: usize = 16;
+static SLOT_IP: [AtomicU32; SLOTS] = [const { AtomicU32::new(0) }; SLOTS];
+static SLOT_PORT: [AtomicPtr<XdpPort>; SLOTS] = [const { AtomicPtr::new(ptr::null_mut()) }; SLOTS];
+/// Serialises opening (and the failure cache): (address, why it failed).
+static OPENING: Mutex<Vec<(Ipv4Addr, String)>> = Mutex::new(Vec::new());
+
+fn xdp_asked() -> bool {
+    std::env::var("DPUSTACK_ROCE_IO").ok().as_deref() == Some("xdp")
+}
+
+fn cfg() -> XdpConfig {
+    XdpConfig {
+        frame_size: 4096,
+        ring_size: 2048,
     }
-    PORT.get_or_init(|| {
-        if std::env::var("DPUSTACK_ROCE_IO").ok()? != "xdp" {
-            return None;
+}
+
+/// The port of a device on `ip`, if the datapath is on and serves it: the
+/// shared `lo` port for 127.0.0.0/8, else the one [`port_active`] opened.
+pub(crate) fn port_for(ip: Ipv4Addr) -> Option<&'static XdpPort> {
+    if ip.is_loopback() {
+        return LO_PORT
+            .get_or_init(|| {
+                if !xdp_asked() {
+                    return None;
+                }
+                match XdpPort::open("lo", Ipv4Addr::new(127, 0, 0, 0), 8, 4791, cfg()) {
+                    Ok(p) => {
+                        tracing::info!("roce io: AF_XDP on lo (127.0.0.0/8, UDP 4791)");
+                        Some(p)
+                    }
+                    Err(e) => {
+                        tracing::warn!("roce io: AF_XDP unavailable on lo ({e})");
+                        None
+                    }
+                }
+            })
+            .as_ref();
+    }
+    let want = u32::from(ip);
+    for i in 0..SLOTS {
+        if SLOT_IP[i].load(Ordering::Acquire) == want {
+            let p = SLOT_PORT[i].load(Ordering::Acquire);
+            // SAFETY: a slot's pointer is a leaked Box (never freed), stored
+            // before its address was published (Release/Acquire).
+            return (!p.is_null()).then(|| unsafe { &*p });
         }
-        let cfg = XdpConfig {
-            frame_size: 4096,
-            ring_size: 2048,
-        };
-        match XdpPort::open("lo", Ipv4Addr::new(127, 0, 0, 0), 8, 4791, cfg) {
-            Ok(p) => {
-                tracing::info!("roce io: AF_XDP on lo (127.0.0.0/8, UDP 4791)");
-                Some(p)
-            }
-            Err(e) => {
-                tracing::warn!("roce io: AF_XDP unavailable ({e}); using UDP sockets");
-                None
-            }
-        }
-    })
-    .as_ref()
+    }
+    None
+}
+
+/// Opens the AF_XDP port of a device on a non-loopback `ip`: the interface
+/// that holds the address, a redirect of UDP 4791 to `ip`/32.
+fn open_if_port(ip: Ipv4Addr) -> Result<(), String> {
+    let mut opening = OPENING.lock().unwrap_or_else(|e| e.into_inner());
+    if port_for(ip).is_some() {
+        return Ok(());
+    }
+    if let Some((_, why)) = opening.iter().find(|(a, _)| *a == ip) {
+        return Err(why.clone());
+    }
+    let r = (|| -> Result<(), String> {
+        let ifname = netio::neigh::iface_of(ip)
+            .ok_or_else(|| format!("{ip} is not an address of an interface that is up"))?;
+        let port = XdpPort::open(&ifname, ip, 32, 4791, cfg())
+            .map_err(|e| format!("AF_XDP on {ifname}: {e}"))?;
+        let slot = (0..SLOTS)
+            .find(|&i| SLOT_IP[i].load(Ordering::Acquire) == 0)
+            .ok_or_else(|| format!("more than {SLOTS} AF_XDP devices in one process"))?;
+        SLOT_PORT[slot].store(Box::into_raw(Box::new(port)), Ordering::Release);
+        SLOT_IP[slot].store(u32::from(ip), Ordering::Release);
+        tracing::info!("roce io: AF_XDP on {ifname} for {ip} (UDP 4791)");
+        Ok(())
+    })();
+    if let Err(why) = &r {
+        opening.push((ip, why.clone()));
+    }
+    r
 }
 
 /// Whether the opt-in AF_XDP datapath carries the packets of a device on `ip`
-/// (opens the shared port on first use); its frames hold packets of path MTU
-/// 2048 at most, so the device's port MTU is capped there. When it was asked for
-/// (`DPUSTACK_ROCE_IO=xdp`) and cannot serve this device, opening the device
-/// fails rather than silently falling back to UDP sockets.
-pub(crate) fn port_active(ip: Ipv4Addr) -> crate::Result<bool> {
-    if std::env::var("DPUSTACK_ROCE_IO").ok().as_deref() != Some("xdp") {
-        return Ok(false);
+/// (opens its port on first use) and, if so, the interface MTU the device's
+/// port MTU must fit (its frames also hold packets of path MTU 2048 at most).
+/// When it was asked for (`DPUSTACK_ROCE_IO=xdp`) and cannot serve this device,
+/// opening the device fails rather than silently falling back to UDP sockets.
+pub(crate) fn port_active(ip: Ipv4Addr) -> crate::Result<Option<u32>> {
+    if !xdp_asked() {
+        return Ok(None);
     }
-    if let Some(port) = port_for(ip) {
-        // an endpoint from the start: frames for it that another device's
-        // receive round takes off the ring are queued for it, not dropped
-        port.rx().register(ip);
-        return Ok(true);
-    }
+    let why = if ip.is_loopback() {
+        match port_for(ip) {
+            Some(port) => {
+                // an endpoint from the start: frames for it that another
+                // device's receive round takes off the ring are queued for it
+                port.rx().register(ip);
+                return Ok(Some(netio::neigh::if_mtu("lo").unwrap_or(65536)));
+            }
+            None => "one process per network namespace on lo; see the warning above".to_string(),
+        }
+    } else {
+        match open_if_port(ip) {
+            Ok(()) => {
+                if let Some(port) = port_for(ip) {
+                    port.rx().register(ip);
+                }
+                let ifname = netio::neigh::iface_of(ip).unwrap_or_default();
+                return Ok(Some(netio::neigh::if_mtu(&ifname).unwrap_or(1500)));
+            }
+            Err(why) => why,
+        }
+    };
     Err(crate::Error::Io(std::io::Error::other(format!(
-        "DPUSTACK_ROCE_IO=xdp: no AF_XDP port for {ip} (only 127.0.0.0/8 devices, as root, \
-         one process per network namespace; see the warning above)"
+        "DPUSTACK_ROCE_IO=xdp: no AF_XDP port for {ip} ({why}; needs root and XDP sockets)"
     ))))
+}
+
+/// The datapath a device on `ip` uses or would use, for `dpustack devices`/`up`.
+pub fn datapath(ip: Ipv4Addr) -> String {
+    if !xdp_asked() {
+        return "udp".to_string();
+    }
+    match netio::neigh::iface_of(ip) {
+        Some(i) => format!("af_xdp on {i} (DPUSTACK_ROCE_IO=xdp)"),
+        None => "af_xdp (DPUSTACK_ROCE_IO=xdp; no interface holds this address)".to_string(),
+    }
 }
 
 /// Received packets copied out of the port (so its lock is not held while
@@ -149,7 +238,7 @@ pub(crate) fn pump(port: &XdpPort, engine: &mut Engine, src: [u8; 4], now: Insta
             let _ = fill_icrc_ipv4(&Ipv4Pseudo::df(src, t.dst, t.sport, t.dport), pkt);
             let flow = UdpFlow {
                 src_mac: mac,
-                dst_mac: mac,
+                dst_mac: mac, // replaced by the port's neighbour cache
                 src_ip: Ipv4Addr::from(src),
                 dst_ip: Ipv4Addr::from(t.dst),
                 src_port: t.sport,
