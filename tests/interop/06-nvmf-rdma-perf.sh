@@ -13,6 +13,7 @@
 # checks: PLAN 0, nothing added to the stage's total. A run of our target that gives no
 # figure is a FAIL, one of nvmet a HARNESS FAIL. The goals (>= 1.5x nvmet-rdma's 4 KiB
 # IOPS, >= 2x its 128 KiB bandwidth) are reported on GOAL lines.
+# NVMF_ENV adds environment to our target (e.g. DPUSTACK_ROCE_IO=xdp, RUST_LOG=...).
 #   NVMF_RPERF_ROUNDS (3)  NVMF_RPERF_SECS (5)
 set -u
 echo "PLAN 0"
@@ -55,7 +56,7 @@ echo "$out" | grep -q no-fio && { echo "HARNESS FAIL nvmf-rdma-guest-perf (fio n
 # our target inside the guest (netns peer), on its soft RoCE device
 T=$(( ROUNDS * (SECS + 25) * 4 + 60 ))
 rm -f $MBOX/nvmf-rgserve.log $MBOX/nvmf-rgserve.pid
-bash $V exec -t $(( T + 30 )) "echo \$\$ > /vmh/nvmf-rgserve.pid; exec ip netns exec peer $BIN nvmf serve \
+bash $V exec -t $(( T + 30 )) "echo \$\$ > /vmh/nvmf-rgserve.pid; exec env ${NVMF_ENV:-} ip netns exec peer $BIN nvmf serve \
   --listen rdma://$OURS:4420 --discovery-port 0 --bdev malloc:64M --nqn $NQN --idle-spins 0 --for $T \
   > /vmh/nvmf-rgserve.log 2>&1" >/dev/null 2>&1 &
 SRV=$!
