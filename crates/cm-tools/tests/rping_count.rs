@@ -33,8 +33,15 @@ fn opts(server: bool, net: u8, count: u64) -> RpingOpts {
 fn run(net: u8, scount: u64, ccount: u64) -> cm_tools::Result<()> {
     let cm = CmConfig::default();
     let scm = cm.clone();
-    let srv = std::thread::spawn(move || {
-        cm_tools::rping::server(&opts(true, net, scount), &scm, &mut Console::silent())
+    // the server's result through a channel: a server that never ends fails the
+    // test after a bound instead of hanging it
+    let (tx, srv) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(cm_tools::rping::server(
+            &opts(true, net, scount),
+            &scm,
+            &mut Console::silent(),
+        ));
     });
     // the listener is up within a few ms; a client that comes too early is rejected
     let mut r = Err(cm_tools::Error::Usage("not run".into()));
@@ -48,7 +55,9 @@ fn run(net: u8, scount: u64, ccount: u64) -> cm_tools::Result<()> {
             _ => break,
         }
     }
-    srv.join().unwrap().expect("server");
+    srv.recv_timeout(Duration::from_secs(60))
+        .expect("the rping server did not end within 60 s (or panicked)")
+        .expect("server");
     r
 }
 
