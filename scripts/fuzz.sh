@@ -79,7 +79,9 @@ else
     build_args+=(--release --config 'profile.release.debug="line-tables-only"')
     BIN=$CARGO_TARGET_DIR/$TRIPLE/release
 fi
-[ ${#TARGETS[@]} -eq 1 ] && build_args=("${build_args[@]/--bins/--bin}" "${TARGETS[0]}")
+# one target: only its binary (`--bin=NAME` in place of `--bins`, one word: a bare
+# `--bin` followed by the other options would take none of them as its value)
+[ ${#TARGETS[@]} -eq 1 ] && build_args=("${build_args[@]/#--bins/--bin=${TARGETS[0]}}")
 [ "$SAN" = address ] && export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_odr_violation=0}
 if ! RUSTFLAGS="$FLAGS ${RUSTFLAGS:-}" RUSTC_BOOTSTRAP=1 nice -n "$NICE" cargo "${build_args[@]}" \
         >"$CARGO_TARGET_DIR/fuzz-build.log" 2>&1; then
