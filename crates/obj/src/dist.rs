@@ -1077,9 +1077,14 @@ impl DistClient {
         let serving = |m: &PoolMap, t: TargetId| m.target(t).is_ok_and(|x| x.state.is_serving());
         let mut order = Vec::new();
         for &t in orig.iter().chain(was.iter()) {
+            // a member under the base that left the group (a spare whose
+            // original came back) takes no writes any more: not complete
+            // (the partition test with the quick return read such a spare's
+            // old value)
             let complete = was.contains(&t)
                 && serving(base, t)
                 && serving(&self.map, t)
+                && cur.contains(&t)
                 && !self.rebuild.filling.contains(&t);
             let rank = self.map.target(t)?.domain as usize;
             if complete && !order.contains(&rank) {
