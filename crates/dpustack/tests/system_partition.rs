@@ -24,7 +24,10 @@
 //!
 //! `cargo test -p dpustack --test system_partition` (3 rounds, 3 engines);
 //! `PARTITION_ENGINES=5` cuts the leader and one other replica off (a
-//! minority of two) instead; `PARTITION_SEED=N`.
+//! minority of two) instead; `PARTITION_SEED=N`; `PARTITION_RETURN_FROM_DOWN=1`
+//! runs the engines with the quick DOWN → UP → UP-IN return (off by default).
+//! A failed run writes its history (operations, leader samples, every pool
+//! map version and rebuild status seen) to `$TMPDIR/dpustack-partition-history-SEED.txt`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
