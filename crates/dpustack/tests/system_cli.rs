@@ -118,7 +118,16 @@ fn three_engine_processes_rp2_value_survives_kill_9() {
         assert_eq!(String::from_utf8_lossy(&o.stdout), format!("value {k}\n"));
         assert!(String::from_utf8_lossy(&o.stderr).contains("are DOWN"));
     }
-    let q = ok(&dir, &["query"]);
+    // the CLI only reports the engine; the pool service marks it DOWN once
+    // its own probes fail (1.5 s) and its lease lapsed
+    let t0 = std::time::Instant::now();
+    let q = loop {
+        let q = ok(&dir, &["query"]);
+        if q.starts_with("pool dp: map version 2") || t0.elapsed().as_secs() >= 10 {
+            break q;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
     let line = q
         .lines()
         .find(|l| l.starts_with(&ranks[0].to_string()))
@@ -432,7 +441,15 @@ fn object_cli_against_a_system() {
     assert!(err.contains("are DOWN"), "{err}");
     let (out, _) = good(&["kv", "list", "tank", "c1", "7"]);
     assert_eq!(out.lines().count(), 4, "{out}");
-    let (out, _) = good(&["pool", "query", "tank"]);
+    // DOWN once the pool service's own probes fail (the CLI only reports)
+    let t0 = std::time::Instant::now();
+    let out = loop {
+        let (out, _) = good(&["pool", "query", "tank"]);
+        if out.contains(&format!("rank {rank} DOWN")) || t0.elapsed().as_secs() >= 10 {
+            break out;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
     assert!(out.contains(&format!("rank {rank} DOWN")), "{out}");
     bad(
         &["cont", "create", "tank", "c2"],

@@ -24,7 +24,10 @@
 //!
 //! `cargo test -p dpustack --test system_partition` (3 rounds, 3 engines);
 //! `PARTITION_ENGINES=5` cuts the leader and one other replica off (a
-//! minority of two) instead; `PARTITION_SEED=N`.
+//! minority of two) instead; `PARTITION_SEED=N`; `PARTITION_RETURN_FROM_DOWN=1`
+//! runs the engines with the quick DOWN → UP → UP-IN return (off by default).
+//! A failed run writes its history (operations, leader samples, every pool
+//! map version and rebuild status seen) to `$TMPDIR/dpustack-partition-history-SEED.txt`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -155,11 +158,23 @@ fn round(ip: &str, seed: u64, n: usize, cut: Cut, hold: Duration) -> Outcome {
     ));
     let _ = std::fs::remove_dir_all(&dir);
     let _g = Guard(dir.clone(), Vec::new());
+    // PARTITION_RETURN_FROM_DOWN=1: the quick DOWN → UP → UP-IN return
+    // (off by default: docs/obj-dist.md "DOWN → UP-IN return")
+    let rfd = std::env::var("PARTITION_RETURN_FROM_DOWN").is_ok_and(|v| v == "1");
     start_system(
         &dir,
         ip,
         n,
-        &["--exclude-after-ms", "0", "--fault-injection"],
+        &[
+            "--exclude-after-ms",
+            "0",
+            "--fault-injection",
+            if rfd {
+                "--return-from-down=true"
+            } else {
+                "--return-from-down=false"
+            },
+        ],
     );
     ok(&dir, &["create", "dp", "dc", "64M"]);
     let ms = members(&dir);
@@ -189,6 +204,41 @@ fn round(ip: &str, seed: u64, n: usize, cut: Cut, hold: Duration) -> Outcome {
                     });
                 }
                 drop(v);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }));
+    }
+    // the pool map's versions and states, with the rebuild status, as seen
+    // (for the history file of a failed run)
+    let maps = Arc::new(Mutex::new(Vec::<String>::new()));
+    {
+        let (ms, stop, maps) = (ms.clone(), stop.clone(), maps.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut c = svc_client(&ms);
+            c.inner.rpc_timeout = Duration::from_millis(300);
+            let mut last = String::new();
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(st) = c.read() {
+                    if let Some(p) = st.pools.get("dp") {
+                        let m = p.map();
+                        let states: Vec<&str> =
+                            m.targets().iter().map(|t| t.state.name()).collect();
+                        let line = format!(
+                            "map v{} {states:?}; rebuild {} {} v{} filling {:?}",
+                            m.version(),
+                            p.rebuild.state,
+                            p.rebuild.kind,
+                            p.rebuild.version,
+                            p.view().rebuild.filling
+                        );
+                        if line != last {
+                            maps.lock()
+                                .unwrap()
+                                .push(format!("at {:?}: {line}", start.elapsed()));
+                            last = line;
+                        }
+                    }
+                }
                 std::thread::sleep(Duration::from_millis(10));
             }
         }));
@@ -454,6 +504,7 @@ fn round(ip: &str, seed: u64, n: usize, cut: Cut, hold: Duration) -> Outcome {
                 .iter()
                 .map(|o| format!("{o:?}\n"))
                 .chain(samples.iter().map(|s| format!("{s:?}\n")))
+                .chain(maps.lock().unwrap().iter().map(|m| format!("{m}\n")))
                 .collect::<String>(),
         );
         panic!(

@@ -9,8 +9,10 @@
 //! key whose first replica (read first, DTX leader) is engine E, a
 //! pool-service follower:
 //! 1. client X writes `old` (on E and its partner F), map v1 kept aside;
-//! 2. E killed (SIGKILL); X writes `new` at once (E unreachable: X marks it
-//!    DOWN in its own map and writes to F and the spare);
+//! 2. E killed (SIGKILL); X writes `new` at once (E unreachable from X: F
+//!    leads with E as a follower — never written around under v1, where E
+//!    serves — and the put commits once the restarted E takes it or the
+//!    service has E DOWN, then on F and the spare);
 //! 3. E restarted (same command line) ~300 ms after the kill, well inside
 //!    the detector's 1.5 s;
 //! 4. for 1.5 s, fresh clients holding map v1 (they connect to the new E
@@ -136,14 +138,13 @@ fn engine_restarted_inside_the_detector_window_is_not_trusted() {
                 .unwrap();
             (child, Instant::now())
         });
+        // X never writes around E under v1 (E serves in it): the put goes
+        // through F with E as a follower (the restarted E takes it), or
+        // waits until the service has E DOWN (the restart detected) and is
+        // then placed on F and the spare under that map
         x.kv_put(oid, key, b"new").unwrap();
         let put_took = killed.elapsed();
-        assert_eq!(
-            x.map().target(e as u32).unwrap().state,
-            TargetState::Down,
-            "X wrote around E (marked DOWN in its own map)"
-        );
-        assert_eq!(x.sent_map_version(), Some(v1));
+        let put_map = x.sent_map_version().unwrap();
         let (child, restarted) = restarter.join().unwrap();
         let gap = restarted.duration_since(killed);
         pids[e] = child.id() as i32;
@@ -254,7 +255,7 @@ fn engine_restarted_inside_the_detector_window_is_not_trusted() {
         );
         figures.push(format!(
             "round {round}: E = rank {e} (leader {leader}); killed, restarted {gap:?} later, \
-             answering {answers:?} after (the put around it took {put_took:?}); after the restart: DOWN {t_down:?}, UP {t_up:?}, \
+             answering {answers:?} after (the put took {put_took:?}, under map v{put_map}); after the restart: DOWN {t_down:?}, UP {t_up:?}, \
              UP-IN {t_upin:?}, rebuild done (seen) {t_done:?}; {reads} reads at v{v1}, none \
              stale; map v{} at the end",
             map_end.version()

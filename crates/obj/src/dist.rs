@@ -86,6 +86,22 @@ pub enum Error {
     Unavailable { oid: ObjectId },
     #[error("no engine is reachable")]
     NoEngine,
+    /// A replica of the write's group does not answer (this client, or the
+    /// DTX leader, cannot reach it) but serves in the pool service's map:
+    /// the write is not made around it (it would miss an acknowledged
+    /// write and serve it stale later). Reported to the pool service, which
+    /// marks it DOWN only when its own probes fail too and the engine's
+    /// lease has lapsed; retry later.
+    #[error(
+        "object {oid}: replica rank {rank} is unreachable but serving in pool map version \
+         {version}: not written around it (reported to the pool service, which marks it DOWN \
+         only when its own probes fail and its lease has lapsed); retry later"
+    )]
+    ReplicaUnreachable {
+        oid: ObjectId,
+        rank: usize,
+        version: u32,
+    },
     #[error("the pool map does not have one single-target domain for each of the {0} engines")]
     MapShape(usize),
     /// An engine refused the client's map as stale and no newer map could be
@@ -128,6 +144,11 @@ pub struct PoolView {
 /// [`MapSource`] with the rebuild view (one read of the pool service).
 pub type ViewSource = Box<dyn FnMut() -> std::result::Result<PoolView, String>>;
 
+/// Where a client reports an engine it cannot reach (the pool service:
+/// DAOS's client-side failure report; the service decides with its own
+/// probes, the client never marks DOWN in the service's map).
+pub type UnreachableReporter = Box<dyn FnMut(usize)>;
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 struct Conn {
@@ -164,6 +185,14 @@ fn open(
 pub struct DistClient {
     conns: Vec<Conn>,
     map: PoolMap,
+    /// The map as the pool service gave it, without this client's own
+    /// DOWN marks: writes are placed with it (never around a replica that
+    /// serves in it). `None`: a client that made its own map (no service:
+    /// writes go around the replicas it found down, as before).
+    svc_map: Option<PoolMap>,
+    reporter: Option<UnreachableReporter>,
+    /// Engines reported unreachable so far (see [`Self::unreachable_reports`]).
+    reports: u64,
     detector: Detector,
     timeout: Duration,
     /// The version of the map as the pool service gave it (sent in object
@@ -236,6 +265,7 @@ impl DistClient {
         map: Option<PoolMap>,
     ) -> Result<DistClient> {
         let svc_version = map.as_ref().map(PoolMap::version);
+        let svc_map = map.clone();
         let mut map = map.unwrap_or_else(|| PoolMap::uniform(addrs.len() as u32, 1));
         if map.domains() != addrs.len()
             || map.targets().len() != addrs.len()
@@ -252,7 +282,11 @@ impl DistClient {
                 });
                 continue;
             }
-            let opened = open(a, pool, cont, timeout, svc_version);
+            let opened = if crate::fault::drops_to(rank as u64) {
+                Err(ClientError::TimedOut) // a cut link (fault injection, tests)
+            } else {
+                open(a, pool, cont, timeout, svc_version)
+            };
             let client = match opened {
                 Ok(x) => Some(x),
                 Err(e) if is_transport(&e) => {
@@ -279,6 +313,9 @@ impl DistClient {
         Ok(DistClient {
             conns,
             map,
+            svc_map,
+            reporter: None,
+            reports: 0,
             detector: Detector::new(detector, addrs.len(), Instant::now()),
             timeout,
             svc_version,
@@ -330,6 +367,24 @@ impl DistClient {
     pub fn with_view_source(mut self, source: ViewSource) -> Self {
         self.source = Some(source);
         self
+    }
+
+    /// Where to report engines this client cannot reach (the pool service).
+    pub fn with_unreachable_reporter(mut self, r: UnreachableReporter) -> Self {
+        self.reporter = Some(r);
+        self
+    }
+
+    /// Engines reported unreachable so far (one report per write that had
+    /// to wait for one).
+    pub fn unreachable_reports(&self) -> u64 {
+        self.reports
+    }
+
+    /// The map writes are placed with: the pool service's (no local DOWN
+    /// marks) when the client has one, else its own.
+    fn write_map(&self) -> &PoolMap {
+        self.svc_map.as_ref().unwrap_or(&self.map)
     }
 
     /// The rebuild view to start from (with the map the client was built
@@ -390,6 +445,7 @@ impl DistClient {
             "stale pool map refused: refreshed"
         );
         self.svc_version = Some(map.version());
+        self.svc_map = Some(map.clone());
         self.map = map;
         self.rebuild = rebuild;
         self.refreshes += 1;
@@ -400,6 +456,9 @@ impl DistClient {
                 c.client = None;
             } else if let Some((cl, _)) = &c.client {
                 cl.set_map_version(self.svc_version);
+            } else if crate::fault::drops_to(r as u64) {
+                // a cut link (fault injection, tests): as a failed open
+                self.map.set_domain_state(r as u32, TargetState::Down)?;
             } else {
                 match open(
                     &c.addr,
@@ -486,11 +545,7 @@ impl DistClient {
     /// detector, marks dead engines DOWN. Returns the ranks newly marked DOWN.
     pub fn heartbeat(&mut self, now: Instant) -> Result<Vec<usize>> {
         for m in self.detector.probes_due(now) {
-            let ok = match &self.conns[m].client {
-                Some((c, _)) => c.ping(None).and_then(|p| p.get()).is_ok(),
-                None => false,
-            };
-            if ok {
+            if self.ping(m) {
                 self.detector.heard(m, Instant::now());
             }
         }
@@ -506,14 +561,32 @@ impl DistClient {
         Ok(down)
     }
 
+    /// The connection to engine `rank`, `None` when it is down or the link
+    /// is cut by fault injection (`crate::fault`: a test process that
+    /// installs the table cuts its own client off from a rank).
+    fn conn(&self, rank: usize) -> Option<&(Client, ContHandle)> {
+        if crate::fault::drops_to(rank as u64) {
+            return None;
+        }
+        self.conns[rank].client.as_ref()
+    }
+
+    /// Whether engine `rank` answers a ping.
+    fn ping(&self, rank: usize) -> bool {
+        match self.conn(rank) {
+            Some((c, _)) => c.ping(None).and_then(|p| p.get()).is_ok(),
+            None => false,
+        }
+    }
+
     fn kv(&self, rank: usize, oid: ObjectId) -> Option<(&Client, Kv)> {
-        let (c, coh) = self.conns[rank].client.as_ref()?;
+        let (c, coh) = self.conn(rank)?;
         let kv = c.kv_open(coh, oid, None).ok()?.get().ok()?;
         Some((c, kv))
     }
 
     fn oh(&self, rank: usize, oid: ObjectId) -> Option<(&Client, ObjHandle)> {
-        let (c, coh) = self.conns[rank].client.as_ref()?;
+        let (c, coh) = self.conn(rank)?;
         let oh = c.obj_open(coh, oid, None).ok()?.get().ok()?;
         Some((c, oh))
     }
@@ -614,13 +687,16 @@ impl DistClient {
     }
 
     /// The serving replicas an operation goes to, the leader first: the
-    /// dkey's group, or (object punch) every group's, each rank once.
+    /// dkey's group, or (object punch) every group's, each rank once; placed
+    /// with [`Self::write_map`] (the pool service's map: a replica this
+    /// client cannot reach is still a participant).
     fn participants(
         &self,
         oid: ObjectId,
         dkey: Option<&[u8]>,
     ) -> Result<(Vec<(u32, String)>, usize)> {
-        let l = layout(oid, &self.map)?;
+        let map = self.write_map();
+        let l = layout(oid, map)?;
         let groups: Vec<&Vec<u32>> = match dkey {
             Some(k) => vec![&l.groups[crate::placement::group_of(k, l.groups.len())]],
             None => l.groups.iter().collect(),
@@ -630,7 +706,7 @@ impl DistClient {
         for grp in groups {
             total += grp.len();
             for &t in grp {
-                let tgt = *self.map.target(t)?;
+                let tgt = *map.target(t)?;
                 if tgt.state.is_serving() && !reps.iter().any(|(r, _)| *r == tgt.domain) {
                     reps.push((tgt.domain, self.conns[tgt.domain as usize].addr.clone()));
                 }
@@ -639,23 +715,64 @@ impl DistClient {
         Ok((reps, total))
     }
 
+    /// A participant of a write does not answer (this client cannot reach
+    /// it, or it did not answer a ping after the DTX leader found it
+    /// unreachable) while it serves in the pool service's map: the write
+    /// must not go around it. Reports it (once per operation) and fetches
+    /// the map (at most every 50 ms); the caller retries until its deadline
+    /// — the service marks the engine DOWN once its own probes fail and the
+    /// engine's lease has lapsed, and the write then goes to a spare under
+    /// that map.
+    fn unreachable_participant(&mut self, rank: usize, reported: &mut Vec<usize>) {
+        if !reported.contains(&rank) {
+            reported.push(rank);
+            self.reports += 1;
+            tracing::warn!(
+                rank,
+                version = self.svc_version.unwrap_or(0),
+                "replica unreachable but serving in the pool map: not written around it; \
+                 reported to the pool service"
+            );
+            if let Some(r) = self.reporter.as_mut() {
+                r(rank);
+            }
+        }
+        self.refresh_if_fenced(rank);
+    }
+
     /// One operation as a DTX: sent to the leader replica (the first
     /// serving replica of the group) with every serving replica's rank and
     /// address; the leader commits it at one epoch everywhere or nowhere.
-    /// Retried (new transaction) under a new layout when the leader fails at
-    /// the transport level (marked DOWN; the operation may have committed: a
-    /// retry applies it again, which an update or punch at a newer epoch
-    /// tolerates) or reports a follower unreachable (the followers that do
-    /// not answer a ping are marked DOWN), after a refresh on a stale map,
-    /// and after a short pause when a follower refused or the leader timed
-    /// out (nothing or — timeout — maybe committed).
+    ///
+    /// With the pool service's map, the participants are every replica
+    /// serving in *that* map: one this client cannot reach does not lead
+    /// (another does, with it as a follower), and one nobody reaches stops
+    /// the write ([`Self::unreachable_participant`]: reported, the map
+    /// fetched again, retried until the deadline, then
+    /// [`Error::ReplicaUnreachable`]) — never written around under a map in
+    /// which it serves. Without a service map (a client that made its own),
+    /// an engine failing at the transport level is marked DOWN in the
+    /// client's map and the operation re-placed without it, as before.
+    /// Retried after a refresh on a stale map, and after a short pause when
+    /// a follower refused or the leader timed out (nothing or — timeout —
+    /// maybe committed; a retry applies it again, which an update or punch
+    /// at a newer epoch tolerates).
     fn dtx(&mut self, oid: ObjectId, op: DtxOp) -> Result<Epoch> {
         let deadline = Instant::now() + self.timeout;
         let mut last = None;
         // replicas that refused as fenced (lease lapsed): not asked to lead
         let mut fenced: Vec<u32> = Vec::new();
+        // participants found unreachable and reported (service map only)
+        let mut reported: Vec<usize> = Vec::new();
+        let mut unreach: Option<usize> = None;
         let mut view_refreshed = false;
-        for _ in 0..=4 * self.conns.len() + 64 {
+        let with_svc = self.svc_map.is_some();
+        let mut passes = 0usize;
+        loop {
+            passes += 1;
+            if passes > 4 * self.conns.len() + 64 && Instant::now() > deadline {
+                break;
+            }
             // a dkey none of whose complete replicas serves is not written:
             // the spares would take it, and a returning original (the only
             // holder of the older data) never reads them (rebuild's rule)
@@ -670,13 +787,44 @@ impl DistClient {
                 }
             }
             let (mut reps, total) = self.participants(oid, op.dkey())?;
-            if let Some(i) = reps.iter().position(|(r, _)| !fenced.contains(r)) {
-                // another serving replica leads; a fenced one may still
-                // follow (it gets the update, which is never harmful)
+            // a leader this client reaches and that is not fenced
+            let reachable = |r: u32| !crate::fault::drops_to(u64::from(r));
+            let can_lead: Vec<bool> = reps
+                .iter()
+                .map(|(r, _)| {
+                    !fenced.contains(r) && reachable(*r) && self.conns[*r as usize].client.is_some()
+                })
+                .collect();
+            if let Some(i) = can_lead.iter().position(|x| *x) {
+                // another serving replica leads; a fenced or unreachable
+                // one still follows (the leader reaches it, or the
+                // transaction does not commit)
                 reps[..=i].rotate_right(1);
+            } else if !reps.is_empty() && with_svc {
+                // no participant this client can reach leads: wait for the
+                // pool service to decide (lease renewed, map changed, the
+                // engine back)
+                if Instant::now() > deadline {
+                    break;
+                }
+                let silent: Vec<usize> = reps
+                    .iter()
+                    .map(|(r, _)| *r as usize)
+                    .filter(|r| !fenced.contains(&(*r as u32)))
+                    .collect();
+                fenced.clear();
+                for r in silent {
+                    unreach = Some(r);
+                    self.unreachable_participant(r, &mut reported);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+                if let Some(&(r, _)) = reps.first() {
+                    self.refresh_if_fenced(r as usize);
+                }
+                // connect again to serving engines with no connection
+                self.reconnect();
+                continue;
             } else if !fenced.is_empty() {
-                // every replica fenced: wait for the pool service to decide
-                // (the lease renewed, or the map changed)
                 fenced.clear();
                 if Instant::now() > deadline {
                     break;
@@ -706,7 +854,12 @@ impl DistClient {
                     }
                     return Ok(e);
                 }
-                Err(e) if is_transport(&e) => self.mark_down(leader)?,
+                Err(e) if is_transport(&e) => {
+                    // local mark: reads skip it, and it does not lead; with
+                    // a service map it stays a participant
+                    self.mark_down(leader)?;
+                    last = Some((leader, e));
+                }
                 Err(e @ ClientError::StaleMap { .. }) if self.is_fenced(&e) => {
                     fenced.push(leader as u32);
                     last = Some((leader, e));
@@ -717,18 +870,32 @@ impl DistClient {
                     let mut found = false;
                     for &(r, _) in &reps[1..] {
                         let r = r as usize;
-                        let ok = match &self.conns[r].client {
-                            Some((c, _)) => c.ping(None).and_then(|p| p.get()).is_ok(),
-                            None => false,
-                        };
-                        if !ok {
+                        if !self.ping(r) {
                             self.mark_down(r)?;
+                            if with_svc {
+                                unreach = Some(r);
+                                self.unreachable_participant(r, &mut reported);
+                            }
                             found = true;
                         }
                     }
-                    if !found {
+                    if !found || with_svc {
                         std::thread::sleep(Duration::from_millis(5));
                     }
+                    last = Some((leader, e));
+                }
+                Err(e) if e.status() == Some(Status::TimedOut) && with_svc => {
+                    // an ack missing at the leader's deadline: a follower
+                    // that does not answer us either is reported (the
+                    // write waits for the service's decision)
+                    for &(r, _) in &reps[1..] {
+                        let r = r as usize;
+                        if !self.ping(r) {
+                            unreach = Some(r);
+                            self.unreachable_participant(r, &mut reported);
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
                     last = Some((leader, e));
                 }
                 Err(e) if matches!(e.status(), Some(Status::Busy | Status::TimedOut)) => {
@@ -747,6 +914,19 @@ impl DistClient {
                 break;
             }
         }
+        if let Some(rank) = unreach {
+            if self
+                .write_map()
+                .target(rank as u32)
+                .is_ok_and(|t| t.state.is_serving())
+            {
+                return Err(Error::ReplicaUnreachable {
+                    oid,
+                    rank,
+                    version: self.svc_version.unwrap_or(0),
+                });
+            }
+        }
         match last {
             Some((rank, source)) => Err(Error::Engine {
                 rank,
@@ -754,6 +934,32 @@ impl DistClient {
                 source,
             }),
             None => Err(Error::NoReplica),
+        }
+    }
+
+    /// Connects again to the engines serving in the map that have no
+    /// connection (dropped after a transport failure); one that does not
+    /// open stays marked DOWN in the client's own map.
+    fn reconnect(&mut self) {
+        for r in 0..self.conns.len() {
+            let serving = self
+                .write_map()
+                .target(r as u32)
+                .is_ok_and(|t| t.state.is_serving());
+            if !serving || self.conns[r].client.is_some() || crate::fault::drops_to(r as u64) {
+                continue;
+            }
+            let c = &self.conns[r];
+            if let Ok(x) = open(
+                &c.addr,
+                &self.pool,
+                &self.cont,
+                self.timeout,
+                self.svc_version,
+            ) {
+                tracing::info!(rank = r, addr = %c.addr, "engine answers again: connected");
+                self.conns[r].client = Some(x);
+            }
         }
     }
 
@@ -771,51 +977,76 @@ impl DistClient {
         value: &[u8],
     ) -> Result<Epoch> {
         // each pass either succeeds, fails, or learns something (an engine
-        // DOWN, a newer map): bounded by the engines plus a few refreshes
-        'remap: for _ in 0..=2 * self.conns.len() + 4 {
-            let l = layout(oid, &self.map)?;
+        // DOWN, a newer map): bounded by the engines plus a few refreshes;
+        // with a service map, a replica nobody reaches is waited for until
+        // the deadline (never written around: see `dtx`)
+        let deadline = Instant::now() + self.timeout;
+        let with_svc = self.svc_map.is_some();
+        let mut reported = Vec::new();
+        let mut passes = 0;
+        'remap: loop {
+            passes += 1;
+            if passes > 2 * self.conns.len() + 4 && (!with_svc || Instant::now() > deadline) {
+                break;
+            }
+            let map = self.write_map().clone();
+            let l = layout(oid, &map)?;
             let grp = l.groups[crate::placement::group_of(key, l.groups.len())].clone();
             let mut epoch = Epoch::default();
             let mut written = 0;
             for &t in &grp {
-                let tgt = *self.map.target(t)?;
+                let tgt = *map.target(t)?;
                 if !tgt.state.is_serving() {
                     continue;
                 }
                 let rank = tgt.domain as usize;
-                let Some((c, kv)) = self.kv(rank, oid) else {
-                    self.mark_down(rank)?;
-                    continue 'remap;
+                let failed = match self.kv(rank, oid) {
+                    None => true,
+                    Some((c, kv)) => match c.kv_put(&kv, key, value, None).and_then(|p| p.get()) {
+                        Ok(e) => {
+                            epoch = epoch.max(e);
+                            written += 1;
+                            false
+                        }
+                        Err(e) if is_transport(&e) => true,
+                        Err(e @ ClientError::StaleMap { .. }) if self.is_fenced(&e) => {
+                            // every serving replica must take it: wait for
+                            // the pool service (lease renewed or map changed)
+                            std::thread::sleep(Duration::from_millis(5));
+                            self.refresh_if_fenced(rank);
+                            continue 'remap;
+                        }
+                        Err(ClientError::StaleMap { version }) => {
+                            // replicas written before the refusal are
+                            // rewritten under the new layout (no DTX: see
+                            // the module doc)
+                            self.refresh(rank, version)?;
+                            continue 'remap;
+                        }
+                        Err(source) => {
+                            return Err(Error::Engine {
+                                rank,
+                                addr: self.conns[rank].addr.clone(),
+                                source,
+                            })
+                        }
+                    },
                 };
-                match c.kv_put(&kv, key, value, None).and_then(|p| p.get()) {
-                    Ok(e) => {
-                        epoch = epoch.max(e);
-                        written += 1;
-                    }
-                    Err(e) if is_transport(&e) => {
-                        self.mark_down(rank)?;
-                        continue 'remap;
-                    }
-                    Err(e @ ClientError::StaleMap { .. }) if self.is_fenced(&e) => {
-                        // every serving replica must take it: wait for the
-                        // pool service (lease renewed or map changed)
+                if failed {
+                    self.mark_down(rank)?;
+                    if with_svc {
+                        if Instant::now() > deadline {
+                            return Err(Error::ReplicaUnreachable {
+                                oid,
+                                rank,
+                                version: self.svc_version.unwrap_or(0),
+                            });
+                        }
+                        self.unreachable_participant(rank, &mut reported);
                         std::thread::sleep(Duration::from_millis(5));
-                        self.refresh_if_fenced(rank);
-                        continue 'remap;
+                        self.reconnect();
                     }
-                    Err(ClientError::StaleMap { version }) => {
-                        // replicas written before the refusal are rewritten
-                        // under the new layout (no DTX: see the module doc)
-                        self.refresh(rank, version)?;
-                        continue 'remap;
-                    }
-                    Err(source) => {
-                        return Err(Error::Engine {
-                            rank,
-                            addr: self.conns[rank].addr.clone(),
-                            source,
-                        })
-                    }
+                    continue 'remap;
                 }
             }
             if written == 0 {
@@ -846,9 +1077,14 @@ impl DistClient {
         let serving = |m: &PoolMap, t: TargetId| m.target(t).is_ok_and(|x| x.state.is_serving());
         let mut order = Vec::new();
         for &t in orig.iter().chain(was.iter()) {
+            // a member under the base that left the group (a spare whose
+            // original came back) takes no writes any more: not complete
+            // (the partition test with the quick return read such a spare's
+            // old value)
             let complete = was.contains(&t)
                 && serving(base, t)
                 && serving(&self.map, t)
+                && cur.contains(&t)
                 && !self.rebuild.filling.contains(&t);
             let rank = self.map.target(t)?.domain as usize;
             if complete && !order.contains(&rank) {

@@ -99,6 +99,14 @@ impl Detector {
         due
     }
 
+    /// Probe member `m` at the next [`Detector::probes_due`] (a client
+    /// reported it unreachable: the failure detector checks for itself).
+    pub fn probe_soon(&mut self, m: usize) {
+        if let Some(mem) = self.members.get_mut(m) {
+            mem.last_probe = None;
+        }
+    }
+
     /// Member `m` answered at `now`.
     pub fn heard(&mut self, m: usize, now: Instant) {
         let mem = &mut self.members[m];

@@ -108,6 +108,66 @@ pub fn plan(
     Ok(source.map(|source| DkeyPlan { source, dests }))
 }
 
+/// [`plan`] for filling (a rebuild pass): when no replica outside `extra`
+/// can be the source, a returning target of `extra` that was a member under
+/// `base` is — it holds the only copy (its data reconciled, kept: a group
+/// whose other replicas are all out) — so the spares that replace the
+/// others are filled from it. Without this, a group both of whose replicas
+/// were out (a partition's minority) had its spare counted complete once
+/// the job was done though nothing filled it: reads of it answered
+/// `NonExist` (the partition test with the quick return, 5 engines, seed 4).
+pub fn fill_plan(
+    oid: ObjectId,
+    dkey: &[u8],
+    base: &PoolMap,
+    current: &PoolMap,
+    extra: &[TargetId],
+) -> Result<Option<DkeyPlan>, MapError> {
+    if let Some(p) = plan(oid, dkey, base, current, extra)? {
+        return Ok(Some(p));
+    }
+    let now = layout(oid, &rebuild_map(current))?;
+    let before = layout(oid, base)?;
+    let g = group_of(dkey, now.groups.len());
+    let Some(grp) = now.groups.get(g) else {
+        return Ok(None);
+    };
+    let was: Vec<TargetId> = before
+        .groups
+        .get(g)
+        .map(|b| {
+            b.iter()
+                .copied()
+                .filter(|&t| base.target(t).is_ok_and(|t| t.state.is_serving()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let avail = |t: TargetId| {
+        current
+            .target(t)
+            .is_ok_and(|x| x.state.is_serving() || x.state == TargetState::Up)
+    };
+    if grp
+        .iter()
+        .any(|&t| was.contains(&t) && !extra.contains(&t) && avail(t))
+    {
+        return Ok(None); // a source outside `extra` exists: plan decided
+    }
+    let Some(source) = grp
+        .iter()
+        .copied()
+        .find(|&t| was.contains(&t) && extra.contains(&t) && avail(t))
+    else {
+        return Ok(None);
+    };
+    let dests: Vec<TargetId> = grp
+        .iter()
+        .copied()
+        .filter(|&t| t != source && (!was.contains(&t) || extra.contains(&t)) && avail(t))
+        .collect();
+    Ok((!dests.is_empty()).then_some(DkeyPlan { source, dests }))
+}
+
 /// A records-per-second limit (token bucket with debt), on an injected
 /// clock: [`Throttle::take`] says how long to wait before going on.
 #[derive(Debug, Clone)]
@@ -515,6 +575,35 @@ mod tests {
             assert!(plan(o, b"k", &after, &after, &[]).unwrap().is_none());
         }
         assert!(n > 300, "{n}");
+    }
+
+    #[test]
+    fn a_group_whose_only_copy_returns_fills_its_spare_from_it() {
+        // ranks 0 and 4 (a partition's minority) out; 0 returns (UP), 4
+        // stays DOWN: groups on [0, 4] have their only copy on 0
+        let base = PoolMap::uniform(5, 1);
+        let mut cur = base.clone();
+        cur.set_domain_state(0, TargetState::Down).unwrap();
+        cur.set_domain_state(4, TargetState::Down).unwrap();
+        cur.set_domain_state(0, TargetState::Up).unwrap();
+        let mut n = 0;
+        for lo in 0..2000 {
+            let o = oid(lo, "RP_2G1");
+            let orig = layout(o, &base).unwrap().groups[0].clone();
+            let p = plan(o, b"k", &base, &cur, &[0]).unwrap();
+            let f = fill_plan(o, b"k", &base, &cur, &[0]).unwrap();
+            if orig.contains(&0) && orig.contains(&4) {
+                assert_eq!(p, None, "plan never reads a returning target");
+                let f = f.expect("the spare is filled from the returning target");
+                assert_eq!(f.source, 0);
+                assert!(!f.dests.contains(&0) && f.dests.len() == 1, "{f:?}");
+                assert!(!orig.contains(&f.dests[0]), "the dest is the spare");
+                n += 1;
+            } else {
+                assert_eq!(f, p, "{o}: only the no-source case differs");
+            }
+        }
+        assert!(n > 50, "{n}");
     }
 
     #[test]

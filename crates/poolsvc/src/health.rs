@@ -49,6 +49,13 @@ pub struct Monitor {
     warned: std::collections::BTreeSet<u32>,
     /// The incarnation each rank last answered a probe with.
     incarnations: Vec<Option<u64>>,
+    /// When this monitor started (this replica became leader): a lease an
+    /// earlier leader granted was asked for before that.
+    started: Instant,
+    /// The engines' lease length (the fence), `None`: no fence.
+    lease: Option<Duration>,
+    /// When this leader last granted each rank a lease.
+    lease_grants: BTreeMap<u32, Instant>,
 }
 
 impl Monitor {
@@ -61,7 +68,46 @@ impl Monitor {
             down_since: BTreeMap::new(),
             warned: Default::default(),
             incarnations: vec![None; n],
+            started: now,
+            lease: None,
+            lease_grants: BTreeMap::new(),
         }
+    }
+
+    /// The engines renew a lease of `lease` (the fence): an engine is marked
+    /// DOWN only once its lease can have lapsed — `lease` after the later
+    /// of this monitor's start and its last grant — so it has fenced itself
+    /// (refuses every versioned request) before anyone writes around it.
+    pub fn with_lease(mut self, lease: Option<Duration>) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// This leader granted `rank` a lease at `at` (after the engine asked).
+    pub fn lease_granted(&mut self, rank: u32, at: Instant) {
+        let e = self.lease_grants.entry(rank).or_insert(at);
+        if at > *e {
+            *e = at;
+        }
+    }
+
+    /// A client reported `rank` unreachable: probe it at once. Nothing
+    /// more: only the monitor's own probes (and the lease) decide DOWN.
+    pub fn suspect(&mut self, rank: usize) {
+        if rank < self.n {
+            self.det.probe_soon(rank);
+        }
+    }
+
+    /// Whether `rank`'s lease can have lapsed at `now` (always without a
+    /// fence).
+    fn lease_lapsed(&self, rank: u32, now: Instant) -> bool {
+        let Some(l) = self.lease else { return true };
+        let from = self
+            .lease_grants
+            .get(&rank)
+            .map_or(self.started, |g| (*g).max(self.started));
+        now >= from + l
     }
 
     /// Engines to probe now.
@@ -173,6 +219,16 @@ impl Monitor {
                     .iter()
                     .any(|s| matches!(s, TargetState::UpIn | TargetState::Up))
                 {
+                    if !state.restarted.contains(&d) && !self.lease_lapsed(d, now) {
+                        // dead to our probes, but its lease may still run:
+                        // it could serve an old-map client what a write
+                        // around it under the new map replaces
+                        tracing::info!(
+                            rank = d,
+                            "pool service: engine dead, DOWN once its lease lapsed"
+                        );
+                        continue;
+                    }
                     out.push(Command::SetDomainState {
                         pool: name.clone(),
                         domain: d,
@@ -427,6 +483,61 @@ mod tests {
         assert_eq!(
             s.pools["p"].map().target(1).unwrap().state,
             TargetState::Down
+        );
+    }
+
+    #[test]
+    fn dead_to_probes_goes_down_only_once_its_lease_lapsed() {
+        let t0 = Instant::now();
+        let down_at = |lease: Option<u64>, grants: &[u64]| -> Option<u64> {
+            let mut s = pool_state(3);
+            let mut m = Monitor::new(cfg(0), 3, t0).with_lease(lease.map(Duration::from_millis));
+            // rank 1's probes fail from 0 ms on; its lease keeps being
+            // granted at `grants` (another path than the probes)
+            let mut out = Vec::new();
+            for t in (0..=3000u64).step_by(10) {
+                let now = t0 + Duration::from_millis(t);
+                if grants.contains(&t) {
+                    m.lease_granted(1, now);
+                }
+                out.extend(drive(&mut m, &mut s, t0, t, 0, |m, r, now, _| {
+                    if r != 1 {
+                        m.heard(r, now)
+                    }
+                }));
+            }
+            out.iter()
+                .find(|(_, c)| matches!(c, Command::SetDomainState { domain: 1, state, .. } if state == "DOWN"))
+                .map(|(t, _)| *t)
+        };
+        // no fence: dead_after (500 ms) after the monitor started
+        let plain = down_at(None, &[]).expect("DOWN");
+        assert!((490..=610).contains(&plain), "{plain}");
+        // lease 300 ms, granted every 100 ms until 1000 ms: not before 1300
+        let grants: Vec<u64> = (0..=1000).step_by(100).collect();
+        let fenced = down_at(Some(300), &grants).expect("DOWN");
+        assert!((1300..=1310).contains(&fenced), "DOWN at {fenced} ms");
+        // a lease longer than the detector: its length after the start
+        let long = down_at(Some(900), &[]).expect("DOWN");
+        assert!((900..=910).contains(&long), "DOWN at {long} ms");
+    }
+
+    #[test]
+    fn a_reported_engine_is_probed_at_once_and_only_probes_decide() {
+        let t0 = Instant::now();
+        let mut s = pool_state(2);
+        let mut m = Monitor::new(cfg(0), 2, t0);
+        assert_eq!(m.probes_due(t0), vec![0, 1]);
+        let t = t0 + Duration::from_millis(20);
+        assert!(m.probes_due(t).is_empty(), "interval 100 ms");
+        m.suspect(1);
+        assert_eq!(m.probes_due(t), vec![1], "reported: probed now");
+        // it answers: the report changes nothing
+        m.heard(1, t);
+        assert!(run(&mut m, &mut s, t0, 20, 2000, &[]).is_empty());
+        assert_eq!(
+            s.pools["p"].map().target(1).unwrap().state,
+            TargetState::UpIn
         );
     }
 }

@@ -60,6 +60,12 @@ pub enum ClientRequest {
         drop_to: Vec<NodeId>,
         drop_from: Vec<NodeId>,
     },
+    /// A client cannot reach engine `rank` (DAOS's client-side failure
+    /// report): the leader probes it at once. It changes no map: the
+    /// leader's monitor marks the engine DOWN only when its own probes fail
+    /// and the engine's lease has lapsed ([`crate::health`]). Answered with
+    /// the leader's status; a follower redirects.
+    ReportUnreachable { rank: u32 },
 }
 
 /// A replica's view of the group.

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use obj::client::{Client, ContHandle};
 use obj::placement::{PoolMap, TargetId, TargetState};
-use obj::rebuild::{copy_dkey, is_replicated, plan, Side, Throttle, LIST_BATCH};
+use obj::rebuild::{copy_dkey, fill_plan, is_replicated, plan, Side, Throttle, LIST_BATCH};
 use obj::types::{Anchor, DKey};
 
 use crate::health::Monitor;
@@ -674,8 +674,13 @@ impl Job {
         let from = status.cursor.clone();
         for rank in 0..cur.domains() as u32 {
             let src_t = rank; // one target per engine (checked in run)
-            let serving = cur.target(src_t).is_ok_and(|t| t.state.is_serving());
-            if !serving || extra.contains(&src_t) {
+                              // returning targets (`extra`, UP or filling) are scanned too:
+                              // a group whose only copy is on one is filled from it
+                              // (`fill_plan`); every other dkey names another source
+            let serving = cur.target(src_t).is_ok_and(|t| {
+                t.state.is_serving() || (extra.contains(&src_t) && t.state == TargetState::Up)
+            });
+            if !serving {
                 continue;
             }
             if from.as_ref().is_some_and(|c| rank < c.rank) {
@@ -782,7 +787,8 @@ impl Job {
             anchor = next;
             for dkey in dkeys {
                 status.keys_scanned += 1;
-                let Some(pl) = plan(oid, &dkey.0, base, cur, extra).map_err(|e| e.to_string())?
+                let Some(pl) =
+                    fill_plan(oid, &dkey.0, base, cur, extra).map_err(|e| e.to_string())?
                 else {
                     continue;
                 };

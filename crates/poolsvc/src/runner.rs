@@ -169,6 +169,7 @@ impl Replica {
                             cfg.engines.clone(),
                             cfg.monitor,
                             cfg.rebuild,
+                            cfg.lease,
                         )))
                     };
                     let lease = match (&cfg.map_versions, cfg.lease) {
@@ -346,6 +347,7 @@ async fn monitor_engines(
     engines: BTreeMap<NodeId, String>,
     cfg: MonitorConfig,
     rebuild: RebuildConfig,
+    lease: Option<Duration>,
 ) {
     let addrs: Vec<String> = engines.into_values().collect();
     let mut driver: Option<Driver> = None;
@@ -366,8 +368,18 @@ async fn monitor_engines(
                 "pool service: leader now, monitoring {} engines",
                 addrs.len()
             );
-            Monitor::new(cfg, addrs.len(), std::time::Instant::now())
+            Monitor::new(cfg, addrs.len(), std::time::Instant::now()).with_lease(lease)
         });
+        {
+            // clients' reports (probe now) and the leases this replica granted
+            let mut h = svc.hints.lock().unwrap_or_else(|e| e.into_inner());
+            for r in h.reports.drain(..) {
+                m.suspect(r as usize);
+            }
+            for (&r, &at) in &h.lease_grants {
+                m.lease_granted(r, at);
+            }
+        }
         let due = m.probes_due(std::time::Instant::now());
         let probes: Vec<_> = due
             .into_iter()

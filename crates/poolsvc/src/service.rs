@@ -19,6 +19,22 @@ pub struct PoolService {
     pub id: NodeId,
     pub raft: Raft,
     pub store: Store,
+    /// What this replica's leader-side monitor learns from requests
+    /// (clients' reports, lease grants).
+    pub hints: Arc<std::sync::Mutex<Hints>>,
+}
+
+/// What the monitor ([`crate::health::Monitor`]) learns from requests this
+/// replica answers while it leads.
+#[derive(Debug, Default)]
+pub struct Hints {
+    /// Ranks clients reported unreachable, not yet seen by the monitor.
+    pub reports: Vec<u32>,
+    /// Reports received so far.
+    pub reported: u64,
+    /// When this replica last granted each engine a lease (the engine's
+    /// lease runs at most `lease` past it).
+    pub lease_grants: BTreeMap<u32, std::time::Instant>,
 }
 
 fn redirect(f: ForwardToLeader<NodeId, BasicNode>) -> ClientReply {
@@ -45,7 +61,12 @@ impl PoolService {
         let raft = Raft::new(id, config, Network::new(id, transport), log, sm)
             .await
             .map_err(|e| SvcError::Raft(e.to_string()))?;
-        Ok(PoolService { id, raft, store })
+        Ok(PoolService {
+            id,
+            raft,
+            store,
+            hints: Arc::default(),
+        })
     }
 
     /// Make the first membership (all `members`, id → address). Only on a
@@ -125,6 +146,15 @@ impl PoolService {
                         }
                     }
                 }
+                if let Some((rank, _)) = engine {
+                    // now is after the engine sent its request: its lease
+                    // ends no later than now + lease
+                    self.hints
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .lease_grants
+                        .insert(rank, std::time::Instant::now());
+                }
                 ClientReply::Versions(
                     self.local_state()
                         .pools
@@ -156,6 +186,25 @@ impl PoolService {
                 Err(e) => ClientReply::Error(e.to_string()),
             },
             ClientRequest::Status => ClientReply::Status(self.status()),
+            ClientRequest::ReportUnreachable { rank } => {
+                let st = self.status();
+                if st.role != "leader" {
+                    let addr = st.leader.and_then(|l| st.members.get(&l).cloned());
+                    return ClientReply::Redirect {
+                        leader: st.leader,
+                        addr,
+                    };
+                }
+                tracing::warn!(
+                    rank,
+                    "pool service: a client reports engine {rank} unreachable: probing it"
+                );
+                let mut h = self.hints.lock().unwrap_or_else(|e| e.into_inner());
+                h.reports.push(rank);
+                h.reported += 1;
+                drop(h);
+                ClientReply::Status(st)
+            }
             ClientRequest::Faults { drop_to, drop_from } => {
                 match obj::fault::set(obj::fault::Rules {
                     drop_to: drop_to.into_iter().collect(),

@@ -692,6 +692,18 @@ pub(crate) fn session(dir: &Path, pool: &str, cont: &str, timeout: Duration) -> 
     if svc.is_some() {
         // an engine whose pool-service replica has a newer map refuses our
         // requests (DER_STALE): the client fetches the map again from here
+        if let Some(mut rep) = svc_client(&ms)? {
+            // a replica of a write this client cannot reach: the pool
+            // service is told (it probes it; only its own probes and the
+            // engine's lease decide DOWN), the write waits for its decision
+            rep.inner.deadline = Duration::from_secs(1);
+            dc = dc.with_unreachable_reporter(Box::new(move |rank| {
+                let req = poolsvc::msg::ClientRequest::ReportUnreachable { rank: rank as u32 };
+                if let Err(e) = rep.request(req) {
+                    tracing::warn!(rank, "report to the pool service: {e}");
+                }
+            }));
+        }
         if let Some(mut src) = svc_client(&ms)? {
             let pool = pool.to_string();
             // with the rebuild view: which replicas are complete
@@ -771,13 +783,16 @@ impl Session {
                         .map(|t| t.state);
                     let now = dc.map().target(r).ok().map(|t| t.state);
                     if now == Some(obj::placement::TargetState::Down) && was != now {
-                        match c.write(poolsvc::state::Command::SetDomainState {
-                            pool: self.pool.clone(),
-                            domain: r,
-                            state: "DOWN".into(),
-                        })? {
-                            poolsvc::state::Reply::Refused(e) => eprintln!("pool service: {e}"),
-                            _ => eprintln!("rank {r} marked DOWN in the pool service"),
+                        // never set DOWN from here: a rank this client does
+                        // not reach may be live (its lease running, serving
+                        // others); the service probes it and decides
+                        let req = poolsvc::msg::ClientRequest::ReportUnreachable { rank: r };
+                        match c.request(req) {
+                            Ok(_) => eprintln!(
+                                "rank {r} did not answer this command: reported to the pool \
+                                 service (it marks it DOWN only if its own probes fail)"
+                            ),
+                            Err(e) => eprintln!("pool service: report of rank {r}: {e}"),
                         }
                     }
                 }
@@ -810,7 +825,9 @@ fn kv(
     class: Option<&str>,
     args: &[String],
 ) -> Result<()> {
-    let mut s = session(dir, pool, cont, Duration::from_secs(2))?;
+    // 5 s: a write waits for the pool service to mark a dead replica DOWN
+    // (1.5 s by default) rather than going around it
+    let mut s = session(dir, pool, cont, Duration::from_secs(5))?;
     let class = match class {
         Some(c) => c.to_string(),
         None => s.class.clone().unwrap_or_else(|| "RP_2G1".into()),
