@@ -1851,14 +1851,16 @@ impl Vos {
     }
 
     /// Allocate and write the large values of an update; undo on failure.
-    fn place_values(&mut self, vals: &[(Vec<u8>, &[u8])]) -> StoreResult<Vec<Loc>> {
+    /// `None`: the value stays inline (its record is encoded from the
+    /// caller's bytes, no copy of its own).
+    fn place_values(&mut self, vals: &[(Vec<u8>, &[u8])]) -> StoreResult<Vec<Option<Loc>>> {
         let bs = self.st.bs;
         let mut locs = Vec::with_capacity(vals.len());
         let mut taken: Vec<(u64, u64)> = Vec::new();
         let mut fail = None;
         for (_, data) in vals {
             if data.len() <= self.cfg.inline_max {
-                locs.push(Loc::Inline(data.to_vec()));
+                locs.push(None);
                 continue;
             }
             let blocks = (data.len() as u64).div_ceil(bs);
@@ -1874,12 +1876,12 @@ impl Vos {
                 fail = Some(e);
                 break;
             }
-            locs.push(Loc::Bdev {
+            locs.push(Some(Loc::Bdev {
                 off,
                 blocks,
                 len: data.len() as u64,
                 crc: crc32c::crc32c(data),
-            });
+            }));
         }
         if let Some(e) = fail {
             for (o, n) in taken {
@@ -2070,12 +2072,21 @@ impl ObjectStore for Vos {
         // ---- bdev first (blocks nobody committed references), then the index
         let locs = self.place_values(&vals)?;
         let mut placed = Vec::with_capacity(locs.len());
-        for ((ap, t, rec_size, recx), loc) in metas.into_iter().zip(locs) {
-            let mut rec = Vec::with_capacity(32);
-            let inline = loc.inline_len();
+        for (((ap, t, rec_size, recx), loc), (_, data)) in metas.into_iter().zip(locs).zip(&vals) {
+            // the record at its final size: header, then the Loc encoding
+            // (an inline value: tag 0 and the caller's bytes, as Loc::encode)
+            let mut rec = Vec::with_capacity(16 + 1 + loc.as_ref().map_or(data.len(), |_| 28));
+            let inline = if loc.is_none() { data.len() as u64 } else { 0 };
+            let encode = |rec: &mut Vec<u8>| match &loc {
+                Some(l) => l.encode(rec),
+                None => {
+                    rec.push(0);
+                    rec.extend_from_slice(data);
+                }
+            };
             match t {
                 IodType::Single => {
-                    loc.encode(&mut rec);
+                    encode(&mut rec);
                     placed.push(Placed {
                         key: ap,
                         rec,
@@ -2086,7 +2097,7 @@ impl ObjectStore for Vos {
                 IodType::Array => {
                     rec.extend_from_slice(&rec_size.to_le_bytes());
                     rec.extend_from_slice(&recx.nr.to_le_bytes());
-                    loc.encode(&mut rec);
+                    encode(&mut rec);
                     let mut k = ap.clone();
                     k.extend_from_slice(&recx.idx.to_be_bytes());
                     placed.push(Placed {
