@@ -8,7 +8,10 @@
 //!   for 64 B values (inline in the index) and 8 KiB values (on the bdev);
 //! - `commit_chain`: wall and CPU time per group commit along a long run of
 //!   commits, through the redo log (checkpoints never, every 64 or 16 records)
-//!   and with the log off (`VOS_BENCH_SIZE`: value bytes, default 3901).
+//!   and with the log off (`VOS_BENCH_SIZE`: value bytes, default 3901);
+//! - `fetch_cycle`: CPU per latest-epoch fetch of a 3901-byte value, cycling
+//!   over more keys than the latest-value cache holds (`VOS_BENCH_KEYS`,
+//!   `VOS_BENCH_CACHE`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -196,4 +199,72 @@ fn commit_chain() {
             row.join(" ")
         );
     }
+}
+
+/// CPU per latest-epoch fetch of one 3901-byte single value (mdtest-hard's
+/// read), cycling over `VOS_BENCH_KEYS` keys (default 4000, ~16 MB) with the
+/// latest-value cache at `VOS_BENCH_CACHE` bytes: the default 4 MiB holds a
+/// quarter of them, so most reads miss (as mdtest-hard's cyclic read of more
+/// keys than the 64 MiB cache holds); `VOS_BENCH_CACHE=0` turns it off,
+/// a large one makes every read after the first pass a hit.
+#[test]
+#[ignore = "benchmark: run with --ignored --nocapture"]
+fn fetch_cycle() {
+    let env = |k: &str, d: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(d)
+    };
+    let keys = env("VOS_BENCH_KEYS", 4000);
+    let cache = env("VOS_BENCH_CACHE", 4 << 20) as usize;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = VosConfig {
+        auto_commit: false,
+        value_cache_bytes: cache,
+        ..VosConfig::default()
+    };
+    let mut v = Vos::open(dir.path().join("index.redb"), file_bdev(dir.path()), cfg).unwrap();
+    v.cont_create(CONT).unwrap();
+    v.commit().unwrap();
+    let oid = ObjectId::generate(0, 1, ObjType::KvHashed, ObjClass::S1).unwrap();
+    for k in 0..keys {
+        v.update(
+            CONT,
+            oid,
+            Epoch(k + 2),
+            &DKey(k.to_be_bytes().to_vec()),
+            &[Iod::single("kv", 3901)],
+            &[SgList::one(vec![k as u8; 3901])],
+        )
+        .unwrap();
+        if k % 32 == 31 {
+            v.commit().unwrap();
+        }
+    }
+    v.commit().unwrap();
+    let iod = [Iod::single("kv", 0)];
+    let mut row = Vec::new();
+    for _pass in 0..4 {
+        let cpu = thread_cpu();
+        for k in 0..keys {
+            let (out, bufs) = v
+                .fetch_owned(
+                    CONT,
+                    oid,
+                    EPOCH_MAX,
+                    &DKey(k.to_be_bytes().to_vec()),
+                    &iod,
+                    1 << 20,
+                )
+                .unwrap();
+            assert_eq!(out.sizes, [3901]);
+            assert_eq!(bufs[0][0], k as u8);
+        }
+        row.push(format!("{:.2}", (thread_cpu() - cpu) * 1e6 / keys as f64));
+    }
+    eprintln!(
+        "fetch of 3901 B over {keys} keys, value cache {cache} B: CPU µs per fetch, per pass: {}",
+        row.join(" ")
+    );
 }

@@ -37,6 +37,7 @@ pub(crate) mod aggregate;
 pub(crate) mod alloc;
 pub(crate) mod extent;
 pub(crate) mod keys;
+mod txn;
 pub(crate) mod wal;
 
 use std::collections::{HashMap, HashSet};
@@ -57,6 +58,7 @@ use crate::types::{
 use alloc::Allocator;
 use extent::Ext;
 use keys::{Ver, T_AFTER, T_CHILD, T_EXT, T_PUNCH, T_SV};
+use txn::{Tables, Txn};
 use wal::{Tab, Wal};
 
 const IDX: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idx");
@@ -602,7 +604,8 @@ pub struct Vos {
     rview: Option<ReadTables>,
     /// Containers that have held a punch (the [`PUNCHED`] table, in memory).
     punched: HashSet<[u8; 16]>,
-    txn: Option<WriteTransaction>,
+    /// The open write transaction, with its index tables kept open.
+    txn: Option<Txn>,
     st: St,
     cfg: VosConfig,
     path: PathBuf,
@@ -632,7 +635,7 @@ impl Drop for Vos {
         // makes them durable); if that fails they are still in the log
         let _ = self.settle();
         if let Some(t) = self.txn.take() {
-            let _ = t.abort();
+            let _ = t.into_inner().abort();
         }
     }
 }
@@ -1272,7 +1275,7 @@ impl Vos {
         self.pending = false;
         self.rview = None;
         let aborted = match self.txn.take() {
-            Some(t) => t.abort().map_err(ix),
+            Some(t) => t.into_inner().abort().map_err(ix),
             None => Ok(()),
         };
         self.reload_state()?;
@@ -1295,10 +1298,11 @@ impl Vos {
         if self.pending || self.deferred == 0 {
             return Ok(());
         }
-        let Some(mut txn) = self.txn.take() else {
+        let Some(txn) = self.txn.take() else {
             self.deferred = 0;
             return Ok(());
         };
+        let mut txn = txn.into_inner();
         let r = txn
             .set_durability(Durability::None)
             .map_err(ix)
@@ -1360,16 +1364,13 @@ impl Vos {
         &mut self,
         f: impl FnOnce(&dyn Reader, &mut St) -> StoreResult<R>,
     ) -> StoreResult<R> {
-        if let Some(txn) = &self.txn {
-            let idx = txn.open_table(IDX).map_err(ix)?;
-            let extmax = txn.open_table(EXTMAX).map_err(ix)?;
-            let conts = txn.open_table(CONTS).map_err(ix)?;
-            let snaps = txn.open_table(SNAPS).map_err(ix)?;
+        if let Some(txn) = &mut self.txn {
+            let (t, _) = txn.tables()?;
             let v = View {
-                idx: &idx,
-                extmax: &extmax,
-                conts: &conts,
-                snaps: &snaps,
+                idx: &t.idx,
+                extmax: &t.extmax,
+                conts: &t.conts,
+                snaps: &t.snaps,
                 punched: &self.punched,
             };
             f(&v, &mut self.st)
@@ -1433,23 +1434,21 @@ impl Vos {
         if self.txn.is_none() {
             // the cached read view would not see this batch once committed
             self.rview = None;
-            self.txn = Some(self.db.begin_write().map_err(ix)?);
+            self.txn = Some(Txn::new(self.db.begin_write().map_err(ix)?));
         }
         self.pending = true;
         let res = {
-            let Some(txn) = self.txn.as_ref() else {
+            let Some(txn) = self.txn.as_mut() else {
                 return Err(StoreError::Index("no transaction".into()));
             };
-            let open = || -> StoreResult<_> {
-                Ok((
-                    txn.open_table(IDX).map_err(ix)?,
-                    txn.open_table(EXTMAX).map_err(ix)?,
-                    txn.open_table(CONTS).map_err(ix)?,
-                    txn.open_table(SNAPS).map_err(ix)?,
-                ))
-            };
-            match open() {
-                Ok((idx, extmax, conts, snaps)) => {
+            match txn.tables() {
+                Ok((t, txn)) => {
+                    let Tables {
+                        idx,
+                        extmax,
+                        conts,
+                        snaps,
+                    } = t;
                     let mut w = W {
                         idx,
                         extmax,
@@ -1569,10 +1568,10 @@ impl Vos {
 
 /// The open write transaction's tables plus the store state.
 pub(crate) struct W<'t> {
-    pub(crate) idx: redb::Table<'t, &'static [u8], &'static [u8]>,
-    pub(crate) extmax: redb::Table<'t, &'static [u8], u64>,
-    pub(crate) conts: redb::Table<'t, &'static [u8], u64>,
-    pub(crate) snaps: redb::Table<'t, &'static [u8], &'static [u8]>,
+    pub(crate) idx: &'t mut redb::Table<'t, &'static [u8], &'static [u8]>,
+    pub(crate) extmax: &'t mut redb::Table<'t, &'static [u8], u64>,
+    pub(crate) conts: &'t mut redb::Table<'t, &'static [u8], u64>,
+    pub(crate) snaps: &'t mut redb::Table<'t, &'static [u8], &'static [u8]>,
     st: Option<&'t mut St>,
     txn: &'t WriteTransaction,
     punched: &'t mut HashSet<[u8; 16]>,
@@ -1592,10 +1591,10 @@ type WView<'a, 't> = View<
 impl<'t> W<'t> {
     pub(crate) fn view(&self) -> WView<'_, 't> {
         View {
-            idx: &self.idx,
-            extmax: &self.extmax,
-            conts: &self.conts,
-            snaps: &self.snaps,
+            idx: &*self.idx,
+            extmax: &*self.extmax,
+            conts: &*self.conts,
+            snaps: &*self.snaps,
             punched: &*self.punched,
         }
     }
@@ -1721,7 +1720,7 @@ impl Vos {
 
     /// A durable index commit (of the batch and of every batch committed
     /// through the log since the last one); the log starts a new generation.
-    fn checkpoint(&mut self, txn: WriteTransaction) -> StoreResult<()> {
+    fn checkpoint(&mut self, txn: Txn) -> StoreResult<()> {
         // every record in the log is acknowledged: a failed checkpoint keeps
         // them (replayed if the open transaction held them)
         let below = self.wal.as_ref().map_or(0, |w| w.next_lsn());
@@ -1735,9 +1734,9 @@ impl Vos {
         // same transaction
         self.st.alloc.apply_deferred();
         let gen = self.wal.as_ref().map(|w| w.gen() + 1);
-        let r = self.write_state(&txn, gen, 0);
+        let r = self.write_state(txn.txn(), gen, 0);
         // 3. one fsync'd commit
-        let r = r.and_then(|()| txn.commit().map_err(ix));
+        let r = r.and_then(|()| txn.into_inner().commit().map_err(ix));
         if let Err(e) = r {
             self.rollback(below)?;
             return Err(e);
@@ -1762,7 +1761,7 @@ impl Vos {
     /// but kept open for the next batch; a failure then replays the
     /// acknowledged records below this batch's from the log (a new
     /// generation, as voiding does).
-    fn commit_logged(&mut self, txn: WriteTransaction) -> StoreResult<()> {
+    fn commit_logged(&mut self, txn: Txn) -> StoreResult<()> {
         let lsn = self.wal.as_ref().map_or(0, |w| w.next_lsn());
         let flushing = match self.st.start_flush() {
             Ok(f) => f,
@@ -1773,7 +1772,7 @@ impl Vos {
             }
         };
         let counters = [self.st.seq, self.st.max_epoch, self.st.inline_bytes];
-        let r = self.write_state(&txn, None, lsn).and_then(|()| {
+        let r = self.write_state(txn.txn(), None, lsn).and_then(|()| {
             let w = self
                 .wal
                 .as_mut()
@@ -1796,7 +1795,7 @@ impl Vos {
                 return Ok(());
             }
             Ok(()) => {
-                let mut txn = txn;
+                let mut txn = txn.into_inner();
                 let r = txn
                     .set_durability(Durability::None)
                     .map_err(ix)
@@ -1819,7 +1818,7 @@ impl Vos {
                 return Err(e);
             }
             if let Some(t) = self.txn.take() {
-                let _ = t.abort();
+                let _ = t.into_inner().abort();
             }
             if let Err(v) = self.void_wal() {
                 // no log record is appended before a checkpoint has voided
@@ -1852,14 +1851,16 @@ impl Vos {
     }
 
     /// Allocate and write the large values of an update; undo on failure.
-    fn place_values(&mut self, vals: &[(Vec<u8>, &[u8])]) -> StoreResult<Vec<Loc>> {
+    /// `None`: the value stays inline (its record is encoded from the
+    /// caller's bytes, no copy of its own).
+    fn place_values(&mut self, vals: &[(Vec<u8>, &[u8])]) -> StoreResult<Vec<Option<Loc>>> {
         let bs = self.st.bs;
         let mut locs = Vec::with_capacity(vals.len());
         let mut taken: Vec<(u64, u64)> = Vec::new();
         let mut fail = None;
         for (_, data) in vals {
             if data.len() <= self.cfg.inline_max {
-                locs.push(Loc::Inline(data.to_vec()));
+                locs.push(None);
                 continue;
             }
             let blocks = (data.len() as u64).div_ceil(bs);
@@ -1875,12 +1876,12 @@ impl Vos {
                 fail = Some(e);
                 break;
             }
-            locs.push(Loc::Bdev {
+            locs.push(Some(Loc::Bdev {
                 off,
                 blocks,
                 len: data.len() as u64,
                 crc: crc32c::crc32c(data),
-            });
+            }));
         }
         if let Some(e) = fail {
             for (o, n) in taken {
@@ -1945,9 +1946,10 @@ impl ObjectStore for Vos {
                 .map(ContId::from_bytes)
                 .collect()
         };
-        if let Some(txn) = &self.txn {
-            let t = txn.open_table(CONTS).map_err(ix)?;
+        if let Some(txn) = &mut self.txn {
+            let (t, _) = txn.tables()?;
             let v: Vec<Vec<u8>> = t
+                .conts
                 .iter()
                 .map_err(ix)?
                 .filter_map(|r| r.ok().map(|(k, _)| k.value().to_vec()))
@@ -2070,12 +2072,21 @@ impl ObjectStore for Vos {
         // ---- bdev first (blocks nobody committed references), then the index
         let locs = self.place_values(&vals)?;
         let mut placed = Vec::with_capacity(locs.len());
-        for ((ap, t, rec_size, recx), loc) in metas.into_iter().zip(locs) {
-            let mut rec = Vec::with_capacity(32);
-            let inline = loc.inline_len();
+        for (((ap, t, rec_size, recx), loc), (_, data)) in metas.into_iter().zip(locs).zip(&vals) {
+            // the record at its final size: header, then the Loc encoding
+            // (an inline value: tag 0 and the caller's bytes, as Loc::encode)
+            let mut rec = Vec::with_capacity(16 + 1 + loc.as_ref().map_or(data.len(), |_| 28));
+            let inline = if loc.is_none() { data.len() as u64 } else { 0 };
+            let encode = |rec: &mut Vec<u8>| match &loc {
+                Some(l) => l.encode(rec),
+                None => {
+                    rec.push(0);
+                    rec.extend_from_slice(data);
+                }
+            };
             match t {
                 IodType::Single => {
-                    loc.encode(&mut rec);
+                    encode(&mut rec);
                     placed.push(Placed {
                         key: ap,
                         rec,
@@ -2086,7 +2097,7 @@ impl ObjectStore for Vos {
                 IodType::Array => {
                     rec.extend_from_slice(&rec_size.to_le_bytes());
                     rec.extend_from_slice(&recx.nr.to_le_bytes());
-                    loc.encode(&mut rec);
+                    encode(&mut rec);
                     let mut k = ap.clone();
                     k.extend_from_slice(&recx.idx.to_be_bytes());
                     placed.push(Placed {
