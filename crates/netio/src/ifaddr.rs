@@ -59,6 +59,32 @@ pub fn route_source(src: Option<Ipv4Addr>, dst: Ipv4Addr, port: u16) -> io::Resu
     }
 }
 
+/// An `ifreq` ioctl that reads `name` and fills the answer (SIOCGIFHWADDR,
+/// SIOCGIFMTU, ...) on a throwaway socket of the caller's network namespace.
+pub(crate) fn if_ioctl(name: &str, request: libc::c_ulong) -> io::Result<libc::ifreq> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    if name.len() >= libc::IFNAMSIZ {
+        return Err(io::ErrorKind::InvalidInput.into());
+    }
+    // SAFETY: plain socket(2).
+    let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if s < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh descriptor we own.
+    let s = unsafe { OwnedFd::from_raw_fd(s) };
+    // SAFETY: ifreq is plain old data; all-zero is valid.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, b) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = b as libc::c_char;
+    }
+    // SAFETY: `request` is an ifreq ioctl: it reads ifr_name and writes the ifreq we pass.
+    if unsafe { libc::ioctl(s.as_raw_fd(), request, &mut req) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(req)
+}
+
 #[cfg(test)]
 mod tests {
     use std::net::Ipv4Addr;

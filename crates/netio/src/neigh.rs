@@ -9,7 +9,6 @@
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 /// The interface that holds `ip` (an address of this host), if any.
@@ -22,26 +21,7 @@ pub fn iface_of(ip: Ipv4Addr) -> Option<String> {
 
 /// The MTU of `name` (SIOCGIFMTU).
 pub fn if_mtu(name: &str) -> io::Result<u32> {
-    if name.len() >= libc::IFNAMSIZ {
-        return Err(io::ErrorKind::InvalidInput.into());
-    }
-    // SAFETY: plain socket(2).
-    let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if s < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fresh descriptor we own.
-    let s = unsafe { OwnedFd::from_raw_fd(s) };
-    // SAFETY: ifreq is plain old data; all-zero is valid.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, b) in req.ifr_name.iter_mut().zip(name.bytes()) {
-        *d = b as libc::c_char;
-    }
-    // SAFETY: SIOCGIFMTU reads ifr_name and writes the ifreq we pass.
-    let rc = unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCGIFMTU, &mut req) };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let req = crate::ifaddr::if_ioctl(name, libc::SIOCGIFMTU)?;
     // SAFETY: the kernel filled the mtu member of the union.
     Ok(unsafe { req.ifr_ifru.ifru_mtu } as u32)
 }

@@ -157,26 +157,7 @@ pub fn ifindex(name: &str) -> io::Result<u32> {
 /// The MAC address of `name` in the caller's network namespace (SIOCGIFHWADDR;
 /// /sys/class/net shows the namespace sysfs was mounted in, not the caller's).
 pub fn if_mac(name: &str) -> io::Result<[u8; 6]> {
-    if name.len() >= libc::IFNAMSIZ {
-        return Err(io::ErrorKind::InvalidInput.into());
-    }
-    // SAFETY: plain socket(2).
-    let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if s < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fresh descriptor we own.
-    let s = unsafe { OwnedFd::from_raw_fd(s) };
-    // SAFETY: ifreq is plain old data; all-zero is valid.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, b) in req.ifr_name.iter_mut().zip(name.bytes()) {
-        *d = b as libc::c_char;
-    }
-    // SAFETY: SIOCGIFHWADDR reads ifr_name and writes the ifreq we pass.
-    let rc = unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCGIFHWADDR, &mut req) };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let req = crate::ifaddr::if_ioctl(name, libc::SIOCGIFHWADDR)?;
     // SAFETY: the kernel filled the hwaddr member of the union.
     let sa = unsafe { req.ifr_ifru.ifru_hwaddr };
     let mut m = [0u8; 6];

@@ -66,15 +66,15 @@ pub struct DkeyPlan {
     pub dests: Vec<TargetId>,
 }
 
-/// See the module doc. `None`: nothing to copy, or no replica left to copy
-/// from (every member of the group under `base` is gone: data lost).
-pub fn plan(
+/// The dkey's group under `current` (as rebuild places it) and the members
+/// of its group under `base` that were serving there; None: no such group.
+#[allow(clippy::type_complexity)]
+fn group_now_and_before(
     oid: ObjectId,
     dkey: &[u8],
     base: &PoolMap,
     current: &PoolMap,
-    extra: &[TargetId],
-) -> Result<Option<DkeyPlan>, MapError> {
+) -> Result<Option<(Vec<TargetId>, Vec<TargetId>)>, MapError> {
     let now = layout(oid, &rebuild_map(current))?;
     let before = layout(oid, base)?;
     let g = group_of(dkey, now.groups.len());
@@ -91,6 +91,21 @@ pub fn plan(
                 .collect()
         })
         .unwrap_or_default();
+    Ok(Some((grp.clone(), was)))
+}
+
+/// See the module doc. `None`: nothing to copy, or no replica left to copy
+/// from (every member of the group under `base` is gone: data lost).
+pub fn plan(
+    oid: ObjectId,
+    dkey: &[u8],
+    base: &PoolMap,
+    current: &PoolMap,
+    extra: &[TargetId],
+) -> Result<Option<DkeyPlan>, MapError> {
+    let Some((grp, was)) = group_now_and_before(oid, dkey, base, current)? else {
+        return Ok(None);
+    };
     let serving_now = |t: TargetId| current.target(t).is_ok_and(|t| t.state.is_serving());
     let dests: Vec<TargetId> = grp
         .iter()
@@ -126,22 +141,9 @@ pub fn fill_plan(
     if let Some(p) = plan(oid, dkey, base, current, extra)? {
         return Ok(Some(p));
     }
-    let now = layout(oid, &rebuild_map(current))?;
-    let before = layout(oid, base)?;
-    let g = group_of(dkey, now.groups.len());
-    let Some(grp) = now.groups.get(g) else {
+    let Some((grp, was)) = group_now_and_before(oid, dkey, base, current)? else {
         return Ok(None);
     };
-    let was: Vec<TargetId> = before
-        .groups
-        .get(g)
-        .map(|b| {
-            b.iter()
-                .copied()
-                .filter(|&t| base.target(t).is_ok_and(|t| t.state.is_serving()))
-                .collect()
-        })
-        .unwrap_or_default();
     let avail = |t: TargetId| {
         current
             .target(t)
