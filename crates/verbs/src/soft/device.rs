@@ -226,6 +226,18 @@ impl Device {
         g
     }
 
+    /// The engine if nobody holds it (the poller's timer turn: a holder is
+    /// running the engine and will send what it makes ready).
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, Inner>> {
+        let mut g = match self.inner.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        g.locks += 1;
+        Some(g)
+    }
+
     /// The receive batch, waiting for it.
     pub(crate) fn lock_rx(&self) -> MutexGuard<'_, RxSlot> {
         let mut g = self.rx.lock().unwrap_or_else(|p| p.into_inner());

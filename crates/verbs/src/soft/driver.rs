@@ -138,18 +138,27 @@ pub(crate) fn flush_deferred(shared: &Device) {
 fn service_timers(s: &Device) {
     let now = Instant::now();
     let mut g = s.lock();
+    service_timers_locked(s, &mut g, now);
+}
+
+/// [`service_timers`] with the engine held.
+fn service_timers_locked(s: &Device, g: &mut super::device::Inner, now: Instant) {
     let due = g.engine.poll_timeout().is_some_and(|t| t <= now);
     if due {
         g.engine.handle_timeout(now);
     }
     if due || s.tx_deferred.load(std::sync::atomic::Ordering::Relaxed) {
-        s.after(&mut g);
+        s.after(g);
     }
 }
 
 /// While an application thread busy-polls (and so receives itself), the poller
 /// thread stays out of its way for this long after the last busy poll.
 const BUSY_POLL_GRACE_NS: u64 = 200_000;
+
+/// Timer turns in a row on which the poller finds the engine held before it
+/// waits for it.
+const MAX_TIMER_MISSES: u32 = 4;
 
 /// How long the poller keeps polling an idle socket before blocking in poll().
 const POLLER_SPIN: Duration = Duration::from_micros(10);
@@ -170,74 +179,96 @@ pub(crate) fn spawn_poller(shared: &Arc<Device>) -> std::io::Result<()> {
     let xdp = super::xdp::port_for(shared.ip).is_some();
     let h = std::thread::Builder::new()
         .name(format!("roce-{}", shared.name))
-        .spawn(move || loop {
-            let (timeout, since) = {
-                let Some(s) = weak.upgrade() else { return };
-                let now = Instant::now();
-                let t = s.lock().engine.poll_timeout();
-                let since = mono_ns()
-                    .saturating_sub(s.busy_poll_at.load(std::sync::atomic::Ordering::Relaxed));
-                let t = t.map_or(Duration::from_millis(50), |t| {
-                    t.saturating_duration_since(now)
-                        .min(Duration::from_millis(50))
-                });
-                (t, since)
-            };
-            if since < BUSY_POLL_GRACE_NS {
-                // an application thread busy-polls and receives itself: stay off
-                // the socket (a poll() woken by every arriving packet took a core
-                // from the busy poller on these 2-core machines: issue 19's
-                // profile, 0.4 wake-ups and ~8 µs of poller CPU per message of
-                // the 2-byte latency test); timers remain ours
-                std::thread::sleep(timeout.min(Duration::from_nanos(BUSY_POLL_GRACE_NS - since)));
+        .spawn(move || {
+            let mut timer_misses = 0u32;
+            loop {
+                let (timeout, since) = {
+                    let Some(s) = weak.upgrade() else { return };
+                    let now = Instant::now();
+                    let t = s.lock().engine.poll_timeout();
+                    let since = mono_ns()
+                        .saturating_sub(s.busy_poll_at.load(std::sync::atomic::Ordering::Relaxed));
+                    let t = t.map_or(Duration::from_millis(50), |t| {
+                        t.saturating_duration_since(now)
+                            .min(Duration::from_millis(50))
+                    });
+                    (t, since)
+                };
+                if since < BUSY_POLL_GRACE_NS {
+                    // an application thread busy-polls and receives itself: stay off
+                    // the socket (a poll() woken by every arriving packet took a core
+                    // from the busy poller on these 2-core machines: issue 19's
+                    // profile, 0.4 wake-ups and ~8 µs of poller CPU per message of
+                    // the 2-byte latency test); timers remain ours
+                    std::thread::sleep(
+                        timeout.min(Duration::from_nanos(BUSY_POLL_GRACE_NS - since)),
+                    );
+                    let Some(s) = weak.upgrade() else { return };
+                    s.poller_wakeups
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    // the busy poller holds the engine for its posts and receives
+                    // (a sendmmsg under it): waiting for it put this thread to
+                    // sleep on the futex and cost the poller a wake-up syscall on
+                    // every unlock (issue 19's write-bw profile: 11 % of the CPU).
+                    // A holder runs the engine and sends what it makes ready; due
+                    // timers wait for a turn on which the engine is free, or for
+                    // the MAX_TIMER_MISSES-th turn in a row, which waits for it.
+                    match s.try_lock() {
+                        Some(mut g) => {
+                            timer_misses = 0;
+                            service_timers_locked(&s, &mut g, Instant::now());
+                        }
+                        None if timer_misses + 1 >= MAX_TIMER_MISSES => {
+                            timer_misses = 0;
+                            service_timers(&s);
+                        }
+                        None => timer_misses += 1,
+                    }
+                    continue;
+                }
+                if xdp {
+                    std::thread::sleep(timeout.min(XDP_POLLER_NAP));
+                } else if !sock.wait_readable(Some(timeout)).unwrap_or(false) {
+                    let Some(s) = weak.upgrade() else { return };
+                    service_timers(&s);
+                    continue;
+                }
                 let Some(s) = weak.upgrade() else { return };
                 s.poller_wakeups
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                service_timers(&s);
-                continue;
-            }
-            if xdp {
-                std::thread::sleep(timeout.min(XDP_POLLER_NAP));
-            } else if !sock.wait_readable(Some(timeout)).unwrap_or(false) {
-                let Some(s) = weak.upgrade() else { return };
-                service_timers(&s);
-                continue;
-            }
-            let Some(s) = weak.upgrade() else { return };
-            s.poller_wakeups
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let since =
-                mono_ns().saturating_sub(s.busy_poll_at.load(std::sync::atomic::Ordering::Relaxed));
-            if since < BUSY_POLL_GRACE_NS {
-                // a busy poller started while we waited: it receives (next turn sleeps)
-                continue;
-            }
-            // the receive batch is shared with busy pollers (`try_progress`)
-            let mut g = s.lock_rx();
-            let Some(rx) = g.batch.as_mut() else { return };
-            // drain, then keep polling the socket for a short while: during a
-            // stream this saves a wake-up (and a context switch) per datagram
-            let mut last = Instant::now();
-            loop {
-                match round(&s, rx, true) {
-                    Ok(0) => {
-                        if last.elapsed() > POLLER_SPIN {
+                let since = mono_ns()
+                    .saturating_sub(s.busy_poll_at.load(std::sync::atomic::Ordering::Relaxed));
+                if since < BUSY_POLL_GRACE_NS {
+                    // a busy poller started while we waited: it receives (next turn sleeps)
+                    continue;
+                }
+                // the receive batch is shared with busy pollers (`try_progress`)
+                let mut g = s.lock_rx();
+                let Some(rx) = g.batch.as_mut() else { return };
+                // drain, then keep polling the socket for a short while: during a
+                // stream this saves a wake-up (and a context switch) per datagram
+                let mut last = Instant::now();
+                loop {
+                    match round(&s, rx, true) {
+                        Ok(0) => {
+                            if last.elapsed() > POLLER_SPIN {
+                                break;
+                            }
+                            std::hint::spin_loop();
+                        }
+                        Ok(_) => last = Instant::now(),
+                        Err(e) => {
+                            tracing::warn!("roce rx: {e}");
                             break;
                         }
-                        std::hint::spin_loop();
-                    }
-                    Ok(_) => last = Instant::now(),
-                    Err(e) => {
-                        tracing::warn!("roce rx: {e}");
-                        break;
                     }
                 }
-            }
-            let now = Instant::now();
-            let mut eg = s.lock();
-            if eg.engine.poll_timeout().is_some_and(|t| t <= now) {
-                eg.engine.handle_timeout(now);
-                s.after(&mut eg);
+                let now = Instant::now();
+                let mut eg = s.lock();
+                if eg.engine.poll_timeout().is_some_and(|t| t <= now) {
+                    eg.engine.handle_timeout(now);
+                    s.after(&mut eg);
+                }
             }
         })?;
     *shared.poller.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
