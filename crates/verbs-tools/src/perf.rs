@@ -397,17 +397,22 @@ fn perf_client(
     let (mut posted, mut done) = (0u64, 0u64);
     let t0 = Instant::now();
     let mut stop_posting = false;
+    // a list is posted only whole (perftest: `scnt - ccnt + post_list <=
+    // tx_depth`): refilling the window one or two WRs at a time as completions
+    // trickled in cost a sendmmsg per WR or two (half the bandwidth in the
+    // TCG guest, where a syscall costs tens of µs)
+    let list_len = POST_LIST.min(depth) as u64;
     while done < posted || !stop_posting {
         // post lists of up to POST_LIST WRs (perftest's -l): one doorbell, one
         // device lock and one sendmmsg for the lot
         let mut list = [SendWr::new(0, op, &sge); POST_LIST];
         let mut k = 0;
         // one clock read per list, not per WR (the clock is an HPET read in the guest)
-        let room = !stop_posting && (posted - done) < depth as u64;
+        let room = !stop_posting && (posted - done) + list_len <= depth as u64;
         if room && p.duration.is_some_and(|d| t0.elapsed() >= d) {
             stop_posting = true;
         }
-        while !stop_posting && (posted + k as u64 - done) < depth as u64 && k < POST_LIST {
+        while room && !stop_posting && (k as u64) < list_len {
             if p.duration.is_none() && !limit(posted + k as u64, t0) {
                 stop_posting = true;
                 break;
@@ -424,12 +429,12 @@ fn perf_client(
             posted += k as u64;
         }
         if done < posted {
-            // perftest's loop: while there is room in the window, one poll that
-            // does not wait, then post again; wait only with the window full (or
-            // posting done). Waiting after every list kept one list in flight,
-            // not `depth`: WRITE 4 KiB went in lock step, each side idle half
-            // the time (issue 19's profile).
-            if stop_posting || posted - done >= depth as u64 {
+            // perftest's loop: while the window has room for a list, one poll
+            // that does not wait, then post again; wait only when it has not
+            // (or posting is done). Waiting after every list kept one list in
+            // flight, not `depth`: WRITE 4 KiB went in lock step, each side
+            // idle half the time (issue 19's profile).
+            if stop_posting || (posted - done) + list_len > depth as u64 {
                 done += poll_one(&e.cq, &mut wc, hard, idle)? as u64;
             } else {
                 idle()?;
