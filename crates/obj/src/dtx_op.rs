@@ -3,10 +3,11 @@
 //! (single values and array extents), or a punch of the object, a dkey or
 //! akeys — every one at the transaction's one epoch on every replica.
 
+use crate::placement::{group_of, layout, MapError, PoolMap};
 use crate::rpc::codec::{Reader, Writer};
 use crate::rpc::msg::{WireOid, MAX_KEY_LEN, MAX_LABEL_LEN};
 use crate::rpc::WireError;
-use crate::types::{AKey, Iod, IodType, Recx};
+use crate::types::{AKey, Iod, IodType, ObjectId, Recx};
 
 /// Most akeys in one DTX update or punch; most extents per akey.
 pub const MAX_DTX_IODS: usize = 64;
@@ -276,6 +277,37 @@ impl DtxWrite {
         r.finish()?;
         Ok(p)
     }
+}
+
+/// The engines (ranks: one fault domain per engine) that take a write of
+/// `dkey` (`None`: an object punch, every group) of `oid` under `map`: the
+/// serving members of the dkey's group (or of every group), each once, in
+/// layout order; and the group size(s) in total (fewer participants than
+/// that: a degraded write). The client places its DTX with it, and the
+/// leader engine checks the client's list against its own map with it (a
+/// write never goes around a replica serving in the map).
+pub fn write_participants(
+    oid: ObjectId,
+    map: &PoolMap,
+    dkey: Option<&[u8]>,
+) -> Result<(Vec<u32>, usize), MapError> {
+    let l = layout(oid, map)?;
+    let groups: Vec<&Vec<u32>> = match dkey {
+        Some(k) => vec![&l.groups[group_of(k, l.groups.len())]],
+        None => l.groups.iter().collect(),
+    };
+    let mut ranks: Vec<u32> = Vec::new();
+    let mut total = 0;
+    for grp in groups {
+        total += grp.len();
+        for &t in grp {
+            let tgt = *map.target(t)?;
+            if tgt.state.is_serving() && !ranks.contains(&tgt.domain) {
+                ranks.push(tgt.domain);
+            }
+        }
+    }
+    Ok((ranks, total))
 }
 
 #[cfg(test)]

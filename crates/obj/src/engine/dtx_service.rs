@@ -334,7 +334,7 @@ impl Driver {
         for r in &down {
             if !was.contains(r) {
                 info!(rank = r, "dtx: peer down in the pool map");
-                acts.extend(core.peer_down(now, *r));
+                acts.extend(core.peer_out(now, *r));
             }
         }
         for r in &was {
@@ -366,7 +366,7 @@ impl Driver {
                 let mut core = Dtx::new(rank, incarnation, DtxConfig::default());
                 for &r in &self.map_down {
                     // nothing in flight yet: no actions
-                    let _ = core.peer_down(Instant::now(), r);
+                    let _ = core.peer_out(Instant::now(), r);
                 }
                 self.core = Some(core);
             }
