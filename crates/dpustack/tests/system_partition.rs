@@ -152,8 +152,9 @@ struct Outcome {
 /// A fresh system of `n` engines, a load, the leader (and for 5 engines one
 /// more replica) cut off with `cut` for `hold`, healed, the checks.
 fn round(ip: &str, seed: u64, n: usize, cut: Cut, hold: Duration) -> Outcome {
+    // one directory per round (kept with REBUILD_KEEP=1: the engines' logs)
     let dir = std::env::temp_dir().join(format!(
-        "dpustack-system-partition-{}-{seed}",
+        "dpustack-system-partition-{}-{seed}-{cut:?}",
         std::process::id()
     ));
     let _ = std::fs::remove_dir_all(&dir);
