@@ -443,8 +443,13 @@ struct Prep {
     participants: Vec<Rank>,
     since: Instant,
     last_query: Option<Instant>,
+    /// Held longer than [`HELD_WARN`] has been logged.
+    warned: bool,
     answers: HashMap<Rank, Known>,
 }
+
+/// A prepared entry held this long is logged (once).
+const HELD_WARN: Duration = Duration::from_secs(5);
 
 /// Counters (for logs and tests).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -522,6 +527,7 @@ impl Dtx {
                             participants,
                             since: now,
                             last_query: None,
+                            warned: false,
                             answers: HashMap::new(),
                         },
                     );
@@ -839,6 +845,7 @@ impl Dtx {
                                 participants,
                                 since: now,
                                 last_query: None,
+                                warned: false,
                                 answers: HashMap::new(),
                             });
                         }
@@ -1060,6 +1067,22 @@ impl Dtx {
                 continue;
             }
             p.last_query = Some(now);
+            if !p.warned && now.saturating_duration_since(p.since) >= HELD_WARN {
+                p.warned = true;
+                let silent: Vec<Rank> = p
+                    .participants
+                    .iter()
+                    .copied()
+                    .filter(|r| *r != self.me && !p.answers.contains_key(r))
+                    .collect();
+                tracing::warn!(
+                    ?id,
+                    ?silent,
+                    down = ?self.down,
+                    "dtx: a prepared entry holds its keys for {HELD_WARN:?}: no outcome yet \
+                     (its leader and the participants still in the map have not answered)"
+                );
+            }
             ask.push((*id, p.participants.clone()));
         }
         for (id, parts) in ask {
