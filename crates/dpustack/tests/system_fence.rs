@@ -239,6 +239,22 @@ fn engine_cut_off_from_the_pool_service_refuses_object_io() {
         Err(ClientError::StaleMap { version }) => assert_eq!(version, v2),
         r => panic!("E served an old map after healing: {r:?}"),
     }
+    // 6. a serving engine is not taken out by hand without --force (a DOWN
+    // set by hand is not delayed by its lease); with it, it is
+    let r = (0..3).find(|&r| r != e).unwrap().to_string();
+    let o = run(&dir, &["set-state", "dp", &r, "DOWN"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("--force") && err.contains("lease"),
+        "set-state DOWN of a serving engine without --force: {err}"
+    );
+    let v3 = v2 + 1;
+    assert!(
+        ok(&dir, &["set-state", "dp", &r, "DOWN", "--force"])
+            .contains(&format!("pool map version {v3}")),
+        "forced DOWN: a new map version"
+    );
+
     eprintln!(
         "fence: E = rank {e} (leader {leader}), lease {lease_ms} ms; DOWN (v{v2}) {down_after:?} \
          after the cut; fence lifted {lifted_after:?} after healing; X's fenced refusals {}",

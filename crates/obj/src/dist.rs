@@ -695,23 +695,11 @@ impl DistClient {
         oid: ObjectId,
         dkey: Option<&[u8]>,
     ) -> Result<(Vec<(u32, String)>, usize)> {
-        let map = self.write_map();
-        let l = layout(oid, map)?;
-        let groups: Vec<&Vec<u32>> = match dkey {
-            Some(k) => vec![&l.groups[crate::placement::group_of(k, l.groups.len())]],
-            None => l.groups.iter().collect(),
-        };
-        let mut reps: Vec<(u32, String)> = Vec::new();
-        let mut total = 0;
-        for grp in groups {
-            total += grp.len();
-            for &t in grp {
-                let tgt = *map.target(t)?;
-                if tgt.state.is_serving() && !reps.iter().any(|(r, _)| *r == tgt.domain) {
-                    reps.push((tgt.domain, self.conns[tgt.domain as usize].addr.clone()));
-                }
-            }
-        }
+        let (ranks, total) = crate::dtx_op::write_participants(oid, self.write_map(), dkey)?;
+        let reps = ranks
+            .into_iter()
+            .map(|r| (r, self.conns[r as usize].addr.clone()))
+            .collect();
         Ok((reps, total))
     }
 

@@ -6,7 +6,8 @@
 //!   leaves nothing;
 //! - an orphan (its leader gone: connection refused) is resolved by the
 //!   follower without it (DTX resync: prepared on every other replica →
-//!   committed);
+//!   committed); with its other follower out of the pool map too, it
+//!   commits within a bound (prepared on every replica the map has in);
 //! - a follower stopped: the leader aborts (unreachable), the client marks
 //!   it DOWN and the retried put commits on survivor + spare.
 //!
@@ -97,6 +98,17 @@ fn send(addr: &str, from: u32, from_addr: &str, to: u32, m: &Msg, peers: &[Strin
         .filter(|(r, _)| *r as u32 != to)
         .map(|(r, a)| (r as u32, a.clone()))
         .collect();
+    c.dtx_msg(from, from_addr, to, b, peers)
+        .unwrap()
+        .get()
+        .unwrap();
+}
+
+/// [`send`] with the peers' addresses given.
+fn send_peers(addr: &str, from: u32, from_addr: &str, to: u32, m: &Msg, peers: Vec<(u32, String)>) {
+    let c = Client::connect(addr).unwrap();
+    let mut b = Vec::new();
+    m.emit(&mut b);
     c.dtx_msg(from, from_addr, to, b, peers)
         .unwrap()
         .get()
@@ -346,6 +358,80 @@ fn dtx_puts_one_epoch_holds_readers_and_resolves_orphans() {
         assert_eq!(d.at(&key, Some(e)).unwrap(), Some(b"survived".to_vec()));
     }
     assert_eq!(dc.kv_get(oid, &key).unwrap(), b"survived");
+}
+
+/// RP_3: a follower holds a prepared entry whose commit was lost, and its
+/// leader and the other follower are both out of the pool map (a minority
+/// of two cut off together, DOWN for good: nobody answers its queries).
+/// A read must not wait for good: prepared on every participant still in
+/// the map → committed (DAOS's resync), within a bound. While the pool map
+/// does not have them out (refused connections only: they may come back
+/// with their stores as they are) the key stays held. Before the fix the
+/// key was held for good (the partition test's final read failed "in
+/// progress").
+#[test]
+fn orphan_whose_leader_and_other_follower_are_out_of_the_map_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = start(dir.path(), "127.0.0.53");
+    let addr = e.addr().to_string();
+    DistClient::create(std::slice::from_ref(&addr), "dp", 64 << 20, "dc").unwrap();
+    let oid = kv_oid(5, rp(3));
+    let wire = WireOid {
+        hi: oid.hi,
+        lo: oid.lo,
+    };
+    let d0 = direct(&addr, oid);
+    // leader rank 8 and follower rank 9: nothing listens there
+    let (gone8, gone9) = ("127.0.0.53:1", "127.0.0.53:2");
+    let id = DtxId {
+        leader: 8,
+        incarnation: 1,
+        seq: 1,
+    };
+    let epoch = 1_000_000;
+    send_peers(
+        &addr,
+        8,
+        gone8,
+        0,
+        &Msg::Prepare {
+            id,
+            epoch,
+            participants: vec![8, 0, 9],
+            update: kv_update(wire, b"orphan", b"o"),
+        },
+        vec![(9, gone9.to_string())],
+    );
+    wait_until("held", || d0.at(b"orphan", None) == Err(Status::InProgress));
+    // connections refused, no map: it waits (they may come back as they are)
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(d0.at(b"orphan", None), Err(Status::InProgress));
+    // the pool map (as the engine's pool-service replica publishes it) has
+    // ranks 8 and 9 DOWN: resolved within a bound
+    let t = Instant::now();
+    e.map_versions().publish_down("dp", 2, vec![8, 9]);
+    loop {
+        match d0.at(b"orphan", None) {
+            Err(Status::InProgress) => {
+                assert!(
+                    t.elapsed() < Duration::from_secs(2),
+                    "a prepared entry whose leader and other follower are DOWN is still held after {:?}",
+                    t.elapsed()
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            r => {
+                assert_eq!(r, Ok(Some(b"o".to_vec())), "committed");
+                break;
+            }
+        }
+    }
+    eprintln!("resolved {:?} after the map had them DOWN", t.elapsed());
+    assert_eq!(
+        d0.at(b"orphan", Some(Epoch(epoch))),
+        Ok(Some(b"o".to_vec()))
+    );
+    assert_eq!(d0.at(b"orphan", Some(Epoch(epoch - 1))), Ok(None));
 }
 
 /// What `akeys` of `dkey` hold on the engine at `addr` as of `epoch`

@@ -141,6 +141,8 @@ impl Store {
                     .collect();
                 down.dedup();
                 m.publish_down(label, map.version(), down);
+                // a DTX leader checks its clients' participants against it
+                m.publish_map(label, map.clone());
             }
         }
     }

@@ -584,3 +584,88 @@ fn a_fenced_engine_refuses_and_clients_go_elsewhere() {
     assert_eq!((a.fenced_refusals(), b.fenced_refusals()), (n, 0));
     eprintln!("engine {f} fenced {lapsed_after:?} after its replica stopped (lease {lease:?})");
 }
+
+/// The DTX leader places the write with its own pool map (issue 13): a
+/// client's participant list that leaves out a replica serving in the
+/// engine's map — an old client, or one that made its own map and marked a
+/// live engine DOWN — is refused as a stale map with the engine's version,
+/// and nothing is written; the list the map gives is taken, whichever of
+/// its members leads. Before, the leader trusted the list: the write
+/// committed on the other replica alone.
+#[test]
+fn dtx_leader_refuses_participants_that_leave_out_a_serving_replica() {
+    let sys = system(164, None);
+    let (addrs, members) = (&sys.addrs, &sys.members);
+    let v1 = svc_map(members);
+    let key = b"k".as_slice();
+    let (oid, ranks) = object_on_rank2(&v1, key);
+    let (a, b) = (ranks[0], ranks[1]);
+    let spare = (0..3).find(|r| !ranks.contains(r)).unwrap();
+    let rep = |r: usize| (r as u32, addrs[r].clone());
+    let op = |v: &[u8]| obj::dtx_op::DtxOp::Update {
+        dkey: key.to_vec(),
+        iods: vec![obj::types::Iod::single(
+            obj::client::kv::KV_AKEY,
+            v.len() as u64,
+        )],
+        data: vec![v.to_vec()],
+    };
+    let raw = |leader: usize, version: Option<u32>| {
+        let c = Client::connect(&addrs[leader]).unwrap();
+        let poh = c.pool_connect(POOL, None).unwrap().get().unwrap();
+        let coh = c.cont_open(&poh, CONT, None).unwrap().get().unwrap();
+        let kv = c.kv_open(&coh, oid, None).unwrap().get().unwrap();
+        c.set_map_version(version);
+        (c, kv)
+    };
+    // the list the map gives: committed, either member leading
+    for (leader, list) in [(a, vec![rep(a), rep(b)]), (b, vec![rep(b), rep(a)])] {
+        let (c, kv) = raw(leader, Some(1));
+        c.obj_dtx(&kv.oh, POOL, CONT, &op(b"v1"), &list, None)
+            .unwrap()
+            .get()
+            .unwrap();
+    }
+    for r in [a, b] {
+        assert_eq!(value_on(&addrs[r], oid, key).as_deref(), Some(&b"v1"[..]));
+    }
+    // b left out (with the current version, without one, with the spare
+    // instead): refused with the engine's version, written nowhere
+    for (version, list) in [
+        (Some(1), vec![rep(a)]),
+        (None, vec![rep(a)]),
+        (None, vec![rep(a), rep(spare)]),
+        (Some(1), vec![rep(a), rep(b), rep(spare)]),
+    ] {
+        let (c, kv) = raw(a, version);
+        match c
+            .obj_dtx(&kv.oh, POOL, CONT, &op(b"around"), &list, None)
+            .unwrap()
+            .get()
+        {
+            Err(obj::client::Error::StaleMap { version }) => assert_eq!(version, 1),
+            other => panic!(
+                "participants {list:?} (map {version:?}): want a stale-map refusal, got {other:?}"
+            ),
+        }
+    }
+    // a client that made its own map (no pool service) and marked b DOWN
+    // while b serves: it places on [a, spare]; refused, it has no source
+    let mut own = DistClient::connect(
+        addrs,
+        POOL,
+        CONT,
+        Duration::from_secs(2),
+        DetectorConfig::default(),
+    )
+    .unwrap();
+    own.mark_down(b).unwrap();
+    match own.kv_put(oid, key, b"around") {
+        Err(DistError::StaleMap { engine, .. }) => assert_eq!(engine, 1),
+        other => panic!("want a stale-map refusal, got {other:?}"),
+    }
+    for r in [a, b] {
+        assert_eq!(value_on(&addrs[r], oid, key).as_deref(), Some(&b"v1"[..]));
+    }
+    assert_eq!(value_on(&addrs[spare], oid, key), None);
+}

@@ -123,11 +123,19 @@ pub enum SystemCmd {
         json: bool,
     },
     /// Set the state of engine RANK's targets in POOL's map (UP, UP-IN, DOWN,
-    /// EXCLUDED; DAOS transitions only), through the pool service.
+    /// EXCLUDED; DAOS transitions only), through the pool service. Taking a
+    /// serving engine out (DOWN / EXCLUDED) needs `--force`: it is not
+    /// delayed by the engine's lease, so an engine cut off from the pool
+    /// service can still serve clients that kept the old map for up to its
+    /// lease (`--lease-ms`) afterwards. The pool service's monitor marks an
+    /// unreachable engine DOWN itself, once its lease can have lapsed.
     SetState {
         pool: String,
         rank: u32,
         state: String,
+        /// Take a serving engine out now, without waiting for its lease.
+        #[arg(long)]
+        force: bool,
     },
     /// Replicated KV: `put KEY VALUE` / `get KEY` / `where` of object OID.
     Kv {
@@ -352,9 +360,34 @@ pub fn run(cmd: Cmd, cfg: &Config) -> Result<()> {
             Ok(())
         }
         SystemCmd::PoolQuery { pool, json } => pool_query(&dir, &pool, json),
-        SystemCmd::SetState { pool, rank, state } => {
+        SystemCmd::SetState {
+            pool,
+            rank,
+            state,
+            force,
+        } => {
             let ms = load(&dir)?;
             let mut c = svc_client(&ms)?.context("this system runs no pool service")?;
+            let out = matches!(state.to_ascii_uppercase().as_str(), "DOWN" | "EXCLUDED");
+            if out && !force {
+                let st = c.read()?;
+                let serving = st
+                    .pools
+                    .get(&pool)
+                    .with_context(|| format!("no pool {pool:?} in the pool service"))?
+                    .map()
+                    .target(rank)
+                    .is_ok_and(|t| t.state.is_serving());
+                if serving {
+                    bail!(
+                        "rank {rank} serves in pool {pool}'s map: a {state} set by hand is not \
+                         delayed by the engine's lease (an engine cut off from the pool service \
+                         can serve clients that kept the old map for up to its lease); the pool \
+                         service marks an unreachable engine DOWN itself once its lease can have \
+                         lapsed. Use --force to set it now"
+                    );
+                }
+            }
             match c.write(poolsvc::state::Command::SetDomainState {
                 pool,
                 domain: rank,

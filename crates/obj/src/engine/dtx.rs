@@ -443,8 +443,13 @@ struct Prep {
     participants: Vec<Rank>,
     since: Instant,
     last_query: Option<Instant>,
+    /// Held longer than [`HELD_WARN`] has been logged.
+    warned: bool,
     answers: HashMap<Rank, Known>,
 }
+
+/// A prepared entry held this long is logged (once).
+const HELD_WARN: Duration = Duration::from_secs(5);
 
 /// Counters (for logs and tests).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -470,6 +475,9 @@ pub struct Dtx {
     prepared: HashMap<DtxId, Prep>,
     outcomes: HashMap<DtxId, (Known, Instant)>,
     down: HashSet<Rank>,
+    /// Peers out of the pool map (DOWN / EXCLUDED there; also in `down`):
+    /// the resync does not wait for their answers.
+    out: HashSet<Rank>,
     pub stats: DtxStats,
 }
 
@@ -485,6 +493,7 @@ impl Dtx {
             prepared: HashMap::new(),
             outcomes: HashMap::new(),
             down: HashSet::new(),
+            out: HashSet::new(),
             stats: DtxStats::default(),
         }
     }
@@ -518,6 +527,7 @@ impl Dtx {
                             participants,
                             since: now,
                             last_query: None,
+                            warned: false,
                             answers: HashMap::new(),
                         },
                     );
@@ -737,9 +747,36 @@ impl Dtx {
         out
     }
 
-    /// `rank` answers again (a restarted engine: a new incarnation).
+    /// The pool map has `rank` DOWN or EXCLUDED: down as in
+    /// [`Self::peer_down`], and out of the placement — it serves again only
+    /// after reintegration (its data reconciled from the survivors), so a
+    /// prepared entry whose leader is gone no longer waits for its answer
+    /// (DAOS's resync asks only the participants the map has UP-IN).
+    pub fn peer_out(&mut self, now: Instant, rank: Rank) -> Vec<Action> {
+        if rank == self.me {
+            return Vec::new();
+        }
+        self.out.insert(rank);
+        let mut out = self.peer_down(now, rank);
+        let waiting: Vec<DtxId> = self
+            .prepared
+            .iter()
+            .filter(|(id, p)| {
+                id.leader != rank && p.participants.contains(&rank) && self.leader_gone(id)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in waiting {
+            self.decide(now, id, &mut out);
+        }
+        out
+    }
+
+    /// `rank` answers again (a restarted engine: a new incarnation), or is
+    /// back in the pool map.
     pub fn peer_up(&mut self, rank: Rank) {
         self.down.remove(&rank);
+        self.out.remove(&rank);
     }
 
     /// A message from `from`.
@@ -808,6 +845,7 @@ impl Dtx {
                                 participants,
                                 since: now,
                                 last_query: None,
+                                warned: false,
                                 answers: HashMap::new(),
                             });
                         }
@@ -941,7 +979,15 @@ impl Dtx {
             let _ = r;
         }
         if verdict.is_none() && self.leader_gone(&id) {
-            // resync without the leader: every other follower prepared
+            // resync without the leader (DAOS's `dtx_check`): prepared on
+            // every *available* other participant → commit. A participant
+            // out of the pool map too (DOWN / EXCLUDED: [`Dtx::peer_out`]) is
+            // not waited for: it may never answer (a minority cut off with
+            // the leader stays DOWN), the leader may have committed and
+            // answered the client, and it returns only through
+            // reintegration, which reconciles its copy from the survivors.
+            // One merely silent or refusing connections (no map) may come
+            // back with its store as it is: waited for
             let others: Vec<Rank> = p
                 .participants
                 .iter()
@@ -949,12 +995,25 @@ impl Dtx {
                 .filter(|&r| r != leader && r != self.me)
                 .collect();
             let all = others.iter().all(|r| {
-                matches!(
-                    p.answers.get(r),
-                    Some(Known::Prepared) | Some(Known::Committed)
-                )
+                self.out.contains(r)
+                    || matches!(
+                        p.answers.get(r),
+                        Some(Known::Prepared) | Some(Known::Committed)
+                    )
             });
             if all {
+                let unavailable: Vec<Rank> = others
+                    .iter()
+                    .copied()
+                    .filter(|r| self.out.contains(r))
+                    .collect();
+                if !unavailable.is_empty() {
+                    tracing::info!(
+                        ?id,
+                        ?unavailable,
+                        "dtx: leader gone, prepared on every available participant: commit"
+                    );
+                }
                 verdict = Some(true);
             }
         }
@@ -1008,6 +1067,22 @@ impl Dtx {
                 continue;
             }
             p.last_query = Some(now);
+            if !p.warned && now.saturating_duration_since(p.since) >= HELD_WARN {
+                p.warned = true;
+                let silent: Vec<Rank> = p
+                    .participants
+                    .iter()
+                    .copied()
+                    .filter(|r| *r != self.me && !p.answers.contains_key(r))
+                    .collect();
+                tracing::warn!(
+                    ?id,
+                    ?silent,
+                    down = ?self.down,
+                    "dtx: a prepared entry holds its keys for {HELD_WARN:?}: no outcome yet \
+                     (its leader and the participants still in the map have not answered)"
+                );
+            }
             ask.push((*id, p.participants.clone()));
         }
         for (id, parts) in ask {
@@ -1191,6 +1266,119 @@ mod tests {
                 unreachable: vec![]
             }
         }));
+    }
+
+    /// The prepare's `Send` to `to` among `a`.
+    fn prepare_to(a: &[Action], to: Rank) -> Msg {
+        a.iter()
+            .find_map(|x| match x {
+                Action::Send { to: t, msg } if *t == to => Some(msg.clone()),
+                _ => None,
+            })
+            .unwrap()
+    }
+
+    fn applied_at(a: &[Action]) -> Option<u64> {
+        a.iter().find_map(|x| match x {
+            Action::Apply { epoch, .. } => Some(*epoch),
+            _ => None,
+        })
+    }
+
+    /// RP_3 with the leader and the other follower cut off together (a
+    /// minority of two, DOWN in the map for good): the follower's commit
+    /// is lost, nobody answers its queries. It must not hold the key
+    /// forever: prepared on every participant the map still has in →
+    /// commit (DAOS's resync). While the other follower is only silent or
+    /// refuses connections (not out of the map) it waits; a leader that
+    /// answers "unknown" (outcome forgotten) aborts.
+    #[test]
+    fn prepared_entry_resolves_when_leader_and_other_follower_are_down() {
+        let t0 = Instant::now();
+        let cfg = DtxConfig::default();
+        let mut l = Dtx::new(0, 1, cfg);
+        let mut f = Dtx::new(2, 3, cfg);
+        let (id, a) = l.begin(t0, 11, upd("k", "v"), vec![4, 2]);
+        let a = f.handle(t0, 0, prepare_to(&a, 2));
+        assert!(a.contains(&Action::Hold {
+            keys: vec![b"k".to_vec()]
+        }));
+        // the leader commits (rank 4 acked), the Commit to 2 is lost
+        let _ = l.handle(t0, 4, Msg::Ack { id, ok: true });
+        let _ = l.handle(t0, 2, Msg::Ack { id, ok: true });
+        let _ = l.applied(t0, id, true);
+        // the leader alone down: rank 4 is asked and stays silent → held
+        let a = f.peer_down(t0, 0);
+        assert_eq!(applied_at(&a), None);
+        let mut t = t0;
+        for _ in 0..20 {
+            t += cfg.retry;
+            let a = f.tick(t);
+            assert_eq!(applied_at(&a), None, "committed without asking rank 4");
+            assert!(a.iter().all(|x| !matches!(x, Action::Send { to: 0, .. })));
+        }
+        assert_eq!(f.in_flight(), (0, 1));
+        // rank 4's connection refused (no pool map: it may come back with
+        // its store as it is, e.g. a restarted process): still waited for
+        let _ = f.peer_down(t, 4);
+        for _ in 0..20 {
+            t += cfg.retry;
+            assert_eq!(applied_at(&f.tick(t)), None, "committed without rank 4");
+        }
+        // the pool map has both out: resolved at once
+        let _ = f.peer_out(t, 0);
+        let a = f.peer_out(t, 4);
+        assert_eq!(applied_at(&a), Some(11), "{a:?}");
+        assert!(a.contains(&Action::Release {
+            keys: vec![b"k".to_vec()]
+        }));
+        assert_eq!(f.in_flight(), (0, 0));
+        assert_eq!(f.stats.resynced, 1);
+
+        // a leader that no longer knows the transaction (its outcome
+        // window passed) answers "unknown": the follower aborts
+        let mut f = Dtx::new(2, 4, cfg);
+        let gone = DtxId {
+            leader: 0,
+            incarnation: 1,
+            seq: 99,
+        };
+        let _ = f.handle(
+            t0,
+            0,
+            Msg::Prepare {
+                id: gone,
+                epoch: 12,
+                participants: vec![0, 2],
+                update: upd("j", "w"),
+            },
+        );
+        let a = f.tick(t0 + cfg.resolve_after);
+        assert!(a.contains(&Action::Send {
+            to: 0,
+            msg: Msg::Query { id: gone }
+        }));
+        let ans = l.handle(t0 + cfg.resolve_after, 2, Msg::Query { id: gone });
+        assert!(ans.contains(&Action::Send {
+            to: 2,
+            msg: Msg::Answer {
+                id: gone,
+                state: Known::Unknown
+            }
+        }));
+        let a = f.handle(
+            t0 + cfg.resolve_after,
+            0,
+            Msg::Answer {
+                id: gone,
+                state: Known::Unknown,
+            },
+        );
+        assert_eq!(applied_at(&a), None);
+        assert!(a.contains(&Action::Release {
+            keys: vec![b"j".to_vec()]
+        }));
+        assert_eq!(f.in_flight(), (0, 0));
     }
 
     /// A follower restarted from its records still holds the key and

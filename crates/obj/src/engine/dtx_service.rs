@@ -51,8 +51,8 @@ use super::map_version::MapVersions;
 use super::route;
 use super::target::TargetMsg;
 use crate::client::{Client, Error as ClientError};
-use crate::dtx_op::{held_keys, DtxWrite};
-use crate::rpc::frame::encode_reply;
+use crate::dtx_op::{held_keys, write_participants, DtxOp, DtxWrite};
+use crate::rpc::frame::{encode_reply, encode_stale_map};
 use crate::rpc::msg::{Request, WireOid};
 use crate::rpc::tcp::{ConnId, ReplySender};
 use crate::rpc::{HeaderRepr, Reply, Status};
@@ -334,7 +334,7 @@ impl Driver {
         for r in &down {
             if !was.contains(r) {
                 info!(rank = r, "dtx: peer down in the pool map");
-                acts.extend(core.peer_down(now, *r));
+                acts.extend(core.peer_out(now, *r));
             }
         }
         for r in &was {
@@ -366,7 +366,7 @@ impl Driver {
                 let mut core = Dtx::new(rank, incarnation, DtxConfig::default());
                 for &r in &self.map_down {
                     // nothing in flight yet: no actions
-                    let _ = core.peer_down(Instant::now(), r);
+                    let _ = core.peer_out(Instant::now(), r);
                 }
                 self.core = Some(core);
             }
@@ -488,6 +488,15 @@ impl Driver {
             debug!(error = %e, "DTX operation refused");
             return self.reply(conn, &hdr, Err(Status::Invalid));
         }
+        // the participants must be the ones this engine's pool map places
+        // the write on: a client with an old map, or one that made its own
+        // (its DOWN marks), must not write around a serving replica
+        if let Err(v) = self.check_placement(&pool, t.oid, &op, &replicas, hdr.map_version) {
+            let mut frame = Vec::new();
+            encode_stale_map(&mut frame, hdr.rpc_id, hdr.opcode, v);
+            self.replies.send(conn, frame);
+            return;
+        }
         for (r, a) in &replicas[1..] {
             self.addrs.insert(*r, a.clone());
         }
@@ -513,6 +522,54 @@ impl Driver {
         let (id, a) = core.begin(now, epoch, update, followers);
         self.clients.insert(id, (conn, hdr));
         self.run_actions(a);
+    }
+
+    /// The leader's check of a client's participant list against its own
+    /// pool map (DAOS's leader places the write itself): with a map of
+    /// `pool` known, the ranks must be exactly the serving members
+    /// [`write_participants`] names (any order: the client may pick another
+    /// leader among them). `Err(version)`: refuse as a stale map with this
+    /// engine's version — the client fetches the map, re-places and
+    /// retries (a client whose map is newer than this engine's sees a
+    /// version not newer than its own and tries another leader or waits).
+    /// No map (an engine without a pool service): not checked.
+    fn check_placement(
+        &self,
+        pool: &str,
+        oid: WireOid,
+        op: &DtxOp,
+        replicas: &[(Rank, String)],
+        client_version: Option<u32>,
+    ) -> Result<(), u32> {
+        let Some(map) = self.map.as_ref().and_then(|m| m.pool_map(pool)) else {
+            return Ok(());
+        };
+        let oid = ObjectId {
+            hi: oid.hi,
+            lo: oid.lo,
+        };
+        let mut want = match write_participants(oid, &map, op.dkey()) {
+            Ok((w, _)) => w,
+            Err(e) => {
+                warn!(%oid, error = %e, "DTX: no layout under this engine's map: refused");
+                return Err(map.version());
+            }
+        };
+        let mut got: Vec<Rank> = replicas.iter().map(|(r, _)| *r).collect();
+        want.sort_unstable();
+        got.sort_unstable();
+        if want == got {
+            return Ok(());
+        }
+        warn!(
+            %oid,
+            client_map = ?client_version,
+            engine_map = map.version(),
+            participants = ?got,
+            placed = ?want,
+            "DTX: the client's participants disagree with this engine's pool map: refused as stale"
+        );
+        Err(map.version())
     }
 
     /// Writes the pending records: durable (fsync) unless they are only

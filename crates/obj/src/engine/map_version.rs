@@ -30,8 +30,10 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
+
+use crate::placement::PoolMap;
 
 #[derive(Default)]
 struct Inner {
@@ -42,6 +44,9 @@ struct Inner {
     /// Pool label → (map version, engine ranks — fault domains — with a
     /// target DOWN or EXCLUDED in that map): the DTX driver's "peer down".
     down: HashMap<String, (u32, Vec<u32>)>,
+    /// Pool label → its newest map: a DTX leader places the write with it
+    /// and refuses a client's participant list that disagrees.
+    maps: HashMap<String, Arc<PoolMap>>,
     /// The fence: `None` when the engine has no lease (no pool service).
     lease: Option<Lease>,
 }
@@ -183,6 +188,25 @@ impl MapVersions {
         if version >= e.0 {
             *e = (version, ranks);
         }
+    }
+
+    /// Pool `label`'s map (the pool-service replica publishes every applied
+    /// one; an older version than the one known is ignored).
+    pub fn publish_map(&self, label: &str, map: PoolMap) {
+        let mut g = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        match g.maps.get(label) {
+            Some(m) if m.version() > map.version() => {}
+            _ => {
+                g.maps.insert(label.to_string(), Arc::new(map));
+            }
+        }
+    }
+
+    /// Pool `label`'s newest published map (`None`: none, e.g. an engine
+    /// without a pool service).
+    pub fn pool_map(&self, label: &str) -> Option<Arc<PoolMap>> {
+        let g = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        g.maps.get(label).cloned()
     }
 
     /// The engines down in any pool's map; `None` when no map is known
@@ -348,5 +372,18 @@ mod tests {
         assert_eq!(m.down_ranks(), Some(vec![1]), "an older map is ignored");
         m.publish_down("a", 3, vec![]);
         assert_eq!(m.down_ranks(), Some(vec![]));
+    }
+
+    #[test]
+    fn pool_maps_only_move_forward() {
+        let m = MapVersions::new();
+        assert!(m.pool_map("a").is_none());
+        let mut map = PoolMap::uniform(3, 1);
+        let v1 = map.clone();
+        map.set_domain_state(2, crate::placement::TargetState::Down)
+            .unwrap();
+        m.publish_map("a", map.clone());
+        m.publish_map("a", v1);
+        assert_eq!(*m.pool_map("a").unwrap(), map, "an older map is ignored");
     }
 }
