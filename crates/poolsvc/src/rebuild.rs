@@ -27,7 +27,12 @@
 //!   kept), fills them (pass 1), sets them `UP-IN`
 //!   and copies to them once more (pass 2: values written while they were
 //!   `UP`, which clients do not write to). `system set-state POOL RANK UP`
-//!   reintegrates by hand (DAOS's `dmg pool reintegrate`).
+//!   reintegrates by hand (DAOS's `dmg pool reintegrate`). Once such a job
+//!   is done, the other engines delete the copies they hold for groups they
+//!   left (the spares' leftovers: [`Job::reclaim`], DAOS's reclaim).
+//! - A completed job that had no source for some group (every replica lost
+//!   at once) marks the container `UNCLEAN` in the state machine
+//!   ([`crate::state::Pool::mark_redundancy_lost`], DAOS's `-DER_RF`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -446,6 +451,23 @@ impl Job {
         status.base_map = cur.to_text();
         status.elapsed_ms = elapsed();
         self.publish(&status)?;
+        if !status.extra.is_empty() {
+            // the returning targets are complete: the spares that served
+            // while they were out delete what they hold for groups they left
+            let extra = status.extra.clone();
+            match self.reclaim(&extra) {
+                Ok(n) => {
+                    status.reclaimed = n;
+                    status.elapsed_ms = elapsed();
+                    self.publish(&status)?;
+                }
+                Err(e) => tracing::warn!(
+                    pool = %self.pool,
+                    "rebuild: reclaim of the spares' leftover copies stopped (they stay, \
+                     unreachable: not in any layout): {e}"
+                ),
+            }
+        }
         tracing::info!(
             pool = %self.pool,
             version = status.version,
@@ -641,6 +663,108 @@ impl Job {
             "rebuild: reconciled the returning engine's data (stale akeys punched; dkeys with no other replica kept)"
         );
         Ok(())
+    }
+
+    /// DAOS's reclaim after a reintegration: every serving engine but the
+    /// returning ones (`extra`, whose own leftovers [`Job::reconcile`]
+    /// punched) deletes the dkeys of replicated objects whose group, under
+    /// the current map, it is not a member of — copies it took as a spare
+    /// while a member was out (writes and rebuild copies). Run once the job
+    /// is done: the returning members hold everything (pass 2) and the
+    /// published base no longer counts the spares complete. Only dkeys whose
+    /// group is whole (every member serving) are deleted; each is punched
+    /// just above its own newest version ([`obj::rebuild::reconcile_dkey`]
+    /// without a source), so nothing newer is hidden. Returns the dkeys
+    /// deleted.
+    fn reclaim(&self, extra: &[TargetId]) -> JobResult<u64> {
+        let p = self.pool_state()?;
+        let cur = p.map();
+        let mut throttle = Throttle::new(self.cfg.rate);
+        let (mut dkeys_gone, mut akeys_gone) = (0u64, 0u64);
+        for rank in 0..cur.domains() as u32 {
+            let t = rank; // one target per engine (checked in run)
+            if extra.contains(&t) || !cur.target(t).is_ok_and(|x| x.state.is_serving()) {
+                continue;
+            }
+            let me = self.connect(rank, &p)?;
+            for cont in p.containers.keys() {
+                let side = Side {
+                    client: &me.client,
+                    coh: &me.conts[cont],
+                };
+                for shard in 0..me.shards {
+                    let mut anchor = Anchor::default();
+                    while !anchor.is_eof() {
+                        self.check(cur.version())?;
+                        let (oids, next) = me
+                            .client
+                            .obj_list_obj(
+                                &me.conts[cont],
+                                shard,
+                                None,
+                                &anchor,
+                                self.cfg.batch,
+                                None,
+                            )
+                            .and_then(|x| x.get())
+                            .map_err(|e| format!("engine {rank}: list objects: {e}"))?;
+                        anchor = next;
+                        for oid in oids {
+                            if !is_replicated(oid, &cur) {
+                                continue; // an S1/SX shard may be its only copy
+                            }
+                            let l = obj::placement::layout(oid, &cur).map_err(|e| e.to_string())?;
+                            let oh = obj::client::ObjHandle {
+                                coh: me.conts[cont].coh,
+                                oid,
+                            };
+                            let mut da = Anchor::default();
+                            while !da.is_eof() {
+                                let (dkeys, next) = me
+                                    .client
+                                    .obj_list_dkey(&oh, None, &da, LIST_BATCH, None)
+                                    .and_then(|x| x.get())
+                                    .map_err(|e| {
+                                        format!("engine {rank}: list dkeys of {oid}: {e}")
+                                    })?;
+                                da = next;
+                                for dkey in dkeys {
+                                    let g = obj::placement::group_of(&dkey.0, l.groups.len());
+                                    let Some(grp) = l.groups.get(g) else {
+                                        continue;
+                                    };
+                                    let whole = grp.iter().all(|&m| {
+                                        cur.target(m).is_ok_and(|x| x.state.is_serving())
+                                    });
+                                    if grp.contains(&t) || !whole {
+                                        continue;
+                                    }
+                                    let n = obj::rebuild::reconcile_dkey(None, &side, oid, &dkey)
+                                        .map_err(|e| {
+                                        format!("reclaim {oid} on engine {rank}: {e}")
+                                    })?;
+                                    if n > 0 {
+                                        dkeys_gone += 1;
+                                        akeys_gone += n;
+                                    }
+                                    let w = throttle.take(n, Instant::now());
+                                    if !w.is_zero() {
+                                        std::thread::sleep(w);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        tracing::info!(
+            pool = %self.pool,
+            dkeys = dkeys_gone,
+            akeys = akeys_gone,
+            "rebuild: reclaimed the spares' leftover copies"
+        );
+        Ok(dkeys_gone)
     }
 
     /// Stop if this replica no longer leads or the map moved on.

@@ -187,6 +187,23 @@ pub enum ContCmd {
         #[arg(long)]
         force: bool,
     },
+    /// Show a container: its properties and, against a system, its status
+    /// (`HEALTHY`, or `UNCLEAN`: redundancy lost, I/O refused with -DER_RF).
+    Query {
+        pool: String,
+        cont: String,
+    },
+    /// Set container properties (DAOS's `daos cont set-prop`), against a
+    /// system: `--properties status:healthy` clears a redundancy-lost
+    /// (`UNCLEAN`) container, accepting the loss; `rf:N` sets its
+    /// redundancy factor.
+    SetProp {
+        pool: String,
+        cont: String,
+        /// `KEY:VALUE[,KEY:VALUE...]` (DAOS's syntax; `KEY=VALUE` too).
+        #[arg(long)]
+        properties: String,
+    },
     /// Snapshots: create (prints the epoch), list, destroy EPOCH.
     Snap {
         #[command(subcommand)]
@@ -573,6 +590,30 @@ fn cont(cmd: ContCmd, c: &Client) -> Result<()> {
                 );
             }
         }
+        ContCmd::Query { pool, cont } => {
+            let poh = pool_connect(c, &pool)?;
+            let cs = c
+                .cont_list(&poh, None)
+                .and_then(|p| p.get())
+                .map_err(|e| explain(e, "containers"))?;
+            let ci = cs
+                .into_iter()
+                .find(|ci| ci.label == cont)
+                .with_context(|| format!("container {cont:?}: does not exist"))?;
+            println!(
+                "container {}  {}",
+                ci.label,
+                obj::types::Uuid::from_bytes(ci.uuid)
+            );
+            println!("snapshots {}", ci.snapshots.len());
+            for (k, v) in &ci.props {
+                println!("{k}={v}");
+            }
+        }
+        ContCmd::SetProp { .. } => bail!(
+            "cont set-prop is NOT SUPPORTED against one engine (a container's status and \
+             redundancy factor live in a system's pool service): use --system DIR"
+        ),
         ContCmd::Destroy { pool, cont, force } => {
             let poh = pool_connect(c, &pool)?;
             c.cont_destroy(&poh, &cont, force, None)

@@ -935,6 +935,7 @@ fn pool_query(dir: &Path, pool: &str, json: bool) -> Result<()> {
             "containers": p.containers.iter().map(|(n, c)| (n.clone(), serde_json::json!(c.props))).collect::<serde_json::Map<_, _>>(),
             "props": p.props,
             "handles": p.handles.len(),
+            "redundancy_lost": p.unclean(),
             "rebuild": {
                 "state": rb_state,
                 "kind": rb.kind,
@@ -945,6 +946,7 @@ fn pool_query(dir: &Path, pool: &str, json: bool) -> Result<()> {
                 "objs_copied": rb.objs_copied,
                 "recs_copied": rb.recs_copied,
                 "bytes_copied": rb.bytes_copied,
+                "reclaimed": rb.reclaimed,
                 "elapsed_ms": rb.elapsed_ms,
             },
         });
@@ -969,6 +971,16 @@ fn pool_query(dir: &Path, pool: &str, json: bool) -> Result<()> {
         println!("pool props {}", props.join(" "));
     }
     println!("open handles {}", p.handles.len());
+    for name in p.unclean() {
+        println!(
+            "container {name}: REDUNDANCY LOST (status UNCLEAN, -DER_RF: {}); its I/O is refused \
+             until `dpustack cont set-prop {pool} {name} --properties status:healthy --system DIR`",
+            p.containers[&name]
+                .props
+                .get(poolsvc::state::LOST)
+                .map_or("?", |s| s.as_str())
+        );
+    }
     if rb.version == 0 {
         println!("rebuild idle (never ran)");
     } else {
@@ -985,6 +997,12 @@ fn pool_query(dir: &Path, pool: &str, json: bool) -> Result<()> {
             rb.bytes_copied,
             rb.elapsed_ms
         );
+        if rb.reclaimed > 0 {
+            println!(
+                "reclaimed {} leftover dkeys from engines that left their groups",
+                rb.reclaimed
+            );
+        }
     }
     Ok(())
 }
