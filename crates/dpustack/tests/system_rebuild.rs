@@ -386,7 +386,7 @@ fn rp2_rebuild_restores_redundancy_and_the_killed_engine_is_reintegrated() {
     let _ = run(&dir, &["stop"]);
 }
 
-/// With `--return-from-down` (experimental, off by default), a DOWN engine
+/// With `--return-from-down` (on by default), a DOWN engine
 /// that answers again comes back without waiting for
 /// EXCLUDED (which never comes here: `--exclude-after-ms 0`): DOWN → UP
 /// (its data re-pulled: writes made while it was DOWN went to the spare)

@@ -63,10 +63,8 @@ pub struct RebuildConfig {
     pub timeout: Duration,
     /// A `DOWN` engine that answers again is reintegrated at once (DOWN →
     /// UP → UP-IN, its data reconciled and filled by epoch-carrying copies)
-    /// instead of waiting for `EXCLUDED`. Off by default: see
-    /// docs/obj-dist.md "DOWN → UP-IN return" (the soak then kills the
-    /// returned engine again, and a restart faster than the failure detector
-    /// goes unnoticed: stale reads).
+    /// instead of waiting for `EXCLUDED`. On by default since the partition
+    /// and soak runs of docs/obj-dist.md "DOWN → UP-IN return" passed.
     pub return_from_down: bool,
 }
 
@@ -79,7 +77,7 @@ impl Default for RebuildConfig {
             probe_every: Duration::from_millis(500),
             progress_every: Duration::from_millis(200),
             timeout: Duration::from_secs(2),
-            return_from_down: false,
+            return_from_down: true,
         }
     }
 }
@@ -207,11 +205,10 @@ impl Driver {
             for (name, pool) in &st.pools {
                 let map = pool.map();
                 for d in 0..map.domains() as u32 {
-                    // EXCLUDED only by default: bringing a DOWN engine that
-                    // answers again straight back (DOWN → UP → UP-IN) made
-                    // the soak and the partition test read stale values (the
-                    // reintegration race, docs/obj-dist.md);
-                    // `return_from_down` turns it on
+                    // DOWN too with `return_from_down` (the default): a DOWN
+                    // engine that answers again comes straight back (DOWN →
+                    // UP → UP-IN, reconciled and filled; docs/obj-dist.md);
+                    // without it, EXCLUDED only
                     let from_down = self.cfg.return_from_down;
                     let all_out = map.domain_targets(d).is_ok_and(|ts| {
                         ts.iter().all(|t| {

@@ -109,9 +109,10 @@ pub struct EngineArgs {
     #[arg(long, default_value_t = 450)]
     pub pool_svc_lease_ms: u64,
     /// Reintegrate a DOWN engine that answers again at once (DOWN → UP →
-    /// UP-IN) instead of waiting for EXCLUDED (experimental: see
-    /// docs/obj-dist.md).
-    #[arg(long)]
+    /// UP-IN) instead of waiting for EXCLUDED; on by default
+    /// (`--pool-svc-return-from-down=false`: wait; docs/obj-dist.md).
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true",
+          action = clap::ArgAction::Set)]
     pub pool_svc_return_from_down: bool,
     /// Accept network-partition injection through the pool service
     /// (`dpustack system fault`; tests only): links to/from other ranks cut.

@@ -73,11 +73,10 @@ pub enum SystemCmd {
         #[arg(long, default_value_t = 450)]
         lease_ms: u64,
         /// A DOWN engine that answers again is reintegrated at once (DOWN →
-        /// UP → UP-IN) instead of waiting for EXCLUDED. Off by default: with
-        /// it, engines cut off by a partition and healed served stale reads
-        /// during their return (the 5-engine partition test, seed 4;
-        /// docs/obj-dist.md). `--return-from-down` turns it on.
-        #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true",
+        /// UP → UP-IN, its data reconciled and filled) instead of waiting
+        /// for EXCLUDED. On by default (docs/obj-dist.md "DOWN → UP-IN
+        /// return"); `--return-from-down=false` waits for EXCLUDED.
+        #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true",
               action = clap::ArgAction::Set)]
         return_from_down: bool,
     },
@@ -452,9 +451,7 @@ fn start(
         if fault_injection {
             cmd.arg("--fault-injection");
         }
-        if return_from_down {
-            cmd.arg("--pool-svc-return-from-down");
-        }
+        cmd.arg(format!("--pool-svc-return-from-down={return_from_down}"));
         cmd.process_group(0);
         let child = cmd
             .spawn()
