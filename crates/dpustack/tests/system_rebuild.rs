@@ -353,10 +353,14 @@ fn rp2_rebuild_restores_redundancy_and_the_killed_engine_is_reintegrated() {
     });
     let t_back = t_restart.elapsed();
     // the spare's leftovers are reclaimed right after the job is done
-    let p = wait_for(&mut c, 10, "reclaim", |p| p.rebuild.reclaimed > 0);
+    let p = wait_for(&mut c, 120, "reclaim", |p| {
+        !p.rebuild.reclaim.is_empty() && p.rebuild.reclaim != "running"
+    });
+    assert!(p.rebuild.reclaim.starts_with("done"), "{:?}", p.rebuild);
+    assert!(p.rebuild.reclaimed > 0, "{:?}", p.rebuild);
     let rb = p.rebuild.clone();
     println!(
-        "reintegration: restart -> UP-IN and refilled {} ms; {} values / {} bytes copied in {} ms",
+        "reintegration: restart -> UP-IN and refilled {} ms; {} values / {} bytes copied; job {} ms with the reclaim",
         t_back.as_millis(),
         rb.recs_copied,
         rb.bytes_copied,
@@ -374,7 +378,10 @@ fn rp2_rebuild_restores_redundancy_and_the_killed_engine_is_reintegrated() {
     // are deleted once the victim is complete again
     let left = leftovers(&addrs, &map, &want);
     assert_eq!(left, 0, "keys still on engines outside their group; {rb:?}");
-    println!("reclaim: {} dkeys deleted from the spare", rb.reclaimed);
+    println!(
+        "reclaim: {} dkeys deleted from the spare ({})",
+        rb.reclaimed, rb.reclaim
+    );
     // and clients read them with the new map
     let mut dc = dist(&addrs, &svc, map);
     for ((o, k), v) in &want {
@@ -472,7 +479,11 @@ fn down_engine_that_answers_again_returns_to_up_in() {
     // every replica (the returning engine included) has the newest values
     check_redundancy(&addrs, &p.map(), &want);
     // and the spares that took writes while it was DOWN hold none of them
-    let p = wait_for(&mut c, 10, "reclaim", |p| p.rebuild.reclaimed > 0);
+    let p = wait_for(&mut c, 60, "reclaim", |p| {
+        !p.rebuild.reclaim.is_empty() && p.rebuild.reclaim != "running"
+    });
+    assert!(p.rebuild.reclaim.starts_with("done"), "{:?}", p.rebuild);
+    assert!(p.rebuild.reclaimed > 0, "{:?}", p.rebuild);
     assert_eq!(leftovers(&addrs, &p.map(), &want), 0, "{:?}", p.rebuild);
     let _ = run(&dir, &["stop"]);
 }

@@ -452,17 +452,26 @@ impl Job {
             // the returning targets are complete: the spares that served
             // while they were out delete what they hold for groups they left
             let extra = status.extra.clone();
-            match self.reclaim(&extra) {
-                Ok(n) => {
-                    status.reclaimed = n;
-                    status.elapsed_ms = elapsed();
-                    self.publish(&status)?;
+            status.reclaim = "running".into();
+            self.publish(&status)?;
+            let t = Instant::now();
+            let r = self.reclaim(&extra, &mut status, &elapsed);
+            status.reclaim = match &r {
+                Ok(()) => format!("done in {} ms", t.elapsed().as_millis()),
+                Err(e) => {
+                    tracing::warn!(
+                        pool = %self.pool,
+                        "rebuild: reclaim of the spares' leftover copies stopped (they stay, \
+                         unreachable: not in any layout): {e}"
+                    );
+                    format!("stopped: {e}")
                 }
-                Err(e) => tracing::warn!(
-                    pool = %self.pool,
-                    "rebuild: reclaim of the spares' leftover copies stopped (they stay, \
-                     unreachable: not in any layout): {e}"
-                ),
+            };
+            status.elapsed_ms = elapsed();
+            // best effort: a new leader or map refuses it, and the next job
+            // publishes its own status
+            if let Err(e) = self.publish(&status) {
+                tracing::debug!("rebuild: reclaim status not published: {e}");
             }
         }
         tracing::info!(
@@ -671,12 +680,18 @@ impl Job {
     /// published base no longer counts the spares complete. Only dkeys whose
     /// group is whole (every member serving) are deleted; each is punched
     /// just above its own newest version ([`obj::rebuild::reconcile_dkey`]
-    /// without a source), so nothing newer is hidden. Returns the dkeys
-    /// deleted.
-    fn reclaim(&self, extra: &[TargetId]) -> JobResult<u64> {
+    /// without a source), so nothing newer is hidden. The dkeys deleted are
+    /// counted in `status.reclaimed` (published every `progress_every`).
+    fn reclaim(
+        &self,
+        extra: &[TargetId],
+        status: &mut RebuildStatus,
+        elapsed: &dyn Fn() -> u64,
+    ) -> JobResult<()> {
         let p = self.pool_state()?;
         let cur = p.map();
         let mut throttle = Throttle::new(self.cfg.rate);
+        let mut last_pub = Instant::now();
         let (mut dkeys_gone, mut akeys_gone) = (0u64, 0u64);
         for rank in 0..cur.domains() as u32 {
             let t = rank; // one target per engine (checked in run)
@@ -743,6 +758,12 @@ impl Job {
                                     if n > 0 {
                                         dkeys_gone += 1;
                                         akeys_gone += n;
+                                        status.reclaimed += 1;
+                                    }
+                                    if last_pub.elapsed() >= self.cfg.progress_every {
+                                        status.elapsed_ms = elapsed();
+                                        self.publish(status)?;
+                                        last_pub = Instant::now();
                                     }
                                     let w = throttle.take(n, Instant::now());
                                     if !w.is_zero() {
@@ -761,7 +782,7 @@ impl Job {
             akeys = akeys_gone,
             "rebuild: reclaimed the spares' leftover copies"
         );
-        Ok(dkeys_gone)
+        Ok(())
     }
 
     /// Stop if this replica no longer leads or the map moved on.

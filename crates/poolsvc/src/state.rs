@@ -126,6 +126,10 @@ pub struct RebuildStatus {
     /// complete).
     #[serde(default)]
     pub reclaimed: u64,
+    /// The reclaim after a reintegration: empty (none), `running`, `done in
+    /// N ms`, or `stopped: why` (the leftovers stay, unreachable).
+    #[serde(default)]
+    pub reclaim: String,
     /// Milliseconds since the job started (its start on this leader).
     pub elapsed_ms: u64,
     /// Where a new leader resumes: (source rank, container, engine shard,

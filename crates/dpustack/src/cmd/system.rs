@@ -944,6 +944,7 @@ fn pool_query(dir: &Path, pool: &str, json: bool) -> Result<()> {
                 "recs_copied": rb.recs_copied,
                 "bytes_copied": rb.bytes_copied,
                 "reclaimed": rb.reclaimed,
+                "reclaim": rb.reclaim,
                 "elapsed_ms": rb.elapsed_ms,
             },
         });
@@ -994,10 +995,10 @@ fn pool_query(dir: &Path, pool: &str, json: bool) -> Result<()> {
             rb.bytes_copied,
             rb.elapsed_ms
         );
-        if rb.reclaimed > 0 {
+        if !rb.reclaim.is_empty() {
             println!(
-                "reclaimed {} leftover dkeys from engines that left their groups",
-                rb.reclaimed
+                "reclaim {}: {} leftover dkeys deleted from engines that left their groups",
+                rb.reclaim, rb.reclaimed
             );
         }
     }
