@@ -56,6 +56,8 @@ fn three_engine_processes_rp2_value_survives_kill_9() {
             "127.0.0.70",
             "--port",
             &port,
+            // the restarted engine below must stay DOWN (no quick return)
+            "--return-from-down=false",
         ],
     );
     assert!(out.contains("system of 3 engines"), "{out}");

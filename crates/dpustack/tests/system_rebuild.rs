@@ -131,6 +131,23 @@ fn check_redundancy(addrs: &[String], map: &PoolMap, want: &BTreeMap<(u64, usize
     }
 }
 
+/// Keys held by an engine outside their group under `map` (asked of each
+/// such engine directly): leftover copies.
+fn leftovers(addrs: &[String], map: &PoolMap, want: &BTreeMap<(u64, usize), Vec<u8>>) -> usize {
+    let mut n = 0;
+    for (o, k) in want.keys() {
+        let l = layout(oid(*o), map).unwrap();
+        let key = format!("key{k}");
+        let g = &l.groups[group_of(key.as_bytes(), l.groups.len())];
+        for (r, a) in addrs.iter().enumerate() {
+            if !g.contains(&(r as u32)) && direct_get(a, oid(*o), key.as_bytes()).is_some() {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
 #[test]
 fn rp2_rebuild_restores_redundancy_and_the_killed_engine_is_reintegrated() {
     let nkeys = env_or("REBUILD_KEYS", 200);
@@ -329,15 +346,22 @@ fn rp2_rebuild_restores_redundancy_and_the_killed_engine_is_reintegrated() {
         .spawn()
         .unwrap();
     g.1.push(child);
-    let p = wait_for(&mut c, 20, "reintegration done", |p| {
+    wait_for(&mut c, 20, "reintegration done", |p| {
         p.rebuild.kind == "reintegrate"
             && p.rebuild.state == "done"
             && p.map().target(victim as u32).unwrap().state == TargetState::UpIn
     });
+    let t_back = t_restart.elapsed();
+    // the spare's leftovers are reclaimed right after the job is done
+    let p = wait_for(&mut c, 120, "reclaim", |p| {
+        !p.rebuild.reclaim.is_empty() && p.rebuild.reclaim != "running"
+    });
+    assert!(p.rebuild.reclaim.starts_with("done"), "{:?}", p.rebuild);
+    assert!(p.rebuild.reclaimed > 0, "{:?}", p.rebuild);
     let rb = p.rebuild.clone();
     println!(
-        "reintegration: restart -> UP-IN and refilled {} ms; {} values / {} bytes copied in {} ms",
-        t_restart.elapsed().as_millis(),
+        "reintegration: restart -> UP-IN and refilled {} ms; {} values / {} bytes copied; job {} ms with the reclaim",
+        t_back.as_millis(),
         rb.recs_copied,
         rb.bytes_copied,
         rb.elapsed_ms
@@ -350,6 +374,14 @@ fn rp2_rebuild_restores_redundancy_and_the_killed_engine_is_reintegrated() {
     for a in &addrs {
         assert_eq!(direct_get(a, oid(gone_o), gone_key.as_bytes()), None, "{a}");
     }
+    // the spare's leftover copies (what it held for the victim's groups)
+    // are deleted once the victim is complete again
+    let left = leftovers(&addrs, &map, &want);
+    assert_eq!(left, 0, "keys still on engines outside their group; {rb:?}");
+    println!(
+        "reclaim: {} dkeys deleted from the spare ({})",
+        rb.reclaimed, rb.reclaim
+    );
     // and clients read them with the new map
     let mut dc = dist(&addrs, &svc, map);
     for ((o, k), v) in &want {
@@ -361,7 +393,7 @@ fn rp2_rebuild_restores_redundancy_and_the_killed_engine_is_reintegrated() {
     let _ = run(&dir, &["stop"]);
 }
 
-/// With `--return-from-down` (experimental, off by default), a DOWN engine
+/// With `--return-from-down` (on by default), a DOWN engine
 /// that answers again comes back without waiting for
 /// EXCLUDED (which never comes here: `--exclude-after-ms 0`): DOWN → UP
 /// (its data re-pulled: writes made while it was DOWN went to the spare)
@@ -446,5 +478,154 @@ fn down_engine_that_answers_again_returns_to_up_in() {
     assert_eq!(p.map().version(), 4, "{:?}", p.map().targets());
     // every replica (the returning engine included) has the newest values
     check_redundancy(&addrs, &p.map(), &want);
+    // and the spares that took writes while it was DOWN hold none of them
+    let p = wait_for(&mut c, 60, "reclaim", |p| {
+        !p.rebuild.reclaim.is_empty() && p.rebuild.reclaim != "running"
+    });
+    assert!(p.rebuild.reclaim.starts_with("done"), "{:?}", p.rebuild);
+    assert!(p.rebuild.reclaimed > 0, "{:?}", p.rebuild);
+    assert_eq!(leftovers(&addrs, &p.map(), &want), 0, "{:?}", p.rebuild);
+    let _ = run(&dir, &["stop"]);
+}
+
+/// The object CLI against the system at `dir` (`dpustack ... --system DIR`).
+fn obj_cli(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .args(args)
+        .arg("--system")
+        .arg(dir)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap()
+}
+
+/// Both replicas of RP_2 data lost at once (3 engines; the two excluded by
+/// hand, DAOS's `dmg pool exclude`: killing two of three would take the pool
+/// service's majority too): the rebuild finds no source for those groups and
+/// their new members hold nothing. Before, the rebuild counted them complete
+/// and a read answered "not found" (silent data loss); now the pool service
+/// marks the container `UNCLEAN` when that rebuild completes, reads and
+/// writes fail with "redundancy lost" (DAOS's -DER_RF), `pool-query` and
+/// `cont query` say so, and `cont set-prop ... --properties status:healthy --system DIR`
+/// (the operator accepting the loss) lets I/O through again.
+#[test]
+fn a_group_that_lost_every_replica_fails_with_redundancy_lost_not_none() {
+    let dir = std::env::temp_dir().join(format!("dpustack-system-derf-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let _g = Guard(dir.clone(), Vec::new());
+    start_system(&dir, "127.0.0.200", 3, &["--exclude-after-ms", "1000"]);
+    ok(&dir, &["create", "dp", "dc", "64M", "--class", "RP_2"]);
+    let ms = members(&dir);
+    let svc: BTreeMap<u64, String> = ms
+        .iter()
+        .enumerate()
+        .map(|(r, m)| (r as u64, m.svc.clone()))
+        .collect();
+    let mut c = BlockingClient::new(svc).unwrap();
+    c.inner.rpc_timeout = Duration::from_millis(300);
+    // the pool class RP_2G1: object 5's one group is two ranks
+    ok(&dir, &["kv", "dp", "dc", "5", "put", "k", "lost"]);
+    let w = ok(&dir, &["kv", "dp", "dc", "5", "where"]);
+    let ranks: Vec<u32> = w
+        .split("rank ")
+        .skip(1)
+        .map(|s| s.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(ranks.len(), 2, "{w}");
+    assert_eq!(
+        ok(&dir, &["kv", "dp", "dc", "5", "get", "k"]).trim(),
+        "lost"
+    );
+    // both replicas out at once
+    for r in &ranks {
+        ok(&dir, &["set-state", "dp", &r.to_string(), "DOWN"]);
+    }
+    for r in &ranks {
+        ok(&dir, &["set-state", "dp", &r.to_string(), "EXCLUDED"]);
+    }
+    let excl = pool(&mut c).map().version();
+    let p = wait_for(&mut c, 20, "rebuild done", |p| {
+        p.rebuild.state == "done" && p.rebuild.version >= excl
+    });
+    // a read of the lost key: the error, not "not found"
+    let o = run(&dir, &["kv", "dp", "dc", "5", "get", "k"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("redundancy lost (-DER_RF)"),
+        "a read of a group that lost every replica: {:?} / {err}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert_eq!(p.unclean(), vec!["dc".to_string()], "{:?}", p.containers);
+    let o = run(&dir, &["kv", "dp", "dc", "5", "put", "k2", "x"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("redundancy lost"),
+        "a write: {err}"
+    );
+    // a client holding the view (as `system kv` builds it): the typed error
+    let view = pool(&mut c).view();
+    let addrs: Vec<String> = ms.iter().map(|m| m.addr.clone()).collect();
+    let mut dc = DistClient::connect_with_map(
+        &addrs,
+        "dp",
+        "dc",
+        Duration::from_secs(2),
+        DetectorConfig::default(),
+        Some(view.map.clone()),
+    )
+    .unwrap()
+    .with_rebuild_view(view.rebuild);
+    let koid =
+        ObjectId::generate(0, 5, ObjType::KvHashed, ObjClass::parse("RP_2G1").unwrap()).unwrap();
+    match dc.kv_get(koid, b"k") {
+        Err(obj::dist::Error::RedundancyLost { pool, cont }) => {
+            assert_eq!((pool.as_str(), cont.as_str()), ("dp", "dc"))
+        }
+        r => panic!("{r:?}"),
+    }
+    let pq = ok(&dir, &["pool-query", "dp"]);
+    assert!(pq.contains("container dc: REDUNDANCY LOST"), "{pq}");
+    let js: serde_json::Value =
+        serde_json::from_str(&ok(&dir, &["pool-query", "dp", "--json"])).unwrap();
+    assert_eq!(js["redundancy_lost"][0], "dc", "{js}");
+    let o = obj_cli(&dir, &["cont", "query", "dp", "dc"]);
+    let q = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && q.contains("status UNCLEAN"), "{q}");
+    let lost_ranks = format!(
+        "ranks {},{} lost",
+        ranks[0].min(ranks[1]),
+        ranks[0].max(ranks[1])
+    );
+    assert!(q.contains(&lost_ranks), "{q}");
+    // the operator accepts the loss (DAOS: daos cont set-prop ... status:healthy)
+    let o = obj_cli(
+        &dir,
+        &[
+            "cont",
+            "set-prop",
+            "dp",
+            "dc",
+            "--properties",
+            "status:healthy",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let q =
+        String::from_utf8_lossy(&obj_cli(&dir, &["cont", "query", "dp", "dc"]).stdout).into_owned();
+    assert!(q.contains("status HEALTHY"), "{q}");
+    assert!(!ok(&dir, &["pool-query", "dp"]).contains("REDUNDANCY LOST"));
+    // I/O again: the lost key is gone (accepted), new writes land
+    let o = run(&dir, &["kv", "dp", "dc", "5", "get", "k"]);
+    assert!(!o.status.success(), "the lost value cannot come back");
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("redundancy lost"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    ok(&dir, &["kv", "dp", "dc", "5", "put", "k2", "after"]);
+    assert_eq!(
+        ok(&dir, &["kv", "dp", "dc", "5", "get", "k2"]).trim(),
+        "after"
+    );
     let _ = run(&dir, &["stop"]);
 }

@@ -26,9 +26,9 @@
 //!
 //! Kills: the first kill hits a random engine under load (a DTX leader or
 //! follower with transactions in flight); the pool service marks it DOWN;
-//! it is restarted and stays DOWN (later kills hit it while DOWN). With
-//! `SOAK_RETURN_FROM_DOWN=1` (`system start --return-from-down`, off by
-//! default) it is reconciled, filled and set UP-IN again, and later kills
+//! it is restarted, and (`system start --return-from-down`, on by default;
+//! `SOAK_RETURN_FROM_DOWN=0` turns it off: it then stays DOWN and later
+//! kills hit it while DOWN) it is reconciled, filled and set UP-IN again, and later kills
 //! hit the same engine — by then usually serving again — and restart it
 //! 0.2–0.7 s later, inside the failure detector's 1.5 s: only its new
 //! incarnation tells the pool service (docs/obj-dist.md "Restarts").
@@ -369,8 +369,8 @@ fn round(ip: &str, seed: u64, load: Duration, clients: usize) -> Round {
     ];
     let lease = std::env::var("SOAK_LEASE_MS").unwrap_or_else(|_| "450".into());
     args.extend(["--lease-ms", &lease]);
-    // the quick DOWN -> UP-IN return (off by default in `system start`):
-    // SOAK_RETURN_FROM_DOWN=1 turns it on, =0 says off explicitly
+    // the quick DOWN -> UP-IN return (on by default in `system start`):
+    // SOAK_RETURN_FROM_DOWN=0 turns it off, =1 says on explicitly
     match std::env::var("SOAK_RETURN_FROM_DOWN").as_deref() {
         Ok("0") => args.push("--return-from-down=false"),
         Ok(_) => args.push("--return-from-down"),

@@ -86,6 +86,19 @@ pub enum Error {
     Unavailable { oid: ObjectId },
     #[error("no engine is reachable")]
     NoEngine,
+    /// The container's status is `UNCLEAN` in the pool service: a failure
+    /// took every replica of some of its data (a redundancy group lost all
+    /// of its members at once and was rebuilt from nothing), so a read could
+    /// answer "not found" for data that was written. DAOS: `-DER_RF`. Every
+    /// read and write of the container is refused until an operator accepts
+    /// the loss: `dpustack cont set-prop POOL CONT --properties status:healthy --system DIR`.
+    #[error(
+        "container {cont:?} of pool {pool:?}: redundancy lost (-DER_RF): a failure took every \
+         replica of some of its data (`dpustack cont query {pool} {cont}`); I/O is refused until \
+         an operator accepts the loss: `dpustack cont set-prop {pool} {cont} --properties \
+         status:healthy --system DIR`"
+    )]
+    RedundancyLost { pool: String, cont: String },
     /// A replica of the write's group does not answer (this client, or the
     /// DTX leader, cannot reach it) but serves in the pool service's map:
     /// the write is not made around it (it would miss an acknowledged
@@ -132,6 +145,10 @@ pub struct RebuildView {
     /// Targets a running job is still filling (reintegrated targets in pass
     /// 2): serving, but maybe missing values written while they were `UP`.
     pub filling: Vec<TargetId>,
+    /// Containers (labels) whose redundancy was lost (status `UNCLEAN`: a
+    /// failure took every replica of some of their data): their I/O is
+    /// refused, [`Error::RedundancyLost`].
+    pub redundancy_lost: Vec<String>,
 }
 
 /// The pool as the pool service has it: its map and its rebuild view.
@@ -397,6 +414,18 @@ impl DistClient {
     /// The client's rebuild view.
     pub fn rebuild_view(&self) -> &RebuildView {
         &self.rebuild
+    }
+
+    /// [`Error::RedundancyLost`] when the client's view has its container
+    /// marked `UNCLEAN`.
+    fn check_redundancy(&self) -> Result<()> {
+        if self.rebuild.redundancy_lost.contains(&self.cont) {
+            return Err(Error::RedundancyLost {
+                pool: self.pool.clone(),
+                cont: self.cont.clone(),
+            });
+        }
+        Ok(())
     }
 
     /// The map version object RPCs carry (the service's, `None`: none).
@@ -757,6 +786,7 @@ impl DistClient {
         let with_svc = self.svc_map.is_some();
         let mut passes = 0usize;
         loop {
+            self.check_redundancy()?;
             passes += 1;
             if passes > 4 * self.conns.len() + 64 && Instant::now() > deadline {
                 break;
@@ -973,6 +1003,7 @@ impl DistClient {
         let mut reported = Vec::new();
         let mut passes = 0;
         'remap: loop {
+            self.check_redundancy()?;
             passes += 1;
             if passes > 2 * self.conns.len() + 4 && (!with_svc || Instant::now() > deadline) {
                 break;
@@ -1165,6 +1196,7 @@ impl DistClient {
         // rebuild may have completed since)
         let mut view_refreshed = false;
         'refreshed: while refreshes < 4 {
+            self.check_redundancy()?;
             let mut in_progress = None;
             let mut fenced = None;
             // the complete replicas first (n of them), then the others
@@ -1289,6 +1321,7 @@ impl DistClient {
         let deadline = Instant::now() + self.timeout;
         let mut refreshes = 0;
         'again: loop {
+            self.check_redundancy()?;
             let mut fenced = None;
             for rank in self.group_order(oid, g)? {
                 let Some((c, oh)) = self.oh(rank, oid) else {

@@ -248,13 +248,35 @@ fn every_original_replica_out_reads_unavailable_not_nonexist() {
     dc = dc.with_rebuild_view(RebuildView {
         base: Some(rebuilt.clone()),
         filling: vec![spare],
+        ..Default::default()
     });
     assert!(unavailable(dc.kv_get(o, b"never")));
     // nor read at all: its value may be one a write it missed replaced
     assert!(unavailable(dc.kv_get(o, b"old")));
+    // the pool service marked the container's redundancy lost (both
+    // original replicas out at once, rebuilt from nothing): its I/O is
+    // refused, not answered "not found"
+    dc = dc.with_rebuild_view(RebuildView {
+        base: Some(rebuilt.clone()),
+        redundancy_lost: vec!["dc".into()],
+        ..Default::default()
+    });
+    for r in [
+        dc.kv_get(o, b"never").map(|_| ()),
+        dc.kv_put(o, b"x", b"y").map(|_| ()),
+        dc.fetch(o, b"old", &[Iod::single(KV_AKEY, 0)]).map(|_| ()),
+        dc.list_dkeys(o, None, &obj::types::Anchor::default(), 8)
+            .map(|_| ()),
+    ] {
+        assert!(
+            matches!(&r, Err(DistError::RedundancyLost { pool, cont }) if pool == "dp" && cont == "dc"),
+            "{r:?}"
+        );
+    }
     dc = dc.with_rebuild_view(RebuildView {
         base: Some(rebuilt),
         filling: Vec::new(),
+        ..Default::default()
     });
     assert_eq!(dc.kv_get(o, b"old").unwrap(), b"before");
     // complete: written again, and read back from it

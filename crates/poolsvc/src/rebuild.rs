@@ -27,7 +27,12 @@
 //!   kept), fills them (pass 1), sets them `UP-IN`
 //!   and copies to them once more (pass 2: values written while they were
 //!   `UP`, which clients do not write to). `system set-state POOL RANK UP`
-//!   reintegrates by hand (DAOS's `dmg pool reintegrate`).
+//!   reintegrates by hand (DAOS's `dmg pool reintegrate`). Once such a job
+//!   is done, the other engines delete the copies they hold for groups they
+//!   left (the spares' leftovers: [`Job::reclaim`], DAOS's reclaim).
+//! - A completed job that had no source for some group (every replica lost
+//!   at once) marks the container `UNCLEAN` in the state machine
+//!   ([`crate::state::Pool::mark_redundancy_lost`], DAOS's `-DER_RF`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -58,10 +63,8 @@ pub struct RebuildConfig {
     pub timeout: Duration,
     /// A `DOWN` engine that answers again is reintegrated at once (DOWN →
     /// UP → UP-IN, its data reconciled and filled by epoch-carrying copies)
-    /// instead of waiting for `EXCLUDED`. Off by default: see
-    /// docs/obj-dist.md "DOWN → UP-IN return" (the soak then kills the
-    /// returned engine again, and a restart faster than the failure detector
-    /// goes unnoticed: stale reads).
+    /// instead of waiting for `EXCLUDED`. On by default since the partition
+    /// and soak runs of docs/obj-dist.md "DOWN → UP-IN return" passed.
     pub return_from_down: bool,
 }
 
@@ -74,7 +77,7 @@ impl Default for RebuildConfig {
             probe_every: Duration::from_millis(500),
             progress_every: Duration::from_millis(200),
             timeout: Duration::from_secs(2),
-            return_from_down: false,
+            return_from_down: true,
         }
     }
 }
@@ -202,11 +205,10 @@ impl Driver {
             for (name, pool) in &st.pools {
                 let map = pool.map();
                 for d in 0..map.domains() as u32 {
-                    // EXCLUDED only by default: bringing a DOWN engine that
-                    // answers again straight back (DOWN → UP → UP-IN) made
-                    // the soak and the partition test read stale values (the
-                    // reintegration race, docs/obj-dist.md);
-                    // `return_from_down` turns it on
+                    // DOWN too with `return_from_down` (the default): a DOWN
+                    // engine that answers again comes straight back (DOWN →
+                    // UP → UP-IN, reconciled and filled; docs/obj-dist.md);
+                    // without it, EXCLUDED only
                     let from_down = self.cfg.return_from_down;
                     let all_out = map.domain_targets(d).is_ok_and(|ts| {
                         ts.iter().all(|t| {
@@ -446,6 +448,32 @@ impl Job {
         status.base_map = cur.to_text();
         status.elapsed_ms = elapsed();
         self.publish(&status)?;
+        if !status.extra.is_empty() {
+            // the returning targets are complete: the spares that served
+            // while they were out delete what they hold for groups they left
+            let extra = status.extra.clone();
+            status.reclaim = "running".into();
+            self.publish(&status)?;
+            let t = Instant::now();
+            let r = self.reclaim(&extra, &mut status, &elapsed);
+            status.reclaim = match &r {
+                Ok(()) => format!("done in {} ms", t.elapsed().as_millis()),
+                Err(e) => {
+                    tracing::warn!(
+                        pool = %self.pool,
+                        "rebuild: reclaim of the spares' leftover copies stopped (they stay, \
+                         unreachable: not in any layout): {e}"
+                    );
+                    format!("stopped: {e}")
+                }
+            };
+            status.elapsed_ms = elapsed();
+            // best effort: a new leader or map refuses it, and the next job
+            // publishes its own status
+            if let Err(e) = self.publish(&status) {
+                tracing::debug!("rebuild: reclaim status not published: {e}");
+            }
+        }
         tracing::info!(
             pool = %self.pool,
             version = status.version,
@@ -639,6 +667,120 @@ impl Job {
             punched,
             kept,
             "rebuild: reconciled the returning engine's data (stale akeys punched; dkeys with no other replica kept)"
+        );
+        Ok(())
+    }
+
+    /// DAOS's reclaim after a reintegration: every serving engine but the
+    /// returning ones (`extra`, whose own leftovers [`Job::reconcile`]
+    /// punched) deletes the dkeys of replicated objects whose group, under
+    /// the current map, it is not a member of — copies it took as a spare
+    /// while a member was out (writes and rebuild copies). Run once the job
+    /// is done: the returning members hold everything (pass 2) and the
+    /// published base no longer counts the spares complete. Only dkeys whose
+    /// group is whole (every member serving) are deleted; each is punched
+    /// just above its own newest version ([`obj::rebuild::reconcile_dkey`]
+    /// without a source), so nothing newer is hidden. The dkeys deleted are
+    /// counted in `status.reclaimed` (published every `progress_every`).
+    fn reclaim(
+        &self,
+        extra: &[TargetId],
+        status: &mut RebuildStatus,
+        elapsed: &dyn Fn() -> u64,
+    ) -> JobResult<()> {
+        let p = self.pool_state()?;
+        let cur = p.map();
+        let mut throttle = Throttle::new(self.cfg.rate);
+        let mut last_pub = Instant::now();
+        let (mut dkeys_gone, mut akeys_gone) = (0u64, 0u64);
+        for rank in 0..cur.domains() as u32 {
+            let t = rank; // one target per engine (checked in run)
+            if extra.contains(&t) || !cur.target(t).is_ok_and(|x| x.state.is_serving()) {
+                continue;
+            }
+            let me = self.connect(rank, &p)?;
+            for cont in p.containers.keys() {
+                let side = Side {
+                    client: &me.client,
+                    coh: &me.conts[cont],
+                };
+                for shard in 0..me.shards {
+                    let mut anchor = Anchor::default();
+                    while !anchor.is_eof() {
+                        self.check(cur.version())?;
+                        let (oids, next) = me
+                            .client
+                            .obj_list_obj(
+                                &me.conts[cont],
+                                shard,
+                                None,
+                                &anchor,
+                                self.cfg.batch,
+                                None,
+                            )
+                            .and_then(|x| x.get())
+                            .map_err(|e| format!("engine {rank}: list objects: {e}"))?;
+                        anchor = next;
+                        for oid in oids {
+                            if !is_replicated(oid, &cur) {
+                                continue; // an S1/SX shard may be its only copy
+                            }
+                            let l = obj::placement::layout(oid, &cur).map_err(|e| e.to_string())?;
+                            let oh = obj::client::ObjHandle {
+                                coh: me.conts[cont].coh,
+                                oid,
+                            };
+                            let mut da = Anchor::default();
+                            while !da.is_eof() {
+                                let (dkeys, next) = me
+                                    .client
+                                    .obj_list_dkey(&oh, None, &da, LIST_BATCH, None)
+                                    .and_then(|x| x.get())
+                                    .map_err(|e| {
+                                        format!("engine {rank}: list dkeys of {oid}: {e}")
+                                    })?;
+                                da = next;
+                                for dkey in dkeys {
+                                    let g = obj::placement::group_of(&dkey.0, l.groups.len());
+                                    let Some(grp) = l.groups.get(g) else {
+                                        continue;
+                                    };
+                                    let whole = grp.iter().all(|&m| {
+                                        cur.target(m).is_ok_and(|x| x.state.is_serving())
+                                    });
+                                    if grp.contains(&t) || !whole {
+                                        continue;
+                                    }
+                                    let n = obj::rebuild::reconcile_dkey(None, &side, oid, &dkey)
+                                        .map_err(|e| {
+                                        format!("reclaim {oid} on engine {rank}: {e}")
+                                    })?;
+                                    if n > 0 {
+                                        dkeys_gone += 1;
+                                        akeys_gone += n;
+                                        status.reclaimed += 1;
+                                    }
+                                    if last_pub.elapsed() >= self.cfg.progress_every {
+                                        status.elapsed_ms = elapsed();
+                                        self.publish(status)?;
+                                        last_pub = Instant::now();
+                                    }
+                                    let w = throttle.take(n, Instant::now());
+                                    if !w.is_zero() {
+                                        std::thread::sleep(w);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        tracing::info!(
+            pool = %self.pool,
+            dkeys = dkeys_gone,
+            akeys = akeys_gone,
+            "rebuild: reclaimed the spares' leftover copies"
         );
         Ok(())
     }

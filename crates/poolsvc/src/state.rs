@@ -121,6 +121,15 @@ pub struct RebuildStatus {
     /// Values (single values, array extents) copied.
     pub recs_copied: u64,
     pub bytes_copied: u64,
+    /// Reintegration: dkeys deleted from engines that left their group (the
+    /// spares' leftover copies, reclaimed once the returning engines are
+    /// complete).
+    #[serde(default)]
+    pub reclaimed: u64,
+    /// The reclaim after a reintegration: empty (none), `running`, `done in
+    /// N ms`, or `stopped: why` (the leftovers stay, unreachable).
+    #[serde(default)]
+    pub reclaim: String,
     /// Milliseconds since the job started (its start on this leader).
     pub elapsed_ms: u64,
     /// Where a new leader resumes: (source rank, container, engine shard,
@@ -163,6 +172,24 @@ pub struct Container {
     pub props: BTreeMap<String, String>,
 }
 
+/// Container property: `HEALTHY` or `UNCLEAN` (DAOS's container status,
+/// `DAOS_PROP_CO_STATUS`); absent = healthy. `UNCLEAN`: a failure lost every
+/// replica of some of the container's data ([`Pool::mark_redundancy_lost`]);
+/// clients refuse its I/O (`obj::dist::Error::RedundancyLost`, DAOS's
+/// `-DER_RF`) until it is set `healthy` again.
+pub const STATUS: &str = "status";
+pub const HEALTHY: &str = "HEALTHY";
+pub const UNCLEAN: &str = "UNCLEAN";
+/// Container property: the pool-map version at which `status` was last set.
+pub const STATUS_VER: &str = "status_ver";
+/// Container property: the redundancy factor (failures of fault domains its
+/// objects survive, DAOS's `rf`); absent: the pool's `replicas` − 1, else 1
+/// (the CLI's default class is RP_2).
+pub const RF: &str = "rf";
+/// Container property set with `UNCLEAN`: which ranks were lost, at which
+/// map version.
+pub const LOST: &str = "rf_lost";
+
 /// One pool's replicated state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pool {
@@ -184,6 +211,117 @@ impl Pool {
     pub fn map(&self) -> PoolMap {
         // map_text is only ever written from a PoolMap by apply()
         PoolMap::from_text(&self.map_text).expect("pool map text written by apply")
+    }
+
+    /// The redundancy factor of container `cont` ([`RF`]).
+    pub fn cont_rf(&self, cont: &Container) -> u32 {
+        if let Some(rf) = cont
+            .props
+            .get(RF)
+            .and_then(|v| v.trim_start_matches("rf").parse().ok())
+        {
+            return rf;
+        }
+        self.props
+            .get("replicas")
+            .and_then(|r| r.parse::<u32>().ok())
+            .map_or(1, |r| r.saturating_sub(1))
+    }
+
+    /// Containers whose status is `UNCLEAN` (redundancy lost).
+    pub fn unclean(&self) -> Vec<String> {
+        self.containers
+            .iter()
+            .filter(|(_, c)| c.props.get(STATUS).is_some_and(|s| s == UNCLEAN))
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// A rebuild completed: its map (`self.rebuild.base_map`) replaces
+    /// `old_base` as the map whose group members hold all of the data. A
+    /// fault domain that served under `old_base` and neither serves nor is
+    /// being reintegrated (`UP`) under the new base lost its replicas for
+    /// good: the rebuild could copy them only from a surviving member of the
+    /// same group. A group of an object of redundancy factor `rf` has
+    /// `min(rf + 1, serving domains)` members on distinct domains, any such
+    /// set of domains possibly; so when at least that many domains were
+    /// lost, some group may have lost every replica, and its new members
+    /// (counted complete from now on) hold nothing: the container is marked
+    /// `UNCLEAN` (DAOS: `ds_cont_rf_check`, the number of failed domains
+    /// against the container's rf; its I/O then fails with `-DER_RF`).
+    /// Before the job completes, reads of such a group answer "unavailable"
+    /// (the replicas may return); after, without this mark, a read answered
+    /// "not found": silent data loss.
+    pub fn mark_redundancy_lost(&mut self, old_base: &str, version: u32) {
+        let map = self.map();
+        let before = if old_base.is_empty() {
+            map.all_in()
+        } else {
+            match PoolMap::from_text(old_base) {
+                Ok(m) => m,
+                Err(_) => map.all_in(),
+            }
+        };
+        let Ok(after) = PoolMap::from_text(&self.rebuild.base_map) else {
+            return;
+        };
+        let domain_in = |m: &PoolMap, d: u32, up_too: bool| {
+            m.domain_targets(d).is_ok_and(|ts| {
+                ts.iter().any(|t| {
+                    m.target(*t).is_ok_and(|t| {
+                        t.state.is_serving() || (up_too && t.state == TargetState::Up)
+                    })
+                })
+            })
+        };
+        let serving: Vec<u32> = (0..before.domains() as u32)
+            .filter(|&d| domain_in(&before, d, false))
+            .collect();
+        let lost: Vec<u32> = serving
+            .iter()
+            .copied()
+            .filter(|&d| !domain_in(&after, d, true))
+            .collect();
+        if lost.is_empty() {
+            return;
+        }
+        let rfs: Vec<(String, u32)> = self
+            .containers
+            .iter()
+            .map(|(n, c)| (n.clone(), self.cont_rf(c)))
+            .collect();
+        for (name, rf) in rfs {
+            let members = (rf as usize + 1).min(serving.len());
+            if lost.len() < members {
+                continue;
+            }
+            let Some(c) = self.containers.get_mut(&name) else {
+                continue;
+            };
+            if c.props.get(STATUS).is_some_and(|s| s == UNCLEAN) {
+                continue;
+            }
+            tracing::error!(
+                cont = %name,
+                rf,
+                ?lost,
+                version,
+                "redundancy lost: every replica of some of the container's data may be gone; \
+                 its I/O is refused (-DER_RF) until `cont set-prop ... status:healthy`"
+            );
+            c.props.insert(STATUS.into(), UNCLEAN.into());
+            c.props.insert(STATUS_VER.into(), version.to_string());
+            c.props.insert(
+                LOST.into(),
+                format!(
+                    "ranks {} lost at map version {version} (rf {rf})",
+                    lost.iter()
+                        .map(|d| d.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+            );
+        }
     }
 
     /// What a client reads with (`obj::dist::PoolView`): the map, the map of
@@ -208,6 +346,7 @@ impl Pool {
                 } else {
                     Vec::new()
                 },
+                redundancy_lost: self.unclean(),
             },
         }
     }
@@ -404,7 +543,11 @@ impl PoolSvcState {
                         status.version, p.rebuild.version
                     ));
                 }
+                let old_base = std::mem::take(&mut p.rebuild.base_map);
                 p.rebuild = (**status).clone();
+                if status.state == "done" && status.base_map != old_base {
+                    p.mark_redundancy_lost(&old_base, status.version);
+                }
                 Ok(Reply::Done)
             }
             Command::SetPoolProp { pool, key, value } => {
@@ -445,10 +588,27 @@ impl PoolSvcState {
                 value,
             } => {
                 let p = self.pool_mut(pool)?;
+                let version = p.map().version();
                 let c = p
                     .containers
                     .get_mut(cont)
                     .ok_or_else(|| format!("no container {cont:?}"))?;
+                if key == STATUS {
+                    // DAOS's `daos cont set-prop --properties status:healthy`:
+                    // the operator accepts the loss; I/O is allowed again
+                    let v = value.to_ascii_uppercase();
+                    if v != HEALTHY && v != UNCLEAN {
+                        return Err(format!(
+                            "container status {value:?}: must be healthy (or unclean)"
+                        ));
+                    }
+                    c.props.insert(STATUS.into(), v);
+                    c.props.insert(STATUS_VER.into(), version.to_string());
+                    return Ok(Reply::Done);
+                }
+                if key == RF && value.trim_start_matches("rf").parse::<u32>().is_err() {
+                    return Err(format!("container rf {value:?}: not a number"));
+                }
                 c.props.insert(key.clone(), value.clone());
                 Ok(Reply::Done)
             }
@@ -550,6 +710,144 @@ mod tests {
         // a rank no pool has: recorded only
         assert_eq!(s.apply(&inc(9, 1)), Reply::Done);
         assert_eq!(s.apply(&inc(9, 2)), Reply::Done);
+    }
+
+    #[test]
+    fn a_rebuild_that_lost_every_replica_of_a_group_marks_the_container_unclean() {
+        let mut s = PoolSvcState::default();
+        s.apply(&Command::CreatePool {
+            pool: "p".into(),
+            domains: 4,
+            per_domain: 1,
+        });
+        for (c, rf) in [("c", None), ("c0", Some("0")), ("c2", Some("rf2"))] {
+            let props = rf
+                .map(|v| [(RF.to_string(), v.to_string())].into())
+                .unwrap_or_default();
+            s.apply(&Command::CreateCont {
+                pool: "p".into(),
+                cont: c.into(),
+                props,
+            });
+        }
+        let set = |s: &mut PoolSvcState, d: u32, st: &str| {
+            let r = s.apply(&Command::SetDomainState {
+                pool: "p".into(),
+                domain: d,
+                state: st.into(),
+            });
+            assert!(matches!(r, Reply::MapVersion(_)), "{r:?}");
+        };
+        let done = |s: &mut PoolSvcState| {
+            let m = s.pools["p"].map();
+            let r = s.apply(&Command::SetRebuild {
+                pool: "p".into(),
+                status: Box::new(RebuildStatus {
+                    version: m.version(),
+                    state: "done".into(),
+                    base_map: m.to_text(),
+                    ..Default::default()
+                }),
+            });
+            assert_eq!(r, Reply::Done);
+        };
+        let unclean = |s: &PoolSvcState| s.pools["p"].view().rebuild.redundancy_lost;
+        let pool = |s: &PoolSvcState| s.pools["p"].clone();
+        assert_eq!(pool(&s).cont_rf(&pool(&s).containers["c"]), 1);
+        assert_eq!(pool(&s).cont_rf(&pool(&s).containers["c2"]), 2);
+        // one domain lost and rebuilt: only the rf 0 container lost data
+        set(&mut s, 1, "DOWN");
+        set(&mut s, 1, "EXCLUDED");
+        assert!(unclean(&s).is_empty(), "not before the rebuild completes");
+        done(&mut s);
+        assert_eq!(unclean(&s), vec!["c0".to_string()]);
+        assert!(pool(&s).containers["c0"].props[LOST].contains("ranks 1 lost"));
+        // a second loss after that rebuild completed: the groups were whole
+        // again (rebuilt from the survivors): nothing more lost
+        set(&mut s, 2, "DOWN");
+        set(&mut s, 2, "EXCLUDED");
+        done(&mut s);
+        assert_eq!(unclean(&s), vec!["c0".to_string()]);
+        // the operator accepts the loss
+        let clear = |s: &mut PoolSvcState, c: &str, v: &str| {
+            s.apply(&Command::SetContProp {
+                pool: "p".into(),
+                cont: c.into(),
+                key: STATUS.into(),
+                value: v.into(),
+            })
+        };
+        assert_eq!(clear(&mut s, "c0", "healthy"), Reply::Done);
+        assert!(unclean(&s).is_empty());
+        assert_eq!(pool(&s).containers["c0"].props[STATUS], HEALTHY);
+        assert!(matches!(clear(&mut s, "c0", "fine"), Reply::Refused(_)));
+        // two domains out at once (one EXCLUDED, one only DOWN: the rebuild
+        // does not wait for it, its replicas are replaced from nothing)
+        set(&mut s, 1, "UP");
+        set(&mut s, 1, "UP-IN");
+        set(&mut s, 2, "UP");
+        set(&mut s, 2, "UP-IN");
+        done(&mut s);
+        assert!(unclean(&s).is_empty(), "returns lose nothing");
+        set(&mut s, 0, "DOWN");
+        set(&mut s, 0, "EXCLUDED");
+        set(&mut s, 3, "DOWN");
+        done(&mut s);
+        assert_eq!(unclean(&s), vec!["c".to_string(), "c0".to_string()]);
+        // a returning (UP) domain keeps its data: not counted lost
+        let mut t = PoolSvcState::default();
+        t.apply(&Command::CreatePool {
+            pool: "p".into(),
+            domains: 4,
+            per_domain: 1,
+        });
+        t.apply(&Command::CreateCont {
+            pool: "p".into(),
+            cont: "c".into(),
+            props: BTreeMap::new(),
+        });
+        set(&mut t, 0, "DOWN");
+        set(&mut t, 3, "DOWN");
+        set(&mut t, 0, "UP");
+        done(&mut t);
+        assert!(unclean(&t).is_empty());
+        // the pool's replicas give the default rf: RP_3 survives two
+        let mut u = PoolSvcState::default();
+        u.apply(&Command::CreatePool {
+            pool: "p".into(),
+            domains: 4,
+            per_domain: 1,
+        });
+        u.apply(&Command::CreateCont {
+            pool: "p".into(),
+            cont: "c".into(),
+            props: BTreeMap::new(),
+        });
+        u.apply(&Command::SetPoolProp {
+            pool: "p".into(),
+            key: "replicas".into(),
+            value: "3".into(),
+        });
+        assert_eq!(pool(&u).cont_rf(&pool(&u).containers["c"]), 2);
+        for d in [1, 3] {
+            set(&mut u, d, "DOWN");
+            set(&mut u, d, "EXCLUDED");
+        }
+        done(&mut u);
+        assert!(
+            unclean(&u).is_empty(),
+            "rf 2: two lost domains are survived"
+        );
+        // the groups have 2 serving members now (2 domains left): losing
+        // one of them is survived, losing both is not
+        set(&mut u, 2, "DOWN");
+        let mut v = u.clone();
+        set(&mut v, 2, "EXCLUDED");
+        done(&mut v);
+        assert!(unclean(&v).is_empty());
+        set(&mut u, 0, "DOWN");
+        done(&mut u);
+        assert_eq!(unclean(&u), vec!["c".to_string()]);
     }
 
     #[test]

@@ -109,9 +109,10 @@ pub struct EngineArgs {
     #[arg(long, default_value_t = 450)]
     pub pool_svc_lease_ms: u64,
     /// Reintegrate a DOWN engine that answers again at once (DOWN → UP →
-    /// UP-IN) instead of waiting for EXCLUDED (experimental: see
-    /// docs/obj-dist.md).
-    #[arg(long)]
+    /// UP-IN) instead of waiting for EXCLUDED; on by default
+    /// (`--pool-svc-return-from-down=false`: wait; docs/obj-dist.md).
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true",
+          action = clap::ArgAction::Set)]
     pub pool_svc_return_from_down: bool,
     /// Accept network-partition injection through the pool service
     /// (`dpustack system fault`; tests only): links to/from other ranks cut.
@@ -186,6 +187,23 @@ pub enum ContCmd {
         cont: String,
         #[arg(long)]
         force: bool,
+    },
+    /// Show a container: its properties and, against a system, its status
+    /// (`HEALTHY`, or `UNCLEAN`: redundancy lost, I/O refused with -DER_RF).
+    Query {
+        pool: String,
+        cont: String,
+    },
+    /// Set container properties (DAOS's `daos cont set-prop`), against a
+    /// system: `--properties status:healthy` clears a redundancy-lost
+    /// (`UNCLEAN`) container, accepting the loss; `rf:N` sets its
+    /// redundancy factor.
+    SetProp {
+        pool: String,
+        cont: String,
+        /// `KEY:VALUE[,KEY:VALUE...]` (DAOS's syntax; `KEY=VALUE` too).
+        #[arg(long)]
+        properties: String,
     },
     /// Snapshots: create (prints the epoch), list, destroy EPOCH.
     Snap {
@@ -573,6 +591,30 @@ fn cont(cmd: ContCmd, c: &Client) -> Result<()> {
                 );
             }
         }
+        ContCmd::Query { pool, cont } => {
+            let poh = pool_connect(c, &pool)?;
+            let cs = c
+                .cont_list(&poh, None)
+                .and_then(|p| p.get())
+                .map_err(|e| explain(e, "containers"))?;
+            let ci = cs
+                .into_iter()
+                .find(|ci| ci.label == cont)
+                .with_context(|| format!("container {cont:?}: does not exist"))?;
+            println!(
+                "container {}  {}",
+                ci.label,
+                obj::types::Uuid::from_bytes(ci.uuid)
+            );
+            println!("snapshots {}", ci.snapshots.len());
+            for (k, v) in &ci.props {
+                println!("{k}={v}");
+            }
+        }
+        ContCmd::SetProp { .. } => bail!(
+            "cont set-prop is NOT SUPPORTED against one engine (a container's status and \
+             redundancy factor live in a system's pool service): use --system DIR"
+        ),
         ContCmd::Destroy { pool, cont, force } => {
             let poh = pool_connect(c, &pool)?;
             c.cont_destroy(&poh, &cont, force, None)

@@ -216,6 +216,12 @@ pub fn pool(cmd: PoolCmd, dir: &Path) -> Result<()> {
             if !missing.is_empty() {
                 println!("not answering (size/used without them): ranks {missing:?}");
             }
+            for name in sp.unclean() {
+                println!(
+                    "container {name}: REDUNDANCY LOST (status UNCLEAN, -DER_RF); I/O refused until \
+                     `dpustack cont set-prop {pool} {name} --properties status:healthy --system DIR`"
+                );
+            }
         }
         PoolCmd::Destroy { pool, force } => {
             let mut c = svc(&ms)?;
@@ -408,6 +414,62 @@ pub fn cont(cmd: ContCmd, dir: &Path) -> Result<()> {
                 },
             )?;
             println!("container {cont} destroyed");
+        }
+        ContCmd::Query { pool, cont } => {
+            let (_, sp) = svc_pool(&ms, &pool)?;
+            let c = sp
+                .containers
+                .get(&cont)
+                .with_context(|| format!("container {cont:?}: does not exist"))?;
+            let status = c
+                .props
+                .get(poolsvc::state::STATUS)
+                .map_or(poolsvc::state::HEALTHY, |s| s.as_str());
+            println!("container {cont} in pool {pool}");
+            println!(
+                "status {status}{}",
+                if status == poolsvc::state::UNCLEAN {
+                    format!(
+                        " (redundancy lost, -DER_RF: {}; I/O refused until \
+                         `dpustack cont set-prop {pool} {cont} --properties status:healthy --system DIR`)",
+                        c.props
+                            .get(poolsvc::state::LOST)
+                            .map_or("?", |s| s.as_str())
+                    )
+                } else {
+                    String::new()
+                }
+            );
+            println!("redundancy factor {}", sp.cont_rf(c));
+            for (k, v) in &c.props {
+                println!("{k}={v}");
+            }
+        }
+        ContCmd::SetProp {
+            pool,
+            cont,
+            properties,
+        } => {
+            let (mut c, sp) = svc_pool(&ms, &pool)?;
+            if !sp.containers.contains_key(&cont) {
+                bail!("container {cont:?}: does not exist");
+            }
+            for kv in properties.split(',').filter(|s| !s.is_empty()) {
+                let (k, v) = kv
+                    .split_once(':')
+                    .or_else(|| kv.split_once('='))
+                    .with_context(|| format!("property {kv:?} is not KEY:VALUE"))?;
+                svc_write(
+                    &mut c,
+                    poolsvc::state::Command::SetContProp {
+                        pool: pool.clone(),
+                        cont: cont.clone(),
+                        key: k.trim().to_string(),
+                        value: v.trim().to_string(),
+                    },
+                )?;
+                println!("container {cont}: {k} set to {v}");
+            }
         }
         ContCmd::Snap { .. } => bail!(
             "container snapshots are NOT SUPPORTED against a system yet: each engine would \

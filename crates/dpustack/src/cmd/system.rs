@@ -73,11 +73,10 @@ pub enum SystemCmd {
         #[arg(long, default_value_t = 450)]
         lease_ms: u64,
         /// A DOWN engine that answers again is reintegrated at once (DOWN →
-        /// UP → UP-IN) instead of waiting for EXCLUDED. Off by default: with
-        /// it, engines cut off by a partition and healed served stale reads
-        /// during their return (the 5-engine partition test, seed 4;
-        /// docs/obj-dist.md). `--return-from-down` turns it on.
-        #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true",
+        /// UP → UP-IN, its data reconciled and filled) instead of waiting
+        /// for EXCLUDED. On by default (docs/obj-dist.md "DOWN → UP-IN
+        /// return"); `--return-from-down=false` waits for EXCLUDED.
+        #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true",
               action = clap::ArgAction::Set)]
         return_from_down: bool,
     },
@@ -485,9 +484,7 @@ fn start(
         if fault_injection {
             cmd.arg("--fault-injection");
         }
-        if return_from_down {
-            cmd.arg("--pool-svc-return-from-down");
-        }
+        cmd.arg(format!("--pool-svc-return-from-down={return_from_down}"));
         cmd.process_group(0);
         let child = cmd
             .spawn()
@@ -968,6 +965,7 @@ fn pool_query(dir: &Path, pool: &str, json: bool) -> Result<()> {
             "containers": p.containers.iter().map(|(n, c)| (n.clone(), serde_json::json!(c.props))).collect::<serde_json::Map<_, _>>(),
             "props": p.props,
             "handles": p.handles.len(),
+            "redundancy_lost": p.unclean(),
             "rebuild": {
                 "state": rb_state,
                 "kind": rb.kind,
@@ -978,6 +976,8 @@ fn pool_query(dir: &Path, pool: &str, json: bool) -> Result<()> {
                 "objs_copied": rb.objs_copied,
                 "recs_copied": rb.recs_copied,
                 "bytes_copied": rb.bytes_copied,
+                "reclaimed": rb.reclaimed,
+                "reclaim": rb.reclaim,
                 "elapsed_ms": rb.elapsed_ms,
             },
         });
@@ -1002,6 +1002,16 @@ fn pool_query(dir: &Path, pool: &str, json: bool) -> Result<()> {
         println!("pool props {}", props.join(" "));
     }
     println!("open handles {}", p.handles.len());
+    for name in p.unclean() {
+        println!(
+            "container {name}: REDUNDANCY LOST (status UNCLEAN, -DER_RF: {}); its I/O is refused \
+             until `dpustack cont set-prop {pool} {name} --properties status:healthy --system DIR`",
+            p.containers[&name]
+                .props
+                .get(poolsvc::state::LOST)
+                .map_or("?", |s| s.as_str())
+        );
+    }
     if rb.version == 0 {
         println!("rebuild idle (never ran)");
     } else {
@@ -1018,6 +1028,12 @@ fn pool_query(dir: &Path, pool: &str, json: bool) -> Result<()> {
             rb.bytes_copied,
             rb.elapsed_ms
         );
+        if !rb.reclaim.is_empty() {
+            println!(
+                "reclaim {}: {} leftover dkeys deleted from engines that left their groups",
+                rb.reclaim, rb.reclaimed
+            );
+        }
     }
     Ok(())
 }
