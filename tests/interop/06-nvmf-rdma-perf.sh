@@ -28,6 +28,10 @@ g() { bash $V exec -t ${GT:-120} "$1"; }
 cat > $MBOX/nvmf-rgperf.sh <<'EOF'
 # $1 addr, $2 nqn, $3 seconds, $4 rr|seq; prints "iops=N kib_s=M"
 addr=$1; nqn=$2; secs=$3; mode=$4
+# rxe_r's counters around the run (retries, NAKs, RNR, duplicates: where a
+# slow path waits), the change written to /vmh/rxe-delta.$addr.$mode
+rxe_stats() { rdma statistic show link rxe_r/1 2>/dev/null | tr ' ' '\n' | paste - - | grep -v '^link' | grep -v '^$'; }
+rxe_stats > /tmp/rxe-before.$$
 before=$(ls /dev/ | grep -E '^nvme[0-9]+n[0-9]+$' | sort || true)
 nvme connect -t rdma -a $addr -s 4420 -n $nqn >/dev/null || { echo connect-failed; exit 1; }
 n=
@@ -40,6 +44,9 @@ fio --name=$mode --filename=/dev/$n --rw=$rw --bs=$bs --iodepth=32 --direct=1 --
     --time_based --runtime=$secs --size=60M --output-format=terse --terse-version=3 2>/dev/null \
   | awk -F';' '{ if ($5 == 0) printf "iops=%d kib_s=%d\n", $8, $7; else print "fio-error" }'
 nvme disconnect -n $nqn >/dev/null
+rxe_stats | awk 'NR==FNR {b[$1]=$2; next} { d = $2 - b[$1]; if (d != 0) printf "%s=%d ", $1, d }' /tmp/rxe-before.$$ - \
+  > /vmh/rxe-delta.$addr.$mode 2>/dev/null
+rm -f /tmp/rxe-before.$$
 EOF
 
 # the guest side of 03-roce's set-up: rxe_r on vr (10.99.2.1) <=veth=> vp (10.99.2.2) in netns peer
@@ -90,6 +97,8 @@ for r in $(seq $ROUNDS); do
       b=$(run $KERN $KNQN $mode); a=$(run $OURS $NQN $mode)
     fi
     echo "   round $r $mode: dpustack $a | nvmet-rdma $b"
+    echo "     rxe_r counters, dpustack run: $(cat $MBOX/rxe-delta.$OURS.$mode 2>/dev/null)"
+    echo "     rxe_r counters, nvmet run: $(cat $MBOX/rxe-delta.$KERN.$mode 2>/dev/null)"
     if [ $mode = rr ]; then f=iops; else f=kib_s; fi
     va=$(val "$a" $f); vb=$(val "$b" $f)
     [ -n "$va" ] && [ "$va" -gt 0 ] || ours_bad=$((ours_bad+1))
