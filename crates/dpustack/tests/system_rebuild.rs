@@ -536,12 +536,18 @@ fn a_group_that_lost_every_replica_fails_with_redundancy_lost_not_none() {
         ok(&dir, &["kv", "dp", "dc", "5", "get", "k"]).trim(),
         "lost"
     );
-    // both replicas out at once
+    // both replicas out at once (by hand: --force, the engines are live)
     for r in &ranks {
-        ok(&dir, &["set-state", "dp", &r.to_string(), "DOWN"]);
+        ok(
+            &dir,
+            &["set-state", "dp", &r.to_string(), "DOWN", "--force"],
+        );
     }
     for r in &ranks {
-        ok(&dir, &["set-state", "dp", &r.to_string(), "EXCLUDED"]);
+        ok(
+            &dir,
+            &["set-state", "dp", &r.to_string(), "EXCLUDED", "--force"],
+        );
     }
     let excl = pool(&mut c).map().version();
     let p = wait_for(&mut c, 20, "rebuild done", |p| {
