@@ -516,13 +516,10 @@ fn a_group_that_lost_every_replica_fails_with_redundancy_lost_not_none() {
     start_system(&dir, "127.0.0.200", 3, &["--exclude-after-ms", "1000"]);
     ok(&dir, &["create", "dp", "dc", "64M", "--class", "RP_2"]);
     let ms = members(&dir);
-    let svc: BTreeMap<u64, String> = ms
-        .iter()
-        .enumerate()
-        .map(|(r, m)| (r as u64, m.svc.clone()))
-        .collect();
-    let mut c = BlockingClient::new(svc).unwrap();
+    let mut c = soak::svc_client(&ms);
+    // this test's bounds: 300 ms per call, the client's default back-off
     c.inner.rpc_timeout = Duration::from_millis(300);
+    c.inner.backoff = Duration::from_millis(50);
     // the pool class RP_2G1: object 5's one group is two ranks
     ok(&dir, &["kv", "dp", "dc", "5", "put", "k", "lost"]);
     let w = ok(&dir, &["kv", "dp", "dc", "5", "where"]);

@@ -794,35 +794,30 @@ mod tests {
         set(&mut s, 3, "DOWN");
         done(&mut s);
         assert_eq!(unclean(&s), vec!["c".to_string(), "c0".to_string()]);
+        // a fresh pool of 4 domains with one container "c" (no rf property)
+        let pool_with_c = || {
+            let mut x = PoolSvcState::default();
+            x.apply(&Command::CreatePool {
+                pool: "p".into(),
+                domains: 4,
+                per_domain: 1,
+            });
+            x.apply(&Command::CreateCont {
+                pool: "p".into(),
+                cont: "c".into(),
+                props: BTreeMap::new(),
+            });
+            x
+        };
         // a returning (UP) domain keeps its data: not counted lost
-        let mut t = PoolSvcState::default();
-        t.apply(&Command::CreatePool {
-            pool: "p".into(),
-            domains: 4,
-            per_domain: 1,
-        });
-        t.apply(&Command::CreateCont {
-            pool: "p".into(),
-            cont: "c".into(),
-            props: BTreeMap::new(),
-        });
+        let mut t = pool_with_c();
         set(&mut t, 0, "DOWN");
         set(&mut t, 3, "DOWN");
         set(&mut t, 0, "UP");
         done(&mut t);
         assert!(unclean(&t).is_empty());
         // the pool's replicas give the default rf: RP_3 survives two
-        let mut u = PoolSvcState::default();
-        u.apply(&Command::CreatePool {
-            pool: "p".into(),
-            domains: 4,
-            per_domain: 1,
-        });
-        u.apply(&Command::CreateCont {
-            pool: "p".into(),
-            cont: "c".into(),
-            props: BTreeMap::new(),
-        });
+        let mut u = pool_with_c();
         u.apply(&Command::SetPoolProp {
             pool: "p".into(),
             key: "replicas".into(),

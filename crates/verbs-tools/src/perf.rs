@@ -213,6 +213,15 @@ fn byte_at(mr: &Mr, off: usize) -> u8 {
         .unwrap_or(0)
 }
 
+/// One poll; every completion it returns must be a success.
+fn poll_checked(cq: &Cq, wc: &mut [Wc]) -> Result<usize> {
+    let n = cq.poll(wc)?;
+    for w in &wc[..n] {
+        check_wc(w)?;
+    }
+    Ok(n)
+}
+
 /// Polls until completions arrive; `idle` runs before every poll (the other
 /// end's step in `--mode single`: what we just sent is usually in its socket
 /// already, so it goes first and our poll then finds its answer).
@@ -226,11 +235,8 @@ fn poll_one(
     loop {
         k = k.wrapping_add(1);
         idle()?;
-        let n = cq.poll(wc)?;
+        let n = poll_checked(cq, wc)?;
         if n > 0 {
-            for w in &wc[..n] {
-                check_wc(w)?;
-            }
             return Ok(n);
         }
         // the clock is not free (an HPET read in the guest): look now and then
@@ -438,11 +444,7 @@ fn perf_client(
                 done += poll_one(&e.cq, &mut wc, hard, idle)? as u64;
             } else {
                 idle()?;
-                let n = e.cq.poll(&mut wc)?;
-                for w in &wc[..n] {
-                    check_wc(w)?;
-                }
-                done += n as u64;
+                done += poll_checked(&e.cq, &mut wc)? as u64;
             }
         }
     }
