@@ -148,6 +148,21 @@ impl AlignedBuf {
     pub fn align(&self) -> usize {
         self.layout.align()
     }
+    /// Bytes allocated (at least `len`): [`AlignedBuf::set_len`] may grow
+    /// the buffer up to this without reallocating.
+    pub fn capacity(&self) -> usize {
+        self.layout.size()
+    }
+    /// Makes the buffer `len` bytes long, keeping its allocation (a staging
+    /// buffer reused for I/Os of different sizes). Bytes that come into view
+    /// hold what they held before (zeroes if never written).
+    ///
+    /// # Panics
+    /// If `len` exceeds [`AlignedBuf::capacity`].
+    pub fn set_len(&mut self, len: usize) {
+        assert!(len <= self.capacity(), "set_len beyond the allocation");
+        self.len = len;
+    }
 }
 
 impl Deref for AlignedBuf {
@@ -198,6 +213,15 @@ mod tests {
         }
         let z = AlignedBuf::zeroed(0, 4096);
         assert!(z.is_empty());
+        // a reused staging buffer: shorter and longer within its allocation
+        let mut s = AlignedBuf::zeroed(8192, 4096);
+        s[8000] = 9;
+        s.set_len(4096);
+        assert_eq!(s.len(), 4096);
+        s.set_len(8192);
+        assert_eq!(s[8000], 9);
+        assert!(s.capacity() >= 8192);
+        assert!(std::panic::catch_unwind(move || s.set_len(8193)).is_err());
     }
 
     /// An owner's buffer: a fixed heap slice that is never resized.

@@ -841,6 +841,24 @@ pub trait ObjectStore {
     /// Make every change so far durable (bdev data flushed, then the index
     /// transaction committed with fsync).
     fn commit(&mut self) -> StoreResult<()>;
+
+    /// Starts making every change so far durable without waiting for it:
+    /// `Ok(true)` if the commit is in flight (its outcome comes from
+    /// [`ObjectStore::commit_poll`], which must be asked before the next
+    /// `commit_start`; nothing of the batch may be acknowledged before it
+    /// says `Ok`), `Ok(false)` if it completed (as [`ObjectStore::commit`]).
+    /// Changes made while it runs belong to the next commit. The default is
+    /// the synchronous commit.
+    fn commit_start(&mut self) -> StoreResult<bool> {
+        self.commit().map(|()| false)
+    }
+
+    /// The outcome of the commit [`ObjectStore::commit_start`] left in
+    /// flight: `None` while it runs (only if not `wait`); `Some(Ok(()))`
+    /// also when none was started.
+    fn commit_poll(&mut self, _wait: bool) -> Option<StoreResult<()>> {
+        Some(Ok(()))
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,11 @@
 //! Group commit: the thread takes every message already queued (up to
 //! [`BATCH`]), executes them, calls `commit` once per pool it changed (data
 //! flushed, index fsynced) and only then sends the replies, so an update is
-//! acknowledged only when it will survive a crash.
+//! acknowledged only when it will survive a crash. The commit is pipelined
+//! (`commit_start` / `commit_poll`): while a batch's commit runs, the thread
+//! executes the messages that arrive meanwhile as the next batch, and sends
+//! the first batch's replies when its commit reports durable (before the
+//! next batch's commit starts).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -149,6 +153,18 @@ struct Outgoing {
     done: Option<DtxDone>,
 }
 
+/// A batch whose commit is in flight: its replies and the pools whose
+/// commits run.
+struct Committing {
+    out: Vec<Outgoing>,
+    running: Vec<PoolId>,
+    failed: Vec<PoolId>,
+}
+
+/// How long the thread waits for a message before it looks at a running
+/// commit again.
+const COMMIT_POLL: Duration = Duration::from_micros(200);
+
 /// A target's state, owned by its thread.
 pub struct Target {
     id: usize,
@@ -191,19 +207,26 @@ impl Target {
         let mut dirty: Vec<PoolId> = Vec::new();
         let mut frame = Vec::new();
         let mut queued: std::collections::VecDeque<TargetMsg> = Default::default();
-        'run: while let Ok(first) = rx.recv() {
+        let mut committing: Option<Committing> = None;
+        'run: loop {
+            // a message taken while a commit ran comes first
+            let Some(first) = queued.pop_front().or_else(|| rx.recv().ok()) else {
+                break;
+            };
             let mut next = Some(first);
             let mut n = 0;
             while let Some(msg) = next.take() {
                 match msg {
                     TargetMsg::IoBatch(v) => queued.extend(v),
                     TargetMsg::Stop => {
+                        self.finish_commit(&mut committing, true, &mut frame);
                         self.flush(&mut out, &mut dirty, &mut frame);
                         break 'run;
                     }
                     TargetMsg::Ctl { op, reply } => {
                         // control operations commit on their own; earlier
                         // I/O of this batch is committed first
+                        self.finish_commit(&mut committing, true, &mut frame);
                         self.flush(&mut out, &mut dirty, &mut frame);
                         let r = self.ctl(op);
                         let _ = reply.send(r);
@@ -245,8 +268,35 @@ impl Target {
                         .pop_front()
                         .or_else(|| if n < BATCH { rx.try_recv().ok() } else { None });
             }
-            self.flush(&mut out, &mut dirty, &mut frame);
+            // the commit pipeline: while the previous batch's commit runs,
+            // messages that arrive are executed into this batch; once it is
+            // durable (its replies sent), this batch's commit starts, and
+            // the next messages gather beside it
+            loop {
+                if self.finish_commit(&mut committing, false, &mut frame) {
+                    if !out.is_empty() || !dirty.is_empty() {
+                        committing = self.commit_start(&mut out, &mut dirty, &mut frame);
+                    }
+                    if committing.is_none() {
+                        break;
+                    }
+                } else if out.len() >= BATCH {
+                    self.finish_commit(&mut committing, true, &mut frame);
+                    continue;
+                }
+                match rx.recv_timeout(COMMIT_POLL) {
+                    Ok(m) => {
+                        queued.push_back(m);
+                        continue 'run;
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                        self.finish_commit(&mut committing, true, &mut frame);
+                    }
+                }
+            }
         }
+        self.finish_commit(&mut committing, true, &mut frame);
         for (pool, s) in self.stores.iter_mut() {
             if let Err(e) = s.commit() {
                 warn!(target_id = self.id, %pool, error = %e, "final commit failed");
@@ -257,6 +307,79 @@ impl Target {
             executed = self.executed,
             "target stopped"
         );
+    }
+
+    /// Starts the commits of the pools the batch changed; the batch's
+    /// replies wait in the returned [`Committing`] for the ones still
+    /// running (sent now if none is).
+    fn commit_start(
+        &mut self,
+        out: &mut Vec<Outgoing>,
+        dirty: &mut Vec<PoolId>,
+        frame: &mut Vec<u8>,
+    ) -> Option<Committing> {
+        let mut c = Committing {
+            out: Vec::new(),
+            running: Vec::new(),
+            failed: Vec::new(),
+        };
+        for p in dirty.drain(..) {
+            if let Some(s) = self.stores.get_mut(&p) {
+                match s.commit_start() {
+                    Ok(true) => c.running.push(p),
+                    Ok(false) => {}
+                    Err(e) => {
+                        warn!(target_id = self.id, pool = %p, error = %e, "commit failed");
+                        c.failed.push(p);
+                    }
+                }
+            }
+        }
+        if c.running.is_empty() {
+            self.send(out, &c.failed, frame);
+            return None;
+        }
+        c.out = std::mem::take(out);
+        Some(c)
+    }
+
+    /// Polls (`wait`: waits for) the running commits of `c`; once all are
+    /// done, sends the batch's replies and empties `c`. True when `c` is
+    /// empty.
+    fn finish_commit(
+        &mut self,
+        c: &mut Option<Committing>,
+        wait: bool,
+        frame: &mut Vec<u8>,
+    ) -> bool {
+        let Some(cm) = c.as_mut() else {
+            return true;
+        };
+        let mut i = 0;
+        while i < cm.running.len() {
+            let p = cm.running[i];
+            let r = match self.stores.get_mut(&p) {
+                Some(s) => s.commit_poll(wait),
+                None => Some(Err(StoreError::Index("pool closed".into()))),
+            };
+            match r {
+                None => i += 1,
+                Some(r) => {
+                    cm.running.swap_remove(i);
+                    if let Err(e) = r {
+                        warn!(target_id = self.id, pool = %p, error = %e, "commit failed");
+                        cm.failed.push(p);
+                    }
+                }
+            }
+        }
+        if !cm.running.is_empty() {
+            return false;
+        }
+        if let Some(mut cm) = c.take() {
+            self.send(&mut cm.out, &cm.failed, frame);
+        }
+        true
     }
 
     /// Commits the pools the batch changed, then sends its replies (a failed
@@ -271,6 +394,12 @@ impl Target {
                 }
             }
         }
+        self.send(out, &failed, frame);
+    }
+
+    /// Sends a committed batch's replies (those of changes to a `failed`
+    /// pool as I/O errors).
+    fn send(&mut self, out: &mut Vec<Outgoing>, failed: &[PoolId], frame: &mut Vec<u8>) {
         let mut owe_wake = false;
         for o in out.drain(..) {
             let result = match (o.dirtied, o.result) {

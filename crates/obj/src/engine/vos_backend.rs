@@ -16,6 +16,12 @@ pub struct VosBackend {
     pub block_size: u32,
     /// Index page cache per shard (bytes).
     pub cache_bytes: usize,
+    /// Open the data bdev with O_DIRECT (falls back to the page cache, with a
+    /// warning, where the file system refuses it, e.g. tmpfs). Large values
+    /// then go from the store's aligned staging buffer to the device: no copy
+    /// into the page cache and no writeback of it at the commit's flush
+    /// (docs/obj.md, "The durable write path": measured, not the default).
+    pub direct: bool,
 }
 
 impl Default for VosBackend {
@@ -26,6 +32,9 @@ impl Default for VosBackend {
             // SCM/DRAM whole): small values live inline in
             // the index, and a miss is a pread plus an allocation per page
             cache_bytes: 256 << 20,
+            // off: with the store's synchronous per-value I/O, O_DIRECT lost
+            // reads (no page cache) and small writes (docs/obj.md)
+            direct: false,
         }
     }
 }
@@ -47,16 +56,26 @@ impl StoreBackend for VosBackend {
         let name = dir
             .file_name()
             .map_or_else(|| "shard".into(), |n| n.to_string_lossy().into_owned());
-        let bdev = FileBdev::open(
-            &name,
-            dir.join("data.bdev"),
-            FileOptions {
-                block_size: self.block_size,
-                size: create.then_some(size),
-                ..Default::default()
-            },
-        )
-        .map_err(|e| StoreError::Bdev(e.to_string()))?;
+        let open = |direct: bool| {
+            FileBdev::open(
+                &name,
+                dir.join("data.bdev"),
+                FileOptions {
+                    block_size: self.block_size,
+                    size: create.then_some(size),
+                    direct,
+                    ..Default::default()
+                },
+            )
+        };
+        let bdev = match open(self.direct) {
+            Err(e) if self.direct => {
+                let b = open(false).map_err(|e| StoreError::Bdev(e.to_string()))?;
+                tracing::warn!(shard = %dir.display(), error = %e, "O_DIRECT refused: the data bdev goes through the page cache");
+                b
+            }
+            r => r.map_err(|e| StoreError::Bdev(e.to_string()))?,
+        };
         let cfg = VosConfig {
             auto_commit: false,
             cache_bytes: self.cache_bytes,

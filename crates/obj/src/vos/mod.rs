@@ -45,7 +45,7 @@ use std::fmt::Display;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bdev::{BdevIo, BlockDevice, IoBuf, IoChannel, IoType};
+use bdev::{AlignedBuf, BdevIo, BlockDevice, IoBuf, IoChannel, IoType};
 use redb::{
     Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
 };
@@ -367,9 +367,12 @@ where
     }
 }
 
-/// Largest write staging buffer a store keeps between writes (a value's
-/// blocks; bigger ones are allocated per write and freed).
+/// Largest staging buffer a store keeps between bdev writes or reads (a
+/// value's blocks; bigger ones are allocated per I/O and freed).
 const MAX_WBUF_KEEP: usize = (16 << 20) + (64 << 10);
+/// Least start alignment of the staging buffers (the bdev may ask for more:
+/// O_DIRECT wants its block size).
+const STAGE_ALIGN: usize = 64;
 
 /// Mutable state next to the index: allocator, bdev channel, counters.
 pub(crate) struct St {
@@ -385,11 +388,23 @@ pub(crate) struct St {
     pub(crate) inline_bytes: u64,
     /// The latest-value cache ([`VosConfig::value_cache_bytes`]).
     pub(crate) svc: SvCache,
-    /// The bdev write staging buffer, reused (its capacity kept) from one
+    /// The bdev write staging buffer, reused (its allocation kept) from one
     /// write to the next: no allocation, page faults or zeroing of a fresh
-    /// buffer per large value.
-    wbuf: Vec<u8>,
+    /// buffer per large value. Aligned as the bdev wants its buffers
+    /// (O_DIRECT: the block size), so the bdev needs no bounce copy.
+    wbuf: Option<AlignedBuf>,
+    /// The same for bdev reads (the value is copied out of it).
+    rbuf: Option<AlignedBuf>,
+    /// The bdev's buffer alignment ([`BlockDevice::buf_align`]).
+    align: usize,
+    /// The flush [`St::start_flush`] started: `Some(None)` while it runs,
+    /// `Some(Some(outcome))` once completed and not yet taken.
+    flush_run: Option<Option<StoreResult<()>>>,
 }
+
+/// `ctx` of the flush [`St::start_flush`] starts (other I/O of the store
+/// uses 0): its completion can arrive while a later batch's writes wait.
+const FLUSH_CTX: u64 = u64::MAX;
 
 /// The newest single value of recently read akeys: akey prefix → (epoch of
 /// that version, where its bytes are). DAOS keeps its VOS trees in memory;
@@ -502,7 +517,6 @@ impl St {
                 Ok(()) => return Ok(()),
                 Err(r) if matches!(r.error, bdev::Error::Busy) => {
                     io = r.io;
-                    self.done.clear();
                     self.chan.poll(&mut self.done);
                     std::thread::yield_now();
                 }
@@ -514,20 +528,15 @@ impl St {
     /// Waits for the submitted I/O.
     fn complete(&mut self) -> StoreResult<BdevIo> {
         loop {
-            self.done.clear();
+            self.sort_flush();
+            if let Some(io) = self.done.pop() {
+                return Self::status(io);
+            }
             // blocks in the kernel (io_uring) rather than spinning: on a
             // machine with fewer cores than threads a spin steals the CPU from
             // the threads the I/O and the replies need
             if self.chan.wait(&mut self.done) > 0 {
-                let io = self
-                    .done
-                    .pop()
-                    .ok_or_else(|| StoreError::Bdev("lost I/O".into()))?;
-                return match io.status {
-                    bdev::IoStatus::Success => Ok(io),
-                    bdev::IoStatus::Failed(e) => Err(StoreError::Bdev(e.to_string())),
-                    bdev::IoStatus::Pending => Err(StoreError::Bdev("I/O not completed".into())),
-                };
+                continue;
             }
             if self.chan.in_flight() == 0 {
                 return Err(StoreError::Bdev("lost I/O".into()));
@@ -535,22 +544,56 @@ impl St {
         }
     }
 
+    /// Moves a completion of the started flush out of `done`.
+    fn sort_flush(&mut self) {
+        if let Some(i) = self
+            .done
+            .iter()
+            .position(|io| io.ctx == FLUSH_CTX && io.io_type == Some(IoType::Flush))
+        {
+            let io = self.done.swap_remove(i);
+            self.flush_run = Some(Some(Self::status(io).map(|_| ())));
+        }
+    }
+
+    fn status(io: BdevIo) -> StoreResult<BdevIo> {
+        match io.status {
+            bdev::IoStatus::Success => Ok(io),
+            bdev::IoStatus::Failed(e) => Err(StoreError::Bdev(e.to_string())),
+            bdev::IoStatus::Pending => Err(StoreError::Bdev("I/O not completed".into())),
+        }
+    }
+
+    /// A staging buffer of `len` bytes: `kept` if it is large and aligned
+    /// enough, else a new one.
+    fn stage(kept: Option<AlignedBuf>, len: usize, align: usize) -> AlignedBuf {
+        let mut b = match kept {
+            Some(b) if b.capacity() >= len && b.align() >= align => b,
+            _ => AlignedBuf::zeroed(len, align.max(STAGE_ALIGN)),
+        };
+        b.set_len(len);
+        b
+    }
+
+    /// Keeps a staging buffer that came back with its I/O for the next one.
+    fn keep(buf: Option<IoBuf>) -> Option<AlignedBuf> {
+        match buf {
+            Some(IoBuf::Aligned(b)) if b.capacity() <= MAX_WBUF_KEEP => Some(b),
+            _ => None,
+        }
+    }
+
     /// Write `data` into `blocks` blocks at `off` (padded with zeroes).
     fn write(&mut self, off: u64, blocks: u64, data: &[u8]) -> StoreResult<()> {
-        let mut buf = std::mem::take(&mut self.wbuf);
-        buf.clear();
-        buf.extend_from_slice(data);
+        let len = (blocks * self.bs) as usize;
+        let mut buf = Self::stage(self.wbuf.take(), len, self.align);
+        buf[..data.len()].copy_from_slice(data);
         // only the padding of the last block is zeroed
-        buf.resize((blocks * self.bs) as usize, 0);
-        let io = self.io(BdevIo::write(off, blocks, vec![IoBuf::Vec(buf)], 0))?;
+        buf[data.len()..].fill(0);
+        let io = self.io(BdevIo::write(off, blocks, vec![IoBuf::Aligned(buf)], 0))?;
         self.bdev_dirty = true;
-        // the buffer comes back with the completed I/O (kept only if it is a
-        // plain vector, as sent, and not grown past the largest value)
-        if let Some(IoBuf::Vec(v)) = io.bufs.into_iter().next() {
-            if v.capacity() <= MAX_WBUF_KEEP {
-                self.wbuf = v;
-            }
-        }
+        // the buffer comes back with the completed I/O
+        self.wbuf = Self::keep(io.bufs.into_iter().next());
         Ok(())
     }
 
@@ -567,14 +610,41 @@ impl St {
     fn start_flush(&mut self) -> StoreResult<bool> {
         let run = self.bdev_dirty && self.can_flush;
         if run {
-            self.submit(BdevIo::flush(0))?;
+            self.submit(BdevIo::flush(FLUSH_CTX))?;
+            self.flush_run = Some(None);
+            // a channel queues SQEs until polled: hand the flush to the
+            // kernel now, so it runs beside the log's write and fdatasync
+            // (without this poll it was submitted only when awaited, after
+            // them); a completion polled here stays for `finish_flush`
+            self.chan.poll(&mut self.done);
         }
         self.bdev_dirty = false;
         Ok(run)
     }
 
+    /// Waits for the flush [`St::start_flush`] started (`Ok` if none).
     fn finish_flush(&mut self) -> StoreResult<()> {
-        self.complete().map(|_| ())
+        loop {
+            self.sort_flush();
+            match self.flush_run.take() {
+                None => return Ok(()),
+                Some(Some(r)) => return r,
+                Some(None) => self.flush_run = Some(None),
+            }
+            if self.chan.wait(&mut self.done) == 0 && self.chan.in_flight() == 0 {
+                self.flush_run = None;
+                return Err(StoreError::Bdev("lost flush".into()));
+            }
+        }
+    }
+
+    /// Whether the started flush (if any) has completed; does not wait.
+    fn flush_ready(&mut self) -> bool {
+        if matches!(self.flush_run, Some(None)) {
+            self.chan.poll(&mut self.done);
+            self.sort_flush();
+        }
+        !matches!(self.flush_run, Some(None))
     }
 
     /// A value's bytes (bdev values are checked against their CRC-32C).
@@ -587,15 +657,22 @@ impl St {
                 len,
                 crc,
             } => {
-                let buf = IoBuf::zeroed((blocks * self.bs) as usize);
-                let io = self.io(BdevIo::read(*off, *blocks, vec![buf], 0))?;
-                let mut v = io
-                    .bufs
-                    .into_iter()
-                    .next()
-                    .map(IoBuf::into_vec)
+                // read into the kept staging buffer (not zeroed, no bounce
+                // copy under O_DIRECT), then the value's bytes copied out
+                let n = (blocks * self.bs) as usize;
+                if *len as usize > n {
+                    return Err(StoreError::Corrupt(format!(
+                        "value of {len} B in {blocks} blocks"
+                    )));
+                }
+                let buf = Self::stage(self.rbuf.take(), n, self.align);
+                let io = self.io(BdevIo::read(*off, *blocks, vec![IoBuf::Aligned(buf)], 0))?;
+                let buf = io.bufs.into_iter().next();
+                let v = buf
+                    .as_deref()
+                    .map(|b| b[..*len as usize].to_vec())
                     .unwrap_or_default();
-                v.truncate(*len as usize);
+                self.rbuf = Self::keep(buf);
                 if crc32c::crc32c(&v) != *crc {
                     return Err(StoreError::Corrupt(format!(
                         "checksum mismatch in bdev blocks {off}+{blocks}"
@@ -656,6 +733,20 @@ pub struct Vos {
     /// and no redb commit does yet ([`VosConfig::wal_defer_index`]): a
     /// rollback must replay them from the log.
     deferred: u64,
+    /// The commit [`Vos::commit_start`] left in flight.
+    inflight: Option<Inflight>,
+    /// Its outcome, when something else had to wait for it before the
+    /// caller polled ([`Vos::commit_poll`] hands it out).
+    commit_done: Option<StoreResult<()>>,
+}
+
+/// A batch's commit in flight: its log record's write + fdatasync and the
+/// bdev flush run; the batch is acknowledged when both have completed.
+#[derive(Debug)]
+struct Inflight {
+    lsn: u64,
+    log: Option<StoreResult<()>>,
+    flush: Option<StoreResult<()>>,
 }
 
 impl Drop for Vos {
@@ -664,6 +755,9 @@ impl Drop for Vos {
         // database closes (redb's close makes everything committed durable,
         // with the redo log position the index records)
         self.rview = None;
+        // a commit in flight completes first (the kernel still reads its
+        // record; if it succeeds its batch is acknowledged)
+        self.finish_inflight();
         // acknowledged batches held open are committed (redb's close then
         // makes them durable); if that fails they are still in the log
         let _ = self.settle();
@@ -1026,7 +1120,10 @@ impl Vos {
                 limit: cfg.value_cache_bytes,
                 ..SvCache::default()
             },
-            wbuf: Vec::new(),
+            wbuf: None,
+            rbuf: None,
+            align: bdev.buf_align(),
+            flush_run: None,
         };
         let txn = db.begin_write().map_err(ix)?;
         {
@@ -1116,6 +1213,8 @@ impl Vos {
             need_ckpt: false,
             pending: false,
             deferred: 0,
+            inflight: None,
+            commit_done: None,
         };
         v.replay_wal(None)?;
         Ok(v)
@@ -1294,6 +1393,7 @@ impl Vos {
 
     /// Drop the changes since the last commit (their bdev blocks are free again).
     pub fn abort(&mut self) -> StoreResult<()> {
+        self.finish_inflight();
         self.lost = None;
         let below = self.wal.as_ref().map_or(0, |w| w.next_lsn());
         self.rollback(below)
@@ -1328,7 +1428,8 @@ impl Vos {
     /// Commits (without fsync) an open transaction that holds only
     /// acknowledged batches, so reads can use a cached read view again.
     fn settle(&mut self) -> StoreResult<()> {
-        if self.pending || self.deferred == 0 {
+        if self.pending || self.deferred == 0 || self.inflight.is_some() {
+            // (a commit in flight: reads go through the open transaction)
             return Ok(());
         }
         let Some(txn) = self.txn.take() else {
@@ -1526,6 +1627,9 @@ impl Vos {
     /// byte counter matches the index. (A full scan: for tests and tools.)
     pub fn check(&mut self) -> StoreResult<CheckReport> {
         self.commit()?;
+        if let Some(Err(e)) = self.commit_done.take() {
+            return Err(e);
+        }
         let total = self.st.alloc.total_blocks();
         let mut spans: Vec<(u64, u64, bool)> =
             self.st.alloc.extents().map(|(o, n)| (o, n, true)).collect();
@@ -1717,6 +1821,9 @@ struct Placed {
 
 impl Vos {
     fn commit_inner(&mut self) -> StoreResult<()> {
+        // a commit in flight completes first (its outcome stays for
+        // `commit_poll`; if it failed, this batch is lost with it)
+        self.finish_inflight();
         if let Some(why) = self.lost.take() {
             // an internal error rolled back part of this batch: commit none of it
             self.abort()?;
@@ -1860,6 +1967,154 @@ impl Vos {
                 self.need_ckpt = true;
             }
             return Err(e);
+        }
+        Ok(())
+    }
+
+    /// [`ObjectStore::commit_start`]: a batch that would commit through the
+    /// redo log with the index commit deferred (the engine's case) starts
+    /// its bdev flush and its log record's write + `fdatasync` and returns
+    /// `Ok(true)`; the caller executes the next batch meanwhile (it goes
+    /// into the same open transaction) and polls. Any other commit is done
+    /// synchronously (`Ok(false)`).
+    ///
+    /// Durability is the synchronous commit's: [`Vos::commit_poll`] says
+    /// `Ok` only after the record's `fdatasync` and the bdev flush have both
+    /// completed, and the next record is started only after that, so at most
+    /// the last record of the log is of an unacknowledged batch (the replay
+    /// rule). A failure rolls the open transaction back to the acknowledged
+    /// batches (replayed from the log below this record) and loses a later
+    /// batch executed meanwhile (its commit fails).
+    pub fn commit_start(&mut self) -> StoreResult<bool> {
+        self.finish_inflight();
+        if self.commit_done.is_some() {
+            return Err(StoreError::Index(
+                "commit started before the previous commit's outcome was polled".into(),
+            ));
+        }
+        let defer = self.cfg.wal_defer_index && !self.cfg.auto_commit;
+        let logged = defer
+            && self.lost.is_none()
+            && self.pending
+            && self.txn.is_some()
+            && !self.need_ckpt
+            && !self.st.alloc.has_deferred()
+            && self.wal.as_ref().is_some_and(|w| {
+                !w.is_empty()
+                    && w.size() < self.cfg.wal_checkpoint_bytes
+                    && w.next_lsn() <= self.cfg.wal_checkpoint_records
+            });
+        if !logged {
+            return self.commit_inner().map(|()| false);
+        }
+        self.pending = false;
+        let Some(txn) = self.txn.take() else {
+            return Ok(false);
+        };
+        let lsn = self.wal.as_ref().map_or(0, |w| w.next_lsn());
+        let flushing = match self.st.start_flush() {
+            Ok(f) => f,
+            Err(e) => {
+                self.txn = Some(txn);
+                self.fail_inflight(lsn)?;
+                return Err(e);
+            }
+        };
+        let counters = [self.st.seq, self.st.max_epoch, self.st.inline_bytes];
+        let r = self.write_state(txn.txn(), None, lsn).and_then(|()| {
+            let w = self
+                .wal
+                .as_mut()
+                .ok_or_else(|| StoreError::Index("no redo log".into()))?;
+            w.append_start(counters)
+                .map_err(|e| StoreError::Index(format!("redo log: {e}")))
+        });
+        // the batch stays in the open transaction (acknowledged when durable)
+        self.txn = Some(txn);
+        if let Err(e) = r {
+            if flushing {
+                let _ = self.st.finish_flush();
+            }
+            if let Some(w) = &mut self.wal {
+                // a record submitted before the error: wait for the kernel
+                let _ = w.append_poll(true);
+            }
+            self.fail_inflight(lsn)?;
+            return Err(e);
+        }
+        self.inflight = Some(Inflight {
+            lsn,
+            log: None,
+            flush: None,
+        });
+        Ok(true)
+    }
+
+    /// [`ObjectStore::commit_poll`]: the started commit's outcome once its
+    /// log record and bdev flush are both durable (`None` while they run
+    /// and not `wait`; `Some(Ok)` if none was started).
+    pub fn commit_poll(&mut self, wait: bool) -> Option<StoreResult<()>> {
+        if let Some(r) = self.commit_done.take() {
+            return Some(r);
+        }
+        let Some(mut inf) = self.inflight.take() else {
+            return Some(Ok(()));
+        };
+        if inf.log.is_none() {
+            inf.log = match self.wal.as_mut() {
+                Some(w) => w
+                    .append_poll(wait)
+                    .map(|r| r.map_err(|e| StoreError::Index(format!("redo log: {e}")))),
+                None => Some(Err(StoreError::Index("no redo log".into()))),
+            };
+        }
+        if inf.flush.is_none() && (wait || self.st.flush_ready()) {
+            inf.flush = Some(self.st.finish_flush());
+        }
+        if inf.log.is_none() || inf.flush.is_none() {
+            self.inflight = Some(inf);
+            return None;
+        }
+        let (Some(log), Some(flush)) = (inf.log.take(), inf.flush.take()) else {
+            return None;
+        };
+        match log.and(flush) {
+            Ok(()) => {
+                // acknowledged: its record is durable; the index commit waits
+                self.deferred += 1;
+                Some(Ok(()))
+            }
+            Err(e) => Some(self.fail_inflight(inf.lsn).and(Err(e))),
+        }
+    }
+
+    /// Waits for a commit in flight; its outcome is kept for `commit_poll`.
+    fn finish_inflight(&mut self) {
+        if self.inflight.is_some() && self.commit_done.is_none() {
+            self.commit_done = self.commit_poll(true);
+        }
+    }
+
+    /// After a failed (started) log commit of record `lsn`: back to the
+    /// acknowledged state (as `commit_logged`'s failure does); a batch
+    /// executed after it in the same transaction is lost (its commit fails).
+    fn fail_inflight(&mut self, lsn: u64) -> StoreResult<()> {
+        let later = self.pending;
+        if self.deferred > 0 {
+            self.rollback(lsn)?;
+        } else {
+            self.pending = false;
+            self.rview = None;
+            if let Some(t) = self.txn.take() {
+                let _ = t.into_inner().abort();
+            }
+            if let Err(v) = self.void_wal() {
+                tracing::warn!(index = %self.path.display(), error = %v, "voiding the redo log failed: the next commit is a checkpoint");
+                self.need_ckpt = true;
+            }
+        }
+        if later {
+            self.lost = Some("an earlier batch's commit failed".into());
         }
         Ok(())
     }
@@ -2814,6 +3069,14 @@ impl ObjectStore for Vos {
 
     fn commit(&mut self) -> StoreResult<()> {
         self.commit_inner()
+    }
+
+    fn commit_start(&mut self) -> StoreResult<bool> {
+        Vos::commit_start(self)
+    }
+
+    fn commit_poll(&mut self, wait: bool) -> Option<StoreResult<()>> {
+        Vos::commit_poll(self, wait)
     }
 }
 

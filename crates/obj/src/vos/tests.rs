@@ -834,3 +834,162 @@ fn deferred_index_commit_keeps_acknowledged_batches_when_one_fails() {
         assert_eq!(v.max_epoch(), Epoch(10));
     }
 }
+
+/// A device whose flushes complete only once the test opens the gate.
+struct Gated {
+    inner: Arc<dyn BlockDevice>,
+    open: Arc<std::sync::atomic::AtomicBool>,
+}
+
+struct GatedChan {
+    inner: Box<dyn bdev::IoChannel>,
+    open: Arc<std::sync::atomic::AtomicBool>,
+    held: Vec<BdevIo>,
+}
+
+impl BlockDevice for Gated {
+    fn name(&self) -> &str {
+        "gated"
+    }
+    fn block_size(&self) -> u32 {
+        self.inner.block_size()
+    }
+    fn num_blocks(&self) -> u64 {
+        self.inner.num_blocks()
+    }
+    fn io_type_supported(&self, t: IoType) -> bool {
+        self.inner.io_type_supported(t)
+    }
+    fn open_channel(&self) -> Result<Box<dyn bdev::IoChannel>, bdev::Error> {
+        Ok(Box::new(GatedChan {
+            inner: self.inner.open_channel()?,
+            open: self.open.clone(),
+            held: Vec::new(),
+        }))
+    }
+    fn stats(&self) -> bdev::Stats {
+        self.inner.stats()
+    }
+}
+
+impl bdev::IoChannel for GatedChan {
+    fn submit(&mut self, io: BdevIo) -> Result<(), bdev::Rejected> {
+        self.inner.submit(io)
+    }
+    fn poll(&mut self, done: &mut Vec<BdevIo>) -> usize {
+        let mut got = Vec::new();
+        self.inner.poll(&mut got);
+        for io in got {
+            if io.io_type == Some(IoType::Flush) {
+                self.held.push(io);
+            } else {
+                done.push(io);
+            }
+        }
+        let mut n = done.len();
+        if self.open.load(std::sync::atomic::Ordering::SeqCst) {
+            n += self.held.len();
+            done.append(&mut self.held);
+        }
+        n
+    }
+    fn in_flight(&self) -> usize {
+        self.inner.in_flight() + self.held.len()
+    }
+    fn queue_depth(&self) -> usize {
+        self.inner.queue_depth()
+    }
+    fn stats(&self) -> bdev::Stats {
+        self.inner.stats()
+    }
+}
+
+/// The commit pipeline (`commit_start` / `commit_poll`): a batch is
+/// reported durable only after its bdev flush has completed (the flush is
+/// held back here), the next batch executes meanwhile and reads the first,
+/// and both are what a crash image and a reopen hold. Fails if `commit_poll`
+/// reports a batch before its flush (a reply before the covering fsync).
+#[test]
+fn pipelined_commit_reports_a_batch_only_after_its_flush() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let inner: Arc<dyn BlockDevice> = Arc::new(MallocBdev::new("m", 256, 512).unwrap());
+    let bdev: Arc<dyn BlockDevice> = Arc::new(Gated {
+        inner,
+        open: open.clone(),
+    });
+    let cfg = VosConfig {
+        inline_max: 100,
+        auto_commit: false,
+        ..VosConfig::default()
+    };
+    let mut v = Vos::open(dir.path().join("i"), bdev.clone(), cfg.clone()).unwrap();
+    v.cont_create(C).unwrap();
+    open.store(true, Ordering::SeqCst);
+    v.commit().unwrap();
+    open.store(false, Ordering::SeqCst);
+    put(&mut v, 5, "a", &[1; 700]).unwrap();
+    assert!(
+        v.commit_start().unwrap(),
+        "a logged batch commits asynchronously"
+    );
+    for _ in 0..20 {
+        assert!(v.commit_poll(false).is_none(), "reported before its flush");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    // the next batch executes while the first commits, and sees it
+    put(&mut v, 6, "b", &[2; 10]).unwrap();
+    assert_eq!(get(&mut v, EPOCH_MAX.0, "a").unwrap(), vec![1; 700]);
+    assert!(v.commit_poll(false).is_none(), "reported before its flush");
+    open.store(true, Ordering::SeqCst);
+    let r = v.commit_poll(true);
+    assert!(matches!(r, Some(Ok(()))), "{r:?}");
+    assert!(v.commit_start().unwrap());
+    assert!(matches!(v.commit_poll(true), Some(Ok(()))));
+    // nothing left in flight
+    assert!(matches!(v.commit_poll(false), Some(Ok(()))));
+    crash_copy(dir.path(), "j");
+    drop(v);
+    for name in ["i", "j"] {
+        let mut w = Vos::open(dir.path().join(name), bdev.clone(), cfg.clone()).unwrap();
+        assert_eq!(
+            get(&mut w, EPOCH_MAX.0, "a").unwrap(),
+            vec![1; 700],
+            "{name}"
+        );
+        assert_eq!(
+            get(&mut w, EPOCH_MAX.0, "b").unwrap(),
+            vec![2; 10],
+            "{name}"
+        );
+        w.check().unwrap();
+    }
+}
+
+/// A started commit that fails (its bdev flush) fails its batch and the
+/// batch executed after it; acknowledged batches stay.
+#[test]
+fn pipelined_commit_failure_loses_its_batch_and_the_next() {
+    let (_dir, inj, mut v) = setup_inject(false);
+    put(&mut v, 4, "z", &[9; 700]).unwrap();
+    assert!(v.commit_start().unwrap());
+    assert!(matches!(v.commit_poll(true), Some(Ok(()))));
+    put(&mut v, 5, "a", &[1; 700]).unwrap();
+    inj.arm(rule(IoType::Flush));
+    assert!(v.commit_start().unwrap());
+    put(&mut v, 6, "b", &[2; 700]).unwrap();
+    assert!(matches!(
+        v.commit_poll(true),
+        Some(Err(StoreError::Bdev(_)))
+    ));
+    assert!(v.commit_start().is_err(), "the later batch is lost with it");
+    assert_eq!(get(&mut v, EPOCH_MAX.0, "z").unwrap(), vec![9; 700]);
+    assert_eq!(get(&mut v, EPOCH_MAX.0, "a"), None);
+    assert_eq!(get(&mut v, EPOCH_MAX.0, "b"), None);
+    v.check().unwrap();
+    put(&mut v, 7, "c", &[3; 700]).unwrap();
+    assert!(v.commit_start().unwrap());
+    assert!(matches!(v.commit_poll(true), Some(Ok(()))));
+    assert_eq!(get(&mut v, EPOCH_MAX.0, "c").unwrap(), vec![3; 700]);
+}

@@ -17,11 +17,20 @@
 //! record that is torn, of another generation or out of sequence. Records
 //! are only ever appended after the previous one was made durable, so what
 //! follows an invalid record was never acknowledged.
+//!
+//! An append can run asynchronously ([`Wal::append_start`] /
+//! [`Wal::append_poll`]): the record's write and its `fdatasync` are linked
+//! SQEs on the log's own small io_uring, so the store's thread executes the
+//! next batch meanwhile (the engine's commit pipeline). The next record is
+//! started only after this one completed.
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
 use std::path::Path;
+
+use io_uring::{opcode, squeue, types, IoUring};
 
 const MAGIC: &[u8; 4] = b"VOSW";
 const HDR: usize = 32;
@@ -61,7 +70,6 @@ pub(crate) struct Batch {
 }
 
 /// The log file and the open batch's changes.
-#[derive(Debug)]
 pub(crate) struct Wal {
     file: File,
     gen: u64,
@@ -72,8 +80,28 @@ pub(crate) struct Wal {
     /// Encoded changes of the open batch.
     buf: Vec<u8>,
     count: u32,
+    /// The record being (or last) written: the kernel reads it while an
+    /// append is in flight, so it is not touched until that completes.
     rec: Vec<u8>,
+    /// The log's ring (None where io_uring cannot be set up: appends are
+    /// then synchronous, `append_start` completes them).
+    ring: Option<IoUring>,
+    /// The append in flight.
+    inflight: Option<Append>,
 }
+
+/// An append whose write and fdatasync were submitted.
+#[derive(Debug)]
+struct Append {
+    lsn: u64,
+    len: u64,
+    /// Completions still to come (write, fdatasync).
+    left: u32,
+    err: Option<io::Error>,
+}
+
+const UD_WRITE: u64 = 1;
+const UD_SYNC: u64 = 2;
 
 impl Wal {
     /// Opens (creates) the log at `path` for appending records of generation
@@ -86,6 +114,13 @@ impl Wal {
             .truncate(false)
             .open(path)?;
         let len = file.metadata()?.len();
+        let ring = match IoUring::new(4) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::warn!(error = %e, "redo log: no io_uring, appends are synchronous");
+                None
+            }
+        };
         Ok(Wal {
             file,
             gen,
@@ -95,6 +130,8 @@ impl Wal {
             buf: Vec::new(),
             count: 0,
             rec: Vec::new(),
+            ring,
+            inflight: None,
         })
     }
 
@@ -149,6 +186,18 @@ impl Wal {
     /// (`fdatasync`). On an error the record may or may not be on disk: the
     /// caller must void this generation (a checkpoint) before appending again.
     pub fn append(&mut self, counters: [u64; 3]) -> io::Result<()> {
+        self.append_start(counters)?;
+        self.append_poll(true).unwrap_or(Ok(()))
+    }
+
+    /// Starts [`Wal::append`]: the record is encoded (the open batch is
+    /// empty again, the next batch may log) and its write and `fdatasync`
+    /// submitted; [`Wal::append_poll`] reports the outcome. Errors as
+    /// `append`'s (the record may be on disk).
+    pub fn append_start(&mut self, counters: [u64; 3]) -> io::Result<()> {
+        if self.inflight.is_some() {
+            return Err(io::Error::other("redo log: an append is still in flight"));
+        }
         let lsn = self.lsn + 1;
         let rec = &mut self.rec;
         rec.clear();
@@ -173,12 +222,97 @@ impl Wal {
             self.file.write_all_at(&zeros, end)?;
             self.len = to;
         }
-        self.file.write_all_at(rec, self.off)?;
-        self.file.sync_data()?;
-        self.off += rec.len() as u64;
-        self.lsn = lsn;
+        let len = rec.len() as u64;
+        match &mut self.ring {
+            None => {
+                self.file.write_all_at(rec, self.off)?;
+                self.file.sync_data()?;
+                self.inflight = Some(Append {
+                    lsn,
+                    len,
+                    left: 0,
+                    err: None,
+                });
+            }
+            Some(ring) => {
+                let fd = types::Fd(self.file.as_raw_fd());
+                let w = opcode::Write::new(fd, rec.as_ptr(), rec.len() as u32)
+                    .offset(self.off)
+                    .build()
+                    .flags(squeue::Flags::IO_LINK)
+                    .user_data(UD_WRITE);
+                let f = opcode::Fsync::new(fd)
+                    .flags(types::FsyncFlags::DATASYNC)
+                    .build()
+                    .user_data(UD_SYNC);
+                // SAFETY: the write reads `self.rec`, which is neither
+                // changed nor freed until both completions are reaped
+                // (`append_start` refuses while in flight; `Drop` waits).
+                let pushed = unsafe {
+                    let mut sq = ring.submission();
+                    sq.push(&w).is_ok() && sq.push(&f).is_ok()
+                };
+                if !pushed {
+                    return Err(io::Error::other("redo log: ring full"));
+                }
+                ring.submit()?;
+                self.inflight = Some(Append {
+                    lsn,
+                    len,
+                    left: 2,
+                    err: None,
+                });
+            }
+        }
         self.clear();
         Ok(())
+    }
+
+    /// The outcome of the append in flight once its write and `fdatasync`
+    /// completed; `None` while they run and `wait` is false, or when no
+    /// append is in flight.
+    pub fn append_poll(&mut self, wait: bool) -> Option<io::Result<()>> {
+        let a = self.inflight.as_mut()?;
+        if let Some(ring) = &mut self.ring {
+            loop {
+                for cqe in ring.completion() {
+                    a.left = a.left.saturating_sub(1);
+                    let res = cqe.result();
+                    let bad = if cqe.user_data() == UD_WRITE {
+                        res < 0 || res as u64 != a.len
+                    } else {
+                        res < 0
+                    };
+                    if bad && a.err.is_none() {
+                        a.err = Some(if res < 0 {
+                            io::Error::from_raw_os_error(-res)
+                        } else {
+                            io::Error::other(format!("redo log: short write {res} of {}", a.len))
+                        });
+                    }
+                }
+                if a.left == 0 {
+                    break;
+                }
+                if !wait {
+                    return None;
+                }
+                if let Err(e) = ring.submit_and_wait(1) {
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        a.err.get_or_insert(e);
+                        // the SQEs may still complete: keep waiting for them
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        }
+        let a = self.inflight.take()?;
+        if let Some(e) = a.err {
+            return Some(Err(e));
+        }
+        self.off += a.len;
+        self.lsn = a.lsn;
+        Some(Ok(()))
     }
 
     /// The valid records of generation `gen` in the log at `path` (none if
@@ -215,6 +349,24 @@ impl Wal {
             lsn += 1;
         }
         Ok(out)
+    }
+}
+
+impl std::fmt::Debug for Wal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wal")
+            .field("gen", &self.gen)
+            .field("lsn", &self.lsn)
+            .field("off", &self.off)
+            .field("inflight", &self.inflight)
+            .finish()
+    }
+}
+
+impl Drop for Wal {
+    fn drop(&mut self) {
+        // the kernel may still read `rec`
+        let _ = self.append_poll(true);
     }
 }
 
