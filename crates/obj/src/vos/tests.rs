@@ -939,7 +939,7 @@ fn pipelined_commit_reports_a_batch_only_after_its_flush() {
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
     // the next batch executes while the first commits, and sees it
-    put(&mut v, 6, "b", &[2; 10]).unwrap();
+    put(&mut v, 6, "b", &[2; 700]).unwrap();
     assert_eq!(get(&mut v, EPOCH_MAX.0, "a").unwrap(), vec![1; 700]);
     assert!(v.commit_poll(false).is_none(), "reported before its flush");
     open.store(true, Ordering::SeqCst);
@@ -949,6 +949,10 @@ fn pipelined_commit_reports_a_batch_only_after_its_flush() {
     assert!(matches!(v.commit_poll(true), Some(Ok(()))));
     // nothing left in flight
     assert!(matches!(v.commit_poll(false), Some(Ok(()))));
+    // a batch of inline values only commits in place (no flush to overlap)
+    put(&mut v, 7, "c", &[3; 10]).unwrap();
+    assert!(!v.commit_start().unwrap());
+    assert_eq!(get(&mut v, EPOCH_MAX.0, "c").unwrap(), vec![3; 10]);
     crash_copy(dir.path(), "j");
     drop(v);
     for name in ["i", "j"] {
@@ -960,7 +964,7 @@ fn pipelined_commit_reports_a_batch_only_after_its_flush() {
         );
         assert_eq!(
             get(&mut w, EPOCH_MAX.0, "b").unwrap(),
-            vec![2; 10],
+            vec![2; 700],
             "{name}"
         );
         w.check().unwrap();
