@@ -19,7 +19,7 @@ use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use super::{Admit, IoChecks, OpCounters};
 use crate::rpc::core::{Incoming, ServerConn};
@@ -247,8 +247,7 @@ impl TargetNet {
                 Ok((sock, peer)) => {
                     // as many connections per target as the engine has clients
                     if replies.local.len() >= self.stats.clients.max() {
-                        let n = self.stats.clients.refused();
-                        warn!(target_id = self.id, %peer, refused = n, "target connection refused (max_clients reached)");
+                        warn!(target_id = self.id, %peer, max = self.stats.clients.max(), "target connection refused (max_clients reached)");
                         continue;
                     }
                     if sock.set_nonblocking(true).is_err() {
@@ -357,6 +356,6 @@ impl TargetNet {
             let _ = c.sock.shutdown(std::net::Shutdown::Both);
             self.stats.target_conns.fetch_sub(1, Ordering::Relaxed);
         }
-        info!(target_id = self.id, "target connections closed");
+        debug!(target_id = self.id, "target connections closed");
     }
 }
