@@ -1462,7 +1462,7 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
                         oid: kv.oh.oid,
                     },
                 };
-                let (n, el, lat) = drive(&rc, qd, t, |i, ev| {
+                let (n, el, lat) = drive(&rc, qd_small, t, |i, ev| {
                     Ok(check(
                         rc.kv_get(&rkv, &(i % made).to_be_bytes(), Some(ev))?,
                         "mdtest-hard read over RDMA",
@@ -1480,7 +1480,7 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
         let mut r = Report::new("obj");
         for (name, (mut vals, mut lat)) in fig {
             let v = med(&mut vals);
-            let row_qd = if name.starts_with("ior-easy") || name.ends_with("RDMA") {
+            let row_qd = if name.starts_with("ior-easy") {
                 qd
             } else {
                 qd_small

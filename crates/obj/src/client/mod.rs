@@ -196,8 +196,49 @@ impl Link {
 
 struct Net {
     link: Link,
-    pending: HashMap<u64, Callback>,
+    /// Run to completion: one connection per engine target, to the target's
+    /// own listener; object I/O of target `i` (by [`route`]) goes over
+    /// `targets[i]`. Empty: everything over `link` (RDMA, an engine without
+    /// target endpoints, `DPUSTACK_OBJ_RTC=0`).
+    targets: Vec<TcpClient>,
+    /// Callbacks by (connection: 0 = `link`, `i + 1` = `targets[i]`; RPC id).
+    pending: HashMap<(usize, u64), Callback>,
     timeout: Duration,
+    /// poll(2) scratch for `targets`.
+    fds: Vec<libc::pollfd>,
+}
+
+impl Net {
+    fn progress(&mut self, wait: Duration) {
+        match &mut self.link {
+            Link::Tcp(main) if !self.targets.is_empty() => {
+                crate::rpc::tcp::progress_all(main, &mut self.targets, &mut self.fds, wait)
+            }
+            link => link.progress(wait),
+        }
+    }
+
+    /// The connection `req` goes over (see `pending`).
+    fn route(&self, req: &Request) -> usize {
+        if self.targets.is_empty() {
+            return 0;
+        }
+        let n = self.targets.len();
+        match req {
+            Request::ObjListObj { shard, .. } if (*shard as usize) < n => *shard as usize + 1,
+            r => match r.obj_target() {
+                Some(t) if r.opcode().is_object_io() => crate::rpc::msg::route(t.oid, n) + 1,
+                _ => 0,
+            },
+        }
+    }
+
+    fn core(&mut self, conn: usize) -> &mut ClientCore {
+        match conn {
+            0 => self.link.core(),
+            i => &mut self.targets[i - 1].core,
+        }
+    }
 }
 
 /// The EQ's poller: progresses the connection and completes the tasks of
@@ -209,10 +250,12 @@ impl Poller for NetPoller {
         let mut done = Vec::new();
         {
             let mut n = self.0.borrow_mut();
-            n.link.progress(timeout);
-            while let Some(c) = n.link.core().poll_completion() {
-                if let Some(cb) = n.pending.remove(&c.rpc_id) {
-                    done.push((cb, c.result));
+            n.progress(timeout);
+            for conn in 0..=n.targets.len() {
+                while let Some(c) = n.core(conn).poll_completion() {
+                    if let Some(cb) = n.pending.remove(&(conn, c.rpc_id)) {
+                        done.push((cb, c.result));
+                    }
                 }
             }
         }
@@ -260,14 +303,72 @@ impl Client {
 
     /// [`Client::connect`] with a per-RPC deadline.
     pub fn connect_with(addr: &str, timeout: Duration) -> Result<Client> {
+        Self::connect_opts(addr, timeout, crate::rpc::rtc_enabled())
+    }
+
+    /// [`Client::connect_with`], choosing the path of object I/O: with `rtc`
+    /// (the default; `DPUSTACK_OBJ_RTC=0` turns it off) the client asks the
+    /// engine for its targets' endpoints and opens one connection to each,
+    /// so a target's object I/O goes straight to the target's thread; an
+    /// engine without them (or `rtc` false) gets everything over the one
+    /// connection, through its network thread.
+    pub fn connect_opts(addr: &str, timeout: Duration, rtc: bool) -> Result<Client> {
+        let connect_timeout = timeout.min(Duration::from_secs(5));
         let tcp =
-            TcpClient::connect(addr, timeout.min(Duration::from_secs(5))).map_err(|source| {
-                Error::Unreachable {
-                    addr: addr.to_string(),
-                    source,
-                }
+            TcpClient::connect(addr, connect_timeout).map_err(|source| Error::Unreachable {
+                addr: addr.to_string(),
+                source,
             })?;
-        Self::over(Link::Tcp(Box::new(tcp)), addr, timeout)
+        let ip = tcp.peer().ip();
+        let c = Self::over(Link::Tcp(Box::new(tcp)), addr, timeout)?;
+        if rtc {
+            c.open_targets(ip, connect_timeout)?;
+        }
+        Ok(c)
+    }
+
+    /// Run to completion: one connection per target of the engine.
+    fn open_targets(&self, ip: std::net::IpAddr, connect_timeout: Duration) -> Result<()> {
+        let ports = match self
+            .rpc(None, Request::TargetPorts, Vec::new(), |r| match r.reply {
+                Reply::Ports(p) => Ok(p),
+                _ => Err(unexpected()),
+            })?
+            .get()
+        {
+            Ok(p) => p,
+            // an engine without target endpoints (older, or RTC off)
+            Err(Error::Engine(Status::NoSys)) => return Ok(()),
+            Err(e) => {
+                tracing::warn!(error = %e, "asking for the engine's target endpoints failed: object I/O goes through its network thread");
+                return Ok(());
+            }
+        };
+        let mut targets = Vec::with_capacity(ports.len());
+        for p in ports {
+            let a = std::net::SocketAddr::new(ip, p);
+            match TcpClient::connect(a, connect_timeout) {
+                Ok(t) => targets.push(t),
+                Err(e) => {
+                    // the main connection still serves everything
+                    tracing::warn!(addr = %a, error = %e, "target endpoint unreachable: object I/O goes through the engine's network thread");
+                    return Ok(());
+                }
+            }
+        }
+        let mut n = self.net.borrow_mut();
+        let mv = n.link.core().map_version();
+        for t in &mut targets {
+            t.core.set_map_version(mv);
+        }
+        n.targets = targets;
+        Ok(())
+    }
+
+    /// Connections to the engine's targets (run to completion; 0: object
+    /// I/O goes over the main connection).
+    pub fn target_connections(&self) -> usize {
+        self.net.borrow().targets.len()
     }
 
     /// Connects over RDMA (RC QP through the RDMA CM; a soft RoCE device is
@@ -288,8 +389,10 @@ impl Client {
     fn over(link: Link, addr: &str, timeout: Duration) -> Result<Client> {
         let net = Rc::new(RefCell::new(Net {
             link,
+            targets: Vec::new(),
             pending: HashMap::new(),
             timeout,
+            fds: Vec::new(),
         }));
         let eq = EventQueue::with_poller(Scheduler::new(), Box::new(NetPoller(net.clone())));
         let c = Client {
@@ -481,7 +584,11 @@ impl Client {
     /// on carries (`None`: none, the engine does not check). An engine whose
     /// map is newer refuses with [`Error::StaleMap`].
     pub fn set_map_version(&self, v: Option<u32>) {
-        self.net.borrow_mut().link.core().set_map_version(v);
+        let mut n = self.net.borrow_mut();
+        n.link.core().set_map_version(v);
+        for t in &mut n.targets {
+            t.core.set_map_version(v);
+        }
     }
 
     pub fn ping(&self, ev: Option<&Event>) -> Result<Pending<()>> {
@@ -751,12 +858,16 @@ fn send_rpc(
     let parts: Vec<&[u8]> = bulk.iter().map(Vec::as_slice).collect();
     let timeout = n.timeout;
     let now = std::time::Instant::now();
-    let rpc_id = match &mut n.link {
-        Link::Tcp(t) => t.core.start(now, &req, &parts, Some(timeout)),
-        Link::Rdma(r) => r.start(now, &req, &parts, Some(timeout)),
+    let conn = n.route(&req);
+    let rpc_id = match (&mut n.link, conn) {
+        (Link::Tcp(t), 0) => t.core.start(now, &req, &parts, Some(timeout)),
+        (Link::Rdma(r), 0) => r.start(now, &req, &parts, Some(timeout)),
+        (_, i) => n.targets[i - 1]
+            .core
+            .start(now, &req, &parts, Some(timeout)),
     };
     n.pending.insert(
-        rpc_id,
+        (conn, rpc_id),
         Box::new(move |s: &mut Scheduler, r| k(s, r.map_err(Error::from))),
     );
 }

@@ -151,7 +151,7 @@ impl DtxService {
         map: Option<Arc<MapVersions>>,
         hlc: Arc<SharedHlc>,
         held: Arc<HeldKeys>,
-        targets: Vec<Sender<TargetMsg>>,
+        targets: Vec<super::target::TargetTx>,
         replies: ReplySender,
     ) -> std::io::Result<DtxService> {
         let log = match data_dir {
@@ -232,7 +232,7 @@ struct Driver {
     my_addr: String,
     hlc: Arc<SharedHlc>,
     held: Arc<HeldKeys>,
-    targets: Vec<Sender<TargetMsg>>,
+    targets: Vec<super::target::TargetTx>,
     replies: ReplySender,
     tx: Sender<DtxEvent>,
     addrs: HashMap<Rank, String>,

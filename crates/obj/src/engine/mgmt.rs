@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -197,7 +197,7 @@ impl Default for AggregationPolicy {
 pub struct Mgmt {
     data_dir: PathBuf,
     meta: Meta,
-    targets: Vec<Sender<TargetMsg>>,
+    targets: Vec<super::target::TargetTx>,
     replies: ReplySender,
     hlc: Arc<SharedHlc>,
     next_hdl: u64,
@@ -213,7 +213,7 @@ impl Mgmt {
     pub fn new(
         data_dir: PathBuf,
         meta: Meta,
-        targets: Vec<Sender<TargetMsg>>,
+        targets: Vec<super::target::TargetTx>,
         replies: ReplySender,
         hlc: Arc<SharedHlc>,
     ) -> Self {

@@ -27,10 +27,12 @@ pub mod hlc;
 pub mod map_version;
 pub mod mgmt;
 pub mod target;
+pub mod target_net;
 pub mod vos_backend;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -39,7 +41,7 @@ use std::time::Instant;
 use tracing::{info, warn};
 
 use crate::rpc::core::ServerConn;
-use crate::rpc::msg::{list_obj_prefix, route_prefix, WireOid};
+use crate::rpc::msg::{list_obj_prefix, route_prefix};
 use crate::rpc::rdma::RdmaServer;
 use crate::rpc::tcp::{ConnId, Dispatch, TcpServer};
 use crate::rpc::{HeaderRepr, Opcode, Reply, Status};
@@ -51,7 +53,8 @@ use hlc::SharedHlc;
 pub use map_version::MapVersions;
 pub use mgmt::AggregationPolicy;
 use mgmt::{Meta, Mgmt, MgmtMsg};
-use target::{Target, TargetMsg};
+use target::{Target, TargetMsg, TargetTx};
+use target_net::{TargetNet, TargetWaker};
 
 /// Errors starting an engine.
 #[derive(Debug, thiserror::Error)]
@@ -89,11 +92,7 @@ pub struct EngineConfig {
     pub aggregation: AggregationPolicy,
 }
 
-/// The target owning the object `oid` among `n` targets.
-pub fn route(oid: WireOid, n: usize) -> usize {
-    let h = (oid.hi ^ oid.lo.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    ((h >> 32) % n.max(1) as u64) as usize
-}
+pub use crate::rpc::msg::route;
 
 /// The wire status of a store error.
 pub fn status_of(e: &StoreError) -> Status {
@@ -118,11 +117,19 @@ pub struct OpCounters {
     bulk_in: std::sync::atomic::AtomicU64,
     /// Clients over TCP and RDMA: bound (`max_clients`), connected, refused.
     pub clients: Arc<crate::rpc::limit::ClientLimit>,
+    /// Requests received on the targets' own connections (run to
+    /// completion; also counted by opcode above).
+    target_requests: AtomicU64,
+    /// Connections to the targets' own listeners, open now.
+    target_conns: AtomicUsize,
+    /// Object I/O refused by a target that does not own the object.
+    wrong_target: AtomicU64,
 }
 
 /// Opcodes with a counter of their own; one more slot counts unknown ones.
-const COUNTED: [Opcode; 29] = [
+const COUNTED: [Opcode; 30] = [
     Opcode::Ping,
+    Opcode::TargetPorts,
     Opcode::PoolCreate,
     Opcode::PoolDestroy,
     Opcode::PoolList,
@@ -181,6 +188,103 @@ impl OpCounters {
     pub fn bulk_bytes_in(&self) -> u64 {
         self.bulk_in.load(std::sync::atomic::Ordering::Relaxed)
     }
+    /// Requests received on the targets' own connections (the rest came
+    /// through the network threads).
+    pub fn target_requests(&self) -> u64 {
+        self.target_requests
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+    /// Connections to the targets' own listeners open now.
+    pub fn target_connections(&self) -> usize {
+        self.target_conns.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    /// Object I/O a target refused because another target owns the object.
+    pub fn wrong_target(&self) -> u64 {
+        self.wrong_target.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+pub use crate::rpc::rtc_enabled;
+
+/// Where a request of object I/O goes, after the checks every path makes.
+pub(crate) enum Admit {
+    /// To this target.
+    To(usize),
+    /// Refused: the engine's pool map (this version) is newer.
+    Stale(u32),
+    /// Refused with this status.
+    Refuse(Status),
+}
+
+/// What the checks of object I/O need (a target's own connections).
+pub(crate) struct IoChecks {
+    pub(crate) map_versions: Arc<MapVersions>,
+    held_keys: Arc<HeldKeys>,
+    ntargets: usize,
+}
+
+impl IoChecks {
+    /// [`admit_object_io`].
+    pub(crate) fn admit(&self, hdr: &HeaderRepr, body: &[u8]) -> Admit {
+        admit_object_io(
+            &self.map_versions,
+            &self.held_keys,
+            self.ntargets,
+            hdr,
+            body,
+        )
+    }
+}
+
+/// The checks before object I/O (and `obj_list_obj`) reaches a target, the
+/// same on the network threads and on a target's own connection: the
+/// routing prefix parses, the request's map version is not stale (DAOS
+/// `DER_STALE`), a fetch does not read a key with a prepared DTX update
+/// (`DER_INPROGRESS`); then the owning target: [`route`] of the OID, or the
+/// shard `obj_list_obj` names (one out of range is `DER_INVAL`).
+fn admit_object_io(
+    map_versions: &MapVersions,
+    held_keys: &HeldKeys,
+    ntargets: usize,
+    hdr: &HeaderRepr,
+    body: &[u8],
+) -> Admit {
+    let args = &body[..body.len() - (hdr.bulk_len as usize).min(body.len())];
+    let stale = |coh| hdr.map_version.and_then(|cv| map_versions.check(coh, cv));
+    if hdr.opcode == Opcode::ObjListObj {
+        return match list_obj_prefix(args) {
+            Ok((coh, shard)) if (shard as usize) < ntargets => match stale(coh) {
+                Some(v) => Admit::Stale(v),
+                None => Admit::To(shard as usize),
+            },
+            Ok(_) => Admit::Refuse(Status::Invalid),
+            Err(_) => Admit::Refuse(Status::Proto),
+        };
+    }
+    let op = hdr.opcode;
+    match route_prefix(args) {
+        Ok((coh, oid)) => {
+            // DAOS: a request sent with an older pool map than the
+            // engine's is refused with the engine's version
+            if let Some(v) = stale(coh) {
+                return Admit::Stale(v);
+            }
+            // DTX: a key with a prepared update is not read
+            if matches!(op, Opcode::ObjFetch | Opcode::ObjFetchEpochs) && held_keys.any() {
+                if let Ok(
+                    crate::rpc::msg::Request::ObjFetch { t, dkey, .. }
+                    | crate::rpc::msg::Request::ObjFetchEpochs { t, dkey, .. },
+                ) = crate::rpc::msg::Request::parse(op, args, hdr.bulk_len as usize)
+                {
+                    if held_keys.is_held_dkey(t.oid, &dkey) {
+                        return Admit::Refuse(Status::InProgress);
+                    }
+                }
+            }
+            Admit::To(route(oid, ntargets))
+        }
+        Err(_) => Admit::Refuse(Status::Proto),
+    }
 }
 
 /// A running engine.
@@ -188,11 +292,13 @@ pub struct Engine {
     stats: Arc<OpCounters>,
     server: Option<TcpServer>,
     rdma: Option<RdmaServer>,
-    targets: Vec<Sender<TargetMsg>>,
+    targets: Vec<TargetTx>,
     mgmt: Sender<MgmtMsg>,
     threads: Vec<JoinHandle<()>>,
     addr: SocketAddr,
     ntargets: usize,
+    /// Each target's own TCP port (run to completion; empty when off).
+    target_ports: Vec<u16>,
     map_versions: Arc<MapVersions>,
     dtx: DtxService,
 }
@@ -285,22 +391,51 @@ impl Engine {
             replies
         };
         let hlc = Arc::new(SharedHlc::new());
+        let map_versions = Arc::new(MapVersions::new());
+        let held_keys = Arc::new(HeldKeys::default());
+        let stats = Arc::new(OpCounters::default());
+        stats.clients.set_max(limits.max_clients);
+        // run to completion: each target's own listener on the engine's IP
+        let mut nets = Vec::new();
+        let mut target_ports = Vec::new();
+        if rtc_enabled() {
+            for i in 0..ntargets {
+                let listen_err = |source| EngineError::Listen {
+                    addr: SocketAddr::new(addr.ip(), 0),
+                    source,
+                };
+                let waker = Arc::new(TargetWaker::new().map_err(EngineError::Thread)?);
+                let checks = IoChecks {
+                    map_versions: map_versions.clone(),
+                    held_keys: held_keys.clone(),
+                    ntargets,
+                };
+                let net = TargetNet::bind(i, addr.ip(), waker.clone(), stats.clone(), checks)
+                    .map_err(listen_err)?;
+                target_ports.push(net.local_addr().map_err(listen_err)?.port());
+                nets.push(Some((net, waker)));
+            }
+        } else {
+            nets.resize_with(ntargets, || None);
+        }
         let mut threads = Vec::new();
         let mut targets = Vec::new();
-        for i in 0..ntargets {
+        for (i, net) in nets.into_iter().enumerate() {
             let (tx, rx) = channel();
             let (b, h, r) = (backend.clone(), hlc.clone(), replies.clone());
+            let (net, tx) = match net {
+                Some((net, waker)) => (Some(net), TargetTx::with_waker(tx, waker)),
+                None => (None, TargetTx::plain(tx)),
+            };
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("obj-tgt{i}"))
                     // the stores are made and used on this thread only
-                    .spawn(move || Target::new(i, b, h, r).run(rx))
+                    .spawn(move || Target::new(i, b, h, r).run(rx, net))
                     .map_err(EngineError::Thread)?,
             );
             targets.push(tx);
         }
-        let map_versions = Arc::new(MapVersions::new());
-        let held_keys = Arc::new(HeldKeys::default());
         let mut dtx = DtxService::start(
             addr.to_string(),
             Some(cfg.data_dir.clone()),
@@ -314,7 +449,7 @@ impl Engine {
         let mut mgmt = Mgmt::new(cfg.data_dir.clone(), meta, targets.clone(), replies, hlc)
             .with_aggregation(cfg.aggregation)
             .with_map_versions(map_versions.clone());
-        let stop_targets = |targets: &[Sender<TargetMsg>], threads: Vec<JoinHandle<()>>| {
+        let stop_targets = |targets: &[TargetTx], threads: Vec<JoinHandle<()>>| {
             for t in targets {
                 let _ = t.send(TargetMsg::Stop);
             }
@@ -334,8 +469,6 @@ impl Engine {
                 .spawn(move || mgmt.run(mrx))
                 .map_err(EngineError::Thread)?,
         );
-        let stats = Arc::new(OpCounters::default());
-        stats.clients.set_max(limits.max_clients);
         let dispatch = EngineDispatch {
             targets: targets.clone(),
             mgmt: mtx.clone(),
@@ -344,6 +477,7 @@ impl Engine {
             map_versions: map_versions.clone(),
             dtx: dtx.sender(),
             held_keys,
+            target_ports: target_ports.clone(),
         };
         let rdma = match cfg.rdma_listen {
             Some(a) => match RdmaServer::start(a, dispatch.clone(), rdma_rx, stats.clients.clone())
@@ -362,7 +496,7 @@ impl Engine {
             .with_limit(stats.clients.clone())
             .start(dispatch)
             .map_err(EngineError::Thread)?;
-        info!(%addr, targets = ntargets, backend = backend.name(), data_dir = %cfg.data_dir.display(), "object engine started");
+        info!(%addr, targets = ntargets, ?target_ports, backend = backend.name(), data_dir = %cfg.data_dir.display(), "object engine started");
         Ok(Engine {
             stats,
             server: Some(server),
@@ -372,6 +506,7 @@ impl Engine {
             threads,
             addr,
             ntargets,
+            target_ports,
             map_versions,
             dtx,
         })
@@ -396,6 +531,15 @@ impl Engine {
 
     pub fn targets(&self) -> usize {
         self.ntargets
+    }
+
+    /// Each target's own address (run to completion: clients send a
+    /// target's object I/O there); empty with `DPUSTACK_OBJ_RTC=0`.
+    pub fn target_addrs(&self) -> Vec<SocketAddr> {
+        self.target_ports
+            .iter()
+            .map(|&p| SocketAddr::new(self.addr.ip(), p))
+            .collect()
     }
 
     /// Stops accepting, then stops the management thread and the targets
@@ -432,13 +576,14 @@ impl Drop for Engine {
 /// I/O is held per target until the end of the network thread's round
 /// ([`Dispatch::flush`]), then sent as one message.
 struct EngineDispatch {
-    targets: Vec<Sender<TargetMsg>>,
+    targets: Vec<TargetTx>,
     mgmt: Sender<MgmtMsg>,
     held: Vec<Vec<TargetMsg>>,
     stats: Arc<OpCounters>,
     map_versions: Arc<MapVersions>,
     dtx: Sender<DtxEvent>,
     held_keys: Arc<HeldKeys>,
+    target_ports: Vec<u16>,
 }
 
 impl Clone for EngineDispatch {
@@ -452,6 +597,7 @@ impl Clone for EngineDispatch {
             map_versions: self.map_versions.clone(),
             dtx: self.dtx.clone(),
             held_keys: self.held_keys.clone(),
+            target_ports: self.target_ports.clone(),
         }
     }
 }
@@ -469,30 +615,13 @@ impl Dispatch for EngineDispatch {
                 &[],
             ),
             Opcode::Unknown(_) => io.reply_error(&hdr, Status::NoSys),
-            // object enumeration names the target shard itself (rebuild's
-            // scan walks shards 0..targets)
-            Opcode::ObjListObj => {
-                let args = &body[..body.len() - (hdr.bulk_len as usize).min(body.len())];
-                match list_obj_prefix(args) {
-                    Ok((coh, shard)) if (shard as usize) < self.targets.len() => {
-                        if let Some(v) = hdr
-                            .map_version
-                            .and_then(|cv| self.map_versions.check(coh, cv))
-                        {
-                            io.reply_stale_map(&hdr, v);
-                            return;
-                        }
-                        self.held[shard as usize].push(TargetMsg::Io {
-                            conn,
-                            hdr,
-                            body,
-                            received: Instant::now(),
-                        });
-                    }
-                    Ok(_) => io.reply_error(&hdr, Status::Invalid),
-                    Err(_) => io.reply_error(&hdr, Status::Proto),
-                }
-            }
+            Opcode::TargetPorts if !self.target_ports.is_empty() => io.reply(
+                &hdr,
+                Status::Ok,
+                &Reply::Ports(self.target_ports.clone()),
+                &[],
+            ),
+            Opcode::TargetPorts => io.reply_error(&hdr, Status::NoSys),
             Opcode::DtxUpdate => match route_prefix(&body) {
                 Ok((coh, _)) => {
                     if let Some(v) = hdr
@@ -513,43 +642,24 @@ impl Dispatch for EngineDispatch {
                 io.reply(&hdr, Status::Ok, &Reply::Empty, &[]);
                 let _ = self.dtx.send(DtxEvent::Peer { body });
             }
-            op if op.is_object_io() => {
-                let args = &body[..body.len() - (hdr.bulk_len as usize).min(body.len())];
-                match route_prefix(args) {
-                    Ok((coh, oid)) => {
-                        // DAOS: a request sent with an older pool map than
-                        // the engine's is refused with the engine's version
-                        if let Some(v) = hdr
-                            .map_version
-                            .and_then(|cv| self.map_versions.check(coh, cv))
-                        {
-                            io.reply_stale_map(&hdr, v);
-                            return;
-                        }
-                        // DTX: a key with a prepared update is not read
-                        if matches!(op, Opcode::ObjFetch | Opcode::ObjFetchEpochs)
-                            && self.held_keys.any()
-                        {
-                            if let Ok(
-                                crate::rpc::msg::Request::ObjFetch { t, dkey, .. }
-                                | crate::rpc::msg::Request::ObjFetchEpochs { t, dkey, .. },
-                            ) = crate::rpc::msg::Request::parse(op, args, hdr.bulk_len as usize)
-                            {
-                                if self.held_keys.is_held_dkey(t.oid, &dkey) {
-                                    io.reply_error(&hdr, Status::InProgress);
-                                    return;
-                                }
-                            }
-                        }
-                        let t = route(oid, self.targets.len());
-                        self.held[t].push(TargetMsg::Io {
-                            conn,
-                            hdr,
-                            body,
-                            received: Instant::now(),
-                        });
-                    }
-                    Err(_) => io.reply_error(&hdr, Status::Proto),
+            // object enumeration names the target shard itself (rebuild's
+            // scan walks shards 0..targets)
+            op if op.is_object_io() || op == Opcode::ObjListObj => {
+                match admit_object_io(
+                    &self.map_versions,
+                    &self.held_keys,
+                    self.targets.len(),
+                    &hdr,
+                    &body,
+                ) {
+                    Admit::To(t) => self.held[t].push(TargetMsg::Io {
+                        conn,
+                        hdr,
+                        body,
+                        received: Instant::now(),
+                    }),
+                    Admit::Stale(v) => io.reply_stale_map(&hdr, v),
+                    Admit::Refuse(st) => io.reply_error(&hdr, st),
                 }
             }
             _ => {
@@ -591,6 +701,7 @@ pub fn meta_path(dir: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rpc::msg::WireOid;
 
     #[test]
     fn routing_spreads_and_is_stable() {

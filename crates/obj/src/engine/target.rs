@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::{Receiver, SendError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,6 +24,7 @@ use tracing::{debug, warn};
 use super::backend::StoreBackend;
 use super::hlc::SharedHlc;
 use super::status_of;
+use super::target_net::{TargetNet, TargetReplies};
 use crate::rpc::frame::{encode_reply, encode_reply_head, split_body};
 use crate::rpc::msg::{
     BulkSeg, FetchedIod, IodType as WireIodType, PunchWhat, Reply, Request, WireIod, WireRecx,
@@ -139,6 +140,39 @@ pub enum TargetMsg {
     Stop,
 }
 
+/// The sending side of a target's channel: `send` also wakes the target
+/// when it sleeps in `poll(2)` (management, DTX, the network threads).
+#[derive(Debug, Clone)]
+pub struct TargetTx {
+    tx: Sender<TargetMsg>,
+    waker: Option<Arc<super::target_net::TargetWaker>>,
+}
+
+impl TargetTx {
+    /// A sender of a target that blocks on its channel (no wake-up needed).
+    pub fn plain(tx: Sender<TargetMsg>) -> TargetTx {
+        TargetTx { tx, waker: None }
+    }
+
+    pub fn with_waker(
+        tx: Sender<TargetMsg>,
+        waker: Arc<super::target_net::TargetWaker>,
+    ) -> TargetTx {
+        TargetTx {
+            tx,
+            waker: Some(waker),
+        }
+    }
+
+    pub fn send(&self, m: TargetMsg) -> Result<(), SendError<TargetMsg>> {
+        self.tx.send(m)?;
+        if let Some(w) = &self.waker {
+            w.wake();
+        }
+        Ok(())
+    }
+}
+
 /// Called with the outcome of a [`TargetMsg::DtxApply`].
 pub type DtxDone = Box<dyn FnOnce(Result<(), Status>) + Send>;
 
@@ -170,7 +204,7 @@ pub struct Target {
     id: usize,
     backend: Arc<dyn StoreBackend>,
     hlc: Arc<SharedHlc>,
-    replies: ReplySender,
+    replies: TargetReplies,
     stores: HashMap<PoolId, Box<dyn ObjectStore>>,
     handles: HashMap<u64, (PoolId, ContId)>,
     /// Containers with versions an aggregation pass may still drop: the
@@ -192,7 +226,7 @@ impl Target {
             id,
             backend,
             hlc,
-            replies,
+            replies: TargetReplies::new(replies),
             stores: HashMap::new(),
             handles: HashMap::new(),
             unaggregated: HashMap::new(),
@@ -200,9 +234,11 @@ impl Target {
         }
     }
 
-    /// The thread's loop: until `Stop` or every sender is gone.
-    pub fn run(mut self, rx: Receiver<TargetMsg>) {
-        debug!(target_id = self.id, "target started");
+    /// The thread's loop: until `Stop` or every sender is gone. With `net`
+    /// (run to completion, [`super::target_net`]) the thread also serves its
+    /// own connections: it sleeps in `poll(2)` instead of on the channel.
+    pub fn run(mut self, rx: Receiver<TargetMsg>, mut net: Option<TargetNet>) {
+        debug!(target_id = self.id, rtc = net.is_some(), "target started");
         let mut out: Vec<Outgoing> = Vec::with_capacity(BATCH);
         let mut dirty: Vec<PoolId> = Vec::new();
         let mut frame = Vec::new();
@@ -210,8 +246,18 @@ impl Target {
         let mut committing: Option<Committing> = None;
         'run: loop {
             // a message taken while a commit ran comes first
-            let Some(first) = queued.pop_front().or_else(|| rx.recv().ok()) else {
-                break;
+            let first = match queued.pop_front() {
+                Some(m) => m,
+                None => match &mut net {
+                    None => match rx.recv() {
+                        Ok(m) => m,
+                        Err(_) => break 'run,
+                    },
+                    Some(net) => match self.next_work(net, &rx, &mut queued) {
+                        Some(m) => m,
+                        None => break 'run,
+                    },
+                },
             };
             let mut next = Some(first);
             let mut n = 0;
@@ -284,19 +330,55 @@ impl Target {
                     self.finish_commit(&mut committing, true, &mut frame);
                     continue;
                 }
-                match rx.recv_timeout(COMMIT_POLL) {
-                    Ok(m) => {
-                        queued.push_back(m);
-                        continue 'run;
-                    }
-                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                        self.finish_commit(&mut committing, true, &mut frame);
+                match &mut net {
+                    None => match rx.recv_timeout(COMMIT_POLL) {
+                        Ok(m) => {
+                            queued.push_back(m);
+                            continue 'run;
+                        }
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                            self.finish_commit(&mut committing, true, &mut frame);
+                        }
+                    },
+                    Some(net) => {
+                        // replies sent above leave now (this thread writes them)
+                        net.write_all(&mut self.replies);
+                        let push = |conn, hdr, body, received| {
+                            queued.push_back(TargetMsg::Io {
+                                conn,
+                                hdr,
+                                body,
+                                received,
+                            })
+                        };
+                        if let Some(m) =
+                            net.round(&mut self.replies, push, COMMIT_POLL, || rx.try_recv().ok())
+                        {
+                            queued.push_back(m);
+                        }
+                        match rx.try_recv() {
+                            Ok(m) => queued.push_back(m),
+                            Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                                self.finish_commit(&mut committing, true, &mut frame);
+                            }
+                            Err(std::sync::mpsc::TryRecvError::Empty) => {}
+                        }
+                        if !queued.is_empty() {
+                            continue 'run;
+                        }
                     }
                 }
             }
+            if let Some(net) = &mut net {
+                net.write_all(&mut self.replies);
+            }
         }
         self.finish_commit(&mut committing, true, &mut frame);
+        if let Some(net) = &mut net {
+            net.write_all(&mut self.replies);
+            net.close_all(&mut self.replies);
+        }
         for (pool, s) in self.stores.iter_mut() {
             if let Err(e) = s.commit() {
                 warn!(target_id = self.id, %pool, error = %e, "final commit failed");
@@ -380,6 +462,42 @@ impl Target {
             self.send(&mut cm.out, &cm.failed, frame);
         }
         true
+    }
+
+    /// The next message (run to completion): what the target's connections
+    /// or its channel hold; sleeps in `poll(2)` when there is nothing. `None`
+    /// when every sender is gone.
+    fn next_work(
+        &mut self,
+        net: &mut TargetNet,
+        rx: &Receiver<TargetMsg>,
+        queued: &mut std::collections::VecDeque<TargetMsg>,
+    ) -> Option<TargetMsg> {
+        let mut wait = Duration::ZERO;
+        loop {
+            let push = |conn, hdr, body, received| {
+                queued.push_back(TargetMsg::Io {
+                    conn,
+                    hdr,
+                    body,
+                    received,
+                })
+            };
+            if let Some(m) = net.round(&mut self.replies, push, wait, || rx.try_recv().ok()) {
+                return Some(m);
+            }
+            if let Some(m) = queued.pop_front() {
+                return Some(m);
+            }
+            match rx.try_recv() {
+                Ok(m) => return Some(m),
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => return None,
+                Err(std::sync::mpsc::TryRecvError::Empty) => {}
+            }
+            // answers given at once (pings, refusals); closed connections go
+            net.write_all(&mut self.replies);
+            wait = Duration::MAX;
+        }
     }
 
     /// Commits the pools the batch changed, then sends its replies (a failed

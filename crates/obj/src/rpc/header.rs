@@ -85,6 +85,11 @@ macro_rules! opcodes {
 
 opcodes! {
     Ping = 1, "ping";
+    /// The engine's per-target endpoints (run-to-completion: a client sends
+    /// a target's object I/O straight to that target's own listener). The
+    /// reply lists one TCP port per target, on the engine's IP; an engine
+    /// without them answers `DER_NOSYS` (an older one: unknown opcode).
+    TargetPorts = 2, "target_ports";
     PoolCreate = 0x10, "pool_create";
     PoolDestroy = 0x11, "pool_destroy";
     PoolList = 0x12, "pool_list";

@@ -33,6 +33,17 @@ pub use status::Status;
 /// reply finds its transport.
 pub const RDMA_CONN_BIT: u64 = 1 << 62;
 
+/// Whether run-to-completion targets are on (`DPUSTACK_OBJ_RTC=0` turns
+/// them off: an engine then opens no target listeners, a client sends
+/// everything over its main connection).
+pub fn rtc_enabled() -> bool {
+    std::env::var("DPUSTACK_OBJ_RTC").map_or(true, |v| v != "0")
+}
+
+/// Connection ids of a run-to-completion target's own TCP connections
+/// (`engine::target_net`): their replies are written by that target.
+pub const TARGET_CONN_BIT: u64 = 1 << 61;
+
 /// Largest frame body (arguments + bulk) either side accepts: a bigger
 /// request is refused with [`Status::RecTooBig`] and its bytes skipped.
 pub const MAX_BODY: usize = 16 * 1024 * 1024 + 64 * 1024;

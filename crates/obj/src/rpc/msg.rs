@@ -326,10 +326,22 @@ pub fn list_obj_prefix(args: &[u8]) -> Result<(u64, u32), WireError> {
     Ok((r.u64()?, r.u32()?))
 }
 
+/// The target owning the object `oid` among an engine's `n` targets (the
+/// engine routes by it; a run-to-completion client sends the object's I/O
+/// to that target's own connection).
+pub fn route(oid: WireOid, n: usize) -> usize {
+    let h = (oid.hi ^ oid.lo.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    ((h >> 32) % n.max(1) as u64) as usize
+}
+
+/// Most targets one engine advertises endpoints for.
+pub const MAX_TARGETS: usize = 4096;
+
 /// Every request body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     Ping,
+    TargetPorts,
     PoolCreate {
         label: String,
         size: u64,
@@ -483,9 +495,28 @@ pub const MAX_DTX_MSG: usize = 2 << 20;
 const MAX_ADDR_LEN: usize = 255;
 
 impl Request {
+    /// The object (handle, OID, epoch) an object I/O or DTX update names.
+    pub fn obj_target(&self) -> Option<&ObjTarget> {
+        match self {
+            Request::ObjUpdate { t, .. }
+            | Request::ObjFetch { t, .. }
+            | Request::ObjFetchEpochs { t, .. }
+            | Request::ObjUpdateAt { t, .. }
+            | Request::ObjPunch { t, .. }
+            | Request::ObjPunchAt { t, .. }
+            | Request::ObjListDkey { t, .. }
+            | Request::ObjListAkey { t, .. }
+            | Request::ObjListRecx { t, .. }
+            | Request::ObjQueryKey { t, .. }
+            | Request::DtxUpdate { t, .. } => Some(t),
+            _ => None,
+        }
+    }
+
     pub fn opcode(&self) -> Opcode {
         match self {
             Request::Ping => Opcode::Ping,
+            Request::TargetPorts => Opcode::TargetPorts,
             Request::PoolCreate { .. } => Opcode::PoolCreate,
             Request::PoolDestroy { .. } => Opcode::PoolDestroy,
             Request::PoolList => Opcode::PoolList,
@@ -522,7 +553,7 @@ impl Request {
     pub fn emit(&self, out: &mut Vec<u8>) {
         let mut w = Writer::new(out);
         match self {
-            Request::Ping | Request::PoolList => {}
+            Request::Ping | Request::PoolList | Request::TargetPorts => {}
             Request::PoolCreate { label, size } => {
                 w.str(label).u64(*size);
             }
@@ -664,6 +695,7 @@ impl Request {
         let mut r = Reader::new(args);
         let req = match op {
             Opcode::Ping => Request::Ping,
+            Opcode::TargetPorts => Request::TargetPorts,
             Opcode::PoolList => Request::PoolList,
             Opcode::PoolCreate => Request::PoolCreate {
                 label: r.str(MAX_LABEL_LEN)?,
@@ -843,6 +875,8 @@ pub enum Reply {
     Pong {
         incarnation: u64,
     },
+    /// `target_ports`: one TCP port per target, in target order.
+    Ports(Vec<u16>),
     Pool(PoolInfo),
     Pools(Vec<PoolInfo>),
     Handle {
@@ -888,6 +922,7 @@ enum Shape {
     Empty,
     /// `Empty`, or `Pong` when the engine sends its incarnation.
     Ping,
+    Ports,
     Pool,
     Pools,
     Handle,
@@ -906,6 +941,7 @@ enum Shape {
 fn shape(op: Opcode) -> Option<Shape> {
     Some(match op {
         Opcode::Ping => Shape::Ping,
+        Opcode::TargetPorts => Shape::Ports,
         Opcode::PoolDestroy
         | Opcode::PoolDisconnect
         | Opcode::ContDestroy
@@ -938,6 +974,12 @@ impl Reply {
             Reply::Empty => {}
             Reply::Pong { incarnation } => {
                 w.u64(*incarnation);
+            }
+            Reply::Ports(ps) => {
+                w.count(ps.len());
+                for p in ps {
+                    w.u32(u32::from(*p));
+                }
             }
             Reply::Pool(p) => p.emit(&mut w),
             Reply::Pools(ps) => {
@@ -1015,6 +1057,18 @@ impl Reply {
             Shape::Ping => Reply::Pong {
                 incarnation: r.u64()?,
             },
+            Shape::Ports => {
+                let n = r.count(MAX_TARGETS, 4)?;
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let p = r.u32()?;
+                    v.push(u16::try_from(p).map_err(|_| WireError::BadValue {
+                        field: "port",
+                        value: u64::from(p),
+                    })?);
+                }
+                Reply::Ports(v)
+            }
             Shape::Pool => Reply::Pool(PoolInfo::parse(&mut r)?),
             Shape::Pools => {
                 let n = r.count(MAX_LIST, 40)?;
@@ -1193,6 +1247,7 @@ mod tests {
                 anchor: vec![1, 7],
                 max: 64,
             },
+            Request::TargetPorts,
         ]
     }
 
@@ -1234,6 +1289,7 @@ mod tests {
     #[test]
     fn replies_round_trip() {
         let reps = [
+            (Opcode::TargetPorts, Reply::Ports(vec![41001, 7, 65535])),
             (
                 Opcode::PoolList,
                 Reply::Pools(vec![PoolInfo {

@@ -17,7 +17,9 @@
 //!   then SENT (back to back: RC ordering makes the data land before the
 //!   reply is seen) with [`FLAG_SINK`] and the written length as its bulk
 //!   region. A reply bulk larger than the sink is refused with
-//!   [`Status::RecTooBig`](super::Status::RecTooBig) (nothing is written);
+//!   [`Status::RecTooBig`](super::Status::RecTooBig) (nothing is written),
+//!   unless the sink was *open* ([`FLAG_SINK_OPEN`]: a fetch of unknown size
+//!   lends one standard pool buffer); then it comes the READ way below;
 //! - any other reply larger than a slot (listings, a fetch without a sink)
 //!   comes the old way: the engine exposes a pool buffer for READ, the client
 //!   READs it and sends a one-way [`FLAG_RELEASE`] message so the engine can
@@ -63,7 +65,7 @@ pub use super::RDMA_CONN_BIT;
 /// Bytes of one message slot (a SEND carries at most this).
 pub const SLOT: usize = 64 * 1024;
 /// Receives posted per connection (and send slots).
-pub const NSLOT: usize = 16;
+pub const NSLOT: usize = 64;
 /// Header flag: the bulk region is a remote descriptor to READ, not the data.
 pub const FLAG_RDMA_BULK: u8 = 0x02;
 /// Header flag: one-way "I have read the reply bulk of `rpc_id`".
@@ -72,11 +74,16 @@ pub const FLAG_RELEASE: u8 = 0x04;
 /// the engine may RDMA WRITE the reply bulk into; in a reply, the bulk was
 /// written there and the bulk region is its length (u32).
 pub const FLAG_SINK: u8 = 0x08;
+/// Header flag, with [`FLAG_SINK`] in a request: the sink's size is a guess
+/// (a fetch whose size is open, as `kv_get`'s): a reply bulk larger than it
+/// comes the READ way (exposed in an engine pool buffer), not as
+/// `RecTooBig`. (0x10 is the header's map-version flag.)
+pub const FLAG_SINK_OPEN: u8 = 0x20;
 /// Size of a pool buffer registered at connect (a larger need registers a
 /// buffer of the next power of two, kept in the pool afterwards).
 pub const POOL_BUF: usize = 1 << 20;
 /// Pool buffers registered at connect, per side.
-pub const POOL_INIT: usize = NSLOT / 2;
+pub const POOL_INIT: usize = 8;
 const DESC_LEN: usize = 16;
 /// The most a fetch can return (the engine refuses more).
 const FETCH_MAX: usize = super::MAX_BODY - SLOT;
@@ -90,6 +97,8 @@ const KIND_READ: u64 = 2 << 60;
 const KIND_WRITE: u64 = 3 << 60;
 const KIND_MASK: u64 = 0xf << 60;
 const T: Duration = Duration::from_secs(5);
+/// Empty progress rounds a client yields the CPU on before it naps.
+const YIELDS_BEFORE_NAP: u32 = 32;
 
 /// Why the RDMA transport could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -364,14 +373,17 @@ fn body_from_mr(args: &[u8], mr: &Mr, n: usize) -> Vec<u8> {
 
 /// The largest reply bulk a fetch request `args` can bring (exact when
 /// every iod names its record size; [`FETCH_MAX`] otherwise).
-fn fetch_need(args: &[u8]) -> usize {
+/// The sink a fetch needs: `(bytes, open)`; `open` when a record size is
+/// open (the reply's size is not known: the sink is one standard pool buffer
+/// and a larger reply comes the READ way, [`FLAG_SINK_OPEN`]).
+fn fetch_need(args: &[u8]) -> (usize, bool) {
     let Ok(Request::ObjFetch { iods, .. }) = Request::parse(Opcode::ObjFetch, args, 0) else {
-        return FETCH_MAX;
+        return (FETCH_MAX, false);
     };
     let mut total = 0u64;
     for i in &iods {
         if i.rsize == 0 {
-            return FETCH_MAX;
+            return (POOL_BUF, true);
         }
         let n = match i.kind {
             IodType::Single => i.rsize,
@@ -383,7 +395,7 @@ fn fetch_need(args: &[u8]) -> usize {
         };
         total = total.saturating_add(n);
     }
-    total.min(FETCH_MAX as u64) as usize
+    (total.min(FETCH_MAX as u64) as usize, false)
 }
 
 /// One RC connection's message slots.
@@ -549,7 +561,9 @@ impl Outgoing<'_> {
     fn frame(&mut self, hdr: &HeaderRepr, frame: &[u8]) -> Result<Vec<u8>, RdmaError> {
         let body = &frame[HEADER_LEN..];
         if !hdr.response && hdr.opcode == Opcode::ObjFetch && hdr.bulk_len == 0 {
-            let need = fetch_need(body);
+            let (need, open) = fetch_need(body);
+            // a capped sink (tests, tools) is never open: too small is refused
+            let open = open && self.sink_cap.is_none();
             let (len, mr) = match self.sink_cap {
                 None => (need, self.pool.take(need)?),
                 Some(c) => {
@@ -563,7 +577,12 @@ impl Outgoing<'_> {
             if let Some((old, _)) = self.sinks.insert(hdr.rpc_id, (mr, len)) {
                 self.pool.give(old);
             }
-            return Ok(with_tail(hdr, body, &d, FLAG_SINK));
+            let flags = if open {
+                FLAG_SINK | FLAG_SINK_OPEN
+            } else {
+                FLAG_SINK
+            };
+            return Ok(with_tail(hdr, body, &d, flags));
         }
         if frame.len() <= SLOT || frame[5] & FLAG_RDMA_BULK != 0 {
             // (a frame from [`RdmaClient::start`] has its descriptor already)
@@ -725,6 +744,7 @@ impl RdmaClient {
             return;
         }
         let deadline = Instant::now() + wait;
+        let mut empty = 0u32;
         loop {
             let n = self.round();
             self.core.handle_timeout(Instant::now());
@@ -735,7 +755,14 @@ impl RdmaClient {
             if n > 0 || Instant::now() >= deadline || self.core.in_flight() == 0 {
                 return;
             }
-            std::thread::sleep(Duration::from_micros(20));
+            // a reply is usually due within a few µs: yield the CPU a few
+            // times before a nap (which lasts ~60 µs or more with timer slack)
+            empty += 1;
+            if empty <= YIELDS_BEFORE_NAP {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(20));
+            }
         }
     }
 
@@ -947,7 +974,8 @@ struct SrvConn {
     /// WRITE sources in flight, by work request id.
     writes: HashMap<u64, Mr>,
     /// Sinks of fetches being served, by RPC id: (addr, rkey, len).
-    sinks: HashMap<u64, (u64, u32, u32)>,
+    /// (address, rkey, length, open: a larger reply is exposed for READ).
+    sinks: HashMap<u64, (u64, u32, u32, bool)>,
     queued: VecDeque<Vec<u8>>,
 }
 
@@ -1197,7 +1225,9 @@ fn server_loop(
                         Some(d)
                             if hdr.bulk_len as usize == DESC_LEN && flags & FLAG_RDMA_BULK == 0 =>
                         {
-                            c.sinks.insert(hdr.rpc_id, d);
+                            let (a, k, l) = d;
+                            c.sinks
+                                .insert(hdr.rpc_id, (a, k, l, flags & FLAG_SINK_OPEN != 0));
                             let mut body = body;
                             body.truncate(body.len() - DESC_LEN);
                             let hdr = HeaderRepr {
@@ -1349,7 +1379,9 @@ fn queue_reply(c: &mut SrvConn, frame: &[u8], next_wr: &mut u64, counters: &Coun
     let body = &frame[HEADER_LEN..len];
     let bulk = &body[body.len() - hdr.bulk_len as usize..];
     let args = args_of(body, hdr.bulk_len);
-    if let Some((addr, rkey, slen)) = sink {
+    // an open sink too small for the reply: exposed for READ, as without one
+    let sink = sink.filter(|&(_, _, slen, open)| !(open && bulk.len() > slen as usize));
+    if let Some((addr, rkey, slen, _)) = sink {
         if bulk.len() > slen as usize {
             bump(&counters.sink_too_small);
             let mut e = Vec::new();

@@ -26,11 +26,11 @@ use super::core::{ClientCore, Incoming, ServerConn};
 use super::header::HeaderRepr;
 
 /// Bytes read per `read(2)`.
-const READ_CHUNK: usize = 256 * 1024;
+pub(crate) const READ_CHUNK: usize = 256 * 1024;
 /// Above this many queued reply bytes a connection is not read from.
-const TX_HIGH_WATER: usize = 32 * 1024 * 1024;
+pub(crate) const TX_HIGH_WATER: usize = 32 * 1024 * 1024;
 
-fn poll_fds(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<usize> {
+pub(crate) fn poll_fds(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<usize> {
     let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
     // SAFETY: `fds` is a valid, exclusively borrowed array of pollfd for the call.
     let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
@@ -163,6 +163,66 @@ impl TcpClient {
     }
 }
 
+/// [`TcpClient::progress`] over several connections at once (a client's
+/// main connection and its run-to-completion target connections): one
+/// `poll(2)` over all of them, bounded by the earliest deadline of any; each
+/// readable one is read, every one flushed and timed out. Closed ones are
+/// skipped. `fds` is scratch kept by the caller (no allocation per call).
+pub fn progress_all(
+    main: &mut TcpClient,
+    rest: &mut [TcpClient],
+    fds: &mut Vec<libc::pollfd>,
+    wait: Duration,
+) {
+    let now = Instant::now();
+    let mut wait = wait;
+    let mut busy = false;
+    fds.clear();
+    for c in std::iter::once(&mut *main).chain(rest.iter_mut()) {
+        if c.core.is_closed() {
+            fds.push(libc::pollfd {
+                fd: -1,
+                events: 0,
+                revents: 0,
+            });
+            continue;
+        }
+        c.flush();
+        if let Some(d) = c.core.poll_timeout() {
+            wait = wait.min(d.saturating_duration_since(now));
+        }
+        busy |= c.core.in_flight() > 0 || !c.core.transmit().is_empty();
+        fds.push(libc::pollfd {
+            fd: c.sock.as_raw_fd(),
+            events: libc::POLLIN
+                | if c.core.transmit().is_empty() {
+                    0
+                } else {
+                    libc::POLLOUT
+                },
+            revents: 0,
+        });
+    }
+    if !busy {
+        wait = Duration::ZERO;
+    }
+    let _ = poll_fds(fds, wait);
+    let now = Instant::now();
+    for (c, fd) in std::iter::once(&mut *main)
+        .chain(rest.iter_mut())
+        .zip(fds.iter())
+    {
+        if fd.fd < 0 {
+            continue;
+        }
+        if fd.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+            c.read_available();
+        }
+        c.flush();
+        c.core.handle_timeout(now);
+    }
+}
+
 /// Identifies one client connection of a [`TcpServer`] (never reused).
 pub type ConnId = u64;
 
@@ -236,11 +296,13 @@ impl ReplySender {
     }
 }
 
-struct Conn {
-    sock: TcpStream,
-    io: ServerConn,
-    peer: SocketAddr,
-    dead: bool,
+/// One client connection of a server thread (the network thread's, or a
+/// run-to-completion target's own).
+pub(crate) struct Conn {
+    pub(crate) sock: TcpStream,
+    pub(crate) io: ServerConn,
+    pub(crate) peer: SocketAddr,
+    pub(crate) dead: bool,
 }
 
 /// The engine's network thread over TCP.
@@ -488,7 +550,7 @@ fn net_loop(b: TcpServerBuilder, mut dispatch: impl Dispatch, stop: Arc<AtomicBo
     }
 }
 
-fn read_conn(c: &mut Conn) {
+pub(crate) fn read_conn(c: &mut Conn) {
     // bounded per round so one busy client cannot starve the others
     for _ in 0..8 {
         let buf = c.io.recv_buf(READ_CHUNK);
@@ -519,7 +581,7 @@ fn read_conn(c: &mut Conn) {
     }
 }
 
-fn write_conn(c: &mut Conn) {
+pub(crate) fn write_conn(c: &mut Conn) {
     while !c.dead && c.io.backlog() > 0 {
         let mut slices = [io::IoSlice::new(&[]); 16];
         let n = c.io.transmit_vectored(&mut slices);
