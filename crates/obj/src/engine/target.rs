@@ -7,8 +7,9 @@
 //! Group commit: the thread takes every message already queued (up to
 //! [`BATCH`]), executes them, calls `commit` once per pool it changed (data
 //! flushed, index fsynced) and only then sends the replies, so an update is
-//! acknowledged only when it will survive a crash. The commit is pipelined
-//! (`commit_start` / `commit_poll`): while a batch's commit runs, the thread
+//! acknowledged only when it will survive a crash. The commit can be
+//! pipelined (`commit_start` / `commit_poll`; vos: `VosConfig::commit_pipeline`,
+//! off by default): while a batch's commit runs, the thread
 //! executes the messages that arrive meanwhile as the next batch, and sends
 //! the first batch's replies when its commit reports durable (before the
 //! next batch's commit starts).

@@ -922,6 +922,7 @@ fn pipelined_commit_reports_a_batch_only_after_its_flush() {
     let cfg = VosConfig {
         inline_max: 100,
         auto_commit: false,
+        commit_pipeline: true,
         ..VosConfig::default()
     };
     let mut v = Vos::open(dir.path().join("i"), bdev.clone(), cfg.clone()).unwrap();
@@ -976,6 +977,7 @@ fn pipelined_commit_reports_a_batch_only_after_its_flush() {
 #[test]
 fn pipelined_commit_failure_loses_its_batch_and_the_next() {
     let (_dir, inj, mut v) = setup_inject(false);
+    v.cfg.commit_pipeline = true;
     put(&mut v, 4, "z", &[9; 700]).unwrap();
     assert!(v.commit_start().unwrap());
     assert!(matches!(v.commit_poll(true), Some(Ok(()))));
