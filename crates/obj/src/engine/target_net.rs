@@ -23,7 +23,9 @@ use tracing::{debug, warn};
 
 use super::{Admit, IoChecks, OpCounters};
 use crate::rpc::core::{Incoming, ServerConn};
-use crate::rpc::tcp::{poll_fds, read_conn, write_conn, Conn, ConnId, ReplySender, TX_HIGH_WATER};
+use crate::rpc::tcp::{
+    poll_fds_precise, read_conn, write_conn, Conn, ConnId, ReplySender, TX_HIGH_WATER,
+};
 use crate::rpc::{HeaderRepr, Opcode, Reply, Status, TARGET_CONN_BIT};
 
 /// How long an idle target sleeps in `poll(2)` before it looks again (a
@@ -203,7 +205,7 @@ impl TargetNet {
             }
             wait = wait.min(IDLE_POLL);
         }
-        if let Err(e) = poll_fds(&mut self.fds, wait) {
+        if let Err(e) = poll_fds_precise(&mut self.fds, wait) {
             warn!(target_id = self.id, error = %e, "poll failed in a target");
             std::thread::sleep(Duration::from_millis(10));
         }

@@ -44,6 +44,39 @@ pub(crate) fn poll_fds(fds: &mut [libc::pollfd], timeout: Duration) -> io::Resul
     Ok(r as usize)
 }
 
+/// [`poll_fds`] with a timeout to the microsecond (`ppoll`): `poll`'s
+/// milliseconds turn a wait under 1 ms into a spin. `Duration::MAX`: no bound.
+pub(crate) fn poll_fds_precise(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<usize> {
+    let ts;
+    let tsp = if timeout >= Duration::from_secs(1 << 30) {
+        std::ptr::null()
+    } else {
+        ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        &ts as *const libc::timespec
+    };
+    // SAFETY: `fds` is a valid, exclusively borrowed array of pollfd for the
+    // call; `tsp` is null or points at `ts`, alive for the call; no sigmask.
+    let r = unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            tsp,
+            std::ptr::null(),
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    Ok(r as usize)
+}
+
 /// One client connection over TCP.
 #[derive(Debug)]
 pub struct TcpClient {
