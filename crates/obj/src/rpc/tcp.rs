@@ -30,10 +30,9 @@ pub(crate) const READ_CHUNK: usize = 256 * 1024;
 /// Above this many queued reply bytes a connection is not read from.
 pub(crate) const TX_HIGH_WATER: usize = 32 * 1024 * 1024;
 
-pub(crate) fn poll_fds(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<usize> {
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: `fds` is a valid, exclusively borrowed array of pollfd for the call.
-    let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+/// The result of `poll`/`ppoll`: ready fds; an interrupted call counts as
+/// nothing ready.
+fn poll_ret(r: libc::c_int) -> io::Result<usize> {
     if r < 0 {
         let e = io::Error::last_os_error();
         if e.kind() == io::ErrorKind::Interrupted {
@@ -42,6 +41,13 @@ pub(crate) fn poll_fds(fds: &mut [libc::pollfd], timeout: Duration) -> io::Resul
         return Err(e);
     }
     Ok(r as usize)
+}
+
+pub(crate) fn poll_fds(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<usize> {
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: `fds` is a valid, exclusively borrowed array of pollfd for the call.
+    let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    poll_ret(r)
 }
 
 /// [`poll_fds`] with a timeout to the microsecond (`ppoll`): `poll`'s
@@ -67,14 +73,7 @@ pub(crate) fn poll_fds_precise(fds: &mut [libc::pollfd], timeout: Duration) -> i
             std::ptr::null(),
         )
     };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(0);
-        }
-        return Err(e);
-    }
-    Ok(r as usize)
+    poll_ret(r)
 }
 
 /// One client connection over TCP.
