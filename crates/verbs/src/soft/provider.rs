@@ -269,9 +269,6 @@ const PROGRESS_EVERY: u32 = 4;
 /// calls (a clock read each time is costly: an HPET access in the TCG guest).
 const TIMER_EVERY: u32 = 16;
 
-/// In manual mode, an empty `Cq::poll` receives every this many calls.
-const MANUAL_RECV_EVERY: u32 = 2;
-
 /// A completion queue of a soft device.
 pub(crate) struct SoftCq {
     dev: Arc<Device>,
@@ -317,14 +314,8 @@ impl SoftCq {
             // receive; what that makes ready to send (ACKs, responses) stays queued
             // if completions are returned now: it leaves with the application's
             // next post (one sendmmsg for an ACK and a reply) or poll
-            // an empty CQ receives on every MANUAL_RECV_EVERY-th poll only: each
-            // receive is a recvmmsg, mostly empty in a busy loop (a release build
-            // in the TCG guest made 1-1.1 empty recvmmsg per 64 KiB WRITE, each a
-            // full emulated kernel entry)
             let k = self.empty_polls.load(Ordering::Relaxed);
-            if self.count.load(Ordering::Acquire) > 0 || k.is_multiple_of(MANUAL_RECV_EVERY) {
-                super::driver::progress_deferred(s, k.is_multiple_of(TIMER_EVERY))?;
-            }
+            super::driver::progress_deferred(s, k.is_multiple_of(TIMER_EVERY))?;
             if self.count.load(Ordering::Acquire) == 0
                 && s.tx_deferred.swap(false, Ordering::Relaxed)
             {
