@@ -174,6 +174,21 @@ impl TargetTx {
     }
 }
 
+/// What a target's own connections hand it (admitted requests): queued as
+/// [`TargetMsg::Io`] for its next batch.
+fn queue_io(
+    queued: &mut std::collections::VecDeque<TargetMsg>,
+) -> impl FnMut(ConnId, HeaderRepr, Vec<u8>, Instant) + '_ {
+    |conn, hdr, body, received| {
+        queued.push_back(TargetMsg::Io {
+            conn,
+            hdr,
+            body,
+            received,
+        })
+    }
+}
+
 /// Called with the outcome of a [`TargetMsg::DtxApply`].
 pub type DtxDone = Box<dyn FnOnce(Result<(), Status>) + Send>;
 
@@ -345,17 +360,12 @@ impl Target {
                     Some(net) => {
                         // replies sent above leave now (this thread writes them)
                         net.write_all(&mut self.replies);
-                        let push = |conn, hdr, body, received| {
-                            queued.push_back(TargetMsg::Io {
-                                conn,
-                                hdr,
-                                body,
-                                received,
-                            })
-                        };
-                        if let Some(m) =
-                            net.round(&mut self.replies, push, COMMIT_POLL, || rx.try_recv().ok())
-                        {
+                        if let Some(m) = net.round(
+                            &mut self.replies,
+                            queue_io(&mut queued),
+                            COMMIT_POLL,
+                            || rx.try_recv().ok(),
+                        ) {
                             queued.push_back(m);
                         }
                         match rx.try_recv() {
@@ -476,15 +486,9 @@ impl Target {
     ) -> Option<TargetMsg> {
         let mut wait = Duration::ZERO;
         loop {
-            let push = |conn, hdr, body, received| {
-                queued.push_back(TargetMsg::Io {
-                    conn,
-                    hdr,
-                    body,
-                    received,
-                })
-            };
-            if let Some(m) = net.round(&mut self.replies, push, wait, || rx.try_recv().ok()) {
+            if let Some(m) = net.round(&mut self.replies, queue_io(queued), wait, || {
+                rx.try_recv().ok()
+            }) {
                 return Some(m);
             }
             if let Some(m) = queued.pop_front() {
