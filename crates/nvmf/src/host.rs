@@ -207,7 +207,11 @@ impl Queue {
     pub fn pop_completion(&mut self) -> Option<Completion> {
         self.done.pop_front()
     }
-    /// Returns a completion's buffer to the connection's pool.
+    /// Returns a completion's buffer to the connection's pool. A completion's
+    /// data comes in a pooled vector that fits it, and one is grown only when
+    /// none does: an application that must not allocate on the I/O path gives
+    /// the queue its vectors up front this way (twice the queue depth, each
+    /// with the capacity of its largest read).
     pub fn recycle(&mut self, v: Vec<u8>) {
         self.tq.recycle(v);
     }
