@@ -887,10 +887,36 @@ fn kv(cmd: KvCmd, c: &Client) -> Result<()> {
 /// Runs `issue` with `qd` operations in flight for `t`: each call starts one
 /// operation on the given event and returns a check of its output. Returns
 /// (operations, elapsed, latencies).
+/// A loopback address of this process's own for the soft RoCE devices of
+/// `bench obj` (`role`: 31 engine, 32 its client, 33/34 the raw baseline):
+/// 127.(100 + pid/256 % 100).(pid % 256).role, so two benches that run at
+/// once do not bind the same device address.
+fn bench_ip(role: u8) -> std::net::IpAddr {
+    let pid = std::process::id();
+    std::net::IpAddr::V4(std::net::Ipv4Addr::new(
+        127,
+        100 + ((pid >> 8) % 100) as u8,
+        (pid & 0xff) as u8,
+        role,
+    ))
+}
+
 fn drive(
     c: &Client,
     qd: usize,
     t: Duration,
+    issue: impl FnMut(u64, &tse::Event) -> Result<Box<dyn FnOnce() -> Result<()>>>,
+) -> Result<(u64, Duration, benchkit::Samples)> {
+    drive_max(c, qd, t, u64::MAX, issue)
+}
+
+/// [`drive`] that issues at most `max` operations (the phase ends at `t` or
+/// at `max`, whichever comes first).
+fn drive_max(
+    c: &Client,
+    qd: usize,
+    t: Duration,
+    max: u64,
     mut issue: impl FnMut(u64, &tse::Event) -> Result<Box<dyn FnOnce() -> Result<()>>>,
 ) -> Result<(u64, Duration, benchkit::Samples)> {
     let evs = (0..qd)
@@ -905,7 +931,7 @@ fn drive(
     loop {
         if start.elapsed() < t {
             for (slot, ev) in inflight.iter_mut().zip(&evs) {
-                if slot.is_none() {
+                if slot.is_none() && n < max {
                     *slot = Some((Instant::now(), issue(n, ev)?));
                     n += 1;
                 }
@@ -1067,7 +1093,7 @@ pub(crate) fn on_tmpfs(dir: &std::path::Path) -> bool {
 }
 
 /// Raw soft-RoCE SEND bandwidth of 64 KiB messages, 8 in flight, between
-/// two devices on 127.0.0.33/34 (RC QP through the RDMA CM): the RDMA
+/// two devices on loopback ([`bench_ip`] 33/34) (RC QP through the RDMA CM): the RDMA
 /// transport's own figure next to RPC over RDMA.
 fn raw_rdma_send_bw(t: Duration) -> Result<f64> {
     use cm::driver::CmDevice;
@@ -1079,8 +1105,8 @@ fn raw_rdma_send_bw(t: Duration) -> Result<f64> {
         let ctx = verbs::Context::open(ip).with_context(|| format!("soft RoCE device on {ip}"))?;
         Ok(CmDevice::open(&ctx, CmConfig::default())?)
     };
-    let addr: SocketAddr = "127.0.0.33:7499".parse()?;
-    let sdev = dev("127.0.0.33")?;
+    let addr = SocketAddr::new(bench_ip(33), 7499);
+    let sdev = dev(&bench_ip(33).to_string())?;
     let listener = sdev.listen_ep(addr, PortSpace::Tcp, 4)?;
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
@@ -1102,7 +1128,7 @@ fn raw_rdma_send_bw(t: Duration) -> Result<f64> {
         drop(sdev);
         Ok(())
     });
-    let cdev = dev("127.0.0.34")?;
+    let cdev = dev(&bench_ip(34).to_string())?;
     let id = cdev.connect_ep(None, addr, PortSpace::Tcp, cm_cap())?;
     id.connect(&ConnParam::default(), to)?;
     let mr = id.reg_msgs(MSG * DEPTH)?;
@@ -1204,7 +1230,7 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
         tracing::warn!(dir = %dir.display(), "bench obj: the stores are on tmpfs (TMPDIR): fsync is a no-op, the figures are not durable ones");
     }
     let result = (|| -> Result<Report> {
-        let rdma_at: SocketAddr = "127.0.0.31:7490".parse()?;
+        let rdma_at = SocketAddr::new(bench_ip(31), 7490);
         let ec = EngineConfig {
             listen: "127.0.0.1:0".parse()?,
             data_dir: dir.join("engine"),
@@ -1274,7 +1300,7 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
         }
         let raw_rdma = med(&mut v);
         bar.inc(1);
-        let rc = Client::connect_rdma(rdma_at, "127.0.0.32")
+        let rc = Client::connect_rdma(rdma_at, &bench_ip(32).to_string())
             .map_err(|e| explain(e, "engine over RDMA"))?;
         let rpoh = pool_connect(&rc, "bench")?;
         let rcoh = rc
@@ -1399,7 +1425,15 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
                     .and_then(|p| p.get())
                     .map_err(|e| explain(e, "kv"))?;
                 let val = vec![0x11u8; 3901];
-                let (n, el, lat) = drive(&c, qd_small, t, |i, ev| {
+                // DPUSTACK_BENCH_OBJ_HARD_KEYS=N: at most N keys. The read
+                // phase cycles through the keys the write phase made, so its
+                // rate depends on how many there are (the value cache); a cap
+                // compares two binaries' reads over the same key set
+                let max_keys = std::env::var("DPUSTACK_BENCH_OBJ_HARD_KEYS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(u64::MAX);
+                let (n, el, lat) = drive_max(&c, qd_small, t, max_keys, |i, ev| {
                     Ok(check(
                         c.kv_put(&kv, &i.to_be_bytes(), &val, Some(ev))?,
                         "mdtest-hard write",
@@ -1555,9 +1589,11 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
             }
         }
         r.note(format!(
-            "{runs} run(s) of {:.2} s each, medians; engine in this process on 127.0.0.1 over TCP and on 127.0.0.31 over soft RDMA (client device 127.0.0.32), {} targets, vos on io_uring file bdevs in {}; \
+            "{runs} run(s) of {:.2} s each, medians; engine in this process on 127.0.0.1 over TCP and on {} over soft RDMA (client device {}), {} targets, vos on io_uring file bdevs in {}; \
              latency percentiles of the last run, at the queue depth in each row (they include queueing)",
             t.as_secs_f64(),
+            rdma_at.ip(),
+            bench_ip(32),
             eng.targets(),
             std::env::temp_dir().display()
         ));
@@ -1568,6 +1604,11 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
             ));
         }
         r.note("ior-hard = 47008-byte array writes/reads at stride 47008 into one object; mdtest-easy = one 64-byte KV put/get per new object; mdtest-hard = 3901-byte values under many keys of one object");
+        if let Some((_, made)) = &hard_kv {
+            r.note(format!(
+                "mdtest-hard read cycles through the {made} keys the last run's write phase made (more keys, fewer value-cache hits: compare reads at equal key counts, DPUSTACK_BENCH_OBJ_HARD_KEYS=N caps them)"
+            ));
+        }
         drop(rc);
         drop(c);
         eng.stop();

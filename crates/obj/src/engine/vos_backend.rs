@@ -22,6 +22,10 @@ pub struct VosBackend {
     /// into the page cache and no writeback of it at the commit's flush
     /// (docs/obj.md, "The durable write path": measured, not the default).
     pub direct: bool,
+    /// [`crate::vos::VosConfig::commit_pipeline`]: a batch with bdev values
+    /// commits while the target executes the next one. Default from
+    /// `DPUSTACK_OBJ_COMMIT_PIPELINE` (`1` on, `0` off; unset: off).
+    pub commit_pipeline: bool,
 }
 
 impl Default for VosBackend {
@@ -35,6 +39,9 @@ impl Default for VosBackend {
             // off: with the store's synchronous per-value I/O, O_DIRECT lost
             // reads (no page cache) and small writes (docs/obj.md)
             direct: false,
+            commit_pipeline: std::env::var("DPUSTACK_OBJ_COMMIT_PIPELINE")
+                .map(|v| v == "1")
+                .unwrap_or(false),
         }
     }
 }
@@ -79,6 +86,7 @@ impl StoreBackend for VosBackend {
         let cfg = VosConfig {
             auto_commit: false,
             cache_bytes: self.cache_bytes,
+            commit_pipeline: self.commit_pipeline,
             ..Default::default()
         };
         let v = Vos::open(dir.join("index.redb"), std::sync::Arc::new(bdev), cfg)?;
