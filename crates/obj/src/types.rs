@@ -646,6 +646,23 @@ pub trait ObjectStore {
         sgls: &[SgList],
     ) -> StoreResult<()>;
 
+    /// [`ObjectStore::update`] with each iod's bytes in one borrowed buffer
+    /// (`datas[i]` for `iods[i]`): the engine passes slices of the RPC's
+    /// bulk region, with no copy into an owned [`SgList`]. The default copies
+    /// them into one and calls `update`.
+    fn update_flat(
+        &mut self,
+        cont: ContId,
+        oid: ObjectId,
+        epoch: Epoch,
+        dkey: &DKey,
+        iods: &[Iod],
+        datas: &[&[u8]],
+    ) -> StoreResult<()> {
+        let sgls: Vec<SgList> = datas.iter().map(|d| SgList::one(d.to_vec())).collect();
+        self.update(cont, oid, epoch, dkey, iods, &sgls)
+    }
+
     /// `daos_obj_fetch`: read several akeys of one dkey as of `epoch`. Fills
     /// `sgls[i]` front to back. Arrays: holes read as zeroes (the whole range
     /// when nothing is visible, if the iod gives the record size). A missing

@@ -14,6 +14,7 @@
 //! the first batch's replies when its commit reports durable (before the
 //! next batch's commit starts).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, SendError, Sender};
@@ -835,10 +836,10 @@ impl Target {
             Request::ObjUpdate { dkey, iods, .. } => {
                 let r = (|| {
                     let dkey = check_key(dkey)?;
-                    let (iods, sgls) = update_iods(&iods, bulk)?;
+                    let (iods, datas) = update_iods(&iods, bulk)?;
                     let e = write_epoch();
                     store
-                        .update(cont, oid, e, &DKey(dkey), &iods, &sgls)
+                        .update_flat(cont, oid, e, &DKey(dkey), &iods, &flat(&datas))
                         .map_err(st)?;
                     Ok((Reply::Updated { epoch: e.0 }, Vec::new()))
                 })();
@@ -851,10 +852,10 @@ impl Target {
             Request::ObjUpdateAt { t, dkey, iods } => {
                 let r = (|| {
                     let dkey = check_key(dkey)?;
-                    let (iods, sgls) = update_iods(&iods, bulk)?;
+                    let (iods, datas) = update_iods(&iods, bulk)?;
                     let e = Epoch(t.epoch);
                     store
-                        .update(cont, oid, e, &DKey(dkey), &iods, &sgls)
+                        .update_flat(cont, oid, e, &DKey(dkey), &iods, &flat(&datas))
                         .map_err(st)?;
                     Ok((Reply::Updated { epoch: e.0 }, Vec::new()))
                 })();
@@ -1096,12 +1097,18 @@ fn to_iod(w: &WireIod) -> Result<Iod, Status> {
 
 /// The update's iods and their data, gathered from the bulk region; each
 /// iod's segments must add up to exactly what it describes.
-fn update_iods(w: &[WireIod], bulk: &[u8]) -> Result<(Vec<Iod>, Vec<SgList>), Status> {
+/// An iod of one segment (the client's usual case) is a slice of the bulk
+/// region, borrowed (no copy: the store copies it once, into the index or
+/// the bdev's staging buffer); several segments are gathered.
+fn update_iods<'b>(
+    w: &[WireIod],
+    bulk: &'b [u8],
+) -> Result<(Vec<Iod>, Vec<Cow<'b, [u8]>>), Status> {
     if w.is_empty() {
         return Err(Status::Invalid);
     }
     let mut iods = Vec::with_capacity(w.len());
-    let mut sgls = Vec::with_capacity(w.len());
+    let mut datas = Vec::with_capacity(w.len());
     for wi in w {
         let iod = to_iod(wi)?;
         let want = wi.data_len().ok_or(Status::RecTooBig)?;
@@ -1109,12 +1116,17 @@ fn update_iods(w: &[WireIod], bulk: &[u8]) -> Result<(Vec<Iod>, Vec<SgList>), St
         if want != have || (wi.kind == WireIodType::Array && wi.rsize == 0) {
             return Err(Status::Invalid);
         }
-        sgls.push(SgList {
-            iovs: wi.sgl.iter().map(|s| s.slice(bulk).to_vec()).collect(),
+        datas.push(match &wi.sgl[..] {
+            [one] => Cow::Borrowed(one.slice(bulk)),
+            segs => Cow::Owned(segs.iter().flat_map(|s| s.slice(bulk)).copied().collect()),
         });
         iods.push(iod);
     }
-    Ok((iods, sgls))
+    Ok((iods, datas))
+}
+
+fn flat<'a>(datas: &'a [Cow<'_, [u8]>]) -> Vec<&'a [u8]> {
+    datas.iter().map(|d| &d[..]).collect()
 }
 
 /// A fetch: the store hands back one buffer per iod (sizes taken from the

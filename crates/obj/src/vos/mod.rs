@@ -2196,113 +2196,34 @@ impl Vos {
     }
 }
 
-impl ObjectStore for Vos {
-    fn cont_create(&mut self, cont: ContId) -> StoreResult<()> {
-        self.with_write(|w| {
-            if w.view().cont(cont)?.is_some() {
-                return Err(StoreError::ContainerExists(cont));
-            }
-            w.conts.insert(&cont.as_bytes()[..], 0).map_err(ix)?;
-            Ok(())
-        })
-    }
-
-    fn cont_destroy(&mut self, cont: ContId) -> StoreResult<()> {
-        self.with_write(|w| {
-            w.cont_hwm(cont)?;
-            let p = keys::cont_prefix(cont);
-            let end = keys::prefix_end(&p);
-            let mut recs = Vec::new();
-            w.view().scan(&p, end.as_deref(), &mut |k, v| {
-                recs.push((k.to_vec(), v.to_vec()));
-                true
-            })?;
-            for (k, v) in recs {
-                let p = keys::parse(&k).ok_or_else(|| StoreError::Corrupt("bad key".into()))?;
-                let loc = record_loc(p.kind, &v)?;
-                w.delete(&k, loc.as_ref())?;
-            }
-            let mut ks = Vec::new();
-            for r in w.extmax.range::<&[u8]>(p.as_slice()..).map_err(ix)? {
-                let k = r.map_err(ix)?.0.value().to_vec();
-                if !k.starts_with(&p) {
-                    break;
-                }
-                ks.push(k);
-            }
-            for k in ks {
-                w.extmax.remove(k.as_slice()).map_err(ix)?;
-            }
-            for s in w.view().snaps(cont)? {
-                let mut k = p.clone();
-                k.extend_from_slice(&s.epoch.0.to_be_bytes());
-                w.snaps.remove(k.as_slice()).map_err(ix)?;
-            }
-            w.conts.remove(&cont.as_bytes()[..]).map_err(ix)?;
-            Ok(())
-        })
-    }
-
-    fn cont_list(&mut self) -> StoreResult<Vec<ContId>> {
-        let db_list = |it: &mut dyn Iterator<Item = Vec<u8>>| -> Vec<ContId> {
-            it.filter_map(|b| <[u8; 16]>::try_from(b.as_slice()).ok())
-                .map(ContId::from_bytes)
-                .collect()
-        };
-        if let Some(txn) = &mut self.txn {
-            let (t, _) = txn.tables()?;
-            let v: Vec<Vec<u8>> = t
-                .conts
-                .iter()
-                .map_err(ix)?
-                .filter_map(|r| r.ok().map(|(k, _)| k.value().to_vec()))
-                .collect();
-            Ok(db_list(&mut v.into_iter()))
-        } else {
-            let rt = self.db.begin_read().map_err(ix)?;
-            let t = rt.open_table(CONTS).map_err(ix)?;
-            let v: Vec<Vec<u8>> = t
-                .iter()
-                .map_err(ix)?
-                .filter_map(|r| r.ok().map(|(k, _)| k.value().to_vec()))
-                .collect();
-            Ok(db_list(&mut v.into_iter()))
-        }
-    }
-
-    fn update(
+impl Vos {
+    /// The body of [`ObjectStore::update`] and [`ObjectStore::update_flat`]:
+    /// `datas[i]` holds iod `i`'s bytes (`iods.len() == datas.len() > 0`,
+    /// checked by the callers).
+    fn update_datas(
         &mut self,
         cont: ContId,
         oid: ObjectId,
         epoch: Epoch,
         dkey: &DKey,
         iods: &[Iod],
-        sgls: &[SgList],
+        datas: &[&[u8]],
     ) -> StoreResult<()> {
         // ---- validate everything before touching anything
         oid.validate()?;
         key_ok(&dkey.0, "dkey")?;
-        if iods.is_empty() || iods.len() != sgls.len() {
-            return Err(StoreError::InvalidArg(format!(
-                "{} iods, {} sgls",
-                iods.len(),
-                sgls.len()
-            )));
-        }
         let dp = keys::dkey_prefix(cont, oid, &dkey.0);
         // (key prefix, data) per stored value; extents carry their recx
         let mut vals: Vec<(Vec<u8>, &[u8])> = Vec::new();
         let mut metas: Vec<(Vec<u8>, IodType, u64, Recx)> = Vec::new();
-        // an sgl of one buffer is used in place (no concatenated copy)
-        let mut datas: Vec<std::borrow::Cow<'_, [u8]>> = Vec::with_capacity(iods.len());
-        for (iod, sgl) in iods.iter().zip(sgls) {
+        for (iod, data) in iods.iter().zip(datas) {
             key_ok(&iod.akey.0, "akey")?;
             let n = iod.data_len();
-            if n != sgl.len() {
+            if n != data.len() as u64 {
                 return Err(StoreError::InvalidArg(format!(
                     "akey {:?}: iod describes {n} bytes, sgl holds {}",
                     String::from_utf8_lossy(&iod.akey.0),
-                    sgl.len()
+                    data.len()
                 )));
             }
             if n > self.cfg.max_value {
@@ -2332,12 +2253,8 @@ impl ObjectStore for Vos {
                     }
                 }
             }
-            datas.push(match &sgl.iovs[..] {
-                [one] => std::borrow::Cow::Borrowed(one.as_slice()),
-                _ => std::borrow::Cow::Owned(sgl.concat()),
-            });
         }
-        for (iod, data) in iods.iter().zip(&datas) {
+        for (iod, data) in iods.iter().zip(datas) {
             let ap = keys::akey_prefix(&dp, &iod.akey.0);
             match iod.iod_type {
                 IodType::Single => {
@@ -2442,6 +2359,129 @@ impl ObjectStore for Vos {
             Ok(())
         })
     }
+}
+
+impl ObjectStore for Vos {
+    fn cont_create(&mut self, cont: ContId) -> StoreResult<()> {
+        self.with_write(|w| {
+            if w.view().cont(cont)?.is_some() {
+                return Err(StoreError::ContainerExists(cont));
+            }
+            w.conts.insert(&cont.as_bytes()[..], 0).map_err(ix)?;
+            Ok(())
+        })
+    }
+
+    fn cont_destroy(&mut self, cont: ContId) -> StoreResult<()> {
+        self.with_write(|w| {
+            w.cont_hwm(cont)?;
+            let p = keys::cont_prefix(cont);
+            let end = keys::prefix_end(&p);
+            let mut recs = Vec::new();
+            w.view().scan(&p, end.as_deref(), &mut |k, v| {
+                recs.push((k.to_vec(), v.to_vec()));
+                true
+            })?;
+            for (k, v) in recs {
+                let p = keys::parse(&k).ok_or_else(|| StoreError::Corrupt("bad key".into()))?;
+                let loc = record_loc(p.kind, &v)?;
+                w.delete(&k, loc.as_ref())?;
+            }
+            let mut ks = Vec::new();
+            for r in w.extmax.range::<&[u8]>(p.as_slice()..).map_err(ix)? {
+                let k = r.map_err(ix)?.0.value().to_vec();
+                if !k.starts_with(&p) {
+                    break;
+                }
+                ks.push(k);
+            }
+            for k in ks {
+                w.extmax.remove(k.as_slice()).map_err(ix)?;
+            }
+            for s in w.view().snaps(cont)? {
+                let mut k = p.clone();
+                k.extend_from_slice(&s.epoch.0.to_be_bytes());
+                w.snaps.remove(k.as_slice()).map_err(ix)?;
+            }
+            w.conts.remove(&cont.as_bytes()[..]).map_err(ix)?;
+            Ok(())
+        })
+    }
+
+    fn cont_list(&mut self) -> StoreResult<Vec<ContId>> {
+        let db_list = |it: &mut dyn Iterator<Item = Vec<u8>>| -> Vec<ContId> {
+            it.filter_map(|b| <[u8; 16]>::try_from(b.as_slice()).ok())
+                .map(ContId::from_bytes)
+                .collect()
+        };
+        if let Some(txn) = &mut self.txn {
+            let (t, _) = txn.tables()?;
+            let v: Vec<Vec<u8>> = t
+                .conts
+                .iter()
+                .map_err(ix)?
+                .filter_map(|r| r.ok().map(|(k, _)| k.value().to_vec()))
+                .collect();
+            Ok(db_list(&mut v.into_iter()))
+        } else {
+            let rt = self.db.begin_read().map_err(ix)?;
+            let t = rt.open_table(CONTS).map_err(ix)?;
+            let v: Vec<Vec<u8>> = t
+                .iter()
+                .map_err(ix)?
+                .filter_map(|r| r.ok().map(|(k, _)| k.value().to_vec()))
+                .collect();
+            Ok(db_list(&mut v.into_iter()))
+        }
+    }
+
+    fn update(
+        &mut self,
+        cont: ContId,
+        oid: ObjectId,
+        epoch: Epoch,
+        dkey: &DKey,
+        iods: &[Iod],
+        sgls: &[SgList],
+    ) -> StoreResult<()> {
+        if iods.is_empty() || iods.len() != sgls.len() {
+            return Err(StoreError::InvalidArg(format!(
+                "{} iods, {} sgls",
+                iods.len(),
+                sgls.len()
+            )));
+        }
+        // an sgl of one buffer is used in place (no concatenated copy)
+        let datas: Vec<std::borrow::Cow<'_, [u8]>> = sgls
+            .iter()
+            .map(|sgl| match &sgl.iovs[..] {
+                [one] => std::borrow::Cow::Borrowed(one.as_slice()),
+                _ => std::borrow::Cow::Owned(sgl.concat()),
+            })
+            .collect();
+        let datas: Vec<&[u8]> = datas.iter().map(|d| &d[..]).collect();
+        self.update_datas(cont, oid, epoch, dkey, iods, &datas)
+    }
+
+    fn update_flat(
+        &mut self,
+        cont: ContId,
+        oid: ObjectId,
+        epoch: Epoch,
+        dkey: &DKey,
+        iods: &[Iod],
+        datas: &[&[u8]],
+    ) -> StoreResult<()> {
+        if iods.is_empty() || iods.len() != datas.len() {
+            return Err(StoreError::InvalidArg(format!(
+                "{} iods, {} data buffers",
+                iods.len(),
+                datas.len()
+            )));
+        }
+        self.update_datas(cont, oid, epoch, dkey, iods, datas)
+    }
+
 
     fn fetch(
         &mut self,

@@ -999,3 +999,48 @@ fn pipelined_commit_failure_loses_its_batch_and_the_next() {
     assert!(matches!(v.commit_poll(true), Some(Ok(()))));
     assert_eq!(get(&mut v, EPOCH_MAX.0, "c").unwrap(), vec![3; 700]);
 }
+
+#[test]
+fn update_flat_stores_what_update_stores() {
+    let (_d, _b, mut v) = setup(256, true);
+    // inline (10 B) and on the bdev (1000 B; inline_max is 100), borrowed
+    // buffers against a two-iov sgl of the same bytes
+    for (k, len) in [("s", 10usize), ("b", 1000)] {
+        let val: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+        let flat_key = format!("{k}-flat");
+        v.update_flat(
+            C,
+            oid(),
+            Epoch(3),
+            &DKey::from(flat_key.as_str()),
+            &[Iod::single("a", len as u64)],
+            &[&val],
+        )
+        .unwrap();
+        let (x, y) = val.split_at(len / 3);
+        v.update(
+            C,
+            oid(),
+            Epoch(3),
+            &DKey::from(k),
+            &[Iod::single("a", len as u64)],
+            &[SgList {
+                iovs: vec![x.to_vec(), y.to_vec()],
+            }],
+        )
+        .unwrap();
+        assert_eq!(get(&mut v, 3, &flat_key).as_deref(), Some(&val[..]));
+        assert_eq!(get(&mut v, 3, k).as_deref(), Some(&val[..]));
+    }
+    // caller errors as update's: counts and lengths that disagree
+    let iod = [Iod::single("a", 4)];
+    assert!(matches!(
+        v.update_flat(C, oid(), Epoch(4), &DKey::from("e"), &iod, &[]),
+        Err(StoreError::InvalidArg(_))
+    ));
+    assert!(matches!(
+        v.update_flat(C, oid(), Epoch(4), &DKey::from("e"), &iod, &[&[1, 2, 3]]),
+        Err(StoreError::InvalidArg(_))
+    ));
+    assert_eq!(get(&mut v, 4, "e"), None);
+}
