@@ -21,6 +21,7 @@ pub struct VosBackend {
     /// then go from the store's aligned staging buffer to the device: no copy
     /// into the page cache and no writeback of it at the commit's flush
     /// (docs/obj.md, "The durable write path": measured, not the default).
+    /// Default from `DPUSTACK_OBJ_DIRECT` (`1` on; unset: off).
     pub direct: bool,
     /// [`crate::vos::VosConfig::commit_pipeline`]: a batch with bdev values
     /// commits while the target executes the next one. Default from
@@ -38,7 +39,9 @@ impl Default for VosBackend {
             cache_bytes: 256 << 20,
             // off: with the store's synchronous per-value I/O, O_DIRECT lost
             // reads (no page cache) and small writes (docs/obj.md)
-            direct: false,
+            direct: std::env::var("DPUSTACK_OBJ_DIRECT")
+                .map(|v| v == "1")
+                .unwrap_or(false),
             commit_pipeline: std::env::var("DPUSTACK_OBJ_COMMIT_PIPELINE")
                 .map(|v| v == "1")
                 .unwrap_or(false),
