@@ -1097,13 +1097,13 @@ fn to_iod(w: &WireIod) -> Result<Iod, Status> {
 
 /// The update's iods and their data, gathered from the bulk region; each
 /// iod's segments must add up to exactly what it describes.
+/// One iod's bytes: a slice of the RPC's bulk region, or gathered.
+type IodData<'b> = Cow<'b, [u8]>;
+
 /// An iod of one segment (the client's usual case) is a slice of the bulk
 /// region, borrowed (no copy: the store copies it once, into the index or
 /// the bdev's staging buffer); several segments are gathered.
-fn update_iods<'b>(
-    w: &[WireIod],
-    bulk: &'b [u8],
-) -> Result<(Vec<Iod>, Vec<Cow<'b, [u8]>>), Status> {
+fn update_iods<'b>(w: &[WireIod], bulk: &'b [u8]) -> Result<(Vec<Iod>, Vec<IodData<'b>>), Status> {
     if w.is_empty() {
         return Err(Status::Invalid);
     }

@@ -2482,7 +2482,6 @@ impl ObjectStore for Vos {
         self.update_datas(cont, oid, epoch, dkey, iods, datas)
     }
 
-
     fn fetch(
         &mut self,
         cont: ContId,
