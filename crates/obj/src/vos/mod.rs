@@ -2198,8 +2198,8 @@ impl Vos {
 
 impl Vos {
     /// The body of [`ObjectStore::update`] and [`ObjectStore::update_flat`]:
-    /// `datas[i]` holds iod `i`'s bytes (`iods.len() == datas.len() > 0`,
-    /// checked by the callers).
+    /// `datas[i]` holds iod `i`'s bytes (one per iod: `update`'s sgls, each
+    /// gathered, or `update_flat`'s buffers).
     fn update_datas(
         &mut self,
         cont: ContId,
@@ -2212,6 +2212,13 @@ impl Vos {
         // ---- validate everything before touching anything
         oid.validate()?;
         key_ok(&dkey.0, "dkey")?;
+        if iods.is_empty() || iods.len() != datas.len() {
+            return Err(StoreError::InvalidArg(format!(
+                "{} iods, {} sgls",
+                iods.len(),
+                datas.len()
+            )));
+        }
         let dp = keys::dkey_prefix(cont, oid, &dkey.0);
         // (key prefix, data) per stored value; extents carry their recx
         let mut vals: Vec<(Vec<u8>, &[u8])> = Vec::new();
@@ -2444,13 +2451,6 @@ impl ObjectStore for Vos {
         iods: &[Iod],
         sgls: &[SgList],
     ) -> StoreResult<()> {
-        if iods.is_empty() || iods.len() != sgls.len() {
-            return Err(StoreError::InvalidArg(format!(
-                "{} iods, {} sgls",
-                iods.len(),
-                sgls.len()
-            )));
-        }
         // an sgl of one buffer is used in place (no concatenated copy)
         let datas: Vec<std::borrow::Cow<'_, [u8]>> = sgls
             .iter()
@@ -2472,13 +2472,6 @@ impl ObjectStore for Vos {
         iods: &[Iod],
         datas: &[&[u8]],
     ) -> StoreResult<()> {
-        if iods.is_empty() || iods.len() != datas.len() {
-            return Err(StoreError::InvalidArg(format!(
-                "{} iods, {} data buffers",
-                iods.len(),
-                datas.len()
-            )));
-        }
         self.update_datas(cont, oid, epoch, dkey, iods, datas)
     }
 
