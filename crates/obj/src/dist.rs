@@ -1389,54 +1389,21 @@ impl DistClient {
             started: anchor.started,
             eof: false,
         };
-        let mut keys: Vec<Vec<u8>> = Vec::new();
-        // the smallest last key of the groups that have more
-        let mut bound: Option<Vec<u8>> = None;
+        let mut pages = Vec::with_capacity(groups);
         for g in 0..groups {
             let (ks, a) = self.list_group(oid, g, &|c: &Client, oh: &ObjHandle| {
                 c.obj_list_dkey(oh, epoch, &ask, max, None)?.get()
             })?;
-            if !a.is_eof() {
-                match ks.last() {
-                    Some(last) => {
-                        if bound.as_ref().is_none_or(|b| last.0 < *b) {
-                            bound = Some(last.0.clone());
-                        }
-                    }
-                    None => {
-                        tracing::warn!(%oid, group = g, "an engine listed no dkey and is not done: taken as done")
-                    }
-                }
+            if !a.is_eof() && ks.is_empty() {
+                tracing::warn!(%oid, group = g, "an engine listed no dkey and is not done: taken as done")
             }
-            keys.extend(
-                ks.into_iter()
-                    .map(|k| k.0)
-                    .filter(|k| crate::placement::group_of(k, groups) == g),
-            );
+            let mut page = crate::listing::Page::new(ks.into_iter().map(|k| k.0).collect(), &a);
+            // keys a replica holds for another group (leftover copies)
+            page.keys
+                .retain(|k| crate::placement::group_of(k, groups) == g);
+            pages.push(page);
         }
-        keys.sort();
-        keys.dedup();
-        if let Some(b) = &bound {
-            keys.retain(|k| k <= b);
-        }
-        let mut next = Anchor {
-            after: anchor.after.clone(),
-            started: true,
-            eof: false,
-        };
-        let last = if keys.len() > max as usize {
-            keys.truncate(max as usize);
-            keys.last().cloned()
-        } else if bound.is_some() {
-            bound
-        } else {
-            next.eof = true;
-            keys.last().cloned()
-        };
-        if let Some(l) = last {
-            next.after.clear();
-            crate::vos::keys::enc(&mut next.after, &l);
-        }
+        let (keys, next) = crate::listing::merge(anchor, pages, max);
         Ok((keys, next))
     }
 

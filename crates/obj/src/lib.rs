@@ -18,6 +18,7 @@ pub mod dist;
 pub mod dtx_op;
 pub mod engine;
 pub mod fault;
+pub mod listing;
 pub mod membership;
 pub mod placement;
 pub mod rebuild;

@@ -233,6 +233,11 @@ impl ObjectId {
             (self.hi >> GRP_SHIFT) as u16,
         )
     }
+    /// Whether an engine stripes this object's dkeys over its targets (see
+    /// [`crate::rpc::msg::is_striped`]): a class of several groups.
+    pub fn is_striped(&self) -> bool {
+        self.class().is_ok_and(|c| c.groups != 1)
+    }
     /// Check that type and class decode (what the engine does with a client's OID).
     pub fn validate(&self) -> Result<(ObjType, ObjClass), OidError> {
         Ok((self.otype()?, self.class()?))

@@ -92,6 +92,7 @@ fn target(coh: u64) -> ObjTarget {
             lo: 1,
         },
         epoch: 0,
+        stripe: 0,
     }
 }
 

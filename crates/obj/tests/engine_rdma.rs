@@ -117,6 +117,7 @@ fn rpc_over_rdma_end_to_end() {
                 lo: kv_oid.lo,
             },
             epoch: 0,
+            stripe: 0,
         },
         dkey: b"forged".to_vec(),
         iods: vec![WireIod {
@@ -264,6 +265,7 @@ fn kv_fetch(kv: &Kv, key: &[u8]) -> Request {
                 lo: kv.oh.oid.lo,
             },
             epoch: 0,
+            stripe: 0,
         },
         dkey: key.to_vec(),
         iods: vec![WireIod {

@@ -203,6 +203,7 @@ fn update(coh: u64, o: ObjectId) -> Request {
             coh,
             oid: wire(o),
             epoch: 0,
+            stripe: 0,
         },
         dkey: b"d".to_vec(),
         iods: vec![WireIod {

@@ -34,7 +34,7 @@
 //!   at once) marks the container `UNCLEAN` in the state machine
 //!   ([`crate::state::Pool::mark_redundancy_lost`], DAOS's `-DER_RF`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use obj::client::{Client, ContHandle};
@@ -581,6 +581,8 @@ impl Job {
         let shards = conns[&rank].shards;
         let (mut punched, mut kept) = (0u64, 0u64);
         for cont in p.containers.keys() {
+            // a striped object is listed by each target holding dkeys of it
+            let mut seen = HashSet::new();
             for shard in 0..shards {
                 let mut anchor = Anchor::default();
                 while !anchor.is_eof() {
@@ -595,6 +597,9 @@ impl Job {
                     for oid in oids {
                         if !is_replicated(oid, cur) {
                             continue; // its only copy
+                        }
+                        if oid.is_striped() && !seen.insert(oid) {
+                            continue; // listed by another target
                         }
                         let mut da = Anchor::default();
                         while !da.is_eof() {
@@ -704,6 +709,7 @@ impl Job {
                     client: &me.client,
                     coh: &me.conts[cont],
                 };
+                let mut seen = HashSet::new();
                 for shard in 0..me.shards {
                     let mut anchor = Anchor::default();
                     while !anchor.is_eof() {
@@ -724,6 +730,9 @@ impl Job {
                         for oid in oids {
                             if !is_replicated(oid, &cur) {
                                 continue; // an S1/SX shard may be its only copy
+                            }
+                            if oid.is_striped() && !seen.insert(oid) {
+                                continue; // listed by another target
                             }
                             let l = obj::placement::layout(oid, &cur).map_err(|e| e.to_string())?;
                             let oh = obj::client::ObjHandle {
@@ -837,6 +846,7 @@ impl Job {
                 if at_cursor.is_some_and(|c| cont < &c.cont) {
                     continue;
                 }
+                let mut seen = HashSet::new();
                 for shard in 0..shards {
                     let resume = at_cursor.filter(|c| &c.cont == cont);
                     if resume.is_some_and(|c| shard < c.shard) {
@@ -859,6 +869,13 @@ impl Job {
                         status.objs_scanned += oids.len() as u64;
                         for oid in oids {
                             if !is_replicated(oid, &cur) {
+                                continue;
+                            }
+                            // a striped object is listed by each target
+                            // holding dkeys of it (after a resume from a
+                            // checkpoint it may be copied again: harmless,
+                            // a copy is at its source's epoch)
+                            if oid.is_striped() && !seen.insert(oid) {
                                 continue;
                             }
                             let copied = self.object(

@@ -1317,10 +1317,17 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
             e.0.push(val);
             e.1 = lat; // the last run's latencies
         };
+        // the class of the ior objects and the mdtest-hard object: SX (its
+        // dkeys striped over the engine's targets) as DAOS's IO500 runs use;
+        // DPUSTACK_BENCH_OBJ_CLASS=S1 puts each on one target (A/B)
+        let class = match std::env::var("DPUSTACK_BENCH_OBJ_CLASS") {
+            Ok(c) => ObjClass::parse(&c).map_err(|e| anyhow!("DPUSTACK_BENCH_OBJ_CLASS: {e}"))?,
+            Err(_) => ObjClass::SX,
+        };
         let mut next_oid = 1u64;
         let mut oid = |t: ObjType| -> Result<ObjectId> {
             next_oid += 1;
-            Ok(ObjectId::generate(0, next_oid, t, ObjClass::S1)?)
+            Ok(ObjectId::generate(0, next_oid, t, class)?)
         };
         const MIB: u64 = 1 << 20;
         const HARD: u64 = 47_008;
@@ -1603,7 +1610,7 @@ pub fn bench(args: &crate::cmd::bench::BenchArgs, _cfg: &Config) -> Result<bench
                 dir.display()
             ));
         }
-        r.note("ior-hard = 47008-byte array writes/reads at stride 47008 into one object; mdtest-easy = one 64-byte KV put/get per new object; mdtest-hard = 3901-byte values under many keys of one object");
+        r.note(format!("ior-hard = 47008-byte array writes/reads at stride 47008 into one object; mdtest-easy = one 64-byte KV put/get per new object (class S1); mdtest-hard = 3901-byte values under many keys of one object; the ior and mdtest-hard objects are of class {class} (SX: dkeys striped over the targets)"));
         if let Some((_, made)) = &hard_kv {
             r.note(format!(
                 "mdtest-hard read cycles through the {made} keys the last run's write phase made (more keys, fewer value-cache hits: compare reads at equal key counts, DPUSTACK_BENCH_OBJ_HARD_KEYS=N caps them)"

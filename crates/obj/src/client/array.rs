@@ -12,10 +12,11 @@ use std::rc::Rc;
 use tse::{Event, Scheduler};
 
 use super::obj::{
-    decode_fetch, decode_update, fetch_req, punch_req, update_req, with_fetched_one, ObjHandle,
+    decode_fetch, decode_update, fetch_req, punch_req, query_key, update_req, with_fetched_one,
+    ObjHandle, QueryKeyOut,
 };
 use super::{send_rpc, Client, ContHandle, Done, Error, Net, Pending, Result};
-use crate::rpc::msg::{PunchWhat, Reply, Request, QUERY_MAX_DKEY, QUERY_MAX_RECX};
+use crate::rpc::msg::{PunchWhat, Request, QUERY_MAX_DKEY, QUERY_MAX_RECX};
 use crate::rpc::Status;
 use crate::types::{AKey, DKey, Iod, ObjType, ObjectId, Recx, SgList};
 
@@ -270,9 +271,7 @@ impl Client {
     pub fn array_get_size(&self, a: &Array, ev: Option<&Event>) -> Result<Pending<u64>> {
         let a = *a;
         self.custom(ev, move |net, done| {
-            send_rpc(net, size_req(&a), Vec::new(), move |s, r| {
-                done.finish(s, r.and_then(|r| decode_size(&a, r)))
-            })
+            query_size(net, &a, move |s, r| done.finish(s, r))
         })
     }
 
@@ -283,8 +282,8 @@ impl Client {
         let a = *a;
         self.custom(ev, move |net, done| {
             let net2 = net.clone();
-            send_rpc(net, size_req(&a), Vec::new(), move |s, r| {
-                let cur = match r.and_then(|r| decode_size(&a, r)) {
+            query_size(net, &a, move |s, r| {
+                let cur = match r {
                     Ok(c) => c,
                     Err(e) => return done.finish(s, Err(e)),
                 };
@@ -300,26 +299,33 @@ fn send_ping_arrive(net: &Rc<RefCell<Net>>, g: Shared<Vec<u8>>) {
     })
 }
 
-fn size_req(a: &Array) -> Request {
-    Request::ObjQueryKey {
-        t: a.oh.target(None),
-        flags: QUERY_MAX_DKEY | QUERY_MAX_RECX,
-        dkey: Vec::new(),
-        akey: ARRAY_AKEY.to_vec(),
-    }
+/// The array's size in cells (its greatest chunk dkey and that chunk's
+/// last extent); `k` gets it.
+fn query_size(
+    net: &Rc<RefCell<Net>>,
+    a: &Array,
+    k: impl FnOnce(&mut Scheduler, Result<u64>) + 'static,
+) {
+    let a = *a;
+    query_key(
+        net,
+        &a.oh,
+        None,
+        QUERY_MAX_DKEY | QUERY_MAX_RECX,
+        Vec::new(),
+        ARRAY_AKEY.to_vec(),
+        move |s, r| k(s, decode_size(&a, r)),
+    )
 }
 
-fn decode_size(a: &Array, r: crate::rpc::RawReply) -> Result<u64> {
-    match r.reply {
-        Reply::QueryKey { dkey, recx, .. } => {
-            let d = DKey(dkey).as_u64().ok_or(Error::Engine(Status::Invalid))?;
-            if d == 0 {
-                return Ok(0);
-            }
-            Ok((d - 1) * a.chunk + recx.idx + recx.nr)
+fn decode_size(a: &Array, r: Result<QueryKeyOut>) -> Result<u64> {
+    r.and_then(|q| {
+        let d = q.dkey.as_u64().ok_or(Error::Engine(Status::Invalid))?;
+        if d == 0 {
+            return Ok(0);
         }
-        _ => Err(super::unexpected()),
-    }
+        Ok((d - 1) * a.chunk + q.recx.idx + q.recx.nr)
+    })
     .or_else(|e: Error| match e.status() {
         Some(Status::NonExist) => Ok(0),
         _ => Err(e),

@@ -6,7 +6,7 @@ use tse::Event;
 
 use super::obj::{decode_fetch, fetch_req, update_req, ObjHandle};
 use super::{Client, ContHandle, Error, Pending, Result};
-use crate::rpc::msg::{PunchWhat, Request};
+use crate::rpc::msg::PunchWhat;
 use crate::rpc::Status;
 use crate::types::{Anchor, DKey, Epoch, Iod, ObjType, ObjectId, SgList};
 
@@ -91,14 +91,9 @@ impl Client {
         max: u32,
         ev: Option<&Event>,
     ) -> Result<Pending<(Vec<Vec<u8>>, Anchor)>> {
-        let req = Request::ObjListDkey {
-            t: kv.oh.target(None),
-            anchor: anchor.to_bytes(),
-            max,
-        };
-        self.rpc(ev, req, Vec::new(), |r| {
-            let (keys, a) = super::obj::keys(r.reply, |k| k)?;
-            Ok((keys, a))
+        let (oh, anchor) = (kv.oh, anchor.clone());
+        self.custom(ev, move |net, done| {
+            super::obj::list_dkeys(net, &oh, None, &anchor, max, move |s, r| done.finish(s, r))
         })
     }
 }

@@ -201,6 +201,10 @@ struct Net {
     /// `targets[i]`. Empty: everything over `link` (RDMA, an engine without
     /// target endpoints, `DPUSTACK_OBJ_RTC=0`).
     targets: Vec<TcpClient>,
+    /// The engine's targets (from its answer to the connect's ping): what a
+    /// striped object's dkeys spread over, and how many targets a dkey-less
+    /// operation on one is sent to.
+    stripes: usize,
     /// Callbacks by (connection: 0 = `link`, `i + 1` = `targets[i]`; RPC id).
     pending: HashMap<(usize, u64), Callback>,
     timeout: Duration,
@@ -226,8 +230,12 @@ impl Net {
         let n = self.targets.len();
         match req {
             Request::ObjListObj { shard, .. } if (*shard as usize) < n => *shard as usize + 1,
+            // a stripe out of range goes to the engine, which refuses it
             r => match r.obj_target() {
-                Some(t) if r.opcode().is_object_io() => crate::rpc::msg::route(t.oid, n) + 1,
+                Some(t) if r.opcode().is_object_io() => {
+                    crate::rpc::msg::object_target(t.oid, r.routing_dkey(), t.stripe, n)
+                        .map_or(0, |i| i + 1)
+                }
                 _ => 0,
             },
         }
@@ -390,6 +398,7 @@ impl Client {
         let net = Rc::new(RefCell::new(Net {
             link,
             targets: Vec::new(),
+            stripes: 1,
             pending: HashMap::new(),
             timeout,
             fds: Vec::new(),
@@ -400,7 +409,7 @@ impl Client {
             net,
             addr: addr.to_string(),
         };
-        c.ping(None)?.get().map_err(|e| match e {
+        let stripes = c.ping_targets(None)?.get().map_err(|e| match e {
             Error::Disconnected | Error::BadReply(_) | Error::TimedOut => Error::Unreachable {
                 addr: addr.to_string(),
                 source: std::io::Error::new(
@@ -410,7 +419,14 @@ impl Client {
             },
             e => e,
         })?;
+        c.net.borrow_mut().stripes = stripes.max(1);
         Ok(c)
+    }
+
+    /// The engine's targets, as its ping answered: a striped object's dkeys
+    /// spread over them.
+    pub fn engine_targets(&self) -> usize {
+        self.net.borrow().stripes
     }
 
     /// The engine's address.
@@ -600,8 +616,17 @@ impl Client {
     /// restarted engine process.
     pub fn ping_incarnation(&self, ev: Option<&Event>) -> Result<Pending<Option<u64>>> {
         self.rpc(ev, Request::Ping, Vec::new(), |r| match r.reply {
-            Reply::Pong { incarnation } => Ok(Some(incarnation)),
+            Reply::Pong { incarnation, .. } => Ok(Some(incarnation)),
             Reply::Empty => Ok(None),
+            _ => Err(unexpected()),
+        })
+    }
+
+    /// A ping that returns the engine's target count (1 if it sends none).
+    fn ping_targets(&self, ev: Option<&Event>) -> Result<Pending<usize>> {
+        self.rpc(ev, Request::Ping, Vec::new(), |r| match r.reply {
+            Reply::Pong { targets, .. } => Ok(targets as usize),
+            Reply::Empty => Ok(1),
             _ => Err(unexpected()),
         })
     }

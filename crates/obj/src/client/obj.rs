@@ -1,12 +1,17 @@
 //! Object operations of the client (`daos_obj_*`).
 
-use tse::Event;
+use std::cell::RefCell;
+use std::rc::Rc;
 
-use super::{unexpected, Client, ContHandle, Error, Pending, Result, MAX_IO_BYTES};
+use tse::{Event, Scheduler};
+
+use super::{send_rpc, unexpected, Client, ContHandle, Error, Net, Pending, Result, MAX_IO_BYTES};
+use crate::rpc::msg::{is_striped, QUERY_MAX_DKEY, QUERY_MAX_RECX};
 use crate::rpc::msg::{
     BulkSeg, IodType as WireIodType, ObjTarget, PunchWhat, Reply, Request, WireIod, WireOid,
     WireRecx, MAX_KEY_LEN,
 };
+use crate::rpc::{RawReply, Status};
 use crate::types::{AKey, Anchor, DKey, Epoch, Iod, IodType, ObjectId, Recx, SgList};
 
 /// An open object (`daos_obj_open`): container handle + OID.
@@ -18,6 +23,12 @@ pub struct ObjHandle {
 
 impl ObjHandle {
     pub(crate) fn target(&self, epoch: Option<Epoch>) -> ObjTarget {
+        self.target_on(epoch, 0)
+    }
+
+    /// [`Self::target`] naming the engine target `stripe` (an operation
+    /// without a dkey on a striped object).
+    pub(crate) fn target_on(&self, epoch: Option<Epoch>, stripe: u32) -> ObjTarget {
         ObjTarget {
             coh: self.coh,
             oid: WireOid {
@@ -25,7 +36,195 @@ impl ObjHandle {
                 lo: self.oid.lo,
             },
             epoch: epoch.map_or(0, |e| e.0),
+            stripe,
         }
+    }
+
+    /// How many engine targets an operation on this object without a dkey
+    /// goes to: each of the engine's targets for a striped object, else 1.
+    pub(super) fn stripes(&self, net: &Rc<RefCell<Net>>) -> usize {
+        if is_striped(self.target(None).oid) {
+            net.borrow().stripes.max(1)
+        } else {
+            1
+        }
+    }
+}
+
+/// Sends `reqs` together; `k` runs once with every outcome (decoded), in
+/// the order of `reqs`, when the last one answered.
+pub(super) fn fan_out<R: 'static>(
+    net: &Rc<RefCell<Net>>,
+    reqs: Vec<Request>,
+    decode: impl Fn(RawReply) -> Result<R> + Clone + 'static,
+    k: impl FnOnce(&mut Scheduler, Vec<Result<R>>) + 'static,
+) {
+    type Then<R> = Box<dyn FnOnce(&mut Scheduler, Vec<Result<R>>)>;
+    /// Outcomes still awaited, the outcomes by request, the continuation.
+    struct FanOut<R> {
+        left: usize,
+        outs: Vec<Option<Result<R>>>,
+        k: Option<Then<R>>,
+    }
+    let n = reqs.len();
+    let state = Rc::new(RefCell::new(FanOut {
+        left: n,
+        outs: (0..n).map(|_| None).collect(),
+        k: Some(Box::new(k)),
+    }));
+    for (i, req) in reqs.into_iter().enumerate() {
+        let (state, decode) = (state.clone(), decode.clone());
+        send_rpc(net, req, Vec::new(), move |s, r| {
+            let fin = {
+                let mut g = state.borrow_mut();
+                g.outs[i] = Some(r.and_then(decode));
+                g.left -= 1;
+                if g.left == 0 {
+                    let out = g
+                        .outs
+                        .iter_mut()
+                        .map(|o| o.take().unwrap_or(Err(Error::NotDone)))
+                        .collect();
+                    g.k.take().map(|k| (k, out))
+                } else {
+                    None
+                }
+            };
+            if let Some((k, out)) = fin {
+                k(s, out);
+            }
+        });
+    }
+}
+
+/// Lists the dkeys of `oh` after `anchor` (each engine target of a striped
+/// object, merged in key order, see [`crate::listing`]); `k` gets them.
+pub(super) fn list_dkeys(
+    net: &Rc<RefCell<Net>>,
+    oh: &ObjHandle,
+    epoch: Option<Epoch>,
+    anchor: &Anchor,
+    max: u32,
+    k: impl FnOnce(&mut Scheduler, Result<(Vec<Vec<u8>>, Anchor)>) + 'static,
+) {
+    let n = oh.stripes(net);
+    let reqs = (0..n)
+        .map(|s| Request::ObjListDkey {
+            t: oh.target_on(epoch, s as u32),
+            anchor: anchor.to_bytes(),
+            max,
+        })
+        .collect();
+    let anchor = anchor.clone();
+    fan_out(
+        net,
+        reqs,
+        |r| keys(r.reply, |k| k),
+        move |s, outs| {
+            if n == 1 {
+                let out = outs.into_iter().next().unwrap_or(Err(Error::NotDone));
+                return k(s, out);
+            }
+            let mut pages = Vec::with_capacity(n);
+            for o in outs {
+                match o {
+                    Ok((ks, a)) => pages.push(crate::listing::Page::new(ks, &a)),
+                    Err(e) => return k(s, Err(e)),
+                }
+            }
+            k(s, Ok(crate::listing::merge(&anchor, pages, max)))
+        },
+    )
+}
+
+/// `query_key` of `oh` (see [`Client::obj_query_key`]); on a striped
+/// object a max-dkey query asks every engine target for its greatest dkey,
+/// takes the greatest, and asks that dkey's target for the extent.
+pub(super) fn query_key(
+    net: &Rc<RefCell<Net>>,
+    oh: &ObjHandle,
+    epoch: Option<Epoch>,
+    flags: u8,
+    dkey: Vec<u8>,
+    akey: Vec<u8>,
+    k: impl FnOnce(&mut Scheduler, Result<QueryKeyOut>) + 'static,
+) {
+    let n = oh.stripes(net);
+    let one = |t, flags, dkey| Request::ObjQueryKey {
+        t,
+        flags,
+        dkey,
+        akey: akey.clone(),
+    };
+    if n == 1 || flags & QUERY_MAX_DKEY == 0 {
+        let req = one(oh.target(epoch), flags, dkey);
+        return send_rpc(net, req, Vec::new(), move |s, r| {
+            k(s, r.and_then(decode_query))
+        });
+    }
+    let reqs = (0..n)
+        .map(|s| one(oh.target_on(epoch, s as u32), QUERY_MAX_DKEY, Vec::new()))
+        .collect();
+    let numeric = matches!(
+        oh.oid.otype(),
+        Ok(crate::types::ObjType::DkeyUint64 | crate::types::ObjType::Array)
+    );
+    let (net2, oh, akey2) = (net.clone(), *oh, akey.clone());
+    fan_out(net, reqs, decode_query, move |s, outs| {
+        let mut best: Option<DKey> = None;
+        for o in outs {
+            match o {
+                Ok(q) => {
+                    // the store's order of a max-dkey query
+                    let better = match (&best, numeric, q.dkey.as_u64()) {
+                        (None, _, _) => true,
+                        (Some(b), true, Some(v)) => b.as_u64().is_none_or(|bv| v > bv),
+                        (Some(b), _, _) => q.dkey > *b,
+                    };
+                    if better {
+                        best = Some(q.dkey);
+                    }
+                }
+                Err(e) if e.status() == Some(Status::NonExist) => {}
+                Err(e) => return k(s, Err(e)),
+            }
+        }
+        let Some(best) = best else {
+            return k(s, Err(Error::Engine(Status::NonExist)));
+        };
+        if flags & QUERY_MAX_RECX == 0 {
+            return k(
+                s,
+                Ok(QueryKeyOut {
+                    dkey: best,
+                    akey: AKey(akey2),
+                    recx: Recx::default(),
+                }),
+            );
+        }
+        let req = Request::ObjQueryKey {
+            t: oh.target(epoch),
+            flags: QUERY_MAX_RECX,
+            dkey: best.0,
+            akey: akey2,
+        };
+        send_rpc(&net2, req, Vec::new(), move |s, r| {
+            k(s, r.and_then(decode_query))
+        })
+    })
+}
+
+fn decode_query(r: RawReply) -> Result<QueryKeyOut> {
+    match r.reply {
+        Reply::QueryKey { dkey, akey, recx } => Ok(QueryKeyOut {
+            dkey: DKey(dkey),
+            akey: AKey(akey),
+            recx: Recx {
+                idx: recx.idx,
+                nr: recx.nr,
+            },
+        }),
+        _ => Err(unexpected()),
     }
 }
 
@@ -236,7 +435,27 @@ impl Client {
     }
 
     fn punch(&self, oh: &ObjHandle, what: PunchWhat, ev: Option<&Event>) -> Result<Pending<()>> {
-        self.rpc(ev, punch_req(oh, what), Vec::new(), |_| Ok(()))
+        let n = oh.stripes(&self.net);
+        if n == 1 || what != PunchWhat::Object {
+            return self.rpc(ev, punch_req(oh, what), Vec::new(), |_| Ok(()));
+        }
+        // a striped object: punched on every engine target
+        let reqs: Vec<Request> = (0..n)
+            .map(|s| Request::ObjPunch {
+                t: oh.target_on(None, s as u32),
+                what: PunchWhat::Object,
+            })
+            .collect();
+        self.custom(ev, move |net, done| {
+            fan_out(
+                net,
+                reqs,
+                |_| Ok(()),
+                move |s, outs| {
+                    done.finish(s, outs.into_iter().collect::<Result<Vec<()>>>().map(|_| ()))
+                },
+            )
+        })
     }
 
     /// `daos_obj_list_dkey`: up to `max` dkeys after `anchor`; returns them
@@ -249,12 +468,12 @@ impl Client {
         max: u32,
         ev: Option<&Event>,
     ) -> Result<Pending<(Vec<DKey>, Anchor)>> {
-        let req = Request::ObjListDkey {
-            t: oh.target(epoch),
-            anchor: anchor.to_bytes(),
-            max,
-        };
-        self.rpc(ev, req, Vec::new(), |r| keys(r.reply, DKey))
+        let (oh, anchor) = (*oh, anchor.clone());
+        self.custom(ev, move |net, done| {
+            list_dkeys(net, &oh, epoch, &anchor, max, move |s, r| {
+                done.finish(s, r.map(|(ks, a)| (ks.into_iter().map(DKey).collect(), a)))
+            })
+        })
     }
 
     /// The objects of container `coh` on the engine's target `shard` (an
@@ -365,22 +584,11 @@ impl Client {
         akey: &AKey,
         ev: Option<&Event>,
     ) -> Result<Pending<QueryKeyOut>> {
-        let req = Request::ObjQueryKey {
-            t: oh.target(epoch),
-            flags,
-            dkey: dkey.0.clone(),
-            akey: akey.0.clone(),
-        };
-        self.rpc(ev, req, Vec::new(), |r| match r.reply {
-            Reply::QueryKey { dkey, akey, recx } => Ok(QueryKeyOut {
-                dkey: DKey(dkey),
-                akey: AKey(akey),
-                recx: Recx {
-                    idx: recx.idx,
-                    nr: recx.nr,
-                },
-            }),
-            _ => Err(unexpected()),
+        let (oh, dkey, akey) = (*oh, dkey.0.clone(), akey.0.clone());
+        self.custom(ev, move |net, done| {
+            query_key(net, &oh, epoch, flags, dkey, akey, move |s, r| {
+                done.finish(s, r)
+            })
         })
     }
 }

@@ -48,12 +48,12 @@ use super::dtx::{Action, Dtx, DtxConfig, DtxId, LogRec, Msg, Outcome, Rank, Upda
 use super::dtx_log::DtxLog;
 use super::hlc::SharedHlc;
 use super::map_version::MapVersions;
-use super::route;
+
 use super::target::TargetMsg;
 use crate::client::{Client, Error as ClientError};
 use crate::dtx_op::{held_keys, write_participants, DtxOp, DtxWrite};
 use crate::rpc::frame::{encode_reply, encode_stale_map};
-use crate::rpc::msg::{Request, WireOid};
+use crate::rpc::msg::{is_striped, object_target, Request, WireOid};
 use crate::rpc::tcp::{ConnId, ReplySender};
 use crate::rpc::{HeaderRepr, Reply, Status};
 use crate::types::{Epoch, ObjectId};
@@ -707,22 +707,48 @@ impl Driver {
         );
         let p = DtxWrite::parse(&update.payload).map_err(|_| Status::Proto)?;
         let coh = self.local_coh(&p.pool, &p.cont)?;
-        let t = route(p.oid, self.targets.len());
+        let n = self.targets.len();
+        let dkey = match &p.op {
+            DtxOp::Update { dkey, .. }
+            | DtxOp::PunchDkey { dkey }
+            | DtxOp::PunchAkeys { dkey, .. } => Some(dkey.as_slice()),
+            DtxOp::PunchObj => None,
+        };
+        // the dkey's target; a striped object's punch goes to every target
+        // and is applied when all of them are
+        let targets: Vec<usize> = match (dkey, is_striped(p.oid)) {
+            (None, true) => (0..n).collect(),
+            (d, _) => vec![object_target(p.oid, d, 0, n).ok_or(Status::Invalid)?],
+        };
         let tx = self.tx.clone();
-        self.targets[t]
-            .send(TargetMsg::DtxApply {
-                coh,
-                oid: ObjectId {
-                    hi: p.oid.hi,
-                    lo: p.oid.lo,
-                },
-                op: p.op,
-                epoch: Epoch(epoch),
-                done: Box::new(move |result| {
-                    let _ = tx.send(DtxEvent::Applied { id, result });
-                }),
-            })
-            .map_err(|_| Status::Shutdown)
+        let left = Arc::new(Mutex::new((targets.len(), Ok(()))));
+        for t in targets {
+            let (tx, left) = (tx.clone(), left.clone());
+            self.targets[t]
+                .send(TargetMsg::DtxApply {
+                    coh,
+                    oid: ObjectId {
+                        hi: p.oid.hi,
+                        lo: p.oid.lo,
+                    },
+                    op: p.op.clone(),
+                    epoch: Epoch(epoch),
+                    done: Box::new(move |result| {
+                        let mut g = left.lock().unwrap_or_else(|e| e.into_inner());
+                        g.0 -= 1;
+                        if let Err(st) = result {
+                            if g.1.is_ok() {
+                                g.1 = Err(st);
+                            }
+                        }
+                        if g.0 == 0 {
+                            let _ = tx.send(DtxEvent::Applied { id, result: g.1 });
+                        }
+                    }),
+                })
+                .map_err(|_| Status::Shutdown)?;
+        }
+        Ok(())
     }
 
     /// A container handle on this engine for (pool, cont) labels.

@@ -8,9 +8,12 @@
 //!  replies: targets / mgmt ──ReplySender (channel + wake pipe)──► obj-net ──► client
 //! ```
 //! - N targets (one per core by default), each a thread owning its shard of
-//!   every pool; an object lives on the target [`route`] picks from its OID,
-//!   so all of its dkeys, akeys and extents are on one store and no lock is
-//!   taken on the data path.
+//!   every pool; an object of one group (`S1`, `RP_<r>G1`) lives on the
+//!   target [`route`] picks from its OID, so all of its dkeys, akeys and
+//!   extents are on one store; a striped object (`SX`, `S<n>`, `..G<n>`)
+//!   has each dkey on the target [`crate::rpc::msg::stripe_of`] picks (a
+//!   dkey with its akeys and extents on one store). No lock is taken on the
+//!   data path.
 //! - Group commit on each target (see [`target`]): replies leave only after
 //!   the store's `commit`.
 //! - The management thread ([`mgmt`]) owns pool/container metadata and
@@ -41,7 +44,7 @@ use std::time::Instant;
 use tracing::{info, warn};
 
 use crate::rpc::core::ServerConn;
-use crate::rpc::msg::{list_obj_prefix, route_prefix};
+use crate::rpc::msg::{list_obj_prefix, object_target, route_prefix, routing_dkey};
 use crate::rpc::rdma::RdmaServer;
 use crate::rpc::tcp::{ConnId, Dispatch, TcpServer};
 use crate::rpc::{HeaderRepr, Opcode, Reply, Status};
@@ -240,8 +243,10 @@ impl IoChecks {
 /// same on the network threads and on a target's own connection: the
 /// routing prefix parses, the request's map version is not stale (DAOS
 /// `DER_STALE`), a fetch does not read a key with a prepared DTX update
-/// (`DER_INPROGRESS`); then the owning target: [`route`] of the OID, or the
-/// shard `obj_list_obj` names (one out of range is `DER_INVAL`).
+/// (`DER_INPROGRESS`); then the owning target: [`object_target`] (a striped
+/// object's dkey, or the target its dkey-less request names; [`route`] of
+/// any other OID), or the shard `obj_list_obj` names (a target out of range
+/// is `DER_INVAL`).
 fn admit_object_io(
     map_versions: &MapVersions,
     held_keys: &HeldKeys,
@@ -263,7 +268,7 @@ fn admit_object_io(
     }
     let op = hdr.opcode;
     match route_prefix(args) {
-        Ok((coh, oid)) => {
+        Ok((coh, oid, stripe)) => {
             // DAOS: a request sent with an older pool map than the
             // engine's is refused with the engine's version
             if let Some(v) = stale(coh) {
@@ -281,7 +286,15 @@ fn admit_object_io(
                     }
                 }
             }
-            Admit::To(route(oid, ntargets))
+            // a striped object's request goes to its dkey's target
+            let dkey = match routing_dkey(op, args) {
+                Ok(d) => d,
+                Err(_) => return Admit::Refuse(Status::Proto),
+            };
+            match object_target(oid, dkey, stripe, ntargets) {
+                Some(t) => Admit::To(t),
+                None => Admit::Refuse(Status::Invalid),
+            }
         }
         Err(_) => Admit::Refuse(Status::Proto),
     }
@@ -611,6 +624,7 @@ impl Dispatch for EngineDispatch {
                 Status::Ok,
                 &Reply::Pong {
                     incarnation: self.map_versions.incarnation(),
+                    targets: self.targets.len() as u32,
                 },
                 &[],
             ),
@@ -623,7 +637,7 @@ impl Dispatch for EngineDispatch {
             ),
             Opcode::TargetPorts => io.reply_error(&hdr, Status::NoSys),
             Opcode::DtxUpdate => match route_prefix(&body) {
-                Ok((coh, _)) => {
+                Ok((coh, ..)) => {
                     if let Some(v) = hdr
                         .map_version
                         .and_then(|cv| self.map_versions.check(coh, cv))

@@ -293,6 +293,7 @@ impl TargetNet {
                     Status::Ok,
                     &Reply::Pong {
                         incarnation: self.checks.map_versions.incarnation(),
+                        targets: self.checks.ntargets as u32,
                     },
                     &[],
                 );

@@ -581,6 +581,7 @@ mod tests {
                 coh: 7,
                 oid: Default::default(),
                 epoch: 0,
+                stripe: 0,
             },
             dkey: b"d".to_vec(),
             iods: Vec::new(),

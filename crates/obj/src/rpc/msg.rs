@@ -286,6 +286,11 @@ pub struct ObjTarget {
     pub oid: WireOid,
     /// Epoch to read at / write at (0 = latest / now).
     pub epoch: u64,
+    /// The engine target of a striped object (see [`is_striped`]) that an
+    /// operation without a dkey is for (object punch, dkey listing, max-dkey
+    /// query: the client sends one to each target); ignored otherwise (an
+    /// operation with a dkey goes to [`stripe_of`] its dkey).
+    pub stripe: u32,
 }
 
 impl ObjTarget {
@@ -293,7 +298,8 @@ impl ObjTarget {
         w.u64(self.coh)
             .u64(self.oid.hi)
             .u64(self.oid.lo)
-            .u64(self.epoch);
+            .u64(self.epoch)
+            .u32(self.stripe);
     }
     fn parse(r: &mut Reader<'_>) -> Result<ObjTarget, WireError> {
         Ok(ObjTarget {
@@ -303,20 +309,87 @@ impl ObjTarget {
                 lo: r.u64()?,
             },
             epoch: r.u64()?,
+            stripe: r.u32()?,
         })
     }
 }
 
-/// The routing prefix of an object I/O body: container handle and OID, read
-/// without parsing the rest (the network thread routes on it).
-pub fn route_prefix(args: &[u8]) -> Result<(u64, WireOid), WireError> {
+/// Whether the engine stripes `oid`'s dkeys over its targets: a class of
+/// several redundancy groups (`S<n>` with n > 1, `SX`, `RP_<r>G<n>`,
+/// `..GX`), as DAOS spreads such an object's shards over targets. Other
+/// objects (one group: `S1`, `RP_<r>G1`) live on one target, [`route`] of
+/// the OID.
+pub fn is_striped(oid: WireOid) -> bool {
+    crate::types::ObjectId {
+        hi: oid.hi,
+        lo: oid.lo,
+    }
+    .is_striped()
+}
+
+/// The target among `n` that holds `dkey` of a striped object: a hash of the
+/// dkey salted apart from [`crate::placement::group_of`] (the dkeys that one
+/// engine's group gets must still spread over that engine's targets).
+pub fn stripe_of(dkey: &[u8], n: usize) -> usize {
+    // FNV-1a from a different basis, then a finaliser
+    let mut h: u64 = 0x6c62_272e_07bb_0142;
+    for &b in dkey {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    ((h >> 16) % n.max(1) as u64) as usize
+}
+
+/// The target among `n` an object request goes to: a striped object's
+/// request with a dkey to [`stripe_of`] it, one without to the target it
+/// names (`None` if out of range); any other object's to [`route`] of the
+/// OID. The engine admits by it and a run-to-completion client picks the
+/// connection by it, so they agree.
+pub fn object_target(oid: WireOid, dkey: Option<&[u8]>, stripe: u32, n: usize) -> Option<usize> {
+    if !is_striped(oid) {
+        return Some(route(oid, n));
+    }
+    match dkey {
+        Some(d) => Some(stripe_of(d, n)),
+        None => ((stripe as usize) < n.max(1)).then_some(stripe as usize),
+    }
+}
+
+/// The dkey an object request is routed by, read from its body `args`
+/// without parsing the rest (`None`: an operation on the whole object or
+/// on all its dkeys: object punch, dkey listing, max-dkey query).
+pub fn routing_dkey(op: Opcode, args: &[u8]) -> Result<Option<&[u8]>, WireError> {
     let mut r = Reader::new(args);
-    let coh = r.u64()?;
-    let oid = WireOid {
-        hi: r.u64()?,
-        lo: r.u64()?,
-    };
-    Ok((coh, oid))
+    ObjTarget::parse(&mut r)?;
+    Ok(match op {
+        Opcode::ObjUpdate
+        | Opcode::ObjFetch
+        | Opcode::ObjFetchEpochs
+        | Opcode::ObjUpdateAt
+        | Opcode::ObjListAkey
+        | Opcode::ObjListRecx => Some(r.blob(MAX_KEY_LEN)?),
+        Opcode::ObjPunch | Opcode::ObjPunchAt => match r.u8()? {
+            0 => None,
+            _ => Some(r.blob(MAX_KEY_LEN)?),
+        },
+        Opcode::ObjQueryKey => {
+            let flags = r.u8()?;
+            let d = r.blob(MAX_KEY_LEN)?;
+            (flags & QUERY_MAX_DKEY == 0).then_some(d)
+        }
+        _ => None,
+    })
+}
+
+/// The routing prefix of an object I/O body: container handle, OID and
+/// stripe, read without parsing the rest (the network thread routes on it).
+pub fn route_prefix(args: &[u8]) -> Result<(u64, WireOid, u32), WireError> {
+    let mut r = Reader::new(args);
+    let t = ObjTarget::parse(&mut r)?;
+    Ok((t.coh, t.oid, t.stripe))
 }
 
 /// The routing prefix of an `obj_list_obj` body: container handle and the
@@ -509,6 +582,24 @@ impl Request {
             | Request::ObjListRecx { t, .. }
             | Request::ObjQueryKey { t, .. }
             | Request::DtxUpdate { t, .. } => Some(t),
+            _ => None,
+        }
+    }
+
+    /// [`routing_dkey`] of this request.
+    pub fn routing_dkey(&self) -> Option<&[u8]> {
+        match self {
+            Request::ObjUpdate { dkey, .. }
+            | Request::ObjFetch { dkey, .. }
+            | Request::ObjFetchEpochs { dkey, .. }
+            | Request::ObjUpdateAt { dkey, .. }
+            | Request::ObjListAkey { dkey, .. }
+            | Request::ObjListRecx { dkey, .. } => Some(dkey),
+            Request::ObjPunch { what, .. } | Request::ObjPunchAt { what, .. } => match what {
+                PunchWhat::Object => None,
+                PunchWhat::Dkey(d) | PunchWhat::Akeys { dkey: d, .. } => Some(d),
+            },
+            Request::ObjQueryKey { flags, dkey, .. } if flags & QUERY_MAX_DKEY == 0 => Some(dkey),
             _ => None,
         }
     }
@@ -874,6 +965,8 @@ pub enum Reply {
     /// detection). An engine that sends none answers `Empty`.
     Pong {
         incarnation: u64,
+        /// The engine's targets (what a striped object's dkeys spread over).
+        targets: u32,
     },
     /// `target_ports`: one TCP port per target, in target order.
     Ports(Vec<u16>),
@@ -972,8 +1065,11 @@ impl Reply {
         let mut w = Writer::new(out);
         match self {
             Reply::Empty => {}
-            Reply::Pong { incarnation } => {
-                w.u64(*incarnation);
+            Reply::Pong {
+                incarnation,
+                targets,
+            } => {
+                w.u64(*incarnation).u32(*targets);
             }
             Reply::Ports(ps) => {
                 w.count(ps.len());
@@ -1056,6 +1152,7 @@ impl Reply {
             Shape::Ping if args.is_empty() => Reply::Empty,
             Shape::Ping => Reply::Pong {
                 incarnation: r.u64()?,
+                targets: r.u32()?,
             },
             Shape::Ports => {
                 let n = r.count(MAX_TARGETS, 4)?;
@@ -1186,6 +1283,7 @@ mod tests {
                 lo: 42,
             },
             epoch: 0,
+            stripe: 3,
         }
     }
 
@@ -1269,6 +1367,83 @@ mod tests {
             b.push(0);
             assert!(Request::parse(req.opcode(), &b, 4).is_err());
         }
+    }
+
+    #[test]
+    fn routing_dkey_of_the_bytes_is_the_requests() {
+        let mut seen = 0;
+        for req in samples() {
+            let mut b = Vec::new();
+            req.emit(&mut b);
+            if req.opcode().is_object_io() {
+                assert_eq!(
+                    routing_dkey(req.opcode(), &b).unwrap(),
+                    req.routing_dkey(),
+                    "{req:?}"
+                );
+                seen += usize::from(req.routing_dkey().is_some());
+            }
+        }
+        assert!(seen >= 3, "samples with a dkey: {seen}");
+        // object punch, dkey listing, max-dkey query: none
+        let none = [
+            Request::ObjPunch {
+                t: t(),
+                what: PunchWhat::Object,
+            },
+            Request::ObjListDkey {
+                t: t(),
+                anchor: vec![],
+                max: 1,
+            },
+            Request::ObjQueryKey {
+                t: t(),
+                flags: QUERY_MAX_DKEY | QUERY_MAX_RECX,
+                dkey: vec![],
+                akey: b"0".to_vec(),
+            },
+        ];
+        for req in none {
+            let mut b = Vec::new();
+            req.emit(&mut b);
+            assert_eq!(routing_dkey(req.opcode(), &b).unwrap(), None);
+            assert_eq!(req.routing_dkey(), None);
+        }
+    }
+
+    #[test]
+    fn striped_objects_spread_their_dkeys_apart_from_the_groups() {
+        use crate::types::{ObjClass, ObjType, ObjectId};
+        let w = |c| {
+            let o = ObjectId::generate(0, 7, ObjType::KvHashed, c).unwrap();
+            WireOid { hi: o.hi, lo: o.lo }
+        };
+        let (sx, s1, s4, rp) = (
+            w(ObjClass::SX),
+            w(ObjClass::S1),
+            w(ObjClass::parse("S4").unwrap()),
+            w(ObjClass::RP_2G1),
+        );
+        assert!(is_striped(sx) && is_striped(s4));
+        assert!(!is_striped(s1) && !is_striped(rp));
+        // one-group objects: the OID's target whatever the dkey
+        for d in 0..100u64 {
+            let k = d.to_be_bytes();
+            assert_eq!(object_target(s1, Some(&k), 0, 4), Some(route(s1, 4)));
+        }
+        // striped: every target gets dkeys, also among the dkeys of one
+        // engine group (placement's hash is not the stripe's)
+        let mut per = [0usize; 2];
+        for d in 0..4000u64 {
+            let k = d.to_be_bytes();
+            if crate::placement::group_of(&k, 2) == 0 {
+                per[object_target(sx, Some(&k), 0, 2).unwrap()] += 1;
+            }
+        }
+        assert!(per.iter().all(|&c| c > 800), "{per:?}");
+        // without a dkey: the named target, in range only
+        assert_eq!(object_target(sx, None, 1, 2), Some(1));
+        assert_eq!(object_target(sx, None, 2, 2), None);
     }
 
     #[test]
