@@ -182,6 +182,53 @@ fn engine_pool_cont_obj_kv_through_the_cli() {
         "beta\n"
     );
 
+    // a striped KV (class SX): its keys spread over both targets, listed
+    // whole and in order through the CLI, over TCP and over RDMA
+    for i in 0..20 {
+        let k = format!("k{i:02}");
+        let v = format!("v{i}");
+        ok(
+            &addr,
+            &["kv", "put", "tank", "c1", "8", &k, "--class", "SX"],
+            Some(v.as_bytes()),
+        );
+    }
+    let want: String = (0..20).map(|i| format!("k{i:02}\n")).collect();
+    assert_eq!(
+        ok(
+            &addr,
+            &["kv", "list", "tank", "c1", "8", "--class", "SX"],
+            None
+        ),
+        want
+    );
+    assert_eq!(
+        ok(
+            &addr,
+            &["kv", "get", "tank", "c1", "8", "k13", "--class", "SX"],
+            None
+        ),
+        "v13"
+    );
+    assert_eq!(
+        ok(
+            "rdma://127.0.0.9:7481",
+            &[
+                "kv",
+                "list",
+                "--rdma-src",
+                "127.0.0.19",
+                "tank",
+                "c1",
+                "8",
+                "--class",
+                "SX"
+            ],
+            None
+        ),
+        want
+    );
+
     // the same engine over RPC over RDMA (soft RoCE on 127.0.0.19)
     let rdma = "rdma://127.0.0.9:7481";
     let big: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
