@@ -339,3 +339,68 @@ fn a_striped_dkey_sent_to_the_wrong_target_is_refused() {
         .unwrap();
     assert_eq!(f.sgls[0].concat(), b"xyz");
 }
+
+/// A striped object's punch takes one epoch on every target (the first
+/// target's, then `ObjPunchAt` on the others): at every epoch its dkeys are
+/// all there or all gone, never some.
+#[test]
+fn a_striped_punch_is_at_one_epoch_on_every_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let eng = start(dir.path(), "127.0.0.55");
+    let c = Client::connect_opts(&eng.addr().to_string(), DEFAULT_TIMEOUT, true).unwrap();
+    let coh = setup(&c);
+    let sx = ObjectId::generate(0, 40, ObjType::KvHashed, ObjClass::SX).unwrap();
+    let oh = c.obj_open(&coh, sx, None).unwrap().get().unwrap();
+    let put = |d: &[u8]| {
+        c.obj_update(
+            &oh,
+            &DKey(d.to_vec()),
+            &[Iod::single("a", 1)],
+            &[SgList::one(vec![1])],
+            None,
+        )
+        .unwrap()
+        .get()
+        .unwrap()
+    };
+    let mut before = 0;
+    for i in 0..60u32 {
+        before = before.max(put(format!("d{i:02}").as_bytes()).0);
+    }
+    assert!(shards_holding(&c, &coh, sx).len() == TARGETS);
+    c.obj_punch(&oh, None).unwrap().get().unwrap();
+    let after = put(b"zz-after").0;
+    // the punched dkeys visible at epoch e
+    let count = |e: u64| {
+        let (ks, a) = c
+            .obj_list_dkey(
+                &oh,
+                Some(obj::types::Epoch(e)),
+                &Anchor::default(),
+                1000,
+                None,
+            )
+            .unwrap()
+            .get()
+            .unwrap();
+        assert!(a.is_eof());
+        ks.iter().filter(|k| k.0 != b"zz-after").count()
+    };
+    assert_eq!(count(before), 60);
+    assert_eq!(count(after), 0);
+    // the first epoch at which any is gone: all are gone there
+    let (mut lo, mut hi) = (before, after);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if count(mid) == 60 {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    assert_eq!(
+        count(hi),
+        0,
+        "at epoch {hi} the punch reached some targets only"
+    );
+}

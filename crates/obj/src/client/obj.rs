@@ -439,22 +439,36 @@ impl Client {
         if n == 1 || what != PunchWhat::Object {
             return self.rpc(ev, punch_req(oh, what), Vec::new(), |_| Ok(()));
         }
-        // a striped object: punched on every engine target
-        let reqs: Vec<Request> = (0..n)
-            .map(|s| Request::ObjPunch {
-                t: oh.target_on(None, s as u32),
-                what: PunchWhat::Object,
-            })
-            .collect();
+        // a striped object: punched on target 0 at the epoch the engine
+        // takes, then on every other target at that same epoch (ObjPunchAt),
+        // so every epoch sees it whole or punched on all targets
+        let oh = *oh;
         self.custom(ev, move |net, done| {
-            fan_out(
-                net,
-                reqs,
-                |_| Ok(()),
-                move |s, outs| {
-                    done.finish(s, outs.into_iter().collect::<Result<Vec<()>>>().map(|_| ()))
-                },
-            )
+            let first = Request::ObjPunch {
+                t: oh.target_on(None, 0),
+                what: PunchWhat::Object,
+            };
+            let net2 = net.clone();
+            send_rpc(net, first, Vec::new(), move |s, r| {
+                let e = match r.and_then(decode_update) {
+                    Ok(e) => e,
+                    Err(e) => return done.finish(s, Err(e)),
+                };
+                let rest: Vec<Request> = (1..n)
+                    .map(|t| Request::ObjPunchAt {
+                        t: oh.target_on(Some(e), t as u32),
+                        what: PunchWhat::Object,
+                    })
+                    .collect();
+                fan_out(
+                    &net2,
+                    rest,
+                    |_| Ok(()),
+                    move |s, outs| {
+                        done.finish(s, outs.into_iter().collect::<Result<Vec<()>>>().map(|_| ()))
+                    },
+                )
+            })
         })
     }
 

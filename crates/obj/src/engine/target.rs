@@ -902,7 +902,7 @@ impl Target {
                         store.punch_akeys(cont, oid, e, &DKey(dkey), &akeys)
                     }
                 }
-                .map(|()| (Reply::Empty, Vec::new()))
+                .map(|()| (Reply::Updated { epoch: e.0 }, Vec::new()))
                 .map_err(st);
                 if r.is_ok() {
                     let u = self.unaggregated.entry((pool, cont)).or_default();

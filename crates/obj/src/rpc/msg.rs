@@ -1039,9 +1039,7 @@ fn shape(op: Opcode) -> Option<Shape> {
         | Opcode::PoolDisconnect
         | Opcode::ContDestroy
         | Opcode::ContClose
-        | Opcode::SnapDestroy
-        | Opcode::ObjPunch
-        | Opcode::ObjPunchAt => Shape::Empty,
+        | Opcode::SnapDestroy => Shape::Empty,
         Opcode::PoolCreate | Opcode::PoolQuery => Shape::Pool,
         Opcode::PoolList => Shape::Pools,
         Opcode::PoolConnect | Opcode::ContOpen => Shape::Handle,
@@ -1049,7 +1047,12 @@ fn shape(op: Opcode) -> Option<Shape> {
         Opcode::ContList => Shape::Conts,
         Opcode::SnapCreate => Shape::Epoch,
         Opcode::SnapList | Opcode::ObjFetchEpochs => Shape::Epochs,
-        Opcode::ObjUpdate | Opcode::DtxUpdate | Opcode::ObjUpdateAt => Shape::Updated,
+        // a punch answers with its epoch, as an update does
+        Opcode::ObjUpdate
+        | Opcode::DtxUpdate
+        | Opcode::ObjUpdateAt
+        | Opcode::ObjPunch
+        | Opcode::ObjPunchAt => Shape::Updated,
         Opcode::DtxMsg => Shape::Empty,
         Opcode::ObjFetch => Shape::Fetched,
         Opcode::ObjListDkey | Opcode::ObjListAkey => Shape::Keys,
