@@ -18,6 +18,27 @@ fn node(ip: &str) -> Config {
     c
 }
 
+/// The node's device on `ip` is released after `stop`: its UDP 4791 can be
+/// bound again. Within a bounded wait, not at once: when the device's
+/// poller thread holds the last reference at that moment (it upgrades its
+/// weak one for each round), the device is dropped on that thread and its
+/// socket closes when the thread exits, just after `stop` returned (seen in
+/// 1 of 30 runs of this binary at f863ac5; docs/verbs note it). A device
+/// still bound after 2 s fails.
+fn released_after_stop(ip: &str) {
+    let t0 = Instant::now();
+    loop {
+        match verbs::Context::open(ip) {
+            Ok(_) => return,
+            Err(e) if t0.elapsed() < Duration::from_secs(2) => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("device on {ip} not released 2 s after stop: {e:?}"),
+        }
+    }
+}
+
 fn cm_status(n: &Node) -> Status {
     n.parts()
         .iter()
@@ -87,7 +108,7 @@ fn up_serves_rping_and_rejects_unknown_ports() {
     let t0 = Instant::now();
     n.stop();
     assert!(t0.elapsed() < Duration::from_secs(5));
-    verbs::Context::open("127.0.4.76").expect("device released after stop");
+    released_after_stop("127.0.4.76");
 }
 
 /// With the rdma part running, the cm part's agent sits on the node's device
@@ -109,7 +130,7 @@ fn cm_agent_shares_the_rdma_device() {
     // a second device on the node's address cannot bind its UDP 4791
     assert!(verbs::Context::open("127.0.4.79").is_err());
     n.stop();
-    verbs::Context::open("127.0.4.79").expect("device released after stop");
+    released_after_stop("127.0.4.79");
 }
 
 /// A failing part is reported as failed (with its causes) and the others still
