@@ -1403,8 +1403,7 @@ impl DistClient {
                 .retain(|k| crate::placement::group_of(k, groups) == g);
             pages.push(page);
         }
-        let (keys, next) = crate::listing::merge(anchor, pages, max);
-        Ok((keys, next))
+        Ok(crate::listing::merge(anchor, pages, max))
     }
 
     /// `daos_obj_list_akey` of `dkey` (its group, one serving replica; the

@@ -57,6 +57,11 @@ pub enum ObjType {
 }
 
 impl ObjType {
+    /// Whether a max-dkey query orders this type's dkeys as u64 values
+    /// (`DkeyUint64`, and arrays, whose chunk dkeys are u64).
+    pub fn numeric_dkeys(self) -> bool {
+        matches!(self, ObjType::DkeyUint64 | ObjType::Array)
+    }
     fn from_u8(v: u8) -> Option<Self> {
         Some(match v {
             0 => ObjType::MultiHashed,
@@ -373,6 +378,15 @@ impl DKey {
     /// A dkey of a `DkeyUint64` / array object: the u64 little-endian (DAOS's convention).
     pub fn from_u64(v: u64) -> Self {
         DKey(v.to_le_bytes().to_vec())
+    }
+    /// Whether this dkey is greater than `other` in the order of a max-dkey
+    /// query: as u64 where `numeric` (see [`ObjType::numeric_dkeys`]) and
+    /// both are 8 bytes (one that is not counts as smaller), else bytewise.
+    pub fn sorts_above(&self, other: &DKey, numeric: bool) -> bool {
+        match (numeric, self.as_u64()) {
+            (true, Some(v)) => other.as_u64().is_none_or(|o| v > o),
+            _ => self > other,
+        }
     }
     /// The u64 of an 8-byte dkey.
     pub fn as_u64(&self) -> Option<u64> {

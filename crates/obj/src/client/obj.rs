@@ -6,11 +6,11 @@ use std::rc::Rc;
 use tse::{Event, Scheduler};
 
 use super::{send_rpc, unexpected, Client, ContHandle, Error, Net, Pending, Result, MAX_IO_BYTES};
-use crate::rpc::msg::{is_striped, QUERY_MAX_DKEY, QUERY_MAX_RECX};
 use crate::rpc::msg::{
     BulkSeg, IodType as WireIodType, ObjTarget, PunchWhat, Reply, Request, WireIod, WireOid,
     WireRecx, MAX_KEY_LEN,
 };
+use crate::rpc::msg::{QUERY_MAX_DKEY, QUERY_MAX_RECX};
 use crate::rpc::{RawReply, Status};
 use crate::types::{AKey, Anchor, DKey, Epoch, Iod, IodType, ObjectId, Recx, SgList};
 
@@ -43,7 +43,7 @@ impl ObjHandle {
     /// How many engine targets an operation on this object without a dkey
     /// goes to: each of the engine's targets for a striped object, else 1.
     pub(super) fn stripes(&self, net: &Rc<RefCell<Net>>) -> usize {
-        if is_striped(self.target(None).oid) {
+        if self.oid.is_striped() {
             net.borrow().stripes.max(1)
         } else {
             1
@@ -165,23 +165,15 @@ pub(super) fn query_key(
     let reqs = (0..n)
         .map(|s| one(oh.target_on(epoch, s as u32), QUERY_MAX_DKEY, Vec::new()))
         .collect();
-    let numeric = matches!(
-        oh.oid.otype(),
-        Ok(crate::types::ObjType::DkeyUint64 | crate::types::ObjType::Array)
-    );
+    let numeric = oh.oid.otype().is_ok_and(|t| t.numeric_dkeys());
     let (net2, oh, akey2) = (net.clone(), *oh, akey.clone());
     fan_out(net, reqs, decode_query, move |s, outs| {
         let mut best: Option<DKey> = None;
         for o in outs {
             match o {
+                // the store's order of a max-dkey query
                 Ok(q) => {
-                    // the store's order of a max-dkey query
-                    let better = match (&best, numeric, q.dkey.as_u64()) {
-                        (None, _, _) => true,
-                        (Some(b), true, Some(v)) => b.as_u64().is_none_or(|bv| v > bv),
-                        (Some(b), _, _) => q.dkey > *b,
-                    };
-                    if better {
+                    if best.as_ref().is_none_or(|b| q.dkey.sorts_above(b, numeric)) {
                         best = Some(q.dkey);
                     }
                 }

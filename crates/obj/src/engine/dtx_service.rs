@@ -48,7 +48,6 @@ use super::dtx::{Action, Dtx, DtxConfig, DtxId, LogRec, Msg, Outcome, Rank, Upda
 use super::dtx_log::DtxLog;
 use super::hlc::SharedHlc;
 use super::map_version::MapVersions;
-
 use super::target::TargetMsg;
 use crate::client::{Client, Error as ClientError};
 use crate::dtx_op::{held_keys, write_participants, DtxOp, DtxWrite};

@@ -44,7 +44,7 @@ use std::time::Instant;
 use tracing::{info, warn};
 
 use crate::rpc::core::ServerConn;
-use crate::rpc::msg::{list_obj_prefix, object_target, route_prefix, routing_dkey};
+use crate::rpc::msg::{is_striped, list_obj_prefix, object_target, route_prefix, routing_dkey};
 use crate::rpc::rdma::RdmaServer;
 use crate::rpc::tcp::{ConnId, Dispatch, TcpServer};
 use crate::rpc::{HeaderRepr, Opcode, Reply, Status};
@@ -286,10 +286,15 @@ fn admit_object_io(
                     }
                 }
             }
-            // a striped object's request goes to its dkey's target
-            let dkey = match routing_dkey(op, args) {
-                Ok(d) => d,
-                Err(_) => return Admit::Refuse(Status::Proto),
+            // a striped object's request goes to its dkey's target (read
+            // only for those: any other object's target is its OID's)
+            let dkey = if is_striped(oid) {
+                match routing_dkey(op, args) {
+                    Ok(d) => d,
+                    Err(_) => return Admit::Refuse(Status::Proto),
+                }
+            } else {
+                None
             };
             match object_target(oid, dkey, stripe, ntargets) {
                 Some(t) => Admit::To(t),

@@ -51,7 +51,7 @@ use redb::{
 };
 
 use crate::types::{
-    AKey, AggregateStats, Anchor, ContId, DKey, Epoch, FetchOut, Iod, IodType, ObjType, ObjectId,
+    AKey, AggregateStats, Anchor, ContId, DKey, Epoch, FetchOut, Iod, IodType, ObjectId,
     ObjectStore, Recx, SgList, Snapshot, SpaceInfo, StoreError, StoreResult, EPOCH_MAX,
     MAX_KEY_LEN,
 };
@@ -3008,17 +3008,12 @@ impl ObjectStore for Vos {
         epoch: Epoch,
     ) -> StoreResult<Option<DKey>> {
         let (otype, _) = oid.validate()?;
-        let numeric = matches!(otype, ObjType::DkeyUint64 | ObjType::Array);
+        let numeric = otype.numeric_dkeys();
         let mut anchor = Anchor::default();
         let mut best: Option<DKey> = None;
         while !anchor.is_eof() {
             for d in self.list_dkey(cont, oid, epoch, &mut anchor, 1024)? {
-                let better = match (&best, numeric, d.as_u64()) {
-                    (None, _, _) => true,
-                    (Some(b), true, Some(v)) => b.as_u64().is_none_or(|bv| v > bv),
-                    (Some(b), _, _) => d > *b,
-                };
-                if better {
+                if best.as_ref().is_none_or(|b| d.sorts_above(b, numeric)) {
                     best = Some(d);
                 }
             }
